@@ -1,0 +1,536 @@
+//! The WebSocket connection state machine, after the opening handshake (RFC 6455 §5–§7).
+//!
+//! This file does not know about sockets: bytes from the peer go in through
+//! [`Connection::read_buffer`] (or [`Connection::receive`]), messages come out of
+//! [`Connection::poll_message`], and frames to send pile up in [`Connection::transmit`] until the
+//! I/O layer writes them.
+//!
+//! ```text
+//!               send close / peer fails             peer's close arrives
+//!   ┌──────┐ ─────────────────────────► ┌──────────┐ ──────────────────► ┌────────┐
+//!   │ Open │                            │ Closing  │                     │ Closed │
+//!   └──────┘ ─────────────────────────────────────────────────────────► └────────┘
+//!                 peer's close arrives: we reply at once (§5.5.1)
+//! ```
+//! Once `Closed`, the server closes the TCP connection first; the client waits for it (§7.1.1).
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::config::Config;
+use crate::error::{Error, ProtocolViolation};
+use crate::frame::{
+    CloseCode, CloseFrame, FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode, RawHeader, apply_mask,
+};
+use crate::message::Message;
+use crate::transmit::Transmit;
+use crate::utf8::{Utf8Bytes, Utf8Validator};
+
+/// Which end of the connection this is. Clients mask what they send; servers require masks (§5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The end that opened the connection.
+    Client,
+    /// The end that accepted it.
+    Server,
+}
+
+/// Where the connection is in the closing handshake (§7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseState {
+    /// Messages flow both ways.
+    Open,
+    /// We sent a close frame and wait for the peer's. `failed` when we closed because the peer
+    /// broke the protocol: then its data frames are dropped unread.
+    Closing {
+        /// Whether we are failing the connection (§7.1.7) rather than closing it at the
+        /// application's request.
+        failed: bool,
+    },
+    /// Both close frames have been sent (or we gave up on the peer); nothing more will be read or sent.
+    Closed,
+}
+
+/// The kind of data message being sent in fragments (§5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataKind {
+    /// A text message.
+    Text,
+    /// A binary message.
+    Binary,
+}
+
+/// Where a mask key comes from. RFC 6455 §10.3 asks for an unpredictable key per frame; the I/O layer
+/// supplies one from the operating system's random source; tests supply fixed keys.
+pub type MaskKeySource = Box<dyn FnMut() -> [u8; 4] + Send + Sync>;
+
+/// A frame whose header has been read and whose payload is arriving.
+#[derive(Debug)]
+struct IncomingFrame {
+    header: FrameHeader,
+    len: usize,
+    /// Payload bytes at the front of the read buffer already unmasked (and checked, if text).
+    processed: usize,
+}
+
+/// A data message that is being reassembled from fragments.
+#[derive(Debug)]
+struct Reassembly {
+    kind: DataKind,
+    /// The bytes of the fragments received so far.
+    data: BytesMut,
+}
+
+/// A WebSocket connection after the handshake: a deterministic state machine with no I/O.
+///
+/// ```
+/// use sockeye_proto::{Config, Connection, Message, Role};
+///
+/// let mut server = Connection::new(Role::Server, Config::default());
+/// // A masked "Hello" from a client (RFC 6455 §5.7).
+/// server.receive(&[0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58]);
+/// assert_eq!(server.poll_message().unwrap(), Some(Message::text("Hello")));
+/// server.send(Message::text("Hello")).unwrap();
+/// assert_eq!(server.transmit_bytes(), b"\x81\x05Hello");
+/// ```
+pub struct Connection {
+    role: Role,
+    config: Config,
+    state: CloseState,
+    read_buf: BytesMut,
+    incoming: Option<IncomingFrame>,
+    reassembly: Option<Reassembly>,
+    /// Validates the text message being received, across frames and reads.
+    utf8: Option<Utf8Validator>,
+    /// The kind of the fragmented message being sent, if one is in progress.
+    sending_fragmented: Option<DataKind>,
+    transmit: Transmit,
+    mask_keys: Option<MaskKeySource>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("role", &self.role)
+            .field("state", &self.state)
+            .field("buffered", &self.read_buf.len())
+            .field("to_transmit", &self.transmit.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// A connection in the open state. A client created this way masks with keys from a simple
+    /// deterministic generator; real clients should use [`Connection::with_mask_keys`].
+    pub fn new(role: Role, config: Config) -> Self {
+        let mut seed: u32 = 0x9E37_79B9;
+        // xorshift32: deterministic, for tests and examples only.
+        let keys: MaskKeySource = Box::new(move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed.to_ne_bytes()
+        });
+        Self::with_mask_keys(role, config, keys)
+    }
+
+    /// A connection that takes the mask key of every frame it sends (as a client) from `keys`.
+    pub fn with_mask_keys(role: Role, config: Config, keys: MaskKeySource) -> Self {
+        Connection {
+            role,
+            config,
+            state: CloseState::Open,
+            read_buf: BytesMut::new(),
+            incoming: None,
+            reassembly: None,
+            utf8: None,
+            sending_fragmented: None,
+            transmit: Transmit::default(),
+            mask_keys: (role == Role::Client).then_some(keys),
+        }
+    }
+
+    /// This end's role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Where the closing handshake stands.
+    pub fn close_state(&self) -> CloseState {
+        self.state
+    }
+
+    /// Whether the closing handshake has finished (or was abandoned): time to close the transport.
+    pub fn is_closed(&self) -> bool {
+        self.state == CloseState::Closed
+    }
+
+    // ---------------------------------------------------------------------------------- input
+
+    /// Appends bytes received from the peer. Then call [`poll_message`](Self::poll_message) until it
+    /// returns `Ok(None)`.
+    pub fn receive(&mut self, bytes: &[u8]) {
+        self.read_buf.extend_from_slice(bytes);
+    }
+
+    /// The buffer that received bytes are appended to: an I/O layer can read from the socket straight
+    /// into it instead of calling [`receive`](Self::receive). Only append to it.
+    pub fn read_buffer(&mut self) -> &mut BytesMut {
+        &mut self.read_buf
+    }
+
+    /// How many received bytes are buffered and not yet turned into messages.
+    pub fn buffered(&self) -> usize {
+        self.read_buf.len()
+    }
+
+    /// The peer closed the transport (TCP FIN). Returns the close code to report: `None` when the
+    /// closing handshake had finished, else 1006, "closed abnormally" (§7.1.5), after which the
+    /// connection is closed.
+    pub fn receive_eof(&mut self) -> Option<CloseCode> {
+        if self.state == CloseState::Closed {
+            return None;
+        }
+        self.state = CloseState::Closed;
+        Some(CloseCode::ABNORMAL)
+    }
+
+    /// Parses buffered bytes and returns the next message, or `Ok(None)` when more bytes are needed
+    /// (or the connection is closed).
+    ///
+    /// On `Err(Error::Protocol(_))` the peer broke the protocol: a close frame with the matching code
+    /// has been queued (§7.1.7). Keep writing [`transmit`](Self::transmit) and reading until
+    /// [`is_closed`](Self::is_closed), so that the peer sees why, then close the transport.
+    pub fn poll_message(&mut self) -> Result<Option<Message>, Error> {
+        loop {
+            match self.state {
+                CloseState::Closed => return Ok(None),
+                CloseState::Closing { failed: true } => return Ok(self.skip_until_close()),
+                _ => {}
+            }
+            let frame = match self.incoming.take() {
+                Some(frame) => frame,
+                None => match FrameHeader::parse(&self.read_buf) {
+                    Ok(None) => return Ok(None),
+                    Ok(Some((header, header_len))) => {
+                        self.check_header(&header)?;
+                        self.read_buf.advance(header_len);
+                        // `check_header` bounded the length by the configured limits.
+                        let len = header.payload_len as usize;
+                        IncomingFrame { header, len, processed: 0 }
+                    }
+                    Err(v) => return Err(self.fail(v)),
+                },
+            };
+            let Some(payload) = self.take_payload(frame)? else { return Ok(None) };
+            if let Some(message) = self.on_frame(payload.0, payload.1)? {
+                return Ok(Some(message));
+            }
+        }
+    }
+
+    /// Checks a header against the role, the negotiated extensions and the message in progress.
+    fn check_header(&mut self, h: &FrameHeader) -> Result<(), Error> {
+        if h.rsv != 0 {
+            return Err(self.fail(ProtocolViolation::ReservedBits(h.rsv)));
+        }
+        // §5.1: a server MUST close on an unmasked frame; a client MUST close on a masked one.
+        match (self.role, h.mask.is_some()) {
+            (Role::Server, false) => return Err(self.fail(ProtocolViolation::UnmaskedFrame)),
+            (Role::Client, true) => return Err(self.fail(ProtocolViolation::MaskedFrame)),
+            _ => {}
+        }
+        if h.payload_len > self.config.max_frame_size as u64 {
+            let limit = self.config.max_frame_size;
+            return Err(self.fail(ProtocolViolation::MessageTooBig { size: h.payload_len, limit }));
+        }
+        match h.opcode {
+            OpCode::Continuation => {
+                let Some(r) = &self.reassembly else {
+                    return Err(self.fail(ProtocolViolation::UnexpectedContinuation));
+                };
+                let size = r.data.len() as u64 + h.payload_len;
+                if size > self.config.max_message_size as u64 {
+                    let limit = self.config.max_message_size;
+                    return Err(self.fail(ProtocolViolation::MessageTooBig { size, limit }));
+                }
+            }
+            OpCode::Text | OpCode::Binary => {
+                if self.reassembly.is_some() {
+                    return Err(self.fail(ProtocolViolation::ExpectedContinuation));
+                }
+                if h.payload_len > self.config.max_message_size as u64 {
+                    let limit = self.config.max_message_size;
+                    return Err(self.fail(ProtocolViolation::MessageTooBig { size: h.payload_len, limit }));
+                }
+                self.utf8 = (h.opcode == OpCode::Text).then(Utf8Validator::new);
+            }
+            OpCode::Close | OpCode::Ping | OpCode::Pong => {}
+        }
+        Ok(())
+    }
+
+    /// Unmasks (and, inside a text message, validates) the payload bytes that have arrived, and
+    /// splits the payload off once it is complete. Returns `None`, keeping the frame, while waiting.
+    fn take_payload(&mut self, mut frame: IncomingFrame) -> Result<Option<(FrameHeader, Bytes)>, Error> {
+        let available = self.read_buf.len().min(frame.len);
+        if available > frame.processed {
+            let fresh = &mut self.read_buf[frame.processed..available];
+            if let Some(key) = frame.header.mask {
+                apply_mask(fresh, key, frame.processed);
+            }
+            // Fail fast (§8.1): check text as it arrives, not when the message is complete.
+            if !frame.header.opcode.is_control()
+                && let Some(utf8) = &mut self.utf8
+                && utf8.feed(fresh).is_err()
+            {
+                let error = self.fail(ProtocolViolation::InvalidUtf8);
+                // Stay in step with the peer's framing: skip the rest of this frame.
+                self.incoming = Some(IncomingFrame { processed: 0, ..frame });
+                return Err(error);
+            }
+            frame.processed = available;
+        }
+        if available < frame.len {
+            // Make room for the rest of the frame in one allocation.
+            self.read_buf.reserve(frame.len - self.read_buf.len());
+            self.incoming = Some(frame);
+            return Ok(None);
+        }
+        Ok(Some((frame.header, self.read_buf.split_to(frame.len).freeze())))
+    }
+
+    /// Acts on a complete frame; returns the message it completes, if any.
+    fn on_frame(&mut self, header: FrameHeader, payload: Bytes) -> Result<Option<Message>, Error> {
+        match header.opcode {
+            OpCode::Ping => {
+                // §5.5.2: answer with a pong carrying the same data, unless we already sent a close.
+                if self.config.auto_pong && self.state == CloseState::Open {
+                    self.encode_frame(OpCode::Pong, true, &payload);
+                }
+                Ok(Some(Message::Ping(payload)))
+            }
+            OpCode::Pong => Ok(Some(Message::Pong(payload))),
+            OpCode::Close => {
+                let frame = CloseFrame::parse(payload).map_err(|v| self.fail(v))?;
+                let was = self.state;
+                self.state = CloseState::Closed;
+                match was {
+                    CloseState::Open => {
+                        // §5.5.1: reply with a close frame, echoing the status code.
+                        let reply = frame.as_ref().map(|f| CloseFrame::new(f.code, ""));
+                        self.encode_close(reply.as_ref());
+                        Ok(Some(Message::Close(frame)))
+                    }
+                    CloseState::Closing { failed: false } => Ok(Some(Message::Close(frame))),
+                    // The application already has the error that made us close.
+                    CloseState::Closing { failed: true } | CloseState::Closed => Ok(None),
+                }
+            }
+            OpCode::Text | OpCode::Binary if header.fin => {
+                // A whole message in one frame: hand over the payload without a copy.
+                if header.opcode == OpCode::Text {
+                    self.finish_text()?;
+                    return Ok(Some(Message::Text(Utf8Bytes::from_validated(payload))));
+                }
+                Ok(Some(Message::Binary(payload)))
+            }
+            OpCode::Text | OpCode::Binary => {
+                let kind = if header.opcode == OpCode::Text { DataKind::Text } else { DataKind::Binary };
+                let mut data = BytesMut::with_capacity(payload.len());
+                data.extend_from_slice(&payload);
+                self.reassembly = Some(Reassembly { kind, data });
+                Ok(None)
+            }
+            OpCode::Continuation => {
+                let Some(r) = self.reassembly.as_mut() else {
+                    return Err(self.fail(ProtocolViolation::UnexpectedContinuation));
+                };
+                r.data.extend_from_slice(&payload);
+                if !header.fin {
+                    return Ok(None);
+                }
+                let Some(r) = self.reassembly.take() else { return Ok(None) };
+                let data = r.data.freeze();
+                match r.kind {
+                    DataKind::Binary => Ok(Some(Message::Binary(data))),
+                    DataKind::Text => {
+                        self.finish_text()?;
+                        Ok(Some(Message::Text(Utf8Bytes::from_validated(data))))
+                    }
+                }
+            }
+        }
+    }
+
+    /// After failing the connection, skips the peer's frames by their length alone (they may be the
+    /// very frames that broke the rules) until its close frame arrives; then the connection is closed.
+    /// Skipped payload is dropped as it arrives, so a huge frame costs no memory.
+    fn skip_until_close(&mut self) -> Option<Message> {
+        loop {
+            if let Some(mut skip) = self.incoming.take() {
+                if self.read_buf.len() < skip.len {
+                    skip.len -= self.read_buf.len();
+                    self.read_buf.clear();
+                    self.incoming = Some(skip);
+                    return None;
+                }
+                self.read_buf.advance(skip.len);
+            }
+            let raw = RawHeader::parse(&self.read_buf)?;
+            if raw.opcode == OpCode::Close.as_u8() {
+                // The peer answered our close: the closing handshake is done (§7.1.2).
+                self.read_buf.clear();
+                self.state = CloseState::Closed;
+                return None;
+            }
+            self.read_buf.advance(raw.header_len);
+            let header = FrameHeader { fin: raw.fin, rsv: 0, opcode: OpCode::Binary, mask: None, payload_len: 0 };
+            let len = usize::try_from(raw.payload_len).unwrap_or(usize::MAX);
+            self.incoming = Some(IncomingFrame { header, len, processed: 0 });
+        }
+    }
+
+    /// At the end of a text message: no code point may be left unfinished.
+    fn finish_text(&mut self) -> Result<(), Error> {
+        match self.utf8.take() {
+            Some(v) if !v.is_complete() => Err(self.fail(ProtocolViolation::InvalidUtf8)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Fails the connection (§7.1.7): queue a close frame with the violation's code and stop
+    /// delivering data. Returns the error to hand to the application.
+    fn fail(&mut self, violation: ProtocolViolation) -> Error {
+        match self.state {
+            CloseState::Open => {
+                let frame = CloseFrame::new(violation.close_code(), "");
+                self.encode_close(Some(&frame));
+                self.state = CloseState::Closing { failed: true };
+            }
+            // A second violation while waiting for the peer's close: give up on the handshake.
+            CloseState::Closing { .. } => self.state = CloseState::Closed,
+            CloseState::Closed => {}
+        }
+        self.reassembly = None;
+        self.utf8 = None;
+        Error::Protocol(violation)
+    }
+
+    // --------------------------------------------------------------------------------- output
+
+    /// Queues a message. Pings and pongs must carry at most 125 bytes; `Message::Close` starts the
+    /// closing handshake like [`close`](Self::close).
+    pub fn send(&mut self, message: Message) -> Result<(), Error> {
+        match message {
+            Message::Close(frame) => return self.close(frame),
+            _ if self.state != CloseState::Open => return Err(Error::Closed),
+            Message::Ping(p) | Message::Pong(p) if p.len() > MAX_CONTROL_PAYLOAD => {
+                return Err(Error::InvalidInput("control frame payload longer than 125 bytes"));
+            }
+            _ if self.sending_fragmented.is_some() && message.is_data() => {
+                return Err(Error::InvalidInput("a fragmented message is being sent; finish it first"));
+            }
+            Message::Text(t) => self.encode_data(OpCode::Text, true, t.into_bytes()),
+            Message::Binary(b) => self.encode_data(OpCode::Binary, true, b),
+            Message::Ping(p) => self.encode_frame(OpCode::Ping, true, &p),
+            Message::Pong(p) => self.encode_frame(OpCode::Pong, true, &p),
+        }
+        Ok(())
+    }
+
+    /// Queues one fragment of a message (§5.4): the first call starts a message of `kind`, later
+    /// calls continue it (their `kind` must match), and `fin` ends it. Control messages may be sent
+    /// between fragments. A text message's fragments may split code points; the whole must be UTF-8.
+    pub fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
+        if self.state != CloseState::Open {
+            return Err(Error::Closed);
+        }
+        let opcode = match self.sending_fragmented {
+            None if kind == DataKind::Text => OpCode::Text,
+            None => OpCode::Binary,
+            Some(k) if k == kind => OpCode::Continuation,
+            Some(_) => return Err(Error::InvalidInput("fragment kind differs from the message's")),
+        };
+        self.sending_fragmented = if fin { None } else { Some(kind) };
+        self.encode_data(opcode, fin, payload);
+        Ok(())
+    }
+
+    /// Starts the closing handshake (§7.1.2): queues a close frame and waits for the peer's. `None`
+    /// sends a close frame without a status code. Calling it again while closing does nothing.
+    pub fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
+        if let Some(f) = &frame {
+            if !f.code.is_sendable() {
+                return Err(Error::InvalidInput("close code may not be sent (RFC 6455 §7.4)"));
+            }
+            if f.reason.len() > CloseFrame::MAX_REASON_LEN {
+                return Err(Error::InvalidInput("close reason longer than 123 bytes"));
+            }
+        }
+        if self.state == CloseState::Open {
+            self.encode_close(frame.as_ref());
+            self.state = CloseState::Closing { failed: false };
+        }
+        Ok(())
+    }
+
+    /// The bytes waiting to be written, as a [`bytes::Buf`]: write them, then
+    /// [`advance`](bytes::Buf::advance) by what was written.
+    pub fn transmit(&mut self) -> &mut Transmit {
+        &mut self.transmit
+    }
+
+    /// Takes everything waiting to be written as one contiguous buffer (a convenience for tests and
+    /// simple I/O layers; [`transmit`](Self::transmit) avoids the copy).
+    pub fn transmit_bytes(&mut self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.transmit.len());
+        out.put(&mut self.transmit);
+        out
+    }
+
+    fn encode_close(&mut self, frame: Option<&CloseFrame>) {
+        let mut payload = BytesMut::with_capacity(2 + frame.map_or(0, |f| f.reason.len()));
+        if let Some(f) = frame {
+            f.encode_into(&mut payload);
+        }
+        self.encode_frame(OpCode::Close, true, &payload);
+    }
+
+    /// Queues a data frame; a large payload is queued without a copy where the role allows it.
+    fn encode_data(&mut self, opcode: OpCode, fin: bool, payload: Bytes) {
+        if self.role == Role::Server && payload.len() >= self.config.zero_copy_threshold {
+            self.encode_header(opcode, fin, payload.len(), None);
+            self.transmit.push(payload);
+        } else {
+            self.encode_frame(opcode, fin, &payload);
+        }
+    }
+
+    /// Queues a frame by copying (and, for a client, masking) its payload into the batch buffer.
+    fn encode_frame(&mut self, opcode: OpCode, fin: bool, payload: &[u8]) {
+        let mask = self.mask_keys.as_mut().map(|next| next());
+        self.encode_header(opcode, fin, payload.len(), mask);
+        let tail = self.transmit.tail();
+        let start = tail.len();
+        tail.extend_from_slice(payload);
+        if let Some(key) = mask {
+            apply_mask(&mut tail[start..], key, 0);
+        }
+        self.transmit.commit(payload.len());
+    }
+
+    fn encode_header(&mut self, opcode: OpCode, fin: bool, len: usize, mask: Option<[u8; 4]>) {
+        let header = FrameHeader { fin, rsv: 0, opcode, mask, payload_len: len as u64 };
+        let mut buf = [0u8; MAX_HEADER_LEN];
+        let n = header.encode(&mut buf);
+        let tail = self.transmit.tail();
+        tail.reserve(n + if mask.is_some() { len } else { 0 });
+        tail.extend_from_slice(&buf[..n]);
+        self.transmit.commit(n);
+    }
+}

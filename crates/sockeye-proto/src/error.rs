@@ -1,0 +1,208 @@
+//! The engine's one error type, sorted by who is at fault, and the single place where peer errors
+//! become close codes (RFC 6455 §7.4.1).
+
+use std::fmt;
+
+use crate::frame::CloseCode;
+
+/// An error from the engine.
+///
+/// - [`Error::Protocol`]: the peer broke RFC 6455; the connection has queued a close frame with
+///   [`Error::close_code`] and waits for the peer's reply. Keep driving it until it is closed.
+/// - [`Error::Handshake`]: the opening handshake failed (a bad request, a bad or refusing response).
+/// - [`Error::Closed`] and [`Error::InvalidInput`]: the local application asked for something that
+///   cannot be done; the connection is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The peer violated the protocol.
+    Protocol(ProtocolViolation),
+    /// The opening handshake failed.
+    Handshake(HandshakeError),
+    /// The connection is closing or closed: no more messages may be sent.
+    Closed,
+    /// The application passed something the protocol cannot carry (e.g. a 126-byte ping).
+    InvalidInput(&'static str),
+}
+
+impl Error {
+    /// The close code that reports this error to the peer, when the peer is at fault.
+    pub fn close_code(&self) -> Option<CloseCode> {
+        match self {
+            Error::Protocol(v) => Some(v.close_code()),
+            _ => None,
+        }
+    }
+
+    /// Whether the peer is at fault (a protocol violation or a bad handshake from the other side).
+    pub fn is_peer_fault(&self) -> bool {
+        matches!(self, Error::Protocol(_) | Error::Handshake(_))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Protocol(v) => write!(f, "peer violated the WebSocket protocol: {v}"),
+            Error::Handshake(h) => write!(f, "WebSocket handshake failed: {h}"),
+            Error::Closed => f.write_str("the connection is closed; no more messages can be sent"),
+            Error::InvalidInput(what) => write!(f, "invalid input: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<ProtocolViolation> for Error {
+    fn from(v: ProtocolViolation) -> Self {
+        Error::Protocol(v)
+    }
+}
+
+impl From<HandshakeError> for Error {
+    fn from(h: HandshakeError) -> Self {
+        Error::Handshake(h)
+    }
+}
+
+/// What the peer did that RFC 6455 forbids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtocolViolation {
+    /// An opcode reserved for future use (§5.2).
+    ReservedOpCode(u8),
+    /// RSV bits set that no negotiated extension defines (§5.2).
+    ReservedBits(u8),
+    /// A 64-bit length with its most significant bit set (§5.2).
+    LengthTooLarge,
+    /// A control frame without FIN (§5.5).
+    FragmentedControlFrame,
+    /// A control frame with more than 125 bytes of payload (§5.5).
+    ControlFrameTooLong,
+    /// A client sent an unmasked frame (§5.1).
+    UnmaskedFrame,
+    /// A server sent a masked frame (§5.1).
+    MaskedFrame,
+    /// A continuation frame with no message in progress (§5.4).
+    UnexpectedContinuation,
+    /// A new text or binary frame while a fragmented message was in progress (§5.4).
+    ExpectedContinuation,
+    /// A text message, or a close reason, that is not valid UTF-8 (§8.1).
+    InvalidUtf8,
+    /// A close frame with a one-byte payload (§5.5.1).
+    CloseFrameTooShort,
+    /// A close frame with a status code that may not be sent (§7.4).
+    InvalidCloseCode(u16),
+    /// A frame or message larger than the configured limit.
+    MessageTooBig {
+        /// The size the peer announced or reached.
+        size: u64,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A compressed message that could not be decompressed (RFC 7692 §6.2).
+    Decompression(String),
+}
+
+impl ProtocolViolation {
+    /// The close code that reports this violation (§7.4.1): 1007 for bad UTF-8 and undecodable
+    /// compressed data, 1009 for size limits, 1002 for everything else.
+    pub fn close_code(&self) -> CloseCode {
+        match self {
+            ProtocolViolation::InvalidUtf8 | ProtocolViolation::Decompression(_) => CloseCode::INVALID_PAYLOAD,
+            ProtocolViolation::MessageTooBig { .. } => CloseCode::MESSAGE_TOO_BIG,
+            _ => CloseCode::PROTOCOL_ERROR,
+        }
+    }
+}
+
+impl fmt::Display for ProtocolViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ReservedOpCode(op) => write!(f, "reserved opcode {op:#x}"),
+            Self::ReservedBits(bits) => write!(f, "reserved bits {bits:#05b} set without an extension"),
+            Self::LengthTooLarge => f.write_str("64-bit payload length with the high bit set"),
+            Self::FragmentedControlFrame => f.write_str("fragmented control frame"),
+            Self::ControlFrameTooLong => f.write_str("control frame payload over 125 bytes"),
+            Self::UnmaskedFrame => f.write_str("unmasked frame from a client"),
+            Self::MaskedFrame => f.write_str("masked frame from a server"),
+            Self::UnexpectedContinuation => f.write_str("continuation frame with no message in progress"),
+            Self::ExpectedContinuation => f.write_str("new message started inside a fragmented message"),
+            Self::InvalidUtf8 => f.write_str("invalid UTF-8 in a text message or close reason"),
+            Self::CloseFrameTooShort => f.write_str("close frame with a one-byte payload"),
+            Self::InvalidCloseCode(c) => write!(f, "close code {c} may not be sent"),
+            Self::MessageTooBig { size, limit } => write!(f, "message of {size} bytes exceeds the {limit}-byte limit"),
+            Self::Decompression(why) => write!(f, "compressed message could not be inflated: {why}"),
+        }
+    }
+}
+
+/// Why an opening handshake (RFC 6455 §4) failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandshakeError {
+    /// The request or response is not valid HTTP/1.1.
+    MalformedHttp(String),
+    /// The request or response head is larger than the configured limit.
+    HeadTooLarge {
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// The request method is not GET (§4.2.1).
+    MethodNotGet,
+    /// The request is not HTTP/1.1 or later.
+    UnsupportedHttpVersion,
+    /// A required header is missing or does not have the required value.
+    MissingHeader(&'static str),
+    /// A header has a value that is not allowed.
+    InvalidHeader(&'static str),
+    /// The client asked for a WebSocket version other than 13 (§4.4).
+    UnsupportedVersion,
+    /// The server answered with a status other than 101.
+    Rejected {
+        /// The HTTP status code.
+        status: u16,
+        /// The reason phrase, if any.
+        reason: String,
+    },
+    /// The server's Sec-WebSocket-Accept does not match the key we sent (§4.1).
+    AcceptMismatch,
+    /// The server chose a subprotocol the client did not offer (§4.1).
+    UnexpectedSubprotocol(String),
+    /// The server answered with an extension the client did not offer or cannot accept (§4.1, §9.1).
+    UnexpectedExtension(String),
+    /// The URL cannot be used for a WebSocket connection.
+    InvalidUrl(String),
+}
+
+impl HandshakeError {
+    /// The HTTP status a server answers a failed request with (§4.2.1, §4.4).
+    pub fn status(&self) -> u16 {
+        match self {
+            HandshakeError::HeadTooLarge { .. } => 431,
+            HandshakeError::MethodNotGet => 405,
+            HandshakeError::UnsupportedHttpVersion => 505,
+            // §4.4: 426 Upgrade Required, with the versions we support.
+            HandshakeError::UnsupportedVersion => 426,
+            _ => 400,
+        }
+    }
+}
+
+impl fmt::Display for HandshakeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MalformedHttp(why) => write!(f, "malformed HTTP: {why}"),
+            Self::HeadTooLarge { limit } => write!(f, "HTTP head larger than {limit} bytes"),
+            Self::MethodNotGet => f.write_str("the method must be GET"),
+            Self::UnsupportedHttpVersion => f.write_str("HTTP/1.1 or later is required"),
+            Self::MissingHeader(h) => write!(f, "missing or wrong header {h}"),
+            Self::InvalidHeader(h) => write!(f, "invalid value for header {h}"),
+            Self::UnsupportedVersion => f.write_str("unsupported Sec-WebSocket-Version (13 is supported)"),
+            Self::Rejected { status, reason } => write!(f, "server answered {status} {reason}"),
+            Self::AcceptMismatch => f.write_str("Sec-WebSocket-Accept does not match the key"),
+            Self::UnexpectedSubprotocol(p) => write!(f, "server chose subprotocol {p:?}, which was not offered"),
+            Self::UnexpectedExtension(e) => write!(f, "server answered with extension {e:?}, which was not offered"),
+            Self::InvalidUrl(why) => write!(f, "invalid URL: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for HandshakeError {}

@@ -1,0 +1,233 @@
+//! The client side of the opening handshake (RFC 6455 §4.1).
+
+use base64::Engine as _;
+use http::header::{
+    CONNECTION, HOST, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL,
+    SEC_WEBSOCKET_VERSION, UPGRADE,
+};
+use http::{HeaderValue, Request, Response, StatusCode};
+
+use super::{accept_key, check_parsed, header_has_token, header_list, to_header_map, write_headers};
+use crate::config::Config;
+use crate::error::HandshakeError;
+use crate::extension::{ExtensionOffer, parse_extensions};
+
+/// A client's opening handshake in progress: the request to send and what the response must say.
+#[derive(Debug, Clone)]
+pub struct ClientHandshake {
+    request: Request<()>,
+    key: String,
+}
+
+impl ClientHandshake {
+    /// Prepares the request for `request.uri()` (scheme `ws`, `wss`, `http` or `https`, with a host).
+    ///
+    /// Adds `Host` (unless set), `Upgrade`, `Connection`, `Sec-WebSocket-Version: 13` and a
+    /// `Sec-WebSocket-Key` made from `nonce`, which must be 16 random bytes chosen for this
+    /// connection (§4.1). Any other headers in `request` (subprotocols, extensions, cookies,
+    /// authorization, origin) are sent as they are.
+    ///
+    /// ```
+    /// use sockeye_proto::handshake::ClientHandshake;
+    /// let request = http::Request::get("ws://example.com/chat?room=1").body(()).unwrap();
+    /// let hs = ClientHandshake::new(request, [7; 16]).unwrap();
+    /// let text = String::from_utf8(hs.encode_request()).unwrap();
+    /// assert!(text.starts_with("GET /chat?room=1 HTTP/1.1\r\n"));
+    /// assert!(text.contains("host: example.com\r\n"));
+    /// ```
+    pub fn new(mut request: Request<()>, nonce: [u8; 16]) -> Result<Self, HandshakeError> {
+        let uri = request.uri();
+        let default_port = match uri.scheme_str() {
+            Some("ws" | "http") => 80,
+            Some("wss" | "https") => 443,
+            Some(other) => return Err(HandshakeError::InvalidUrl(format!("unsupported scheme {other:?}"))),
+            None => return Err(HandshakeError::InvalidUrl("no scheme (expected ws:// or wss://)".into())),
+        };
+        let Some(host) = uri.host() else {
+            return Err(HandshakeError::InvalidUrl("no host".into()));
+        };
+        let host = match uri.port_u16() {
+            Some(p) if p != default_port => format!("{host}:{p}"),
+            _ => host.to_string(),
+        };
+        let key = base64::engine::general_purpose::STANDARD.encode(nonce);
+        let headers = request.headers_mut();
+        if !headers.contains_key(HOST) {
+            headers.insert(HOST, header_value(&host)?);
+        }
+        headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+        headers.insert(SEC_WEBSOCKET_KEY, header_value(&key)?);
+        headers.insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        Ok(ClientHandshake { request, key })
+    }
+
+    /// The request that will be sent.
+    pub fn request(&self) -> &Request<()> {
+        &self.request
+    }
+
+    /// The request in HTTP/1.1 wire format.
+    pub fn encode_request(&self) -> Vec<u8> {
+        let path = self.request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let path = if path.is_empty() { "/" } else { path };
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"GET ");
+        out.extend_from_slice(path.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        write_headers(&mut out, self.request.headers());
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    /// Parses and checks the server's response from the start of `buf`.
+    ///
+    /// `Ok(None)`: the head is incomplete, read more. `Ok(Some((response, n)))`: the handshake
+    /// succeeded and the first `n` bytes of `buf` were the response head; anything after them is
+    /// WebSocket data for the connection. The caller checks negotiated extensions (the core accepts
+    /// none it did not offer).
+    pub fn parse_response(
+        &self,
+        buf: &[u8],
+        config: &Config,
+    ) -> Result<Option<(Response<()>, usize)>, HandshakeError> {
+        let mut slots = vec![httparse::EMPTY_HEADER; config.max_handshake_headers];
+        let mut parsed = httparse::Response::new(&mut slots);
+        let Some(n) = check_parsed(parsed.parse(buf), buf.len(), config.max_handshake_size)? else {
+            return Ok(None);
+        };
+        let status = parsed.code.unwrap_or(0);
+        let headers = to_header_map(parsed.headers)?;
+        // §4.1: "If the status code received from the server is not 101, the client handles the
+        // response per HTTP procedures" — for us, a failed connection attempt that says why.
+        if status != 101 {
+            let reason = parsed.reason.unwrap_or("").to_string();
+            return Err(HandshakeError::Rejected { status, reason });
+        }
+        if !header_has_token(&headers, &UPGRADE, "websocket") {
+            return Err(HandshakeError::MissingHeader("Upgrade: websocket"));
+        }
+        if !header_has_token(&headers, &CONNECTION, "upgrade") {
+            return Err(HandshakeError::MissingHeader("Connection: Upgrade"));
+        }
+        match headers.get(SEC_WEBSOCKET_ACCEPT) {
+            Some(v) if v.as_bytes() == accept_key(self.key.as_bytes()).as_bytes() => {}
+            Some(_) => return Err(HandshakeError::AcceptMismatch),
+            None => return Err(HandshakeError::MissingHeader("Sec-WebSocket-Accept")),
+        }
+        // §4.1: the server may pick at most one of the subprotocols we offered.
+        let chosen: Vec<&str> = header_list(&headers, &SEC_WEBSOCKET_PROTOCOL).collect();
+        if let Some(&p) = chosen.first() {
+            let offered = header_list(self.request.headers(), &SEC_WEBSOCKET_PROTOCOL).any(|o| o == p);
+            if !offered || chosen.len() > 1 {
+                return Err(HandshakeError::UnexpectedSubprotocol(chosen.join(", ")));
+            }
+        }
+        // §4.1 and §9.1: every extension in the response must be one we offered.
+        let offered = self.offered_extensions()?;
+        for ext in response_extensions(&headers)? {
+            if !offered.iter().any(|o| o.name == ext.name) {
+                return Err(HandshakeError::UnexpectedExtension(ext.to_string()));
+            }
+        }
+        let mut response = Response::new(());
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        *response.headers_mut() = headers;
+        Ok(Some((response, n)))
+    }
+
+    /// The extensions this request offers.
+    pub fn offered_extensions(&self) -> Result<Vec<ExtensionOffer>, HandshakeError> {
+        let values = self.request.headers().get_all(SEC_WEBSOCKET_EXTENSIONS);
+        parse_extensions(values.iter().filter_map(|v| v.to_str().ok()))
+            .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))
+    }
+}
+
+/// The extensions a response accepted.
+pub fn response_extensions(headers: &http::HeaderMap) -> Result<Vec<ExtensionOffer>, HandshakeError> {
+    let values = headers.get_all(SEC_WEBSOCKET_EXTENSIONS);
+    let strs: Vec<&str> = values.iter().map(|v| v.to_str()).collect::<Result<_, _>>()
+        .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
+    parse_extensions(strs).map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))
+}
+
+fn header_value(s: &str) -> Result<HeaderValue, HandshakeError> {
+    HeaderValue::from_str(s).map_err(|_| HandshakeError::InvalidUrl(format!("{s:?} is not a valid header value")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handshake() -> ClientHandshake {
+        let request = Request::get("ws://127.0.0.1:9001/runCase?case=1")
+            .header(SEC_WEBSOCKET_PROTOCOL, "chat, superchat")
+            .body(())
+            .unwrap();
+        ClientHandshake::new(request, *b"the sample nonce").unwrap()
+    }
+
+    fn response(extra: &str) -> String {
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: WebSocket\r\nConnection: keep-alive, upgrade\r\n\
+             Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n{extra}\r\n"
+        )
+    }
+
+    #[test]
+    fn request_has_the_required_headers() {
+        let text = String::from_utf8(handshake().encode_request()).unwrap();
+        assert!(text.starts_with("GET /runCase?case=1 HTTP/1.1\r\n"), "{text}");
+        for h in ["host: 127.0.0.1:9001", "upgrade: websocket", "connection: Upgrade",
+                  "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-version: 13"] {
+            assert!(text.contains(&format!("{h}\r\n")), "missing {h} in {text}");
+        }
+    }
+
+    #[test]
+    fn accepts_a_good_response_and_keeps_leftover_bytes() {
+        let hs = handshake();
+        let mut bytes = response("Sec-WebSocket-Protocol: chat\r\n").into_bytes();
+        let head = bytes.len();
+        bytes.extend_from_slice(b"\x81\x02hi");
+        let (resp, n) = hs.parse_response(&bytes, &Config::default()).unwrap().unwrap();
+        assert_eq!(n, head);
+        assert_eq!(resp.headers()[SEC_WEBSOCKET_PROTOCOL], "chat");
+        // Every prefix of the head is incomplete, never an error.
+        for cut in 0..head {
+            assert!(matches!(hs.parse_response(&bytes[..cut], &Config::default()), Ok(None)));
+        }
+    }
+
+    #[test]
+    fn rejects_bad_responses() {
+        let hs = handshake();
+        let c = Config::default();
+        let check = |text: &str| hs.parse_response(text.as_bytes(), &c).unwrap_err();
+        assert_eq!(
+            check("HTTP/1.1 403 Forbidden\r\n\r\n"),
+            HandshakeError::Rejected { status: 403, reason: "Forbidden".into() }
+        );
+        assert_eq!(check(&response("").replace("s3pP", "AAAA")), HandshakeError::AcceptMismatch);
+        assert_eq!(
+            check(&response("Sec-WebSocket-Protocol: other\r\n")),
+            HandshakeError::UnexpectedSubprotocol("other".into())
+        );
+        assert!(matches!(
+            check(&response("Sec-WebSocket-Extensions: permessage-deflate\r\n")),
+            HandshakeError::UnexpectedExtension(_)
+        ));
+        assert_eq!(check(&response("").replace("Upgrade: WebSocket", "Upgrade: h2c")),
+                   HandshakeError::MissingHeader("Upgrade: websocket"));
+        let huge = format!("HTTP/1.1 101 OK\r\nX: {}\r\n", "a".repeat(20_000));
+        assert_eq!(check(&huge), HandshakeError::HeadTooLarge { limit: c.max_handshake_size });
+    }
+
+    #[test]
+    fn rejects_urls_it_cannot_use() {
+        let bad = |uri: &str| ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16]).unwrap_err();
+        assert!(matches!(bad("ftp://x/"), HandshakeError::InvalidUrl(_)));
+        assert!(matches!(bad("/just/a/path"), HandshakeError::InvalidUrl(_)));
+    }
+}

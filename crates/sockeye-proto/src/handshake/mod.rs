@@ -1,0 +1,96 @@
+//! The opening handshake, RFC 6455 §4: an HTTP/1.1 `GET` with `Upgrade: websocket`, answered by
+//! `101 Switching Protocols`. Bytes in, typed [`http`] values out, and back.
+//!
+//! Client: [`ClientHandshake::new`] → [`ClientHandshake::encode_request`] → write → read until
+//! [`ClientHandshake::parse_response`] returns a response → leftover bytes belong to the connection.
+//!
+//! Server: read until [`parse_request`] returns a request → [`ClientHello::from_request`] validates
+//! it → the application accepts ([`ClientHello::accept`], then edit the response) or rejects
+//! ([`reject_response`]) → [`encode_response`] → write.
+
+mod client;
+mod server;
+
+pub use client::{ClientHandshake, response_extensions};
+pub use server::{ClientHello, ResponseBody, encode_response, parse_request, reject_response};
+
+use base64::Engine as _;
+use http::HeaderMap;
+use http::header::HeaderName;
+
+/// The GUID that RFC 6455 §1.3 appends to the key before hashing.
+const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// `Sec-WebSocket-Accept` for a `Sec-WebSocket-Key` (§4.2.2): base64(SHA-1(key + GUID)).
+///
+/// ```
+/// // The example of RFC 6455 §1.3.
+/// assert_eq!(sockeye_proto::handshake::accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+/// ```
+pub fn accept_key(key: &[u8]) -> String {
+    let mut sha = sha1_smol::Sha1::new();
+    sha.update(key);
+    sha.update(GUID.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
+}
+
+/// Whether any of the comma-separated values of header `name` equals `token`, ignoring ASCII case
+/// (`Connection: keep-alive, Upgrade` contains `upgrade`).
+pub fn header_has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
+    header_list(headers, name).any(|v| v.eq_ignore_ascii_case(token))
+}
+
+/// The comma-separated elements of every value of header `name`, trimmed, empty ones skipped.
+pub fn header_list<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = &'a str> + 'a {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// Copies parsed header slots into a [`HeaderMap`].
+fn to_header_map(parsed: &[httparse::Header<'_>]) -> Result<HeaderMap, crate::HandshakeError> {
+    let mut map = HeaderMap::with_capacity(parsed.len());
+    for h in parsed {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| crate::HandshakeError::MalformedHttp(format!("bad header name {:?}", h.name)))?;
+        let value = http::HeaderValue::from_bytes(h.value)
+            .map_err(|_| crate::HandshakeError::MalformedHttp(format!("bad value for header {}", h.name)))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+/// Maps an httparse outcome, enforcing the size limit on incomplete heads too (a slowloris that
+/// never finishes its head cannot make us buffer more than the limit).
+fn check_parsed(
+    status: Result<httparse::Status<usize>, httparse::Error>,
+    buffered: usize,
+    limit: usize,
+) -> Result<Option<usize>, crate::HandshakeError> {
+    match status {
+        Ok(httparse::Status::Complete(n)) if n <= limit => Ok(Some(n)),
+        Ok(httparse::Status::Partial) if buffered <= limit => Ok(None),
+        Ok(_) | Err(httparse::Error::TooManyHeaders) if buffered > limit => {
+            Err(crate::HandshakeError::HeadTooLarge { limit })
+        }
+        Ok(_) => Err(crate::HandshakeError::HeadTooLarge { limit }),
+        Err(httparse::Error::TooManyHeaders) => {
+            Err(crate::HandshakeError::MalformedHttp("too many headers".into()))
+        }
+        Err(e) => Err(crate::HandshakeError::MalformedHttp(e.to_string())),
+    }
+}
+
+/// Writes headers in HTTP/1.1 syntax.
+fn write_headers(out: &mut Vec<u8>, headers: &HeaderMap) {
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+}

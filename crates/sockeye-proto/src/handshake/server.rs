@@ -1,0 +1,263 @@
+//! The server side of the opening handshake (RFC 6455 §4.2).
+
+use base64::Engine as _;
+use http::header::{
+    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS,
+    SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION, UPGRADE,
+};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
+
+use super::{accept_key, check_parsed, header_has_token, header_list, to_header_map, write_headers};
+use crate::config::Config;
+use crate::error::HandshakeError;
+use crate::extension::{ExtensionOffer, parse_extensions};
+
+/// Parses an HTTP request head from the start of `buf`.
+///
+/// `Ok(None)`: incomplete, read more (the size limit is enforced on incomplete heads too).
+/// `Ok(Some((request, n)))`: the head was the first `n` bytes; what follows belongs to the
+/// WebSocket connection. The request is not yet checked as a WebSocket upgrade: see
+/// [`ClientHello::from_request`].
+pub fn parse_request(buf: &[u8], config: &Config) -> Result<Option<(Request<()>, usize)>, HandshakeError> {
+    let mut slots = vec![httparse::EMPTY_HEADER; config.max_handshake_headers];
+    let mut parsed = httparse::Request::new(&mut slots);
+    let Some(n) = check_parsed(parsed.parse(buf), buf.len(), config.max_handshake_size)? else {
+        return Ok(None);
+    };
+    let method = Method::from_bytes(parsed.method.unwrap_or("").as_bytes())
+        .map_err(|_| HandshakeError::MalformedHttp("bad method".into()))?;
+    let uri: http::Uri = parsed
+        .path
+        .unwrap_or("/")
+        .parse()
+        .map_err(|_| HandshakeError::MalformedHttp("bad request target".into()))?;
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = if parsed.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    *request.headers_mut() = to_header_map(parsed.headers)?;
+    Ok(Some((request, n)))
+}
+
+/// What a valid WebSocket upgrade request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientHello {
+    /// The `Sec-WebSocket-Key`.
+    pub key: String,
+    /// The subprotocols offered, in the client's order of preference.
+    pub protocols: Vec<String>,
+    /// The extensions offered, in the client's order of preference.
+    pub extensions: Vec<ExtensionOffer>,
+}
+
+impl ClientHello {
+    /// Checks that `request` is a WebSocket upgrade (§4.2.1): `GET`, HTTP/1.1, a `Host`,
+    /// `Upgrade: websocket`, `Connection: Upgrade`, `Sec-WebSocket-Version: 13` and a key of 16
+    /// base64-encoded bytes. Header names and tokens are compared without regard to case.
+    pub fn from_request(request: &Request<()>) -> Result<ClientHello, HandshakeError> {
+        if request.method() != Method::GET {
+            return Err(HandshakeError::MethodNotGet);
+        }
+        if request.version() < Version::HTTP_11 {
+            return Err(HandshakeError::UnsupportedHttpVersion);
+        }
+        let headers = request.headers();
+        if !headers.contains_key(HOST) {
+            return Err(HandshakeError::MissingHeader("Host"));
+        }
+        if !header_has_token(headers, &UPGRADE, "websocket") {
+            return Err(HandshakeError::MissingHeader("Upgrade: websocket"));
+        }
+        if !header_has_token(headers, &CONNECTION, "upgrade") {
+            return Err(HandshakeError::MissingHeader("Connection: Upgrade"));
+        }
+        // §4.4: any other version gets 426 with the versions we speak.
+        if !header_has_token(headers, &SEC_WEBSOCKET_VERSION, "13") {
+            return Err(HandshakeError::UnsupportedVersion);
+        }
+        let key = match headers.get(SEC_WEBSOCKET_KEY).map(|k| k.to_str()) {
+            Some(Ok(k)) => k.trim(),
+            Some(Err(_)) => return Err(HandshakeError::InvalidHeader("Sec-WebSocket-Key")),
+            None => return Err(HandshakeError::MissingHeader("Sec-WebSocket-Key")),
+        };
+        // §4.2.1: "a base64-encoded value that, when decoded, is 16 bytes in length".
+        match base64::engine::general_purpose::STANDARD.decode(key) {
+            Ok(nonce) if nonce.len() == 16 => {}
+            _ => return Err(HandshakeError::InvalidHeader("Sec-WebSocket-Key")),
+        }
+        let protocols = header_list(headers, &SEC_WEBSOCKET_PROTOCOL).map(str::to_string).collect();
+        let values: Vec<&str> = headers
+            .get_all(SEC_WEBSOCKET_EXTENSIONS)
+            .iter()
+            .map(|v| v.to_str())
+            .collect::<Result<_, _>>()
+            .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
+        let extensions =
+            parse_extensions(values).map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
+        Ok(ClientHello { key: key.to_string(), protocols, extensions })
+    }
+
+    /// The first of `supported` (the server's order of preference) that the client offered.
+    pub fn choose_subprotocol<'a>(&self, supported: &[&'a str]) -> Option<&'a str> {
+        supported.iter().copied().find(|s| self.protocols.iter().any(|p| p == s))
+    }
+
+    /// The `101 Switching Protocols` response that accepts this request (§4.2.2). Add a
+    /// `Sec-WebSocket-Protocol` (one the client offered), extensions, cookies or other headers to it
+    /// before sending.
+    pub fn accept(&self) -> Response<()> {
+        let mut response = Response::new(());
+        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let h = response.headers_mut();
+        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+        let accept = accept_key(self.key.as_bytes());
+        // base64 output is always a valid header value.
+        if let Ok(v) = HeaderValue::from_str(&accept) {
+            h.insert(SEC_WEBSOCKET_ACCEPT, v);
+        }
+        response
+    }
+}
+
+/// The response that refuses a request that failed [`ClientHello::from_request`]: the error's status
+/// (400, 405, 426 with `Sec-WebSocket-Version: 13`, 431, 505) and a short plain-text body.
+pub fn reject_response(error: &HandshakeError) -> Response<String> {
+    let mut response = Response::new(format!("{error}\n"));
+    *response.status_mut() = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::BAD_REQUEST);
+    if *error == HandshakeError::UnsupportedVersion {
+        response.headers_mut().insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+    }
+    response
+}
+
+/// Writes a response head and body in HTTP/1.1 wire format. Responses other than 101 get a
+/// `Content-Length` (and a plain-text `Content-Type` if none is set) and `Connection: close`.
+pub fn encode_response<B: ResponseBody>(response: &Response<B>) -> Vec<u8> {
+    let status = response.status();
+    let body = response.body().body_bytes();
+    let mut out = Vec::with_capacity(160 + body.len());
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    let mut headers = response.headers().clone();
+    if status != StatusCode::SWITCHING_PROTOCOLS {
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        if !body.is_empty() && !headers.contains_key(CONTENT_TYPE) {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        }
+    }
+    write_headers(&mut out, &headers);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+/// A response body [`encode_response`] can write: `()` (none), `String`, `&str`, `Vec<u8>` or `Bytes`.
+pub trait ResponseBody {
+    /// The body's bytes.
+    fn body_bytes(&self) -> &[u8];
+}
+
+impl ResponseBody for () {
+    fn body_bytes(&self) -> &[u8] {
+        &[]
+    }
+}
+
+impl ResponseBody for String {
+    fn body_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl ResponseBody for &str {
+    fn body_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl ResponseBody for Vec<u8> {
+    fn body_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl ResponseBody for bytes::Bytes {
+    fn body_bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RFC_REQUEST: &str = "GET /chat?x=1 HTTP/1.1\r\nHost: server.example.com\r\nUpgrade: websocket\r\n\
+        Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+        Origin: http://example.com\r\nSec-WebSocket-Protocol: chat, superchat\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+    fn hello(text: &str) -> Result<ClientHello, HandshakeError> {
+        let (req, _) = parse_request(text.as_bytes(), &Config::default())?.expect("complete");
+        ClientHello::from_request(&req)
+    }
+
+    #[test]
+    fn accepts_the_rfc_example() {
+        let (req, n) = parse_request(RFC_REQUEST.as_bytes(), &Config::default()).unwrap().unwrap();
+        assert_eq!(n, RFC_REQUEST.len());
+        assert_eq!(req.uri().path(), "/chat");
+        assert_eq!(req.uri().query(), Some("x=1"));
+        assert_eq!(req.headers()["origin"], "http://example.com");
+        let hello = ClientHello::from_request(&req).unwrap();
+        assert_eq!(hello.protocols, ["chat", "superchat"]);
+        assert_eq!(hello.choose_subprotocol(&["superchat", "chat"]), Some("superchat"));
+        let text = String::from_utf8(encode_response(&hello.accept())).unwrap();
+        assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"));
+        assert!(text.contains("sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+    }
+
+    #[test]
+    fn every_prefix_is_incomplete() {
+        for cut in 0..RFC_REQUEST.len() {
+            assert!(matches!(parse_request(&RFC_REQUEST.as_bytes()[..cut], &Config::default()), Ok(None)));
+        }
+    }
+
+    #[test]
+    fn rejects_what_section_4_2_1_forbids() {
+        let cases = [
+            (RFC_REQUEST.replace("GET", "POST"), HandshakeError::MethodNotGet),
+            (RFC_REQUEST.replace("HTTP/1.1", "HTTP/1.0"), HandshakeError::UnsupportedHttpVersion),
+            (RFC_REQUEST.replace("Host", "X-Host"), HandshakeError::MissingHeader("Host")),
+            (RFC_REQUEST.replace("Upgrade: websocket", "Upgrade: h2c"), HandshakeError::MissingHeader("Upgrade: websocket")),
+            (RFC_REQUEST.replace("keep-alive, Upgrade", "keep-alive"), HandshakeError::MissingHeader("Connection: Upgrade")),
+            (RFC_REQUEST.replace("Version: 13", "Version: 8"), HandshakeError::UnsupportedVersion),
+            (RFC_REQUEST.replace("dGhlIHNhbXBsZSBub25jZQ==", "c2hvcnQ="), HandshakeError::InvalidHeader("Sec-WebSocket-Key")),
+        ];
+        for (text, want) in cases {
+            assert_eq!(hello(&text), Err(want.clone()), "{text}");
+        }
+        let response = reject_response(&HandshakeError::UnsupportedVersion);
+        let text = String::from_utf8(encode_response(&response)).unwrap();
+        assert!(text.starts_with("HTTP/1.1 426 Upgrade Required\r\n"), "{text}");
+        assert!(text.contains("sec-websocket-version: 13\r\n"));
+        assert!(text.contains("content-length: "));
+    }
+
+    #[test]
+    fn bounds_the_head_size_even_when_incomplete() {
+        let config = Config::default();
+        let dribble = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(config.max_handshake_size));
+        assert_eq!(
+            parse_request(dribble.as_bytes(), &config).unwrap_err(),
+            HandshakeError::HeadTooLarge { limit: config.max_handshake_size }
+        );
+        let many: String = (0..100).map(|i| format!("X-{i}: 1\r\n")).collect();
+        let text = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert!(parse_request(text.as_bytes(), &config).is_err());
+    }
+}

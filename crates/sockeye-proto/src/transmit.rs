@@ -1,0 +1,127 @@
+//! The outbound byte queue: small frames are copied into one batch buffer, large payloads are queued
+//! as shared `Bytes` without a copy, and the I/O layer writes everything with one vectored write.
+
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+/// Bytes waiting to be written to the socket, in order. Implements [`bytes::Buf`], so an I/O layer
+/// can pass it to `write_buf`/`poll_write_buf`, or use [`Buf::chunks_vectored`] for `writev`.
+#[derive(Debug, Default)]
+pub struct Transmit {
+    /// Frozen pieces, oldest first; all of them come before `tail`.
+    queued: VecDeque<Bytes>,
+    /// The batch buffer that small frames are encoded into.
+    tail: BytesMut,
+    len: usize,
+}
+
+impl Transmit {
+    /// The buffer that the next small frame is encoded into. The caller appends; `commit` accounts.
+    pub(crate) fn tail(&mut self) -> &mut BytesMut {
+        &mut self.tail
+    }
+
+    /// Accounts for `n` bytes the caller appended to [`tail`](Self::tail).
+    pub(crate) fn commit(&mut self, n: usize) {
+        self.len += n;
+    }
+
+    /// Queues `bytes` after everything already queued, without copying.
+    pub(crate) fn push(&mut self, bytes: Bytes) {
+        if bytes.is_empty() {
+            return;
+        }
+        if !self.tail.is_empty() {
+            self.queued.push_back(self.tail.split().freeze());
+        }
+        self.len += bytes.len();
+        self.queued.push_back(bytes);
+    }
+
+    /// The number of bytes waiting.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Buf for Transmit {
+    fn remaining(&self) -> usize {
+        self.len
+    }
+
+    fn chunk(&self) -> &[u8] {
+        match self.queued.front() {
+            Some(b) => b,
+            None => &self.tail,
+        }
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for piece in self.queued.iter().map(|b| &b[..]).chain(std::iter::once(&self.tail[..])) {
+            if n == dst.len() {
+                break;
+            }
+            if !piece.is_empty() {
+                dst[n] = IoSlice::new(piece);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        assert!(cnt <= self.len, "advanced past the end of the transmit queue");
+        self.len -= cnt;
+        while cnt > 0 {
+            match self.queued.front_mut() {
+                Some(front) if front.len() <= cnt => {
+                    cnt -= front.len();
+                    self.queued.pop_front();
+                }
+                Some(front) => {
+                    front.advance(cnt);
+                    return;
+                }
+                None => {
+                    self.tail.advance(cnt);
+                    return;
+                }
+            }
+        }
+        if self.len == 0 {
+            // Reuse the batch buffer's allocation from its start.
+            self.tail.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_order_across_copied_and_shared_pieces() {
+        let mut t = Transmit::default();
+        t.tail().extend_from_slice(b"ab");
+        t.commit(2);
+        t.push(Bytes::from_static(b"cde"));
+        t.tail().extend_from_slice(b"f");
+        t.commit(1);
+        let mut slices = [IoSlice::new(&[]); 8];
+        let n = t.chunks_vectored(&mut slices);
+        let joined: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(joined, b"abcdef");
+        t.advance(3);
+        assert_eq!(t.chunk(), b"de");
+        t.advance(3);
+        assert!(t.is_empty());
+    }
+}

@@ -1,0 +1,303 @@
+//! The engine driven by byte slices: every behaviour of RFC 6455 §5–§7 the connection owns.
+
+use proptest::prelude::*;
+use sockeye_proto::frame::{FrameHeader, MAX_HEADER_LEN, OpCode, apply_mask};
+use sockeye_proto::{
+    CloseCode, CloseFrame, CloseState, Config, Connection, DataKind, Error, Message, ProtocolViolation, Role,
+};
+
+/// Encodes one frame as a client would send it (masked with a fixed key).
+fn client_frame(fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
+    frame(fin, rsv, opcode, Some([0x12, 0x34, 0x56, 0x78]), payload)
+}
+
+fn frame(fin: bool, rsv: u8, opcode: OpCode, mask: Option<[u8; 4]>, payload: &[u8]) -> Vec<u8> {
+    let header = FrameHeader { fin, rsv, opcode, mask, payload_len: payload.len() as u64 };
+    let mut buf = [0u8; MAX_HEADER_LEN];
+    let n = header.encode(&mut buf);
+    let mut out = buf[..n].to_vec();
+    let start = out.len();
+    out.extend_from_slice(payload);
+    if let Some(key) = mask {
+        apply_mask(&mut out[start..], key, 0);
+    }
+    out
+}
+
+fn server() -> Connection {
+    Connection::new(Role::Server, Config::default())
+}
+
+/// Feeds `bytes` and collects every message until the engine needs more, or the first error.
+fn drain(conn: &mut Connection, bytes: &[u8]) -> Result<Vec<Message>, Error> {
+    conn.receive(bytes);
+    let mut out = Vec::new();
+    while let Some(m) = conn.poll_message()? {
+        out.push(m);
+    }
+    Ok(out)
+}
+
+/// Parses what the engine wants to send into (opcode, payload) pairs (server frames: unmasked).
+fn sent_frames(conn: &mut Connection) -> Vec<(OpCode, Vec<u8>)> {
+    let bytes = conn.transmit_bytes();
+    let mut rest = &bytes[..];
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let (h, n) = FrameHeader::parse(rest).unwrap().unwrap();
+        let end = n + h.payload_len as usize;
+        let mut payload = rest[n..end].to_vec();
+        if let Some(key) = h.mask {
+            apply_mask(&mut payload, key, 0);
+        }
+        out.push((h.opcode, payload));
+        rest = &rest[end..];
+    }
+    out
+}
+
+fn close_payload(code: u16, reason: &str) -> Vec<u8> {
+    let mut p = code.to_be_bytes().to_vec();
+    p.extend_from_slice(reason.as_bytes());
+    p
+}
+
+#[test]
+fn reassembles_fragments_with_interleaved_control_frames() {
+    let mut s = server();
+    let mut bytes = client_frame(false, 0, OpCode::Text, "frag".as_bytes());
+    bytes.extend(client_frame(true, 0, OpCode::Ping, b"p"));
+    bytes.extend(client_frame(false, 0, OpCode::Continuation, "men".as_bytes()));
+    bytes.extend(client_frame(true, 0, OpCode::Continuation, "ted €".as_bytes()));
+    let got = drain(&mut s, &bytes).unwrap();
+    assert_eq!(got, vec![Message::Ping("p".into()), Message::text("fragmented €")]);
+    assert_eq!(sent_frames(&mut s), vec![(OpCode::Pong, b"p".to_vec())]);
+}
+
+#[test]
+fn auto_pong_can_be_turned_off() {
+    let mut s = Connection::new(Role::Server, Config { auto_pong: false, ..Config::default() });
+    let got = drain(&mut s, &client_frame(true, 0, OpCode::Ping, b"x")).unwrap();
+    assert_eq!(got, vec![Message::Ping("x".into())]);
+    assert!(s.transmit().is_empty());
+}
+
+/// Each malformed input gives the documented violation, a close frame with the mapped code, and
+/// no panic.
+#[test]
+fn violations_fail_the_connection_with_the_right_code() {
+    let too_big = Config { max_message_size: 10, ..Config::default() };
+    let cases: Vec<(Config, Vec<u8>, ProtocolViolation, u16)> = vec![
+        (Config::default(), client_frame(true, 0x4, OpCode::Text, b"x"), ProtocolViolation::ReservedBits(4), 1002),
+        (Config::default(), vec![0x83, 0x80, 0, 0, 0, 0], ProtocolViolation::ReservedOpCode(3), 1002),
+        (Config::default(), frame(true, 0, OpCode::Text, None, b"x"), ProtocolViolation::UnmaskedFrame, 1002),
+        (Config::default(), client_frame(false, 0, OpCode::Ping, b""), ProtocolViolation::FragmentedControlFrame, 1002),
+        (Config::default(), client_frame(true, 0, OpCode::Ping, &[0; 126]), ProtocolViolation::ControlFrameTooLong, 1002),
+        (Config::default(), client_frame(true, 0, OpCode::Continuation, b"x"), ProtocolViolation::UnexpectedContinuation, 1002),
+        (
+            Config::default(),
+            [client_frame(false, 0, OpCode::Text, b"a"), client_frame(true, 0, OpCode::Text, b"b")].concat(),
+            ProtocolViolation::ExpectedContinuation,
+            1002,
+        ),
+        (Config::default(), client_frame(true, 0, OpCode::Text, &[0xff]), ProtocolViolation::InvalidUtf8, 1007),
+        (Config::default(), client_frame(true, 0, OpCode::Text, &[0xe2, 0x82]), ProtocolViolation::InvalidUtf8, 1007),
+        (Config::default(), client_frame(true, 0, OpCode::Close, &[3]), ProtocolViolation::CloseFrameTooShort, 1002),
+        (Config::default(), client_frame(true, 0, OpCode::Close, &close_payload(1005, "")), ProtocolViolation::InvalidCloseCode(1005), 1002),
+        (Config::default(), client_frame(true, 0, OpCode::Close, &[3, 232, 0xff]), ProtocolViolation::InvalidUtf8, 1007),
+        (too_big.clone(), client_frame(true, 0, OpCode::Binary, &[0; 11]), ProtocolViolation::MessageTooBig { size: 11, limit: 10 }, 1009),
+        (
+            too_big,
+            [client_frame(false, 0, OpCode::Binary, &[0; 6]), client_frame(true, 0, OpCode::Continuation, &[0; 6])].concat(),
+            ProtocolViolation::MessageTooBig { size: 12, limit: 10 },
+            1009,
+        ),
+    ];
+    for (config, bytes, violation, code) in cases {
+        let mut s = Connection::new(Role::Server, config);
+        let err = drain(&mut s, &bytes).unwrap_err();
+        assert_eq!(err, Error::Protocol(violation.clone()), "{bytes:x?}");
+        assert_eq!(err.close_code(), Some(CloseCode(code)));
+        assert_eq!(sent_frames(&mut s), vec![(OpCode::Close, close_payload(code, ""))], "{violation:?}");
+        assert_eq!(s.close_state(), CloseState::Closing { failed: true });
+        assert_eq!(s.send(Message::text("no")), Err(Error::Closed));
+        // The peer's close reply, behind any junk, ends the handshake.
+        let reply = [client_frame(true, 0, OpCode::Binary, b"junk"), client_frame(true, 0, OpCode::Close, &close_payload(code, ""))].concat();
+        assert_eq!(drain(&mut s, &reply), Ok(vec![]));
+        assert!(s.is_closed(), "{violation:?}");
+    }
+}
+
+#[test]
+fn a_client_rejects_masked_frames() {
+    let mut c = Connection::new(Role::Client, Config::default());
+    assert_eq!(drain(&mut c, &client_frame(true, 0, OpCode::Text, b"x")), Err(ProtocolViolation::MaskedFrame.into()));
+}
+
+/// Autobahn 6.4.3: invalid UTF-8 fails as soon as the bad byte arrives, in the middle of a frame,
+/// and the rest of that frame is skipped so the peer's close reply is still found.
+#[test]
+fn invalid_utf8_fails_fast_inside_a_frame() {
+    let mut s = server();
+    let mut payload = "κόσμε".as_bytes().to_vec();
+    payload.extend_from_slice(&[0xce, 0xba, 0xe1, 0xbd, 0xb9, 0xcf, 0x83, 0xce, 0xbc, 0xce, 0xb5, 0xf4, 0x90, 0x80, 0x80]);
+    payload.extend_from_slice("edited".as_bytes());
+    let bytes = client_frame(true, 0, OpCode::Text, &payload);
+    let bad = bytes.len() - "edited".len() - 3; // the 0x90 after 0xf4: above U+10FFFF
+    assert_eq!(drain(&mut s, &bytes[..bad]), Ok(vec![]), "0xf4 alone may still start a code point");
+    assert_eq!(drain(&mut s, &bytes[bad..=bad]), Err(ProtocolViolation::InvalidUtf8.into()));
+    assert_eq!(drain(&mut s, &bytes[bad + 1..]), Ok(vec![]));
+    assert_eq!(drain(&mut s, &client_frame(true, 0, OpCode::Close, &close_payload(1007, ""))), Ok(vec![]));
+    assert!(s.is_closed());
+}
+
+#[test]
+fn closing_handshake_initiated_by_the_peer() {
+    let mut s = server();
+    let got = drain(&mut s, &client_frame(true, 0, OpCode::Close, &close_payload(1000, "bye"))).unwrap();
+    assert_eq!(got, vec![Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))]);
+    assert!(s.is_closed());
+    // The reply echoes the code (§5.5.1); nothing is delivered after close.
+    assert_eq!(sent_frames(&mut s), vec![(OpCode::Close, close_payload(1000, ""))]);
+    assert_eq!(drain(&mut s, &client_frame(true, 0, OpCode::Text, b"late")), Ok(vec![]));
+    assert_eq!(s.send(Message::text("late")), Err(Error::Closed));
+    // An empty close frame is answered with an empty one.
+    let mut s = server();
+    assert_eq!(drain(&mut s, &client_frame(true, 0, OpCode::Close, b"")), Ok(vec![Message::Close(None)]));
+    assert_eq!(sent_frames(&mut s), vec![(OpCode::Close, vec![])]);
+}
+
+#[test]
+fn closing_handshake_initiated_locally() {
+    let mut s = server();
+    s.close(Some(CloseFrame::new(CloseCode(4000), "done"))).unwrap();
+    assert_eq!(s.close_state(), CloseState::Closing { failed: false });
+    assert_eq!(sent_frames(&mut s), vec![(OpCode::Close, close_payload(4000, "done"))]);
+    // Data still in flight from the peer is delivered; then its close ends the handshake.
+    let bytes = [client_frame(true, 0, OpCode::Text, b"in flight"), client_frame(true, 0, OpCode::Close, &close_payload(4000, ""))].concat();
+    let got = drain(&mut s, &bytes).unwrap();
+    assert_eq!(got, vec![Message::text("in flight"), Message::Close(Some(CloseFrame::new(CloseCode(4000), "")))]);
+    assert!(s.is_closed());
+    assert!(s.transmit().is_empty(), "no second close frame");
+}
+
+#[test]
+fn refuses_what_the_protocol_cannot_carry() {
+    let mut s = server();
+    assert!(matches!(s.send(Message::Ping(vec![0; 126].into())), Err(Error::InvalidInput(_))));
+    assert!(matches!(s.close(Some(CloseFrame::new(CloseCode(1005), ""))), Err(Error::InvalidInput(_))));
+    assert!(matches!(s.close(Some(CloseFrame::new(CloseCode::NORMAL, "x".repeat(124)))), Err(Error::InvalidInput(_))));
+    assert_eq!(s.close_state(), CloseState::Open);
+}
+
+#[test]
+fn eof_before_close_is_abnormal() {
+    let mut s = server();
+    assert_eq!(s.receive_eof(), Some(CloseCode::ABNORMAL));
+    assert!(s.is_closed());
+    let mut s = server();
+    drain(&mut s, &client_frame(true, 0, OpCode::Close, b"")).unwrap();
+    assert_eq!(s.receive_eof(), None);
+}
+
+#[test]
+fn sends_fragments_and_checks_their_order() {
+    let mut c = Connection::new(Role::Client, Config::default());
+    c.send_fragment(DataKind::Text, "ab".into(), false).unwrap();
+    assert!(matches!(c.send(Message::text("x")), Err(Error::InvalidInput(_))));
+    c.send(Message::Ping("between".into())).unwrap();
+    assert!(matches!(c.send_fragment(DataKind::Binary, "x".into(), true), Err(Error::InvalidInput(_))));
+    c.send_fragment(DataKind::Text, "c".into(), true).unwrap();
+    let mut s = server();
+    let got = drain(&mut s, &c.transmit_bytes()).unwrap();
+    assert_eq!(got, vec![Message::Ping("between".into()), Message::text("abc")]);
+}
+
+#[test]
+fn server_payloads_above_the_threshold_are_not_copied() {
+    let mut s = server();
+    let big = sockeye_proto::Bytes::from(vec![7u8; 1 << 20]);
+    s.send(Message::Binary(big.clone())).unwrap();
+    let mut slices = [std::io::IoSlice::new(&[]); 4];
+    let n = bytes::Buf::chunks_vectored(s.transmit(), &mut slices);
+    assert_eq!(n, 2, "header and payload as separate slices");
+    assert_eq!(slices[1].as_ptr(), big.as_ptr(), "the payload slice is the caller's buffer");
+}
+
+/// A client-to-server stream of messages, for the property tests.
+fn any_messages() -> impl Strategy<Value = Vec<Message>> {
+    let message = prop_oneof![
+        "\\PC{0,40}".prop_map(Message::text),
+        proptest::collection::vec(any::<u8>(), 0..300).prop_map(Message::binary),
+        proptest::collection::vec(any::<u8>(), 0..125).prop_map(|p| Message::Ping(p.into())),
+        proptest::collection::vec(any::<u8>(), 0..125).prop_map(|p| Message::Pong(p.into())),
+    ];
+    proptest::collection::vec(message, 0..8)
+}
+
+fn encode(messages: &[Message], fragment: usize) -> Vec<u8> {
+    let mut c = Connection::new(Role::Client, Config::default());
+    for m in messages {
+        match m {
+            Message::Text(t) if fragment > 0 && t.len() > fragment => {
+                let b = t.clone().into_bytes();
+                c.send_fragment(DataKind::Text, b.slice(..fragment), false).unwrap();
+                c.send_fragment(DataKind::Text, b.slice(fragment..), true).unwrap();
+            }
+            m => c.send(m.clone()).unwrap(),
+        }
+    }
+    c.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).unwrap();
+    c.transmit_bytes()
+}
+
+proptest! {
+    /// Every split of a valid stream yields the same messages as the whole.
+    #[test]
+    fn every_split_gives_the_same_messages(messages in any_messages(), fragment in 0usize..5, cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..6)) {
+        let bytes = encode(&messages, fragment);
+        let whole = drain(&mut server(), &bytes).unwrap();
+        let mut expected = messages.clone();
+        expected.push(Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, ""))));
+        prop_assert_eq!(&whole, &expected);
+
+        let mut points: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+        points.sort();
+        let mut s = server();
+        let mut got = Vec::new();
+        let mut prev = 0;
+        for p in points.into_iter().chain([bytes.len()]) {
+            got.extend(drain(&mut s, &bytes[prev..p]).unwrap());
+            prev = p;
+        }
+        prop_assert_eq!(got, whole);
+    }
+
+    /// One byte at a time, too.
+    #[test]
+    fn byte_at_a_time_gives_the_same_messages(messages in any_messages()) {
+        let bytes = encode(&messages, 0);
+        let whole = drain(&mut server(), &bytes).unwrap();
+        let mut s = server();
+        let mut got = Vec::new();
+        for b in &bytes {
+            got.extend(drain(&mut s, std::slice::from_ref(b)).unwrap());
+        }
+        prop_assert_eq!(got, whole);
+    }
+
+    /// Arbitrary bytes never panic, in either role, and errors always carry a close code.
+    #[test]
+    fn arbitrary_input_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400), client in any::<bool>()) {
+        let role = if client { Role::Client } else { Role::Server };
+        let mut conn = Connection::new(role, Config { max_message_size: 200, ..Config::default() });
+        conn.receive(&bytes);
+        for _ in 0..bytes.len() + 2 {
+            match conn.poll_message() {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => prop_assert!(e.close_code().is_some()),
+            }
+        }
+    }
+}
