@@ -221,12 +221,18 @@ impl Connection {
                         self.read_buf.advance(header_len);
                         // `check_header` bounded the length by the configured limits.
                         let len = header.payload_len as usize;
-                        IncomingFrame { header, len, processed: 0 }
+                        IncomingFrame {
+                            header,
+                            len,
+                            processed: 0,
+                        }
                     }
                     Err(v) => return Err(self.fail(v)),
                 },
             };
-            let Some(payload) = self.take_payload(frame)? else { return Ok(None) };
+            let Some(payload) = self.take_payload(frame)? else {
+                return Ok(None);
+            };
             if let Some(message) = self.on_frame(payload.0, payload.1)? {
                 return Ok(Some(message));
             }
@@ -246,7 +252,10 @@ impl Connection {
         }
         if h.payload_len > self.config.max_frame_size as u64 {
             let limit = self.config.max_frame_size;
-            return Err(self.fail(ProtocolViolation::MessageTooBig { size: h.payload_len, limit }));
+            return Err(self.fail(ProtocolViolation::MessageTooBig {
+                size: h.payload_len,
+                limit,
+            }));
         }
         match h.opcode {
             OpCode::Continuation => {
@@ -265,7 +274,10 @@ impl Connection {
                 }
                 if h.payload_len > self.config.max_message_size as u64 {
                     let limit = self.config.max_message_size;
-                    return Err(self.fail(ProtocolViolation::MessageTooBig { size: h.payload_len, limit }));
+                    return Err(self.fail(ProtocolViolation::MessageTooBig {
+                        size: h.payload_len,
+                        limit,
+                    }));
                 }
                 self.utf8 = (h.opcode == OpCode::Text).then(Utf8Validator::new);
             }
@@ -290,7 +302,10 @@ impl Connection {
             {
                 let error = self.fail(ProtocolViolation::InvalidUtf8);
                 // Stay in step with the peer's framing: skip the rest of this frame.
-                self.incoming = Some(IncomingFrame { processed: 0, ..frame });
+                self.incoming = Some(IncomingFrame {
+                    processed: 0,
+                    ..frame
+                });
                 return Err(error);
             }
             frame.processed = available;
@@ -316,7 +331,16 @@ impl Connection {
             }
             OpCode::Pong => Ok(Some(Message::Pong(payload))),
             OpCode::Close => {
-                let frame = CloseFrame::parse(payload).map_err(|v| self.fail(v))?;
+                let frame = match CloseFrame::parse(payload) {
+                    Ok(frame) => frame,
+                    Err(v) => {
+                        // A malformed close is still the peer's close: once ours (with the error's
+                        // code) is sent, the handshake is over; waiting for another would only time out.
+                        let error = self.fail(v);
+                        self.state = CloseState::Closed;
+                        return Err(error);
+                    }
+                };
                 let was = self.state;
                 self.state = CloseState::Closed;
                 match was {
@@ -340,7 +364,11 @@ impl Connection {
                 Ok(Some(Message::Binary(payload)))
             }
             OpCode::Text | OpCode::Binary => {
-                let kind = if header.opcode == OpCode::Text { DataKind::Text } else { DataKind::Binary };
+                let kind = if header.opcode == OpCode::Text {
+                    DataKind::Text
+                } else {
+                    DataKind::Binary
+                };
                 let mut data = BytesMut::with_capacity(payload.len());
                 data.extend_from_slice(&payload);
                 self.reassembly = Some(Reassembly { kind, data });
@@ -354,7 +382,9 @@ impl Connection {
                 if !header.fin {
                     return Ok(None);
                 }
-                let Some(r) = self.reassembly.take() else { return Ok(None) };
+                let Some(r) = self.reassembly.take() else {
+                    return Ok(None);
+                };
                 let data = r.data.freeze();
                 match r.kind {
                     DataKind::Binary => Ok(Some(Message::Binary(data))),
@@ -389,9 +419,19 @@ impl Connection {
                 return None;
             }
             self.read_buf.advance(raw.header_len);
-            let header = FrameHeader { fin: raw.fin, rsv: 0, opcode: OpCode::Binary, mask: None, payload_len: 0 };
+            let header = FrameHeader {
+                fin: raw.fin,
+                rsv: 0,
+                opcode: OpCode::Binary,
+                mask: None,
+                payload_len: 0,
+            };
             let len = usize::try_from(raw.payload_len).unwrap_or(usize::MAX);
-            self.incoming = Some(IncomingFrame { header, len, processed: 0 });
+            self.incoming = Some(IncomingFrame {
+                header,
+                len,
+                processed: 0,
+            });
         }
     }
 
@@ -433,7 +473,9 @@ impl Connection {
                 return Err(Error::InvalidInput("control frame payload longer than 125 bytes"));
             }
             _ if self.sending_fragmented.is_some() && message.is_data() => {
-                return Err(Error::InvalidInput("a fragmented message is being sent; finish it first"));
+                return Err(Error::InvalidInput(
+                    "a fragmented message is being sent; finish it first",
+                ));
             }
             Message::Text(t) => self.encode_data(OpCode::Text, true, t.into_bytes()),
             Message::Binary(b) => self.encode_data(OpCode::Binary, true, b),
@@ -525,7 +567,13 @@ impl Connection {
     }
 
     fn encode_header(&mut self, opcode: OpCode, fin: bool, len: usize, mask: Option<[u8; 4]>) {
-        let header = FrameHeader { fin, rsv: 0, opcode, mask, payload_len: len as u64 };
+        let header = FrameHeader {
+            fin,
+            rsv: 0,
+            opcode,
+            mask,
+            payload_len: len as u64,
+        };
         let mut buf = [0u8; MAX_HEADER_LEN];
         let n = header.encode(&mut buf);
         let tail = self.transmit.tail();

@@ -107,7 +107,9 @@ impl ProtocolViolation {
     /// compressed data, 1009 for size limits, 1002 for everything else.
     pub fn close_code(&self) -> CloseCode {
         match self {
-            ProtocolViolation::InvalidUtf8 | ProtocolViolation::Decompression(_) => CloseCode::INVALID_PAYLOAD,
+            ProtocolViolation::InvalidUtf8 | ProtocolViolation::Decompression(_) => {
+                CloseCode::INVALID_PAYLOAD
+            }
             ProtocolViolation::MessageTooBig { .. } => CloseCode::MESSAGE_TOO_BIG,
             _ => CloseCode::PROTOCOL_ERROR,
         }
@@ -129,7 +131,9 @@ impl fmt::Display for ProtocolViolation {
             Self::InvalidUtf8 => f.write_str("invalid UTF-8 in a text message or close reason"),
             Self::CloseFrameTooShort => f.write_str("close frame with a one-byte payload"),
             Self::InvalidCloseCode(c) => write!(f, "close code {c} may not be sent"),
-            Self::MessageTooBig { size, limit } => write!(f, "message of {size} bytes exceeds the {limit}-byte limit"),
+            Self::MessageTooBig { size, limit } => {
+                write!(f, "message of {size} bytes exceeds the {limit}-byte limit")
+            }
             Self::Decompression(why) => write!(f, "compressed message could not be inflated: {why}"),
         }
     }
@@ -198,8 +202,12 @@ impl fmt::Display for HandshakeError {
             Self::UnsupportedVersion => f.write_str("unsupported Sec-WebSocket-Version (13 is supported)"),
             Self::Rejected { status, reason } => write!(f, "server answered {status} {reason}"),
             Self::AcceptMismatch => f.write_str("Sec-WebSocket-Accept does not match the key"),
-            Self::UnexpectedSubprotocol(p) => write!(f, "server chose subprotocol {p:?}, which was not offered"),
-            Self::UnexpectedExtension(e) => write!(f, "server answered with extension {e:?}, which was not offered"),
+            Self::UnexpectedSubprotocol(p) => {
+                write!(f, "server chose subprotocol {p:?}, which was not offered")
+            }
+            Self::UnexpectedExtension(e) => {
+                write!(f, "server answered with extension {e:?}, which was not offered")
+            }
             Self::InvalidUrl(why) => write!(f, "invalid URL: {why}"),
         }
     }

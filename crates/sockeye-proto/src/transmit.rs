@@ -65,7 +65,12 @@ impl Buf for Transmit {
 
     fn chunks_vectored<'a>(&'a self, dst: &mut [IoSlice<'a>]) -> usize {
         let mut n = 0;
-        for piece in self.queued.iter().map(|b| &b[..]).chain(std::iter::once(&self.tail[..])) {
+        for piece in self
+            .queued
+            .iter()
+            .map(|b| &b[..])
+            .chain(std::iter::once(&self.tail[..]))
+        {
             if n == dst.len() {
                 break;
             }

@@ -44,7 +44,10 @@ pub fn parse_extensions<'a>(
 ) -> Result<Vec<ExtensionOffer>, InvalidExtensionHeader> {
     let mut out = Vec::new();
     for value in values {
-        let mut p = Parser { s: value.as_bytes(), i: 0 };
+        let mut p = Parser {
+            s: value.as_bytes(),
+            i: 0,
+        };
         loop {
             p.skip_ws();
             if p.eat(b',') {
@@ -54,7 +57,10 @@ pub fn parse_extensions<'a>(
                 break;
             }
             let name = p.token().ok_or_else(|| p.error("expected an extension name"))?;
-            let mut offer = ExtensionOffer { name, params: Vec::new() };
+            let mut offer = ExtensionOffer {
+                name,
+                params: Vec::new(),
+            };
             loop {
                 p.skip_ws();
                 if !p.eat(b';') {
@@ -65,7 +71,10 @@ pub fn parse_extensions<'a>(
                 p.skip_ws();
                 let value = if p.eat(b'=') {
                     p.skip_ws();
-                    Some(p.token_or_quoted().ok_or_else(|| p.error("expected a parameter value"))?)
+                    Some(
+                        p.token_or_quoted()
+                            .ok_or_else(|| p.error("expected a parameter value"))?,
+                    )
                 } else {
                     None
                 };
@@ -176,15 +185,29 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(got.len(), 3);
-        assert_eq!(got[0].params[1], ("server_max_window_bits".into(), Some("10".into())));
+        assert_eq!(
+            got[0].params[1],
+            ("server_max_window_bits".into(), Some("10".into()))
+        );
         assert_eq!(got[1].params, vec![("server_no_context_takeover".into(), None)]);
         assert_eq!(got[2].params, vec![("a".into(), Some("15".into()))]);
-        assert_eq!(got[0].to_string(), "permessage-deflate; client_max_window_bits; server_max_window_bits=10");
+        assert_eq!(
+            got[0].to_string(),
+            "permessage-deflate; client_max_window_bits; server_max_window_bits=10"
+        );
     }
 
     #[test]
     fn rejects_bad_grammar() {
-        for bad in ["permessage-deflate;", "a b", "a; =1", "a; b=", "a; b=\"unterminated", "a; b=\"\"", "a; b=\"x y\""] {
+        for bad in [
+            "permessage-deflate;",
+            "a b",
+            "a; =1",
+            "a; b=",
+            "a; b=\"unterminated",
+            "a; b=\"\"",
+            "a; b=\"x y\"",
+        ] {
             assert!(parse_extensions([bad]).is_err(), "{bad}");
         }
     }

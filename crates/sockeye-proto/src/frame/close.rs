@@ -70,7 +70,10 @@ impl CloseFrame {
 
     /// A close frame with this code and reason.
     pub fn new(code: CloseCode, reason: impl Into<Utf8Bytes>) -> Self {
-        CloseFrame { code, reason: reason.into() }
+        CloseFrame {
+            code,
+            reason: reason.into(),
+        }
     }
 
     /// Parses a received close payload (§5.5.1). An empty payload means "no status" (`Ok(None)`); one
@@ -84,8 +87,8 @@ impl CloseFrame {
                 if !code.is_sendable() {
                     return Err(ProtocolViolation::InvalidCloseCode(code.0));
                 }
-                let reason = Utf8Bytes::try_from(payload.slice(2..))
-                    .map_err(|_| ProtocolViolation::InvalidUtf8)?;
+                let reason =
+                    Utf8Bytes::try_from(payload.slice(2..)).map_err(|_| ProtocolViolation::InvalidUtf8)?;
                 Ok(Some(CloseFrame { code, reason }))
             }
         }
@@ -104,10 +107,14 @@ mod tests {
 
     #[test]
     fn sendable_codes_follow_section_7_4() {
-        for code in [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 3000, 3999, 4000, 4999] {
+        for code in [
+            1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 3000, 3999, 4000, 4999,
+        ] {
             assert!(CloseCode(code).is_sendable(), "{code}");
         }
-        for code in [0, 999, 1004, 1005, 1006, 1015, 1016, 1100, 2000, 2999, 5000, 65535] {
+        for code in [
+            0, 999, 1004, 1005, 1006, 1015, 1016, 1100, 2000, 2999, 5000, 65535,
+        ] {
             assert!(!CloseCode(code).is_sendable(), "{code}");
         }
     }
@@ -115,7 +122,10 @@ mod tests {
     #[test]
     fn parses_and_validates_close_payloads() {
         assert_eq!(CloseFrame::parse(Bytes::new()), Ok(None));
-        assert_eq!(CloseFrame::parse(Bytes::from_static(&[3])), Err(ProtocolViolation::CloseFrameTooShort));
+        assert_eq!(
+            CloseFrame::parse(Bytes::from_static(&[3])),
+            Err(ProtocolViolation::CloseFrameTooShort)
+        );
         assert_eq!(
             CloseFrame::parse(Bytes::from_static(&[0x03, 0xED])),
             Err(ProtocolViolation::InvalidCloseCode(1005))
@@ -124,7 +134,9 @@ mod tests {
             CloseFrame::parse(Bytes::from_static(&[0x03, 0xE8, 0xff])),
             Err(ProtocolViolation::InvalidUtf8)
         );
-        let ok = CloseFrame::parse(Bytes::from_static(b"\x03\xe8bye")).unwrap().unwrap();
+        let ok = CloseFrame::parse(Bytes::from_static(b"\x03\xe8bye"))
+            .unwrap()
+            .unwrap();
         assert_eq!((ok.code, ok.reason.as_str()), (CloseCode::NORMAL, "bye"));
     }
 }

@@ -104,7 +104,9 @@ impl FrameHeader {
     /// 64-bit length with the high bit set (§5.2), fragmented or oversized control frames (§5.5).
     /// RSV bits and masking direction depend on the negotiation and role; the connection checks them.
     pub fn parse(buf: &[u8]) -> Result<Option<(FrameHeader, usize)>, ProtocolViolation> {
-        let Some(raw) = RawHeader::parse(buf) else { return Ok(None) };
+        let Some(raw) = RawHeader::parse(buf) else {
+            return Ok(None);
+        };
         let opcode = OpCode::from_u8(raw.opcode).ok_or(ProtocolViolation::ReservedOpCode(raw.opcode))?;
         // §5.2: "the most significant bit MUST be 0".
         if raw.payload_len >> 63 != 0 {
@@ -120,8 +122,13 @@ impl FrameHeader {
                 return Err(ProtocolViolation::ControlFrameTooLong);
             }
         }
-        let header =
-            FrameHeader { fin: raw.fin, rsv: raw.rsv, opcode, mask: raw.mask, payload_len: raw.payload_len };
+        let header = FrameHeader {
+            fin: raw.fin,
+            rsv: raw.rsv,
+            opcode,
+            mask: raw.mask,
+            payload_len: raw.payload_len,
+        };
         Ok(Some((header, raw.header_len)))
     }
 
@@ -199,7 +206,14 @@ impl RawHeader {
         } else {
             None
         };
-        Some(RawHeader { fin: b0 & 0x80 != 0, rsv: (b0 >> 4) & 0x7, opcode: b0 & 0x0F, mask, payload_len, header_len })
+        Some(RawHeader {
+            fin: b0 & 0x80 != 0,
+            rsv: (b0 >> 4) & 0x7,
+            opcode: b0 & 0x0F,
+            mask,
+            payload_len,
+            header_len,
+        })
     }
 }
 
@@ -216,7 +230,10 @@ mod tests {
     fn parses_rfc_examples() {
         // RFC 6455 §5.7: a single-frame unmasked text message "Hello".
         let (h, n) = parse_all(&[0x81, 0x05, 0x48, 0x65]).unwrap().unwrap();
-        assert_eq!((h.fin, h.opcode, h.mask, h.payload_len, n), (true, OpCode::Text, None, 5, 2));
+        assert_eq!(
+            (h.fin, h.opcode, h.mask, h.payload_len, n),
+            (true, OpCode::Text, None, 5, 2)
+        );
         // A single-frame masked text message.
         let (h, n) = parse_all(&[0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d]).unwrap().unwrap();
         assert_eq!((h.mask, n), (Some([0x37, 0xfa, 0x21, 0x3d]), 6));
@@ -230,17 +247,35 @@ mod tests {
 
     #[test]
     fn incomplete_headers_ask_for_more() {
-        for bytes in [&[][..], &[0x81], &[0x82, 0x7E, 0x01], &[0x82, 0x7F, 0, 0, 0], &[0x81, 0x85, 1, 2, 3]] {
+        for bytes in [
+            &[][..],
+            &[0x81],
+            &[0x82, 0x7E, 0x01],
+            &[0x82, 0x7F, 0, 0, 0],
+            &[0x81, 0x85, 1, 2, 3],
+        ] {
             assert_eq!(parse_all(bytes), Ok(None), "{bytes:?}");
         }
     }
 
     #[test]
     fn rejects_what_the_header_alone_forbids() {
-        assert_eq!(parse_all(&[0x83, 0x00]), Err(ProtocolViolation::ReservedOpCode(3)));
-        assert_eq!(parse_all(&[0x8B, 0x00]), Err(ProtocolViolation::ReservedOpCode(0xB)));
-        assert_eq!(parse_all(&[0x09, 0x00]), Err(ProtocolViolation::FragmentedControlFrame));
-        assert_eq!(parse_all(&[0x89, 0x7E, 0, 126]), Err(ProtocolViolation::ControlFrameTooLong));
+        assert_eq!(
+            parse_all(&[0x83, 0x00]),
+            Err(ProtocolViolation::ReservedOpCode(3))
+        );
+        assert_eq!(
+            parse_all(&[0x8B, 0x00]),
+            Err(ProtocolViolation::ReservedOpCode(0xB))
+        );
+        assert_eq!(
+            parse_all(&[0x09, 0x00]),
+            Err(ProtocolViolation::FragmentedControlFrame)
+        );
+        assert_eq!(
+            parse_all(&[0x89, 0x7E, 0, 126]),
+            Err(ProtocolViolation::ControlFrameTooLong)
+        );
         assert_eq!(
             parse_all(&[0x82, 0x7F, 0x80, 0, 0, 0, 0, 0, 0, 0]),
             Err(ProtocolViolation::LengthTooLarge)
@@ -256,13 +291,27 @@ mod tests {
             Just(OpCode::Ping),
             Just(OpCode::Pong),
         ];
-        (any::<bool>(), 0u8..8, opcode, any::<Option<[u8; 4]>>(), 0u64..(1 << 63)).prop_map(
-            |(fin, rsv, opcode, mask, len)| {
-                let (fin, payload_len) =
-                    if opcode.is_control() { (true, len % 126) } else { (fin, len >> (len % 63)) };
-                FrameHeader { fin, rsv, opcode, mask, payload_len }
-            },
+        (
+            any::<bool>(),
+            0u8..8,
+            opcode,
+            any::<Option<[u8; 4]>>(),
+            0u64..(1 << 63),
         )
+            .prop_map(|(fin, rsv, opcode, mask, len)| {
+                let (fin, payload_len) = if opcode.is_control() {
+                    (true, len % 126)
+                } else {
+                    (fin, len >> (len % 63))
+                };
+                FrameHeader {
+                    fin,
+                    rsv,
+                    opcode,
+                    mask,
+                    payload_len,
+                }
+            })
     }
 
     proptest! {

@@ -2,8 +2,8 @@
 
 use base64::Engine as _;
 use http::header::{
-    CONNECTION, HOST, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL,
-    SEC_WEBSOCKET_VERSION, UPGRADE,
+    CONNECTION, HOST, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS, SEC_WEBSOCKET_KEY,
+    SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION, UPGRADE,
 };
 use http::{HeaderValue, Request, Response, StatusCode};
 
@@ -40,8 +40,16 @@ impl ClientHandshake {
         let default_port = match uri.scheme_str() {
             Some("ws" | "http") => 80,
             Some("wss" | "https") => 443,
-            Some(other) => return Err(HandshakeError::InvalidUrl(format!("unsupported scheme {other:?}"))),
-            None => return Err(HandshakeError::InvalidUrl("no scheme (expected ws:// or wss://)".into())),
+            Some(other) => {
+                return Err(HandshakeError::InvalidUrl(format!(
+                    "unsupported scheme {other:?}"
+                )));
+            }
+            None => {
+                return Err(HandshakeError::InvalidUrl(
+                    "no scheme (expected ws:// or wss://)".into(),
+                ));
+            }
         };
         let Some(host) = uri.host() else {
             return Err(HandshakeError::InvalidUrl("no host".into()));
@@ -147,13 +155,17 @@ impl ClientHandshake {
 /// The extensions a response accepted.
 pub fn response_extensions(headers: &http::HeaderMap) -> Result<Vec<ExtensionOffer>, HandshakeError> {
     let values = headers.get_all(SEC_WEBSOCKET_EXTENSIONS);
-    let strs: Vec<&str> = values.iter().map(|v| v.to_str()).collect::<Result<_, _>>()
+    let strs: Vec<&str> = values
+        .iter()
+        .map(|v| v.to_str())
+        .collect::<Result<_, _>>()
         .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
     parse_extensions(strs).map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))
 }
 
 fn header_value(s: &str) -> Result<HeaderValue, HandshakeError> {
-    HeaderValue::from_str(s).map_err(|_| HandshakeError::InvalidUrl(format!("{s:?} is not a valid header value")))
+    HeaderValue::from_str(s)
+        .map_err(|_| HandshakeError::InvalidUrl(format!("{s:?} is not a valid header value")))
 }
 
 #[cfg(test)]
@@ -179,8 +191,13 @@ mod tests {
     fn request_has_the_required_headers() {
         let text = String::from_utf8(handshake().encode_request()).unwrap();
         assert!(text.starts_with("GET /runCase?case=1 HTTP/1.1\r\n"), "{text}");
-        for h in ["host: 127.0.0.1:9001", "upgrade: websocket", "connection: Upgrade",
-                  "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==", "sec-websocket-version: 13"] {
+        for h in [
+            "host: 127.0.0.1:9001",
+            "upgrade: websocket",
+            "connection: Upgrade",
+            "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==",
+            "sec-websocket-version: 13",
+        ] {
             assert!(text.contains(&format!("{h}\r\n")), "missing {h} in {text}");
         }
     }
@@ -196,7 +213,10 @@ mod tests {
         assert_eq!(resp.headers()[SEC_WEBSOCKET_PROTOCOL], "chat");
         // Every prefix of the head is incomplete, never an error.
         for cut in 0..head {
-            assert!(matches!(hs.parse_response(&bytes[..cut], &Config::default()), Ok(None)));
+            assert!(matches!(
+                hs.parse_response(&bytes[..cut], &Config::default()),
+                Ok(None)
+            ));
         }
     }
 
@@ -207,9 +227,15 @@ mod tests {
         let check = |text: &str| hs.parse_response(text.as_bytes(), &c).unwrap_err();
         assert_eq!(
             check("HTTP/1.1 403 Forbidden\r\n\r\n"),
-            HandshakeError::Rejected { status: 403, reason: "Forbidden".into() }
+            HandshakeError::Rejected {
+                status: 403,
+                reason: "Forbidden".into()
+            }
         );
-        assert_eq!(check(&response("").replace("s3pP", "AAAA")), HandshakeError::AcceptMismatch);
+        assert_eq!(
+            check(&response("").replace("s3pP", "AAAA")),
+            HandshakeError::AcceptMismatch
+        );
         assert_eq!(
             check(&response("Sec-WebSocket-Protocol: other\r\n")),
             HandshakeError::UnexpectedSubprotocol("other".into())
@@ -218,10 +244,17 @@ mod tests {
             check(&response("Sec-WebSocket-Extensions: permessage-deflate\r\n")),
             HandshakeError::UnexpectedExtension(_)
         ));
-        assert_eq!(check(&response("").replace("Upgrade: WebSocket", "Upgrade: h2c")),
-                   HandshakeError::MissingHeader("Upgrade: websocket"));
+        assert_eq!(
+            check(&response("").replace("Upgrade: WebSocket", "Upgrade: h2c")),
+            HandshakeError::MissingHeader("Upgrade: websocket")
+        );
         let huge = format!("HTTP/1.1 101 OK\r\nX: {}\r\n", "a".repeat(20_000));
-        assert_eq!(check(&huge), HandshakeError::HeadTooLarge { limit: c.max_handshake_size });
+        assert_eq!(
+            check(&huge),
+            HandshakeError::HeadTooLarge {
+                limit: c.max_handshake_size
+            }
+        );
     }
 
     #[test]

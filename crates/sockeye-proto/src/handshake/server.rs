@@ -34,7 +34,11 @@ pub fn parse_request(buf: &[u8], config: &Config) -> Result<Option<(Request<()>,
     let mut request = Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri;
-    *request.version_mut() = if parsed.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    *request.version_mut() = if parsed.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
     *request.headers_mut() = to_header_map(parsed.headers)?;
     Ok(Some((request, n)))
 }
@@ -85,21 +89,30 @@ impl ClientHello {
             Ok(nonce) if nonce.len() == 16 => {}
             _ => return Err(HandshakeError::InvalidHeader("Sec-WebSocket-Key")),
         }
-        let protocols = header_list(headers, &SEC_WEBSOCKET_PROTOCOL).map(str::to_string).collect();
+        let protocols = header_list(headers, &SEC_WEBSOCKET_PROTOCOL)
+            .map(str::to_string)
+            .collect();
         let values: Vec<&str> = headers
             .get_all(SEC_WEBSOCKET_EXTENSIONS)
             .iter()
             .map(|v| v.to_str())
             .collect::<Result<_, _>>()
             .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
-        let extensions =
-            parse_extensions(values).map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
-        Ok(ClientHello { key: key.to_string(), protocols, extensions })
+        let extensions = parse_extensions(values)
+            .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
+        Ok(ClientHello {
+            key: key.to_string(),
+            protocols,
+            extensions,
+        })
     }
 
     /// The first of `supported` (the server's order of preference) that the client offered.
     pub fn choose_subprotocol<'a>(&self, supported: &[&'a str]) -> Option<&'a str> {
-        supported.iter().copied().find(|s| self.protocols.iter().any(|p| p == s))
+        supported
+            .iter()
+            .copied()
+            .find(|s| self.protocols.iter().any(|p| p == s))
     }
 
     /// The `101 Switching Protocols` response that accepts this request (§4.2.2). Add a
@@ -126,7 +139,9 @@ pub fn reject_response(error: &HandshakeError) -> Response<String> {
     let mut response = Response::new(format!("{error}\n"));
     *response.status_mut() = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::BAD_REQUEST);
     if *error == HandshakeError::UnsupportedVersion {
-        response.headers_mut().insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+        response
+            .headers_mut()
+            .insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
     }
     response
 }
@@ -147,7 +162,10 @@ pub fn encode_response<B: ResponseBody>(response: &Response<B>) -> Vec<u8> {
         headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
         if !body.is_empty() && !headers.contains_key(CONTENT_TYPE) {
-            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            headers.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
         }
     }
     write_headers(&mut out, &headers);
@@ -207,14 +225,19 @@ mod tests {
 
     #[test]
     fn accepts_the_rfc_example() {
-        let (req, n) = parse_request(RFC_REQUEST.as_bytes(), &Config::default()).unwrap().unwrap();
+        let (req, n) = parse_request(RFC_REQUEST.as_bytes(), &Config::default())
+            .unwrap()
+            .unwrap();
         assert_eq!(n, RFC_REQUEST.len());
         assert_eq!(req.uri().path(), "/chat");
         assert_eq!(req.uri().query(), Some("x=1"));
         assert_eq!(req.headers()["origin"], "http://example.com");
         let hello = ClientHello::from_request(&req).unwrap();
         assert_eq!(hello.protocols, ["chat", "superchat"]);
-        assert_eq!(hello.choose_subprotocol(&["superchat", "chat"]), Some("superchat"));
+        assert_eq!(
+            hello.choose_subprotocol(&["superchat", "chat"]),
+            Some("superchat")
+        );
         let text = String::from_utf8(encode_response(&hello.accept())).unwrap();
         assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"));
         assert!(text.contains("sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
@@ -223,7 +246,10 @@ mod tests {
     #[test]
     fn every_prefix_is_incomplete() {
         for cut in 0..RFC_REQUEST.len() {
-            assert!(matches!(parse_request(&RFC_REQUEST.as_bytes()[..cut], &Config::default()), Ok(None)));
+            assert!(matches!(
+                parse_request(&RFC_REQUEST.as_bytes()[..cut], &Config::default()),
+                Ok(None)
+            ));
         }
     }
 
@@ -231,12 +257,30 @@ mod tests {
     fn rejects_what_section_4_2_1_forbids() {
         let cases = [
             (RFC_REQUEST.replace("GET", "POST"), HandshakeError::MethodNotGet),
-            (RFC_REQUEST.replace("HTTP/1.1", "HTTP/1.0"), HandshakeError::UnsupportedHttpVersion),
-            (RFC_REQUEST.replace("Host", "X-Host"), HandshakeError::MissingHeader("Host")),
-            (RFC_REQUEST.replace("Upgrade: websocket", "Upgrade: h2c"), HandshakeError::MissingHeader("Upgrade: websocket")),
-            (RFC_REQUEST.replace("keep-alive, Upgrade", "keep-alive"), HandshakeError::MissingHeader("Connection: Upgrade")),
-            (RFC_REQUEST.replace("Version: 13", "Version: 8"), HandshakeError::UnsupportedVersion),
-            (RFC_REQUEST.replace("dGhlIHNhbXBsZSBub25jZQ==", "c2hvcnQ="), HandshakeError::InvalidHeader("Sec-WebSocket-Key")),
+            (
+                RFC_REQUEST.replace("HTTP/1.1", "HTTP/1.0"),
+                HandshakeError::UnsupportedHttpVersion,
+            ),
+            (
+                RFC_REQUEST.replace("Host", "X-Host"),
+                HandshakeError::MissingHeader("Host"),
+            ),
+            (
+                RFC_REQUEST.replace("Upgrade: websocket", "Upgrade: h2c"),
+                HandshakeError::MissingHeader("Upgrade: websocket"),
+            ),
+            (
+                RFC_REQUEST.replace("keep-alive, Upgrade", "keep-alive"),
+                HandshakeError::MissingHeader("Connection: Upgrade"),
+            ),
+            (
+                RFC_REQUEST.replace("Version: 13", "Version: 8"),
+                HandshakeError::UnsupportedVersion,
+            ),
+            (
+                RFC_REQUEST.replace("dGhlIHNhbXBsZSBub25jZQ==", "c2hvcnQ="),
+                HandshakeError::InvalidHeader("Sec-WebSocket-Key"),
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(hello(&text), Err(want.clone()), "{text}");
@@ -254,7 +298,9 @@ mod tests {
         let dribble = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(config.max_handshake_size));
         assert_eq!(
             parse_request(dribble.as_bytes(), &config).unwrap_err(),
-            HandshakeError::HeadTooLarge { limit: config.max_handshake_size }
+            HandshakeError::HeadTooLarge {
+                limit: config.max_handshake_size
+            }
         );
         let many: String = (0..100).map(|i| format!("X-{i}: 1\r\n")).collect();
         let text = format!("GET / HTTP/1.1\r\n{many}\r\n");

@@ -1,0 +1,128 @@
+//! Opening a connection as a client (RFC 6455 §4.1).
+
+use bytes::BytesMut;
+use http::{Request, Response, Uri};
+use sockeye_proto::Role;
+use sockeye_proto::handshake::ClientHandshake;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::websocket::{WebSocket, with_deadline};
+use sockeye_proto::HandshakeError;
+
+/// Something that can become a handshake request: a URL (`&str`, `String`, [`Uri`]) or a full
+/// [`http::Request`] with headers of your own (subprotocols, cookies, authorization, origin).
+pub trait IntoClientRequest {
+    /// The request.
+    fn into_client_request(self) -> Result<Request<()>, Error>;
+}
+
+impl IntoClientRequest for &str {
+    fn into_client_request(self) -> Result<Request<()>, Error> {
+        let uri: Uri = self
+            .parse()
+            .map_err(|e| HandshakeError::InvalidUrl(format!("{self:?}: {e}")))?;
+        uri.into_client_request()
+    }
+}
+
+impl IntoClientRequest for String {
+    fn into_client_request(self) -> Result<Request<()>, Error> {
+        self.as_str().into_client_request()
+    }
+}
+
+impl IntoClientRequest for &String {
+    fn into_client_request(self) -> Result<Request<()>, Error> {
+        self.as_str().into_client_request()
+    }
+}
+
+impl IntoClientRequest for Uri {
+    fn into_client_request(self) -> Result<Request<()>, Error> {
+        let mut request = Request::new(());
+        *request.uri_mut() = self;
+        Ok(request)
+    }
+}
+
+impl IntoClientRequest for Request<()> {
+    fn into_client_request(self) -> Result<Request<()>, Error> {
+        Ok(self)
+    }
+}
+
+/// Connects to a `ws://` URL with the default [`Config`].
+///
+/// ```no_run
+/// # async fn run() -> Result<(), sockeye::Error> {
+/// let (mut ws, _response) = sockeye::connect("ws://127.0.0.1:8008/").await?;
+/// ws.send("hello").await?;
+/// if let Some(Ok(reply)) = ws.recv().await {
+///     println!("{reply:?}");
+/// }
+/// ws.close(None).await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect(request: impl IntoClientRequest) -> Result<(WebSocket<TcpStream>, Response<()>), Error> {
+    connect_with(request, &Config::default()).await
+}
+
+/// Connects with a [`Config`]: resolves the host, tries each address (IPv6 and IPv4) in turn,
+/// sets `TCP_NODELAY` as configured, and performs the handshake within `handshake_timeout`.
+pub async fn connect_with(
+    request: impl IntoClientRequest,
+    config: &Config,
+) -> Result<(WebSocket<TcpStream>, Response<()>), Error> {
+    let request = request.into_client_request()?;
+    let uri = request.uri();
+    let port = match uri.scheme_str() {
+        Some("ws" | "http") => uri.port_u16().unwrap_or(80),
+        Some("wss" | "https") => {
+            return Err(HandshakeError::InvalidUrl(
+                "wss:// needs TLS, which this build does not have".into(),
+            )
+            .into());
+        }
+        _ => return Err(HandshakeError::InvalidUrl(format!("{uri}: expected a ws:// URL")).into()),
+    };
+    let host = uri
+        .host()
+        .ok_or_else(|| HandshakeError::InvalidUrl(format!("{uri}: no host")))?;
+    // `Uri::host` keeps the brackets of an IPv6 literal.
+    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    with_deadline(config.handshake_timeout, "handshake", async {
+        let stream = TcpStream::connect((host.as_str(), port)).await?;
+        stream.set_nodelay(config.tcp_nodelay)?;
+        client_handshake(stream, request, config).await
+    })
+    .await
+}
+
+/// Performs the client handshake over a stream you connected yourself (through a proxy, over TLS,
+/// over a Unix socket...). `request`'s URL supplies the path and the `Host` header.
+pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    request: impl IntoClientRequest,
+    config: &Config,
+) -> Result<(WebSocket<S>, Response<()>), Error> {
+    let handshake = ClientHandshake::new(request.into_client_request()?, rand::random())?;
+    stream.write_all(&handshake.encode_request()).await?;
+    stream.flush().await?;
+    let mut buf = BytesMut::with_capacity(1024);
+    loop {
+        if stream.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the server closed the connection during the handshake",
+            )
+            .into());
+        }
+        if let Some((response, n)) = handshake.parse_response(&buf, &config.protocol)? {
+            let ws = WebSocket::from_upgraded(stream, Role::Client, config, &buf[n..]);
+            return Ok((ws, response));
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The tokio layer's one error type.
+
+use std::fmt;
+use std::io;
+
+use sockeye_proto::{CloseCode, HandshakeError, ProtocolViolation};
+
+/// An error from a Sockeye connection, sorted by who is at fault.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The socket failed (connection refused, reset, broken pipe...).
+    Io(io::Error),
+    /// The peer violated the WebSocket protocol. The connection was closed with
+    /// [`Error::close_code`] before this error was returned.
+    Protocol(ProtocolViolation),
+    /// The opening handshake failed: a bad request or response, or a refusal (`Rejected`).
+    Handshake(HandshakeError),
+    /// The peer closed the TCP connection without a close frame (reported as 1006, §7.1.5).
+    AbnormalClosure,
+    /// The connection is closing or closed: nothing more can be sent.
+    Closed,
+    /// The application asked for something the protocol cannot carry.
+    InvalidInput(&'static str),
+    /// A deadline passed: `"handshake"` or `"close"`.
+    Timeout(&'static str),
+}
+
+impl Error {
+    /// The close code that describes this error (sent to the peer for protocol violations).
+    pub fn close_code(&self) -> Option<CloseCode> {
+        match self {
+            Error::Protocol(v) => Some(v.close_code()),
+            Error::AbnormalClosure => Some(CloseCode::ABNORMAL),
+            _ => None,
+        }
+    }
+
+    /// Whether the peer is at fault.
+    pub fn is_peer_fault(&self) -> bool {
+        matches!(
+            self,
+            Error::Protocol(_) | Error::Handshake(_) | Error::AbnormalClosure
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Protocol(v) => write!(f, "peer violated the WebSocket protocol: {v}"),
+            Error::Handshake(h) => write!(f, "WebSocket handshake failed: {h}"),
+            Error::AbnormalClosure => f.write_str("peer closed the connection without a close frame (1006)"),
+            Error::Closed => f.write_str("the connection is closed; no more messages can be sent"),
+            Error::InvalidInput(what) => write!(f, "invalid input: {what}"),
+            Error::Timeout(what) => write!(f, "timed out waiting for the {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            Error::Handshake(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+impl From<HandshakeError> for Error {
+    fn from(h: HandshakeError) -> Self {
+        Error::Handshake(h)
+    }
+}
+
+impl From<sockeye_proto::Error> for Error {
+    fn from(e: sockeye_proto::Error) -> Self {
+        match e {
+            sockeye_proto::Error::Protocol(v) => Error::Protocol(v),
+            sockeye_proto::Error::Handshake(h) => Error::Handshake(h),
+            sockeye_proto::Error::Closed => Error::Closed,
+            sockeye_proto::Error::InvalidInput(what) => Error::InvalidInput(what),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! # Sockeye: a fast, strictly conformant WebSocket client and server for tokio
+//!
+//! The protocol lives in [`sockeye_proto`], a deterministic engine without I/O; this crate moves
+//! bytes between sockets and that engine.
+//!
+//! ```text
+//!   socket ──read──► Connection (frames, masks, UTF-8, reassembly) ──► WebSocket::recv / Stream
+//!   WebSocket::send / feed / Sink ──► Connection::transmit (batched) ──one writev──► socket
+//! ```
+//!
+//! An echo server and a client, in one program:
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use sockeye::{Message, Server};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = Server::bind("127.0.0.1:0", sockeye::Config::default()).await?;
+//! let url = format!("ws://{}/", server.local_addr()?);
+//! tokio::spawn(server.serve(|mut ws, _peer| async move {
+//!     while let Some(Ok(message)) = ws.next().await {
+//!         if message.is_data() && ws.feed(message).await.is_err() {
+//!             break;
+//!         }
+//!     }
+//! }));
+//!
+//! let (mut ws, _response) = sockeye::connect(url.as_str()).await?;
+//! ws.send("hello").await?;
+//! assert_eq!(ws.recv().await.transpose()?, Some(Message::text("hello")));
+//! ws.close(None).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod config;
+mod error;
+mod server;
+mod websocket;
+
+pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
+pub use config::Config;
+pub use error::Error;
+pub use server::{Server, accept, accept_with};
+pub use sockeye_proto::Config as ProtocolConfig;
+pub use sockeye_proto::{
+    self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, ProtocolViolation, Role,
+    Utf8Bytes,
+};
+pub use websocket::WebSocket;
