@@ -1,0 +1,242 @@
+//! End-to-end behaviour over real loopback sockets.
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use http::{Response, StatusCode};
+use sockeye::{
+    Bytes, CloseCode, CloseFrame, Config, DataKind, Error, HandshakeError, Message, ProtocolViolation, Server,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Starts an echo server on `addr` and returns its address.
+async fn echo_server(addr: &str) -> SocketAddr {
+    let server = Server::bind(addr, Config::default()).await.unwrap();
+    let local = server.local_addr().unwrap();
+    tokio::spawn(server.serve(|mut ws, _| async move {
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_data() && ws.feed(m).await.is_err() {
+                break;
+            }
+        }
+    }));
+    local
+}
+
+async fn round_trips(addr: SocketAddr) {
+    let url = match addr {
+        SocketAddr::V4(a) => format!("ws://{a}/echo"),
+        SocketAddr::V6(a) => format!("ws://[{}]:{}/echo", a.ip(), a.port()),
+    };
+    let (mut ws, response) = sockeye::connect(url.as_str()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+    assert!(ws.get_ref().nodelay().unwrap(), "TCP_NODELAY is on by default");
+    let big = Bytes::from((0..1 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    for m in [Message::text("héllo"), Message::binary(vec![0, 1, 2]), Message::text(""), Message::Binary(big)] {
+        ws.send(m.clone()).await.unwrap();
+        assert_eq!(ws.recv().await.unwrap().unwrap(), m);
+    }
+    let reply = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "bye"))).await.unwrap();
+    assert_eq!(reply.map(|f| f.code), Some(CloseCode::NORMAL));
+    assert!(ws.recv().await.is_none());
+}
+
+#[tokio::test]
+async fn echo_over_ipv4() {
+    round_trips(echo_server("127.0.0.1:0").await).await;
+}
+
+#[tokio::test]
+async fn echo_over_ipv6() {
+    round_trips(echo_server("[::1]:0").await).await;
+}
+
+#[tokio::test]
+async fn fragments_and_batches_arrive_in_order() {
+    let addr = echo_server("127.0.0.1:0").await;
+    let (mut ws, _) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
+    ws.send_fragment(DataKind::Text, "frag".into(), false).await.unwrap();
+    ws.send(Message::Ping("between".into())).await.unwrap();
+    ws.send_fragment(DataKind::Text, "mented".into(), true).await.unwrap();
+    ws.flush().await.unwrap();
+    assert_eq!(ws.recv().await.unwrap().unwrap(), Message::Pong("between".into()));
+    assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("fragmented"));
+    // A thousand queued messages, one flush.
+    for i in 0..1000u32 {
+        ws.feed(Message::binary(i.to_be_bytes().to_vec())).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    for i in 0..1000u32 {
+        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::binary(i.to_be_bytes().to_vec()));
+    }
+}
+
+#[tokio::test]
+async fn split_halves_work_from_two_tasks() {
+    let addr = echo_server("127.0.0.1:0").await;
+    let (ws, _) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
+    let (mut sink, mut stream) = ws.split();
+    let writer = tokio::spawn(async move {
+        for i in 0..200 {
+            sink.send(Message::text(format!("m{i}"))).await.unwrap();
+        }
+        sink.close().await.unwrap();
+    });
+    let mut got = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item.unwrap() {
+            Message::Text(t) => got.push(t.to_string()),
+            Message::Close(frame) => assert_eq!(frame.unwrap().code, CloseCode::NORMAL),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    writer.await.unwrap();
+    assert_eq!(got, (0..200).map(|i| format!("m{i}")).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn server_decides_subprotocol_and_refusals() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let result = sockeye::accept_with(stream, &Config::default(), |req, mut resp| {
+                    if req.headers().get("origin").is_some_and(|o| o == "http://evil.example") {
+                        let mut refusal = Response::new("origin not allowed\n".to_string());
+                        *refusal.status_mut() = StatusCode::FORBIDDEN;
+                        return Err(refusal);
+                    }
+                    resp.headers_mut().insert("sec-websocket-protocol", "v2.chat".parse().unwrap());
+                    Ok(resp)
+                })
+                .await;
+                if let Ok(mut ws) = result {
+                    while ws.recv().await.is_some() {}
+                }
+            });
+        }
+    });
+    let request = http::Request::get(format!("ws://{addr}/"))
+        .header("sec-websocket-protocol", "v1.chat, v2.chat")
+        .body(())
+        .unwrap();
+    let (mut ws, response) = sockeye::connect(request).await.unwrap();
+    assert_eq!(response.headers()["sec-websocket-protocol"], "v2.chat");
+    ws.close(None).await.unwrap();
+
+    let request = http::Request::get(format!("ws://{addr}/")).header("origin", "http://evil.example").body(()).unwrap();
+    match sockeye::connect(request).await {
+        Err(Error::Handshake(HandshakeError::Rejected { status: 403, .. })) => {}
+        other => panic!("expected a 403 refusal, got {other:?}"),
+    }
+}
+
+/// Sends raw bytes to a fresh Sockeye server connection and returns everything the server sends
+/// back until it closes the TCP connection, plus what its handler saw.
+/// With `vanish`, the raw client sends FIN right after its bytes.
+async fn raw_exchange(request: &[u8], config: Config, vanish: bool) -> (Vec<u8>, Vec<Result<Message, Error>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        match sockeye::accept_with(stream, &config, |_, r| Ok(r)).await {
+            Ok(mut ws) => {
+                while let Some(item) = ws.recv().await {
+                    seen.push(item);
+                }
+            }
+            Err(e) => seen.push(Err(e)),
+        }
+        seen
+    });
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    if vanish {
+        tcp.shutdown().await.unwrap();
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut out)).await.unwrap().unwrap();
+    (out, server.await.unwrap())
+}
+
+const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+    Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+#[tokio::test]
+async fn wrong_version_gets_426_with_the_supported_version() {
+    let (out, seen) = raw_exchange(UPGRADE.replace("Version: 13", "Version: 8").as_bytes(), Config::default(), false).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 426 Upgrade Required\r\n"), "{text}");
+    assert!(text.contains("sec-websocket-version: 13\r\n"));
+    assert!(matches!(seen[..], [Err(Error::Handshake(HandshakeError::UnsupportedVersion))]));
+}
+
+#[tokio::test]
+async fn bytes_after_the_handshake_are_kept_and_violations_close_with_1002() {
+    // The upgrade request and, in the same write, a masked "hi" and then an unmasked frame.
+    let mut bytes = UPGRADE.as_bytes().to_vec();
+    bytes.extend_from_slice(&[0x81, 0x82, 1, 2, 3, 4, b'h' ^ 1, b'i' ^ 2]);
+    bytes.extend_from_slice(&[0x81, 0x01, b'x']);
+    let (out, seen) = raw_exchange(&bytes, Config { close_timeout: Duration::from_millis(300), ..Config::default() }, false).await;
+    let head_end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    // The server's close frame: 1002, protocol error.
+    assert_eq!(&out[head_end..], &[0x88, 0x02, 0x03, 0xEA]);
+    assert!(matches!(&seen[0], Ok(Message::Text(t)) if t == "hi"));
+    assert!(matches!(&seen[1], Err(Error::Protocol(ProtocolViolation::UnmaskedFrame))), "{seen:?}");
+    assert_eq!(seen.len(), 2);
+}
+
+#[tokio::test]
+async fn a_peer_that_vanishes_is_an_abnormal_closure() {
+    let (_, seen) = raw_exchange(UPGRADE.as_bytes(), Config::default(), true).await;
+    assert!(matches!(seen[..], [Err(Error::AbnormalClosure)]), "{seen:?}");
+}
+
+#[tokio::test]
+async fn handshake_and_close_timeouts() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = Config {
+        handshake_timeout: Duration::from_millis(200),
+        close_timeout: Duration::from_millis(200),
+        ..Config::default()
+    };
+    let server = tokio::spawn(async move {
+        // A slowloris: connects, sends half a request, then nothing.
+        let (stream, _) = listener.accept().await.unwrap();
+        let started = Instant::now();
+        let err = sockeye::accept_with(stream, &config, |_, r| Ok(r)).await.unwrap_err();
+        assert!(matches!(err, Error::Timeout("handshake")), "{err:?}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // A peer that never answers our close frame.
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut ws = sockeye::accept_with(stream, &config, |_, r| Ok(r)).await.unwrap();
+        let started = Instant::now();
+        assert_eq!(ws.close(None).await.unwrap(), None);
+        assert!(started.elapsed() < Duration::from_secs(2));
+    });
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    silent.write_all(UPGRADE.as_bytes()).await.unwrap();
+    server.await.unwrap();
+    drop((slow, silent));
+}
+
+#[tokio::test]
+async fn bad_urls_and_refused_connections_are_clear_errors() {
+    assert!(matches!(sockeye::connect("http//nope").await, Err(Error::Handshake(HandshakeError::InvalidUrl(_)))));
+    assert!(matches!(sockeye::connect("ftp://127.0.0.1/").await, Err(Error::Handshake(HandshakeError::InvalidUrl(_)))));
+    // Bind and drop a listener to find a port nobody listens on.
+    let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+    match sockeye::connect(format!("ws://127.0.0.1:{port}/")).await {
+        Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
+        other => panic!("expected connection refused, got {other:?}"),
+    }
+}
