@@ -70,7 +70,10 @@ async fn run(messages: usize, size: usize) -> Result<(), sockeye::Error> {
     let rate = messages as f64 / elapsed;
     println!("sockeye loopback echo, {messages} messages of {size} bytes, {WINDOW} in flight");
     println!("  connect + handshake : {:>10.1} us", setup.as_secs_f64() * 1e6);
-    println!("  echo throughput     : {rate:>10.0} msgs/s  ({:.1} MB/s each way)", rate * size as f64 / 1e6);
+    println!(
+        "  echo throughput     : {rate:>10.0} msgs/s  ({:.1} MB/s each way)",
+        rate * size as f64 / 1e6
+    );
     println!(
         "  round trip (1000)   : mean {:.1} us, p50 {:.1} us, p99 {:.1} us",
         rtts.iter().sum::<Duration>().as_secs_f64() * 1e6 / rtts.len() as f64,

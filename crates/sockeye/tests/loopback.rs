@@ -35,11 +35,19 @@ async fn round_trips(addr: SocketAddr) {
     assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
     assert!(ws.get_ref().nodelay().unwrap(), "TCP_NODELAY is on by default");
     let big = Bytes::from((0..1 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
-    for m in [Message::text("héllo"), Message::binary(vec![0, 1, 2]), Message::text(""), Message::Binary(big)] {
+    for m in [
+        Message::text("héllo"),
+        Message::binary(vec![0, 1, 2]),
+        Message::text(""),
+        Message::Binary(big),
+    ] {
         ws.send(m.clone()).await.unwrap();
         assert_eq!(ws.recv().await.unwrap().unwrap(), m);
     }
-    let reply = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "bye"))).await.unwrap();
+    let reply = ws
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
+        .await
+        .unwrap();
     assert_eq!(reply.map(|f| f.code), Some(CloseCode::NORMAL));
     assert!(ws.recv().await.is_none());
 }
@@ -58,9 +66,13 @@ async fn echo_over_ipv6() {
 async fn fragments_and_batches_arrive_in_order() {
     let addr = echo_server("127.0.0.1:0").await;
     let (mut ws, _) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
-    ws.send_fragment(DataKind::Text, "frag".into(), false).await.unwrap();
+    ws.send_fragment(DataKind::Text, "frag".into(), false)
+        .await
+        .unwrap();
     ws.send(Message::Ping("between".into())).await.unwrap();
-    ws.send_fragment(DataKind::Text, "mented".into(), true).await.unwrap();
+    ws.send_fragment(DataKind::Text, "mented".into(), true)
+        .await
+        .unwrap();
     ws.flush().await.unwrap();
     assert_eq!(ws.recv().await.unwrap().unwrap(), Message::Pong("between".into()));
     assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("fragmented"));
@@ -70,7 +82,10 @@ async fn fragments_and_batches_arrive_in_order() {
     }
     ws.flush().await.unwrap();
     for i in 0..1000u32 {
-        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::binary(i.to_be_bytes().to_vec()));
+        assert_eq!(
+            ws.recv().await.unwrap().unwrap(),
+            Message::binary(i.to_be_bytes().to_vec())
+        );
     }
 }
 
@@ -106,12 +121,17 @@ async fn server_decides_subprotocol_and_refusals() {
             let (stream, _) = listener.accept().await.unwrap();
             tokio::spawn(async move {
                 let result = sockeye::accept_with(stream, &Config::default(), |req, mut resp| {
-                    if req.headers().get("origin").is_some_and(|o| o == "http://evil.example") {
+                    if req
+                        .headers()
+                        .get("origin")
+                        .is_some_and(|o| o == "http://evil.example")
+                    {
                         let mut refusal = Response::new("origin not allowed\n".to_string());
                         *refusal.status_mut() = StatusCode::FORBIDDEN;
                         return Err(refusal);
                     }
-                    resp.headers_mut().insert("sec-websocket-protocol", "v2.chat".parse().unwrap());
+                    resp.headers_mut()
+                        .insert("sec-websocket-protocol", "v2.chat".parse().unwrap());
                     Ok(resp)
                 })
                 .await;
@@ -129,7 +149,10 @@ async fn server_decides_subprotocol_and_refusals() {
     assert_eq!(response.headers()["sec-websocket-protocol"], "v2.chat");
     ws.close(None).await.unwrap();
 
-    let request = http::Request::get(format!("ws://{addr}/")).header("origin", "http://evil.example").body(()).unwrap();
+    let request = http::Request::get(format!("ws://{addr}/"))
+        .header("origin", "http://evil.example")
+        .body(())
+        .unwrap();
     match sockeye::connect(request).await {
         Err(Error::Handshake(HandshakeError::Rejected { status: 403, .. })) => {}
         other => panic!("expected a 403 refusal, got {other:?}"),
@@ -139,7 +162,11 @@ async fn server_decides_subprotocol_and_refusals() {
 /// Sends raw bytes to a fresh Sockeye server connection and returns everything the server sends
 /// back until it closes the TCP connection, plus what its handler saw.
 /// With `vanish`, the raw client sends FIN right after its bytes.
-async fn raw_exchange(request: &[u8], config: Config, vanish: bool) -> (Vec<u8>, Vec<Result<Message, Error>>) {
+async fn raw_exchange(
+    request: &[u8],
+    config: Config,
+    vanish: bool,
+) -> (Vec<u8>, Vec<Result<Message, Error>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
@@ -161,7 +188,10 @@ async fn raw_exchange(request: &[u8], config: Config, vanish: bool) -> (Vec<u8>,
         tcp.shutdown().await.unwrap();
     }
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut out)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
     (out, server.await.unwrap())
 }
 
@@ -170,11 +200,19 @@ const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnec
 
 #[tokio::test]
 async fn wrong_version_gets_426_with_the_supported_version() {
-    let (out, seen) = raw_exchange(UPGRADE.replace("Version: 13", "Version: 8").as_bytes(), Config::default(), false).await;
+    let (out, seen) = raw_exchange(
+        UPGRADE.replace("Version: 13", "Version: 8").as_bytes(),
+        Config::default(),
+        false,
+    )
+    .await;
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 426 Upgrade Required\r\n"), "{text}");
     assert!(text.contains("sec-websocket-version: 13\r\n"));
-    assert!(matches!(seen[..], [Err(Error::Handshake(HandshakeError::UnsupportedVersion))]));
+    assert!(matches!(
+        seen[..],
+        [Err(Error::Handshake(HandshakeError::UnsupportedVersion))]
+    ));
 }
 
 #[tokio::test]
@@ -183,12 +221,23 @@ async fn bytes_after_the_handshake_are_kept_and_violations_close_with_1002() {
     let mut bytes = UPGRADE.as_bytes().to_vec();
     bytes.extend_from_slice(&[0x81, 0x82, 1, 2, 3, 4, b'h' ^ 1, b'i' ^ 2]);
     bytes.extend_from_slice(&[0x81, 0x01, b'x']);
-    let (out, seen) = raw_exchange(&bytes, Config { close_timeout: Duration::from_millis(300), ..Config::default() }, false).await;
+    let (out, seen) = raw_exchange(
+        &bytes,
+        Config {
+            close_timeout: Duration::from_millis(300),
+            ..Config::default()
+        },
+        false,
+    )
+    .await;
     let head_end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     // The server's close frame: 1002, protocol error.
     assert_eq!(&out[head_end..], &[0x88, 0x02, 0x03, 0xEA]);
     assert!(matches!(&seen[0], Ok(Message::Text(t)) if t == "hi"));
-    assert!(matches!(&seen[1], Err(Error::Protocol(ProtocolViolation::UnmaskedFrame))), "{seen:?}");
+    assert!(
+        matches!(&seen[1], Err(Error::Protocol(ProtocolViolation::UnmaskedFrame))),
+        "{seen:?}"
+    );
     assert_eq!(seen.len(), 2);
 }
 
@@ -211,7 +260,9 @@ async fn handshake_and_close_timeouts() {
         // A slowloris: connects, sends half a request, then nothing.
         let (stream, _) = listener.accept().await.unwrap();
         let started = Instant::now();
-        let err = sockeye::accept_with(stream, &config, |_, r| Ok(r)).await.unwrap_err();
+        let err = sockeye::accept_with(stream, &config, |_, r| Ok(r))
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::Timeout("handshake")), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(2));
         // A peer that never answers our close frame.
@@ -231,10 +282,21 @@ async fn handshake_and_close_timeouts() {
 
 #[tokio::test]
 async fn bad_urls_and_refused_connections_are_clear_errors() {
-    assert!(matches!(sockeye::connect("http//nope").await, Err(Error::Handshake(HandshakeError::InvalidUrl(_)))));
-    assert!(matches!(sockeye::connect("ftp://127.0.0.1/").await, Err(Error::Handshake(HandshakeError::InvalidUrl(_)))));
+    assert!(matches!(
+        sockeye::connect("http//nope").await,
+        Err(Error::Handshake(HandshakeError::InvalidUrl(_)))
+    ));
+    assert!(matches!(
+        sockeye::connect("ftp://127.0.0.1/").await,
+        Err(Error::Handshake(HandshakeError::InvalidUrl(_)))
+    ));
     // Bind and drop a listener to find a port nobody listens on.
-    let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     match sockeye::connect(format!("ws://127.0.0.1:{port}/")).await {
         Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
         other => panic!("expected connection refused, got {other:?}"),
