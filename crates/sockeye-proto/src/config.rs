@@ -28,6 +28,10 @@ pub struct Config {
     /// a copy (server role only: a client must mask, which writes a copy). Default 16 KiB: below it
     /// copying into the batch buffer is cheaper than one more I/O vector.
     pub zero_copy_threshold: usize,
+    /// permessage-deflate (RFC 7692): `Some` to offer it (client) or accept it (server). Default on:
+    /// state is allocated only once a compressed message flows, so idle connections pay nothing.
+    #[cfg(feature = "deflate")]
+    pub deflate: Option<crate::extension::deflate::DeflateConfig>,
 }
 
 impl Default for Config {
@@ -39,6 +43,8 @@ impl Default for Config {
             max_handshake_size: 16 << 10,
             max_handshake_headers: 64,
             zero_copy_threshold: 16 << 10,
+            #[cfg(feature = "deflate")]
+            deflate: Some(crate::extension::deflate::DeflateConfig::default()),
         }
     }
 }

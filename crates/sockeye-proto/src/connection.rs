@@ -18,6 +18,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::config::Config;
 use crate::error::{Error, ProtocolViolation};
+use crate::extension::deflate::PerMessageDeflate;
 use crate::frame::{
     CloseCode, CloseFrame, FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode, RawHeader, apply_mask,
 };
@@ -72,12 +73,12 @@ struct IncomingFrame {
     processed: usize,
 }
 
-/// A data message that is being reassembled from fragments.
+/// A data message that is being reassembled from fragments or inflated.
 #[derive(Debug)]
 struct Reassembly {
     kind: DataKind,
-    /// The bytes of the fragments received so far.
-    data: BytesMut,
+    /// The message bytes so far (inflated, if the message is compressed).
+    data: Vec<u8>,
 }
 
 /// A WebSocket connection after the handshake: a deterministic state machine with no I/O.
@@ -99,8 +100,12 @@ pub struct Connection {
     read_buf: BytesMut,
     incoming: Option<IncomingFrame>,
     reassembly: Option<Reassembly>,
-    /// Validates the text message being received, across frames and reads.
+    /// Validates the text message being received, across frames and reads (after inflation,
+    /// when compressed).
     utf8: Option<Utf8Validator>,
+    /// The message being received has RSV1 set: its payload is deflated (RFC 7692 §6).
+    message_compressed: bool,
+    deflate: Option<PerMessageDeflate>,
     /// The kind of the fragmented message being sent, if one is in progress.
     sending_fragmented: Option<DataKind>,
     transmit: Transmit,
@@ -143,10 +148,23 @@ impl Connection {
             incoming: None,
             reassembly: None,
             utf8: None,
+            message_compressed: false,
+            deflate: None,
             sending_fragmented: None,
             transmit: Transmit::default(),
             mask_keys: (role == Role::Client).then_some(keys),
         }
+    }
+
+    /// Turns on permessage-deflate with the state the handshake negotiated
+    /// (see [`extension::deflate`](crate::extension::deflate)). Call it before any data flows.
+    pub fn set_deflate(&mut self, deflate: Option<PerMessageDeflate>) {
+        self.deflate = deflate;
+    }
+
+    /// Whether permessage-deflate is in use.
+    pub fn is_deflate_enabled(&self) -> bool {
+        self.deflate.is_some()
     }
 
     /// This end's role.
@@ -241,7 +259,11 @@ impl Connection {
 
     /// Checks a header against the role, the negotiated extensions and the message in progress.
     fn check_header(&mut self, h: &FrameHeader) -> Result<(), Error> {
-        if h.rsv != 0 {
+        // RFC 7692 §6: RSV1 marks the first frame of a compressed message, once negotiated.
+        let compressed = h.rsv == FrameHeader::RSV1
+            && self.deflate.is_some()
+            && matches!(h.opcode, OpCode::Text | OpCode::Binary);
+        if h.rsv != 0 && !compressed {
             return Err(self.fail(ProtocolViolation::ReservedBits(h.rsv)));
         }
         // §5.1: a server MUST close on an unmasked frame; a client MUST close on a masked one.
@@ -280,6 +302,7 @@ impl Connection {
                     }));
                 }
                 self.utf8 = (h.opcode == OpCode::Text).then(Utf8Validator::new);
+                self.message_compressed = compressed;
             }
             OpCode::Close | OpCode::Ping | OpCode::Pong => {}
         }
@@ -297,6 +320,7 @@ impl Connection {
             }
             // Fail fast (§8.1): check text as it arrives, not when the message is complete.
             if !frame.header.opcode.is_control()
+                && !self.message_compressed
                 && let Some(utf8) = &mut self.utf8
                 && utf8.feed(fresh).is_err()
             {
@@ -355,44 +379,69 @@ impl Connection {
                     CloseState::Closing { failed: true } | CloseState::Closed => Ok(None),
                 }
             }
-            OpCode::Text | OpCode::Binary if header.fin => {
-                // A whole message in one frame: hand over the payload without a copy.
-                if header.opcode == OpCode::Text {
-                    self.finish_text()?;
-                    return Ok(Some(Message::Text(Utf8Bytes::from_validated(payload))));
-                }
-                Ok(Some(Message::Binary(payload)))
+            OpCode::Text | OpCode::Binary | OpCode::Continuation => self.on_data(header, payload),
+        }
+    }
+
+    /// A data frame: hand over a whole uncompressed message without a copy, else append the
+    /// (inflated) payload to the message being reassembled.
+    fn on_data(&mut self, header: FrameHeader, payload: Bytes) -> Result<Option<Message>, Error> {
+        let first = header.opcode != OpCode::Continuation;
+        if first && header.fin && !self.message_compressed {
+            if header.opcode == OpCode::Text {
+                self.finish_text()?;
+                return Ok(Some(Message::Text(Utf8Bytes::from_validated(payload))));
             }
-            OpCode::Text | OpCode::Binary => {
-                let kind = if header.opcode == OpCode::Text {
-                    DataKind::Text
-                } else {
-                    DataKind::Binary
-                };
-                let mut data = BytesMut::with_capacity(payload.len());
-                data.extend_from_slice(&payload);
-                self.reassembly = Some(Reassembly { kind, data });
-                Ok(None)
+            return Ok(Some(Message::Binary(payload)));
+        }
+        if first {
+            let kind = if header.opcode == OpCode::Text {
+                DataKind::Text
+            } else {
+                DataKind::Binary
+            };
+            self.reassembly = Some(Reassembly {
+                kind,
+                data: Vec::new(),
+            });
+        }
+        // `check_header` made sure a continuation has a message to continue.
+        let Some(r) = self.reassembly.as_mut() else {
+            return Err(self.fail(ProtocolViolation::UnexpectedContinuation));
+        };
+        if self.message_compressed {
+            let before = r.data.len();
+            let limit = self.config.max_message_size;
+            let inflated = match self.deflate.as_mut() {
+                Some(d) => d.inflate(&payload, header.fin, &mut r.data, limit),
+                None => Err(ProtocolViolation::ReservedBits(FrameHeader::RSV1)),
+            };
+            // Fail fast on text: check what each frame inflates to.
+            let checked = inflated.and_then(|()| match &mut self.utf8 {
+                Some(utf8) => utf8
+                    .feed(&r.data[before..])
+                    .map_err(|_| ProtocolViolation::InvalidUtf8),
+                None => Ok(()),
+            });
+            if let Err(v) = checked {
+                return Err(self.fail(v));
             }
-            OpCode::Continuation => {
-                let Some(r) = self.reassembly.as_mut() else {
-                    return Err(self.fail(ProtocolViolation::UnexpectedContinuation));
-                };
-                r.data.extend_from_slice(&payload);
-                if !header.fin {
-                    return Ok(None);
-                }
-                let Some(r) = self.reassembly.take() else {
-                    return Ok(None);
-                };
-                let data = r.data.freeze();
-                match r.kind {
-                    DataKind::Binary => Ok(Some(Message::Binary(data))),
-                    DataKind::Text => {
-                        self.finish_text()?;
-                        Ok(Some(Message::Text(Utf8Bytes::from_validated(data))))
-                    }
-                }
+        } else {
+            r.data.extend_from_slice(&payload);
+        }
+        if !header.fin {
+            return Ok(None);
+        }
+        let Some(r) = self.reassembly.take() else {
+            return Ok(None);
+        };
+        self.message_compressed = false;
+        let data = Bytes::from(r.data);
+        match r.kind {
+            DataKind::Binary => Ok(Some(Message::Binary(data))),
+            DataKind::Text => {
+                self.finish_text()?;
+                Ok(Some(Message::Text(Utf8Bytes::from_validated(data))))
             }
         }
     }
@@ -477,8 +526,8 @@ impl Connection {
                     "a fragmented message is being sent; finish it first",
                 ));
             }
-            Message::Text(t) => self.encode_data(OpCode::Text, true, t.into_bytes()),
-            Message::Binary(b) => self.encode_data(OpCode::Binary, true, b),
+            Message::Text(t) => self.encode_message(OpCode::Text, t.into_bytes())?,
+            Message::Binary(b) => self.encode_message(OpCode::Binary, b)?,
             Message::Ping(p) => self.encode_frame(OpCode::Ping, true, &p),
             Message::Pong(p) => self.encode_frame(OpCode::Pong, true, &p),
         }
@@ -499,7 +548,9 @@ impl Connection {
             Some(_) => return Err(Error::InvalidInput("fragment kind differs from the message's")),
         };
         self.sending_fragmented = if fin { None } else { Some(kind) };
-        self.encode_data(opcode, fin, payload);
+        // Fragments streamed by the application are sent uncompressed (RFC 7692 allows it per
+        // message): compressing them would need the whole message.
+        self.encode_data(opcode, fin, 0, payload);
         Ok(())
     }
 
@@ -543,20 +594,39 @@ impl Connection {
         self.encode_frame(OpCode::Close, true, &payload);
     }
 
+    /// Queues a whole message as one frame, compressed when permessage-deflate is on and the
+    /// message is large enough (RFC 7692 §6: RSV1 on the first frame of a compressed message).
+    fn encode_message(&mut self, opcode: OpCode, payload: Bytes) -> Result<(), Error> {
+        match &mut self.deflate {
+            Some(d) if d.should_compress(payload.len()) => {
+                let compressed = d
+                    .compress(&payload)
+                    .map_err(|_| Error::InvalidInput("compression failed"))?;
+                self.encode_data(opcode, true, FrameHeader::RSV1, Bytes::from(compressed));
+            }
+            _ => self.encode_data(opcode, true, 0, payload),
+        }
+        Ok(())
+    }
+
     /// Queues a data frame; a large payload is queued without a copy where the role allows it.
-    fn encode_data(&mut self, opcode: OpCode, fin: bool, payload: Bytes) {
+    fn encode_data(&mut self, opcode: OpCode, fin: bool, rsv: u8, payload: Bytes) {
         if self.role == Role::Server && payload.len() >= self.config.zero_copy_threshold {
-            self.encode_header(opcode, fin, payload.len(), None);
+            self.encode_header(opcode, fin, rsv, payload.len(), None);
             self.transmit.push(payload);
         } else {
-            self.encode_frame(opcode, fin, &payload);
+            self.encode_frame_rsv(opcode, fin, rsv, &payload);
         }
     }
 
     /// Queues a frame by copying (and, for a client, masking) its payload into the batch buffer.
     fn encode_frame(&mut self, opcode: OpCode, fin: bool, payload: &[u8]) {
+        self.encode_frame_rsv(opcode, fin, 0, payload);
+    }
+
+    fn encode_frame_rsv(&mut self, opcode: OpCode, fin: bool, rsv: u8, payload: &[u8]) {
         let mask = self.mask_keys.as_mut().map(|next| next());
-        self.encode_header(opcode, fin, payload.len(), mask);
+        self.encode_header(opcode, fin, rsv, payload.len(), mask);
         let tail = self.transmit.tail();
         let start = tail.len();
         tail.extend_from_slice(payload);
@@ -566,10 +636,10 @@ impl Connection {
         self.transmit.commit(payload.len());
     }
 
-    fn encode_header(&mut self, opcode: OpCode, fin: bool, len: usize, mask: Option<[u8; 4]>) {
+    fn encode_header(&mut self, opcode: OpCode, fin: bool, rsv: u8, len: usize, mask: Option<[u8; 4]>) {
         let header = FrameHeader {
             fin,
-            rsv: 0,
+            rsv,
             opcode,
             mask,
             payload_len: len as u64,

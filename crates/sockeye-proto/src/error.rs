@@ -172,6 +172,8 @@ pub enum HandshakeError {
     UnexpectedSubprotocol(String),
     /// The server answered with an extension the client did not offer or cannot accept (§4.1, §9.1).
     UnexpectedExtension(String),
+    /// The server's answer to an extension offer breaks the extension's rules (e.g. RFC 7692 §7.1).
+    ExtensionRejected(String),
     /// The URL cannot be used for a WebSocket connection.
     InvalidUrl(String),
 }
@@ -208,6 +210,7 @@ impl fmt::Display for HandshakeError {
             Self::UnexpectedExtension(e) => {
                 write!(f, "server answered with extension {e:?}, which was not offered")
             }
+            Self::ExtensionRejected(why) => write!(f, "unacceptable extension response: {why}"),
             Self::InvalidUrl(why) => write!(f, "invalid URL: {why}"),
         }
     }

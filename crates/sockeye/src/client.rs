@@ -1,8 +1,10 @@
 //! Opening a connection as a client (RFC 6455 §4.1).
 
 use bytes::BytesMut;
-use http::{Request, Response, Uri};
+use http::header::SEC_WEBSOCKET_EXTENSIONS;
+use http::{HeaderValue, Request, Response, Uri};
 use sockeye_proto::Role;
+use sockeye_proto::extension;
 use sockeye_proto::handshake::ClientHandshake;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -108,7 +110,15 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     request: impl IntoClientRequest,
     config: &Config,
 ) -> Result<(WebSocket<S>, Response<()>), Error> {
-    let handshake = ClientHandshake::new(request.into_client_request()?, rand::random())?;
+    let mut request = request.into_client_request()?;
+    let headers = request.headers_mut();
+    if !headers.contains_key(SEC_WEBSOCKET_EXTENSIONS)
+        && let Some(offer) = extension::client_offer(&config.protocol)
+        && let Ok(value) = HeaderValue::from_str(&offer)
+    {
+        headers.insert(SEC_WEBSOCKET_EXTENSIONS, value);
+    }
+    let handshake = ClientHandshake::new(request, rand::random())?;
     stream.write_all(&handshake.encode_request()).await?;
     stream.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);
@@ -121,7 +131,8 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
             .into());
         }
         if let Some((response, n)) = handshake.parse_response(&buf, &config.protocol)? {
-            let ws = WebSocket::from_upgraded(stream, Role::Client, config, &buf[n..]);
+            let deflate = extension::client_accept(&config.protocol, response.headers())?;
+            let ws = WebSocket::from_upgraded(stream, Role::Client, config, &buf[n..], deflate);
             return Ok((ws, response));
         }
     }

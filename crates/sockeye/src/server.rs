@@ -4,7 +4,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use http::{Request, Response};
+use http::header::SEC_WEBSOCKET_EXTENSIONS;
+use http::{HeaderValue, Request, Response};
+use sockeye_proto::extension;
 use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
 use sockeye_proto::{HandshakeError, Role};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -67,11 +69,33 @@ where
             Ok(hello) => hello,
             Err(e) => return refuse(&mut stream, e).await,
         };
-        match decide(&request, hello.accept()) {
+        let mut response = hello.accept();
+        let mut deflate = extension::server_accept(&config.protocol, &hello.extensions);
+        if let Some((_, value)) = &deflate
+            && let Ok(value) = HeaderValue::from_str(value)
+        {
+            response.headers_mut().insert(SEC_WEBSOCKET_EXTENSIONS, value);
+        }
+        match decide(&request, response) {
             Ok(response) => {
+                // `decide` may have removed the extension to refuse compression for this client.
+                let kept = response
+                    .headers()
+                    .get(SEC_WEBSOCKET_EXTENSIONS)
+                    .and_then(|v| v.to_str().ok());
+                if deflate.as_ref().map(|(_, value)| value.as_str()) != kept {
+                    deflate = None;
+                }
                 stream.write_all(&encode_response(&response)).await?;
                 stream.flush().await?;
-                Ok(WebSocket::from_upgraded(stream, Role::Server, config, &buf[n..]))
+                let deflate = deflate.map(|(state, _)| state);
+                Ok(WebSocket::from_upgraded(
+                    stream,
+                    Role::Server,
+                    config,
+                    &buf[n..],
+                    deflate,
+                ))
             }
             Err(refusal) => {
                 let status = refusal.status();

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Sink, Stream};
+use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, Role};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
@@ -66,12 +67,20 @@ impl<S> std::fmt::Debug for WebSocket<S> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Wraps a stream on which the opening handshake has already happened. `leftover` holds bytes
-    /// that were read after the handshake and belong to the WebSocket connection.
-    pub fn from_upgraded(stream: S, role: Role, config: &Config, leftover: &[u8]) -> Self {
+    /// that were read after the handshake and belong to the WebSocket connection; `deflate` is the
+    /// compression state the handshake negotiated, if any.
+    pub fn from_upgraded(
+        stream: S,
+        role: Role,
+        config: &Config,
+        leftover: &[u8],
+        deflate: Option<PerMessageDeflate>,
+    ) -> Self {
         let mut conn = match role {
             Role::Client => Connection::with_mask_keys(role, config.protocol.clone(), Box::new(rand::random)),
             Role::Server => Connection::new(role, config.protocol.clone()),
         };
+        conn.set_deflate(deflate);
         conn.receive(leftover);
         WebSocket {
             stream,

@@ -302,3 +302,56 @@ async fn bad_urls_and_refused_connections_are_clear_errors() {
         other => panic!("expected connection refused, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn permessage_deflate_is_negotiated_by_default_and_can_be_refused() {
+    let addr = echo_server("127.0.0.1:0").await;
+    let (mut ws, response) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
+    assert_eq!(
+        response.headers()["sec-websocket-extensions"],
+        "permessage-deflate"
+    );
+    assert!(ws.connection().is_deflate_enabled());
+    let text = "compressible ".repeat(10_000);
+    ws.send(Message::text(text.clone())).await.unwrap();
+    assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text(text));
+    ws.close(None).await.unwrap();
+
+    // A client configured without it offers nothing.
+    let config = Config {
+        protocol: sockeye::ProtocolConfig {
+            deflate: None,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let (ws, response) = sockeye::connect_with(format!("ws://{addr}/"), &config)
+        .await
+        .unwrap();
+    assert!(response.headers().get("sec-websocket-extensions").is_none());
+    assert!(!ws.connection().is_deflate_enabled());
+
+    // A server's `decide` can strip the extension to refuse compression for one client.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let mut ws = sockeye::accept_with(stream, &Config::default(), |_, mut response| {
+            response.headers_mut().remove("sec-websocket-extensions");
+            Ok(response)
+        })
+        .await
+        .unwrap();
+        assert!(!ws.connection().is_deflate_enabled());
+        while let Some(Ok(m)) = ws.recv().await {
+            if m.is_data() {
+                ws.send(m).await.unwrap();
+            }
+        }
+    });
+    let (mut ws, response) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
+    assert!(response.headers().get("sec-websocket-extensions").is_none());
+    assert!(!ws.connection().is_deflate_enabled());
+    ws.send("plain").await.unwrap();
+    assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("plain"));
+}

@@ -9,6 +9,12 @@
 
 use std::fmt;
 
+#[cfg(feature = "deflate")]
+pub mod deflate;
+#[cfg(not(feature = "deflate"))]
+#[path = "deflate_off.rs"]
+pub mod deflate;
+
 /// One extension in a `Sec-WebSocket-Extensions` header: a name and its parameters, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ExtensionOffer {
@@ -29,6 +35,68 @@ impl fmt::Display for InvalidExtensionHeader {
 }
 
 impl std::error::Error for InvalidExtensionHeader {}
+
+/// The `Sec-WebSocket-Extensions` value a client sends with `config` (`None`: offer nothing).
+pub fn client_offer(config: &crate::Config) -> Option<String> {
+    #[cfg(feature = "deflate")]
+    if let Some(deflate) = &config.deflate {
+        return Some(deflate.client_offer().to_string());
+    }
+    let _ = config;
+    None
+}
+
+/// A client's check of the extensions a server accepted (RFC 6455 §9.1, RFC 7692 §7.1): the state
+/// to install with [`Connection::set_deflate`](crate::Connection::set_deflate).
+pub fn client_accept(
+    config: &crate::Config,
+    response: &http::HeaderMap,
+) -> Result<Option<deflate::PerMessageDeflate>, crate::HandshakeError> {
+    let accepted = crate::handshake::response_extensions(response)?;
+    #[cfg(feature = "deflate")]
+    if let Some(ours) = &config.deflate {
+        let mut found = accepted
+            .iter()
+            .filter(|e| e.name.eq_ignore_ascii_case(deflate::NAME));
+        let Some(response) = found.next() else {
+            return Ok(None);
+        };
+        if found.next().is_some() {
+            return Err(crate::HandshakeError::ExtensionRejected(
+                "permessage-deflate accepted twice".into(),
+            ));
+        }
+        let params = ours
+            .accept_response(response)
+            .map_err(crate::HandshakeError::ExtensionRejected)?;
+        return Ok(Some(deflate::PerMessageDeflate::new(
+            crate::Role::Client,
+            params,
+            ours,
+        )));
+    }
+    // `ClientHandshake::parse_response` already refused extensions that were not offered.
+    let _ = (config, accepted);
+    Ok(None)
+}
+
+/// A server's answer to a client's offers: the state to install and the
+/// `Sec-WebSocket-Extensions` value for the 101 response, or `None` to use no extension.
+pub fn server_accept(
+    config: &crate::Config,
+    offers: &[ExtensionOffer],
+) -> Option<(deflate::PerMessageDeflate, String)> {
+    #[cfg(feature = "deflate")]
+    if let Some(ours) = &config.deflate {
+        let (params, response) = ours.accept_offers(offers)?;
+        return Some((
+            deflate::PerMessageDeflate::new(crate::Role::Server, params, ours),
+            response.to_string(),
+        ));
+    }
+    let _ = (config, offers);
+    None
+}
 
 /// Parses the extensions of one or more `Sec-WebSocket-Extensions` header values, in order.
 ///

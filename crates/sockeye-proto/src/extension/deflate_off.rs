@@ -1,0 +1,28 @@
+//! Stand-in when the `deflate` feature is off: a type with no values, so the connection's
+//! compression paths compile away.
+
+use crate::error::ProtocolViolation;
+
+/// permessage-deflate is not compiled in (feature `deflate`).
+#[derive(Debug)]
+pub enum PerMessageDeflate {}
+
+impl PerMessageDeflate {
+    pub(crate) fn should_compress(&self, _len: usize) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn compress(&mut self, _input: &[u8]) -> Result<Vec<u8>, String> {
+        match *self {}
+    }
+
+    pub(crate) fn inflate(
+        &mut self,
+        _input: &[u8],
+        _last: bool,
+        _out: &mut Vec<u8>,
+        _limit: usize,
+    ) -> Result<(), ProtocolViolation> {
+        match *self {}
+    }
+}

@@ -1,0 +1,94 @@
+//! [`MaybeTlsStream`]: a TCP stream, or TLS over one.
+
+use std::io::IoSlice;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+/// The stream under a connection made by [`connect`](crate::connect) or served by
+/// [`Server`](crate::Server): plain TCP for `ws://`, TLS for `wss://`.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // boxing would cost a pointer chase on every read and write
+pub enum MaybeTlsStream<S = TcpStream> {
+    /// Plain TCP.
+    Plain(S),
+    /// TLS, client side.
+    #[cfg(feature = "tls")]
+    ClientTls(tokio_rustls::client::TlsStream<S>),
+    /// TLS, server side.
+    #[cfg(feature = "tls")]
+    ServerTls(tokio_rustls::server::TlsStream<S>),
+}
+
+impl MaybeTlsStream<TcpStream> {
+    /// The TCP stream underneath (for `nodelay`, addresses, socket options).
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            MaybeTlsStream::Plain(s) => s,
+            #[cfg(feature = "tls")]
+            MaybeTlsStream::ClientTls(s) => s.get_ref().0,
+            #[cfg(feature = "tls")]
+            MaybeTlsStream::ServerTls(s) => s.get_ref().0,
+        }
+    }
+}
+
+impl<S> MaybeTlsStream<S> {
+    /// Whether the stream is encrypted.
+    pub fn is_tls(&self) -> bool {
+        !matches!(self, MaybeTlsStream::Plain(_))
+    }
+}
+
+/// Forwards a call to whichever stream is inside.
+macro_rules! each {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            MaybeTlsStream::Plain($s) => $e,
+            #[cfg(feature = "tls")]
+            MaybeTlsStream::ClientTls($s) => $e,
+            #[cfg(feature = "tls")]
+            MaybeTlsStream::ServerTls($s) => $e,
+        }
+    };
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        each!(self, s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        each!(self, s => Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        each!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            MaybeTlsStream::Plain(s) => s.is_write_vectored(),
+            #[cfg(feature = "tls")]
+            MaybeTlsStream::ClientTls(s) => s.is_write_vectored(),
+            #[cfg(feature = "tls")]
+            MaybeTlsStream::ServerTls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        each!(self, s => Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        each!(self, s => Pin::new(s).poll_shutdown(cx))
+    }
+}
