@@ -1,38 +1,48 @@
 #!/usr/bin/env bash
-# conformance/run.sh server|client [--cases '1.*,2.*'] [--no-build]
+# conformance/run.sh server|client [--tls] [--cases '1.*,2.*'] [--no-build]
 #
 # Runs the real Autobahn|Testsuite (wstest 25.10.1) against Sockeye and compares every case with
 # conformance/expected.json; exits non-zero on any difference (wstest's own exit code says nothing
 # about results).
-#   server: wstest's fuzzingclient tests sockeye-autobahn-server on 127.0.0.1:$SERVER_PORT (9002);
-#           report in target/autobahn/servers/index.json
-#   client: wstest's fuzzingserver on 127.0.0.1:$CLIENT_PORT (9001) tests sockeye-autobahn-client;
-#           report in target/autobahn/clients/index.json
+#   server: wstest's fuzzingclient tests sockeye-autobahn-server on 127.0.0.1:9002 (9003 with
+#           --tls); report in target/autobahn/servers[-tls]/index.json
+#   client: wstest's fuzzingserver on 127.0.0.1:9001 (9011 with --tls) tests
+#           sockeye-autobahn-client; report in target/autobahn/clients[-tls]/index.json
+# --tls: wss:// with certificates made for the run (openssl: a CA, and a leaf for localhost and
+# 127.0.0.1). wstest's client verifies nothing; Sockeye's client trusts exactly that CA.
 # Installs wstest first if needed (conformance/install-wstest.sh, idempotent).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { echo "usage: conformance/run.sh server|client [--cases '1.*,2.*'] [--no-build]" >&2; exit 2; }
+usage() { echo "usage: conformance/run.sh server|client [--tls] [--cases '1.*,2.*'] [--no-build]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 ROLE="$1"; shift
 case "$ROLE" in server|client) ;; *) usage ;; esac
 CASES='*'
 BUILD=1
+TLS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cases) [ $# -ge 2 ] || usage; CASES="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
-    --tls) echo "run.sh: --tls is not available yet (wss:// support is a separate issue)" >&2; exit 2 ;;
+    --tls) TLS=1; shift ;;
     *) usage ;;
   esac
 done
-SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_PORT:-9002}"
-CLIENT_PORT="${SOCKEYE_AUTOBAHN_CLIENT_PORT:-9001}"
+if [ "$TLS" = 1 ]; then
+  SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_TLS_PORT:-9003}"
+  CLIENT_PORT="${SOCKEYE_AUTOBAHN_CLIENT_TLS_PORT:-9011}"
+  SCHEME=wss SUFFIX=-tls
+else
+  SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_PORT:-9002}"
+  CLIENT_PORT="${SOCKEYE_AUTOBAHN_CLIENT_PORT:-9001}"
+  SCHEME=ws SUFFIX=
+fi
 CACHE="${SOCKEYE_CACHE:-$HOME/.cache/sockeye}"
 WSTEST="$CACHE/wstest/bin/wstest"
 BIN="$ROOT/target/release"
 OUT="$ROOT/target/autobahn"
-say() { printf '[autobahn %s] %s\n' "$ROLE" "$*" >&2; }
+say() { printf '[autobahn %s%s] %s\n' "$ROLE" "$SUFFIX" "$*" >&2; }
 
 bash "$ROOT/conformance/install-wstest.sh" "$CACHE/wstest"
 if [ "$BUILD" = 1 ]; then
@@ -43,6 +53,21 @@ fi
 # The case list as JSON: '1.*,2.*' -> ["1.*", "2.*"].
 CASES_JSON="$(python3 -c 'import json,sys; print(json.dumps([c.strip() for c in sys.argv[1].split(",") if c.strip()]))' "$CASES")"
 mkdir -p "$OUT"
+TLSDIR="$OUT/tls-$ROLE"
+if [ "$TLS" = 1 ]; then
+  # A CA for the run and a leaf it signs: WebPKI (rustls) refuses a self-signed CA certificate
+  # as a server's end-entity certificate, as browsers do.
+  mkdir -p "$TLSDIR"
+  (
+    cd "$TLSDIR"
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca.pem -days 2 \
+      -subj "/CN=Sockeye Autobahn test CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign"
+    openssl req -newkey rsa:2048 -nodes -keyout key.pem -out leaf.csr -subj /CN=localhost
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n' >leaf.ext
+    openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 -extfile leaf.ext -out cert.pem
+  ) >/dev/null 2>&1 || { say "openssl could not make the test certificates"; exit 1; }
+fi
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -62,36 +87,44 @@ port_free() {
 
 START=$SECONDS
 if [ "$ROLE" = server ]; then
-  REPORT="$OUT/servers"
+  REPORT="$OUT/servers$SUFFIX"
   rm -rf "$REPORT"
-  cat >"$OUT/fuzzingclient.json" <<JSON
-{"options": {"failByDrop": false}, "outdir": "./servers",
- "servers": [{"agent": "sockeye", "url": "ws://127.0.0.1:$SERVER_PORT"}],
+  cat >"$OUT/fuzzingclient$SUFFIX.json" <<JSON
+{"options": {"failByDrop": false}, "outdir": "./servers$SUFFIX",
+ "servers": [{"agent": "sockeye", "url": "$SCHEME://127.0.0.1:$SERVER_PORT"}],
  "cases": $CASES_JSON, "exclude-cases": [], "exclude-agent-cases": {}}
 JSON
   port_free "$SERVER_PORT"
-  "$BIN/sockeye-autobahn-server" "127.0.0.1:$SERVER_PORT" 2>"$OUT/testee-server.log" &
+  TLSARGS=()
+  [ "$TLS" = 1 ] && TLSARGS=(--tls "$TLSDIR/cert.pem" "$TLSDIR/key.pem")
+  "$BIN/sockeye-autobahn-server" "127.0.0.1:$SERVER_PORT" "${TLSARGS[@]}" 2>"$OUT/testee-server$SUFFIX.log" &
   PIDS+=($!)
   wait_for_port "$SERVER_PORT" 10
   say "running wstest -m fuzzingclient (cases: $CASES)"
-  (cd "$OUT" && timeout 900 "$WSTEST" -m fuzzingclient -s fuzzingclient.json >"$OUT/wstest-server.log" 2>&1) \
-    || { say "wstest failed; see $OUT/wstest-server.log"; tail -20 "$OUT/wstest-server.log" >&2; exit 1; }
+  (cd "$OUT" && timeout 1500 "$WSTEST" -m fuzzingclient -s "fuzzingclient$SUFFIX.json" >"$OUT/wstest-server$SUFFIX.log" 2>&1) \
+    || { say "wstest failed; see $OUT/wstest-server$SUFFIX.log"; tail -20 "$OUT/wstest-server$SUFFIX.log" >&2; exit 1; }
 else
-  REPORT="$OUT/clients"
+  REPORT="$OUT/clients$SUFFIX"
   rm -rf "$REPORT"
-  cat >"$OUT/fuzzingserver.json" <<JSON
-{"url": "ws://127.0.0.1:$CLIENT_PORT", "options": {"failByDrop": false}, "outdir": "./clients",
+  # wstest's fuzzingserver reads key and cert only from the spec (its -k/-c flags are ignored
+  # in this mode); the paths are relative to its working directory.
+  KEYCERT=
+  [ "$TLS" = 1 ] && KEYCERT="\"key\": \"tls-$ROLE/key.pem\", \"cert\": \"tls-$ROLE/cert.pem\","
+  cat >"$OUT/fuzzingserver$SUFFIX.json" <<JSON
+{"url": "$SCHEME://127.0.0.1:$CLIENT_PORT", $KEYCERT "options": {"failByDrop": false}, "outdir": "./clients$SUFFIX",
  "cases": $CASES_JSON, "exclude-cases": [], "exclude-agent-cases": {}}
 JSON
   port_free "$CLIENT_PORT"
   # wstest binds every interface here (it has no option to bind loopback only); we only connect
   # to 127.0.0.1. -u 0: no web UI.
-  (cd "$OUT" && exec "$WSTEST" -m fuzzingserver -s fuzzingserver.json -u 0 >"$OUT/wstest-client.log" 2>&1) &
+  (cd "$OUT" && exec "$WSTEST" -m fuzzingserver -s "fuzzingserver$SUFFIX.json" -u 0 >"$OUT/wstest-client$SUFFIX.log" 2>&1) &
   PIDS+=($!)
   wait_for_port "$CLIENT_PORT" 60
   say "running sockeye-autobahn-client (cases: $CASES)"
-  timeout 900 "$BIN/sockeye-autobahn-client" "ws://127.0.0.1:$CLIENT_PORT" \
-    || { say "the client testee failed"; exit 1; }
+  CAARGS=()
+  [ "$TLS" = 1 ] && CAARGS=(--ca-file "$TLSDIR/ca.pem")
+  timeout 1500 "$BIN/sockeye-autobahn-client" "$SCHEME://127.0.0.1:$CLIENT_PORT" "${CAARGS[@]}" \
+    || { say "the client testee failed"; tail -5 "$OUT/wstest-client$SUFFIX.log" >&2; exit 1; }
   # updateReports writes the report before answering; give the file system a moment anyway.
   for _ in $(seq 50); do [ -s "$REPORT/index.json" ] && break; sleep 0.1; done
 fi

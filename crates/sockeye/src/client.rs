@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::stream::MaybeTlsStream;
 use crate::websocket::{WebSocket, with_deadline};
 use sockeye_proto::HandshakeError;
 
@@ -68,27 +69,25 @@ impl IntoClientRequest for Request<()> {
 /// ws.close(None).await?;
 /// # Ok(()) }
 /// ```
-pub async fn connect(request: impl IntoClientRequest) -> Result<(WebSocket<TcpStream>, Response<()>), Error> {
+pub async fn connect(
+    request: impl IntoClientRequest,
+) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
     connect_with(request, &Config::default()).await
 }
 
 /// Connects with a [`Config`]: resolves the host, tries each address (IPv6 and IPv4) in turn,
-/// sets `TCP_NODELAY` as configured, and performs the handshake within `handshake_timeout`.
+/// sets `TCP_NODELAY` as configured, negotiates TLS for `wss://` (SNI and certificate checks
+/// against the URL's host), and performs the handshake, all within `handshake_timeout`.
 pub async fn connect_with(
     request: impl IntoClientRequest,
     config: &Config,
-) -> Result<(WebSocket<TcpStream>, Response<()>), Error> {
+) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
     let request = request.into_client_request()?;
     let uri = request.uri();
-    let port = match uri.scheme_str() {
-        Some("ws" | "http") => uri.port_u16().unwrap_or(80),
-        Some("wss" | "https") => {
-            return Err(HandshakeError::InvalidUrl(
-                "wss:// needs TLS, which this build does not have".into(),
-            )
-            .into());
-        }
-        _ => return Err(HandshakeError::InvalidUrl(format!("{uri}: expected a ws:// URL")).into()),
+    let (tls, port) = match uri.scheme_str() {
+        Some("ws" | "http") => (false, uri.port_u16().unwrap_or(80)),
+        Some("wss" | "https") => (true, uri.port_u16().unwrap_or(443)),
+        _ => return Err(HandshakeError::InvalidUrl(format!("{uri}: expected a ws:// or wss:// URL")).into()),
     };
     let host = uri
         .host()
@@ -96,11 +95,35 @@ pub async fn connect_with(
     // `Uri::host` keeps the brackets of an IPv6 literal.
     let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
     with_deadline(config.handshake_timeout, "handshake", async {
-        let stream = TcpStream::connect((host.as_str(), port)).await?;
-        stream.set_nodelay(config.tcp_nodelay)?;
+        let tcp = TcpStream::connect((host.as_str(), port)).await?;
+        tcp.set_nodelay(config.tcp_nodelay)?;
+        let stream = if tls {
+            wrap_tls(tcp, &host, config).await?
+        } else {
+            MaybeTlsStream::Plain(tcp)
+        };
         client_handshake(stream, request, config).await
     })
     .await
+}
+
+#[cfg(feature = "tls")]
+async fn wrap_tls(tcp: TcpStream, host: &str, config: &Config) -> Result<MaybeTlsStream, Error> {
+    let tls_config = match &config.tls_client {
+        Some(c) => c.clone(),
+        None => crate::tls::default_client_config()?,
+    };
+    let connector = crate::tls::TlsConnector::from(tls_config);
+    let stream = connector
+        .connect(crate::tls::server_name(host)?, tcp)
+        .await
+        .map_err(Error::from)?;
+    Ok(MaybeTlsStream::ClientTls(stream))
+}
+
+#[cfg(not(feature = "tls"))]
+async fn wrap_tls(_: TcpStream, _: &str, _: &Config) -> Result<MaybeTlsStream, Error> {
+    Err(HandshakeError::InvalidUrl("wss:// needs the `tls` feature, which this build lacks".into()).into())
 }
 
 /// Performs the client handshake over a stream you connected yourself (through a proxy, over TLS,

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// };
 /// assert!(config.tcp_nodelay);
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// Limits and behaviour of the protocol engine (message size, auto-pong, handshake size).
     pub protocol: sockeye_proto::Config,
@@ -33,6 +33,12 @@ pub struct Config {
     pub write_buffer_high_water: usize,
     /// How much to read from the socket at once. Default 64 KiB (one loopback TCP segment burst).
     pub read_chunk_size: usize,
+    /// TLS settings for `wss://` connections made with this config. Default `None`: the
+    /// platform's root certificates, ALPN `http/1.1`
+    /// (see [`ClientTlsOptions`](crate::tls::ClientTlsOptions) to trust other CAs or present a
+    /// client certificate).
+    #[cfg(feature = "tls")]
+    pub tls_client: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Default for Config {
@@ -44,6 +50,8 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(10),
             write_buffer_high_water: 1 << 20,
             read_chunk_size: 64 << 10,
+            #[cfg(feature = "tls")]
+            tls_client: None,
         }
     }
 }

@@ -16,6 +16,10 @@ pub enum Error {
     Protocol(ProtocolViolation),
     /// The opening handshake failed: a bad request or response, or a refusal (`Rejected`).
     Handshake(HandshakeError),
+    /// The TLS handshake failed: unknown issuer, wrong host name, expired certificate, an alert
+    /// from the peer, or a bad local certificate or key.
+    #[cfg(feature = "tls")]
+    Tls(crate::tls::TlsError),
     /// The peer closed the TCP connection without a close frame (reported as 1006, §7.1.5).
     AbnormalClosure,
     /// The connection is closing or closed: nothing more can be sent.
@@ -51,6 +55,8 @@ impl fmt::Display for Error {
             Error::Io(e) => write!(f, "I/O error: {e}"),
             Error::Protocol(v) => write!(f, "peer violated the WebSocket protocol: {v}"),
             Error::Handshake(h) => write!(f, "WebSocket handshake failed: {h}"),
+            #[cfg(feature = "tls")]
+            Error::Tls(t) => write!(f, "TLS failed: {t}"),
             Error::AbnormalClosure => f.write_str("peer closed the connection without a close frame (1006)"),
             Error::Closed => f.write_str("the connection is closed; no more messages can be sent"),
             Error::InvalidInput(what) => write!(f, "invalid input: {what}"),
@@ -64,13 +70,25 @@ impl std::error::Error for Error {
         match self {
             Error::Io(e) => Some(e),
             Error::Handshake(h) => Some(h),
+            #[cfg(feature = "tls")]
+            Error::Tls(t) => Some(t),
             _ => None,
         }
     }
 }
 
 impl From<io::Error> for Error {
+    /// TLS failures reach us as I/O errors wrapping a `rustls::Error` (also after the handshake:
+    /// with TLS 1.3 a server refuses a client certificate after the client has finished); they
+    /// become [`Error::Tls`] so that callers can tell what went wrong.
     fn from(e: io::Error) -> Self {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Error::Tls(crate::tls::TlsError::from_rustls(tls));
+        }
         Error::Io(e)
     }
 }

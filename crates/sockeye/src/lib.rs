@@ -38,6 +38,9 @@ mod client;
 mod config;
 mod error;
 mod server;
+mod stream;
+#[cfg(feature = "tls")]
+pub mod tls;
 mod websocket;
 
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
@@ -49,4 +52,5 @@ pub use sockeye_proto::{
     self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, ProtocolViolation, Role,
     Utf8Bytes,
 };
+pub use stream::MaybeTlsStream;
 pub use websocket::WebSocket;

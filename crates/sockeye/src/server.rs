@@ -10,10 +10,11 @@ use sockeye_proto::extension;
 use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
 use sockeye_proto::{HandshakeError, Role};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::net::{TcpListener, ToSocketAddrs};
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::stream::MaybeTlsStream;
 use crate::websocket::{WebSocket, with_deadline};
 
 /// Accepts a WebSocket connection on a stream, with the default [`Config`], whatever the path,
@@ -141,19 +142,27 @@ async fn send_and_close<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) {
 ///     .await
 /// # }
 /// ```
-#[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
     config: Arc<Config>,
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Server");
+        d.field("listener", &self.listener).field("config", &self.config);
+        #[cfg(feature = "tls")]
+        d.field("tls", &self.tls.is_some());
+        d.finish()
+    }
 }
 
 impl Server {
     /// Binds a listener (IPv4 or IPv6 address, or a host name).
     pub async fn bind(addr: impl ToSocketAddrs, config: Config) -> std::io::Result<Server> {
-        Ok(Server {
-            listener: TcpListener::bind(addr).await?,
-            config: Arc::new(config),
-        })
+        Ok(Self::from_listener(TcpListener::bind(addr).await?, config))
     }
 
     /// Wraps a listener you bound yourself.
@@ -161,7 +170,17 @@ impl Server {
         Server {
             listener,
             config: Arc::new(config),
+            #[cfg(feature = "tls")]
+            tls: None,
         }
+    }
+
+    /// Serves `wss://`: every connection negotiates TLS with `acceptor` first (within the
+    /// handshake timeout). See [`ServerTls`](crate::tls::ServerTls), or bring your own acceptor.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(mut self, acceptor: crate::tls::TlsAcceptor) -> Server {
+        self.tls = Some(acceptor);
+        self
     }
 
     /// The address the listener is bound to.
@@ -173,7 +192,7 @@ impl Server {
     /// with each established connection. Failed handshakes are answered and dropped.
     pub async fn serve<H, Fut>(self, handler: H) -> std::io::Result<()>
     where
-        H: Fn(WebSocket<TcpStream>, SocketAddr) -> Fut + Clone + Send + 'static,
+        H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         loop {
@@ -188,10 +207,25 @@ impl Server {
             };
             let config = Arc::clone(&self.config);
             let handler = handler.clone();
+            #[cfg(feature = "tls")]
+            let tls = self.tls.clone();
             tokio::spawn(async move {
                 if stream.set_nodelay(config.tcp_nodelay).is_err() {
                     return;
                 }
+                #[cfg(feature = "tls")]
+                let stream = match tls {
+                    Some(acceptor) => {
+                        let handshake = async { acceptor.accept(stream).await.map_err(Error::from) };
+                        match with_deadline(config.handshake_timeout, "handshake", handshake).await {
+                            Ok(tls) => MaybeTlsStream::ServerTls(tls),
+                            Err(_) => return,
+                        }
+                    }
+                    None => MaybeTlsStream::Plain(stream),
+                };
+                #[cfg(not(feature = "tls"))]
+                let stream = MaybeTlsStream::Plain(stream);
                 if let Ok(ws) = accept_with(stream, &config, |_, response| Ok(response)).await {
                     handler(ws, peer).await;
                 }

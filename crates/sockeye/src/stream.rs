@@ -36,6 +36,15 @@ impl MaybeTlsStream<TcpStream> {
 }
 
 impl<S> MaybeTlsStream<S> {
+    /// On a server TLS stream, the host name the client sent with SNI.
+    pub fn sni_hostname(&self) -> Option<&str> {
+        match self {
+            #[cfg(feature = "tls")]
+            MaybeTlsStream::ServerTls(s) => s.get_ref().1.server_name(),
+            _ => None,
+        }
+    }
+
     /// Whether the stream is encrypted.
     pub fn is_tls(&self) -> bool {
         !matches!(self, MaybeTlsStream::Plain(_))
@@ -56,7 +65,11 @@ macro_rules! each {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         each!(self, s => Pin::new(s).poll_read(cx, buf))
     }
 }

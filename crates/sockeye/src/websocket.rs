@@ -54,6 +54,10 @@ pub struct WebSocket<S> {
     /// The peer has closed its side of the stream.
     read_eof: bool,
     write_shut: bool,
+    /// Bytes were handed to the stream but its flush has not completed. A TLS stream accepts
+    /// plaintext into its own buffer and may still owe the socket the records; without this flag
+    /// an empty transmit queue would look like "nothing to do" and the data would sit there.
+    unflushed: bool,
 }
 
 impl<S> std::fmt::Debug for WebSocket<S> {
@@ -93,6 +97,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             close_deadline: None,
             read_eof: false,
             write_shut: false,
+            unflushed: false,
         }
     }
 
@@ -178,7 +183,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             }
             // Out of buffered input: write what is queued (replies, pongs, close frames) before
             // waiting for more. Pending is fine: the waker is registered for both directions.
-            if !self.conn.transmit().is_empty()
+            if (!self.conn.transmit().is_empty() || self.unflushed)
                 && let Poll::Ready(Err(e)) = self.poll_write_out(cx)
             {
                 return Poll::Ready(Some(Err(self.finish_with(e))));
@@ -250,6 +255,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Writes everything queued, then flushes the stream.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         while !self.conn.transmit().is_empty() {
+            self.unflushed = true;
             let n = ready!(tokio_util::io::poll_write_buf(
                 Pin::new(&mut self.stream),
                 cx,
@@ -259,7 +265,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                 return Poll::Ready(Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()));
             }
         }
-        Poll::Ready(ready!(Pin::new(&mut self.stream).poll_flush(cx)).map_err(Error::from))
+        ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
+        self.unflushed = false;
+        Poll::Ready(Ok(()))
     }
 
     /// Waits until the write queue is below the high-water mark (backpressure).

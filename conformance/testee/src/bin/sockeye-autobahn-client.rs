@@ -1,18 +1,40 @@
-//! The client that Autobahn's fuzzingserver tests: `sockeye-autobahn-client [BASE_URL]`
-//! (default ws://127.0.0.1:9001). Runs every case (`/getCaseCount`, `/runCase?case=N&agent=A`),
+//! The client that Autobahn's fuzzingserver tests:
+//! `sockeye-autobahn-client [BASE_URL] [--ca-file PEM]` (default ws://127.0.0.1:9001; for a
+//! wss:// URL, `--ca-file` names the certificate to trust). Runs every case (`/getCaseCount`, `/runCase?case=N&agent=A`),
 //! echoing, then asks the server to write its report (`/updateReports?agent=A`).
 
 use std::process::ExitCode;
 
-use sockeye::Message;
+use sockeye::tls::ClientTlsOptions;
+use sockeye::{Config, Message};
 use sockeye_conformance::{AGENT, echo};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let base = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "ws://127.0.0.1:9001".into());
-    match run(&base).await {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (base, ca) = match args.as_slice() {
+        [] => ("ws://127.0.0.1:9001", None),
+        [base] => (base.as_str(), None),
+        [base, flag, ca] if flag == "--ca-file" => (base.as_str(), Some(ca)),
+        _ => {
+            eprintln!("usage: sockeye-autobahn-client [BASE_URL] [--ca-file PEM]");
+            return ExitCode::from(2);
+        }
+    };
+    let mut config = Config::default();
+    if let Some(ca) = ca {
+        match ClientTlsOptions::default()
+            .add_ca_file(ca)
+            .and_then(|o| o.build())
+        {
+            Ok(tls) => config.tls_client = Some(tls),
+            Err(e) => {
+                eprintln!("sockeye-autobahn-client: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    match run(base, &config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sockeye-autobahn-client: {e}");
@@ -21,22 +43,22 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(base: &str) -> Result<(), sockeye::Error> {
-    let count = case_count(base).await?;
+async fn run(base: &str, config: &Config) -> Result<(), sockeye::Error> {
+    let count = case_count(base, config).await?;
     eprintln!("sockeye-autobahn-client: {count} cases");
     for case in 1..=count {
         let url = format!("{base}/runCase?case={case}&agent={AGENT}");
         // A case may fail on purpose; only a connection that cannot be made at all stops the run.
-        let (ws, _) = sockeye::connect(url.as_str()).await?;
+        let (ws, _) = sockeye::connect_with(url.as_str(), config).await?;
         echo(ws).await;
     }
-    let (mut ws, _) = sockeye::connect(format!("{base}/updateReports?agent={AGENT}")).await?;
+    let (mut ws, _) = sockeye::connect_with(format!("{base}/updateReports?agent={AGENT}"), config).await?;
     while ws.recv().await.is_some() {}
     Ok(())
 }
 
-async fn case_count(base: &str) -> Result<u32, sockeye::Error> {
-    let (mut ws, _) = sockeye::connect(format!("{base}/getCaseCount")).await?;
+async fn case_count(base: &str, config: &Config) -> Result<u32, sockeye::Error> {
+    let (mut ws, _) = sockeye::connect_with(format!("{base}/getCaseCount"), config).await?;
     let mut count = None;
     while let Some(item) = ws.recv().await {
         if let Ok(Message::Text(text)) = item {
