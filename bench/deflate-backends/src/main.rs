@@ -2,28 +2,14 @@
 //! messages of about 1 KiB, each sync-flushed (RFC 7692 §7.2.1) with context takeover, and the
 //! bytes a connection's compressor and decompressor allocate.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
 
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+mod counting;
 
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 fn messages() -> Vec<Vec<u8>> {
     let mut seed = 0x2545F491u32;
@@ -57,7 +43,7 @@ fn main() {
     let msgs = messages();
     let total: usize = msgs.iter().map(Vec::len).sum();
     for level in [1u32, 6] {
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = counting::live();
         let mut c = Compress::new(Compression::new(level), false);
         let mut d = Decompress::new(false);
         let mut compressed = Vec::with_capacity(msgs.len());
@@ -74,7 +60,7 @@ fn main() {
             compressed.push(out);
         }
         let ct = t.elapsed().as_secs_f64();
-        let mem_after_compress = LIVE.load(Ordering::Relaxed) - before - compressed.iter().map(|v| v.capacity()).sum::<usize>();
+        let mem_after_compress = counting::live() - before - compressed.iter().map(|v| v.capacity()).sum::<usize>();
         let t = Instant::now();
         let mut out = Vec::with_capacity(4096);
         for (m, z) in msgs.iter().zip(&compressed) {

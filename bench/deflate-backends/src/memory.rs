@@ -1,29 +1,15 @@
 //! Bytes a Sockeye server connection holds for permessage-deflate, after one 4 KiB JSON-like
 //! message each way, for several negotiations. Measured with a counting allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sockeye_proto::extension::deflate::DeflateConfig;
 use sockeye_proto::extension::{client_accept, client_offer, parse_extensions, server_accept};
 use sockeye_proto::{Config, Connection, Message, Role};
 
-struct Counting;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+mod counting;
 
 #[global_allocator]
-static A: Counting = Counting;
+static A: counting::Counting = counting::Counting;
 
 fn main() {
     let text: String = (0..200).map(|i| format!(r#"{{"id":{i},"v":"x{}"}},"#, i * 7919 % 1000)).collect();
@@ -39,24 +25,24 @@ fn main() {
         let cc = Config { deflate: Some(deflate.clone()), ..Config::default() };
         let sc = Config { deflate: Some(deflate), ..Config::default() };
         let offer = client_offer(&cc).unwrap();
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = counting::live();
         let (state, response) = server_accept(&sc, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
         let mut server = Connection::new(Role::Server, sc);
         server.set_deflate(Some(state));
-        let idle = LIVE.load(Ordering::Relaxed) - before;
+        let idle = counting::live() - before;
         let mut headers = http::HeaderMap::new();
         headers.insert("sec-websocket-extensions", response.parse().unwrap());
         let mut client = Connection::new(Role::Client, cc);
         client.set_deflate(client_accept(client.config(), &headers).unwrap());
-        let before_client = LIVE.load(Ordering::Relaxed);
+        let before_client = counting::live();
         client.send(Message::text(text.clone())).unwrap();
         let wire = client.transmit_bytes();
-        let client_cost = LIVE.load(Ordering::Relaxed) - before_client;
+        let client_cost = counting::live() - before_client;
         server.receive(&wire);
         let got = server.poll_message().unwrap().unwrap();
         server.send(got).unwrap();
         drop(server.transmit_bytes());
-        let after = LIVE.load(Ordering::Relaxed) - before - client_cost;
+        let after = counting::live() - before - client_cost;
         println!("| {name} | {} B | {} KiB |", idle, after / 1024);
     }
 }
