@@ -192,7 +192,18 @@ impl Server {
     /// with each established connection. Failed handshakes are answered and dropped.
     pub async fn serve<H, Fut>(self, handler: H) -> std::io::Result<()>
     where
-        H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + 'static,
+        H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.serve_requests(move |ws, _request, peer| handler(ws, peer))
+            .await
+    }
+
+    /// [`serve`](Self::serve), with the handshake request (path, query, headers) handed to the
+    /// handler too, for decisions made after the upgrade.
+    pub async fn serve_requests<H, Fut>(self, handler: H) -> std::io::Result<()>
+    where
+        H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         loop {
@@ -226,8 +237,14 @@ impl Server {
                 };
                 #[cfg(not(feature = "tls"))]
                 let stream = MaybeTlsStream::Plain(stream);
-                if let Ok(ws) = accept_with(stream, &config, |_, response| Ok(response)).await {
-                    handler(ws, peer).await;
+                let mut request = None;
+                let accepted = accept_with(stream, &config, |req, response| {
+                    request = Some(req.clone());
+                    Ok(response)
+                })
+                .await;
+                if let (Ok(ws), Some(request)) = (accepted, request) {
+                    handler(ws, request, peer).await;
                 }
             });
         }

@@ -1,0 +1,164 @@
+//! Command-line definitions (IXWebSocket's sub-command and flag names).
+
+use clap::{Args, Parser, Subcommand};
+
+/// Sockeye's WebSocket tool.
+#[derive(Debug, Parser)]
+#[command(name = "ws", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The sub-commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Echo every message back to its sender.
+    #[command(name = "echo_server")]
+    EchoServer(EchoServerArgs),
+    /// Send a message and count the echoes (or, with -m, only count what arrives).
+    #[command(name = "echo_client")]
+    EchoClient(EchoClientArgs),
+    /// Push a message to every client as fast as it reads (path /N: N messages, then close).
+    #[command(name = "push_server")]
+    PushServer(PushServerArgs),
+    /// Pipe: stdin lines become messages, messages are printed one per line.
+    Cat(CatArgs),
+    /// Pipe, server side: accept one client; its messages go to stdout, stdin lines to it.
+    Listen(ListenArgs),
+}
+
+/// Where a server listens, and with what.
+#[derive(Debug, Args, Clone)]
+pub struct ServerOpts {
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to bind.
+    #[arg(long, default_value_t = 8008)]
+    pub port: u16,
+    /// Bind the IPv6 loopback (::1) instead of the IPv4 one.
+    #[arg(short = '6', long = "ipv6")]
+    pub ipv6: bool,
+    /// Disable permessage-deflate.
+    #[arg(short = 'x', long = "disable_deflate")]
+    pub no_deflate: bool,
+    /// Write the process id to this file.
+    #[arg(long)]
+    pub pidfile: Option<std::path::PathBuf>,
+    /// Serve wss:// (needs --cert-file and --key-file).
+    #[arg(long)]
+    pub tls: bool,
+    /// PEM certificate chain for --tls.
+    #[arg(long = "cert-file", alias = "cert_file")]
+    pub cert_file: Option<std::path::PathBuf>,
+    /// PEM private key for --tls.
+    #[arg(long = "key-file", alias = "key_file")]
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+/// How a client connects.
+#[derive(Debug, Args, Clone)]
+pub struct ClientOpts {
+    /// ws:// or wss:// URL.
+    pub url: String,
+    /// Disable permessage-deflate.
+    #[arg(short = 'x', long = "disable_deflate")]
+    pub no_deflate: bool,
+    /// Trust the CA certificates in this PEM file (besides the system's).
+    #[arg(long = "ca-file", alias = "ca_file")]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Accept any server certificate (testing only).
+    #[arg(long = "verify_none", alias = "verify-none")]
+    pub verify_none: bool,
+    /// Accept a certificate issued for another host name (testing only).
+    #[arg(long = "disable-hostname-validation", alias = "disable_hostname_validation")]
+    pub disable_hostname_validation: bool,
+}
+
+/// `echo_server`.
+#[derive(Debug, Args)]
+pub struct EchoServerArgs {
+    #[command(flatten)]
+    pub server: ServerOpts,
+    /// Quiet: do not log each message.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Greet each client with a message when it connects.
+    #[arg(short = 'g', long)]
+    pub greet: bool,
+    /// Do not answer pings.
+    #[arg(short = 'p', long = "disable_pong")]
+    pub no_pong: bool,
+    /// Require this exact Authorization header; other clients are closed with 4001.
+    #[arg(long = "http_authorization_header")]
+    pub authorization: Option<String>,
+}
+
+/// `echo_client`.
+#[derive(Debug, Args)]
+pub struct EchoClientArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Mute: send nothing, only count what arrives.
+    #[arg(short = 'm', long)]
+    pub mute: bool,
+    /// The message to send.
+    #[arg(long = "send_msg", default_value = "hello world")]
+    pub send_msg: String,
+    /// Send it as a binary message.
+    #[arg(short = 'b', long)]
+    pub binary: bool,
+    /// Stop after this many received messages (default: run until closed or interrupted).
+    #[arg(long = "msg_count")]
+    pub msg_count: Option<u64>,
+}
+
+/// `push_server`.
+#[derive(Debug, Args)]
+pub struct PushServerArgs {
+    #[command(flatten)]
+    pub server: ServerOpts,
+    /// The message to push.
+    #[arg(long = "send_msg", default_value = "yo")]
+    pub send_msg: String,
+    /// Quiet: no per-connection log.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+/// `cat`.
+#[derive(Debug, Args)]
+pub struct CatArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    #[command(flatten)]
+    pub pipe: PipeOpts,
+}
+
+/// `listen`.
+#[derive(Debug, Args)]
+pub struct ListenArgs {
+    #[command(flatten)]
+    pub server: ServerOpts,
+    #[command(flatten)]
+    pub pipe: PipeOpts,
+}
+
+/// What the pipes do with lines and messages.
+#[derive(Debug, Args, Clone)]
+pub struct PipeOpts {
+    /// Send stdin lines as binary messages (default: text).
+    #[arg(short = 'b', long, conflicts_with = "text")]
+    pub binary: bool,
+    /// Send stdin lines as text messages (the default).
+    #[arg(short = 't', long)]
+    pub text: bool,
+    /// Keep receiving after stdin ends (default: close the connection at end of input).
+    #[arg(short = 'n', long = "no-close")]
+    pub no_close: bool,
+    /// Exit after receiving this many messages.
+    #[arg(long = "max-messages")]
+    pub max_messages: Option<u64>,
+}

@@ -1,0 +1,81 @@
+//! `cat` and `listen`: websocat-style pipes between stdin/stdout and one connection.
+
+use futures_util::{SinkExt, StreamExt};
+use sockeye::{MaybeTlsStream, Message, WebSocket};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::Failure;
+use crate::cli::{CatArgs, ListenArgs, PipeOpts};
+use crate::echo::abnormal_close;
+use crate::output::escape;
+use crate::tls::{client_config, listen as bind_listener, server_config};
+
+/// Connects to a URL and pipes.
+pub(crate) async fn cat(args: CatArgs) -> Result<(), Failure> {
+    let config = client_config(&args.client)?;
+    let (ws, _) = sockeye::connect_with(args.client.url.as_str(), &config).await?;
+    pump(ws, &args.pipe).await
+}
+
+/// Accepts one client and pipes.
+pub(crate) async fn listen(args: ListenArgs) -> Result<(), Failure> {
+    let (config, acceptor) = server_config(&args.server)?;
+    let listener = bind_listener(&args.server).await?;
+    let scheme = if acceptor.is_some() { "wss" } else { "ws" };
+    eprintln!(
+        "ws listen: waiting for one client on {scheme}://{}",
+        listener.local_addr()?
+    );
+    let (tcp, peer) = listener.accept().await?;
+    tcp.set_nodelay(true)?;
+    let stream = match acceptor {
+        Some(acceptor) => {
+            MaybeTlsStream::ServerTls(acceptor.accept(tcp).await.map_err(sockeye::Error::from)?)
+        }
+        None => MaybeTlsStream::Plain(tcp),
+    };
+    let ws = sockeye::accept_with(stream, &config, |_, response| Ok(response)).await?;
+    eprintln!("ws listen: {peer} connected");
+    pump(ws, &args.pipe).await
+}
+
+/// Lines from stdin become messages; messages are printed one per line, escaped. At the end of
+/// stdin the connection is closed (1000) unless `-n`; the pipe ends when the connection does.
+async fn pump(ws: WebSocket<MaybeTlsStream>, opts: &PipeOpts) -> Result<(), Failure> {
+    let (mut sink, mut stream) = ws.split();
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdin_open = true;
+    let mut received = 0u64;
+    let mut failure = None;
+    loop {
+        tokio::select! {
+            line = lines.next_line(), if stdin_open => match line? {
+                Some(line) => {
+                    let message = if opts.binary { Message::binary(line.into_bytes()) } else { Message::text(line) };
+                    sink.send(message).await?;
+                }
+                None => {
+                    stdin_open = false;
+                    if !opts.no_close {
+                        sink.close().await?;
+                    }
+                }
+            },
+            item = stream.next() => match item {
+                Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => {
+                    println!("{}", escape(m.as_payload()));
+                    received += 1;
+                    if opts.max_messages.is_some_and(|n| received >= n) {
+                        sink.close().await?;
+                        stdin_open = false;
+                    }
+                }
+                Some(Ok(Message::Close(frame))) => failure = abnormal_close(frame.as_ref()),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e.into()),
+                None => break,
+            },
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}

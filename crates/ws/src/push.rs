@@ -1,0 +1,45 @@
+//! `push_server`: as fast as each client reads.
+
+use sockeye::{CloseCode, CloseFrame, Message};
+
+use crate::Failure;
+use crate::cli::PushServerArgs;
+use crate::tls::bind;
+
+/// Pushes `--send_msg` to every client. The path `/N` sends N messages and then closes (1000);
+/// any other path pushes until the client goes away. `feed` waits at the write high-water mark,
+/// so a slow client slows its pusher instead of growing memory.
+pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
+    let server = bind(&args.server, |_| {}, "push_server").await?;
+    let message = Message::text(args.send_msg);
+    let quiet = args.quiet;
+    let serving = server.serve_requests(move |mut ws, request, peer| {
+        let message = message.clone();
+        async move {
+            let limit: Option<u64> = request.uri().path().trim_start_matches('/').parse().ok();
+            if !quiet {
+                eprintln!(
+                    "{peer}: connected, pushing {}",
+                    limit.map_or("until it leaves".into(), |n| format!("{n} messages"))
+                );
+            }
+            let mut sent = 0u64;
+            while limit.is_none_or(|n| sent < n) {
+                if ws.feed(message.clone()).await.is_err() {
+                    break;
+                }
+                sent += 1;
+            }
+            if limit.is_some() {
+                let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
+            }
+            if !quiet {
+                eprintln!("{peer}: sent {sent} messages");
+            }
+        }
+    });
+    tokio::select! {
+        result = serving => result.map_err(Failure::from),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}

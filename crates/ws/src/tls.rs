@@ -1,0 +1,78 @@
+//! Turning the TLS and compression flags into library configuration.
+
+use sockeye::tls::{ClientTlsOptions, ServerTls, TlsAcceptor};
+use sockeye::{Config, Server};
+
+use crate::Failure;
+use crate::cli::{ClientOpts, ServerOpts};
+
+/// The client configuration the flags ask for.
+pub(crate) fn client_config(opts: &ClientOpts) -> Result<Config, Failure> {
+    let mut config = Config::default();
+    if opts.no_deflate {
+        config.protocol.deflate = None;
+    }
+    if opts.url.starts_with("wss://") {
+        let mut tls = ClientTlsOptions {
+            danger_accept_invalid_certs: opts.verify_none,
+            danger_skip_hostname_verification: opts.disable_hostname_validation,
+            ..Default::default()
+        };
+        if let Some(ca) = &opts.ca_file {
+            tls = tls.add_ca_file(ca)?;
+        }
+        config.tls_client = Some(tls.build()?);
+    }
+    Ok(config)
+}
+
+/// The server configuration and, with `--tls`, the acceptor.
+pub(crate) fn server_config(opts: &ServerOpts) -> Result<(Config, Option<TlsAcceptor>), Failure> {
+    let mut config = Config::default();
+    if opts.no_deflate {
+        config.protocol.deflate = None;
+    }
+    let acceptor = if opts.tls {
+        let (Some(cert), Some(key)) = (&opts.cert_file, &opts.key_file) else {
+            return Err(Failure::new("--tls needs --cert-file and --key-file"));
+        };
+        Some(ServerTls::from_pem_files(cert, key)?.acceptor())
+    } else {
+        None
+    };
+    Ok((config, acceptor))
+}
+
+/// Binds a server as the flags say (after `adjust` has had its say on the configuration), writes
+/// the pid file, and announces the URL on stderr.
+pub(crate) async fn bind(
+    opts: &ServerOpts,
+    adjust: impl FnOnce(&mut Config),
+    name: &str,
+) -> Result<Server, Failure> {
+    let (mut config, acceptor) = server_config(opts)?;
+    adjust(&mut config);
+    let mut server = Server::from_listener(listen(opts).await?, config);
+    let scheme = if acceptor.is_some() { "wss" } else { "ws" };
+    if let Some(acceptor) = acceptor {
+        server = server.with_tls(acceptor);
+    }
+    if let Some(pidfile) = &opts.pidfile {
+        std::fs::write(pidfile, format!("{}\n", std::process::id()))
+            .map_err(|e| Failure::new(format!("{}: {e}", pidfile.display())))?;
+    }
+    eprintln!("ws {name}: listening on {scheme}://{}", server.local_addr()?);
+    Ok(server)
+}
+
+/// The TCP listener for `--host`/`--port` (`-6`: the IPv6 loopback).
+pub(crate) async fn listen(opts: &ServerOpts) -> Result<tokio::net::TcpListener, Failure> {
+    let host = if opts.ipv6 && opts.host == "127.0.0.1" {
+        "::1"
+    } else {
+        opts.host.as_str()
+    };
+    tokio::net::TcpListener::bind((host, opts.port))
+        .await
+        .map_err(|e| Failure::new(format!("cannot listen on {host}:{}: {e}", opts.port)))
+}

@@ -1,0 +1,167 @@
+//! The real `ws` binary, run as a user would.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn ws() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ws"))
+}
+
+/// A server sub-command on a free port; returns it once it prints "listening".
+struct Running(Child, u16);
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut child = ws()
+            .args(args)
+            .args(["--port", &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stderr.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("listening") || line.contains("waiting"), "{line}");
+        Running(child, port)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("ws://127.0.0.1:{}{path}", self.1)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs a client sub-command with `input` on stdin, bounded in time.
+fn run(args: &[&str], input: &str) -> Output {
+    let mut child = ws()
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "ws {args:?} did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn echo_server_and_cat_round_trip() {
+    let server = Running::start(&["echo_server", "-q"]);
+    let out = run(&["cat", &server.url("/")], "hello\nsecond line\n\u{1b}[31mred\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Control characters from the peer are escaped, one message per line.
+    assert_eq!(text(&out.stdout), "hello\nsecond line\n\\x1b[31mred\n");
+    let out = run(&["cat", "-b", "-x", &server.url("/")], "binary, uncompressed\n");
+    assert_eq!(text(&out.stdout), "binary, uncompressed\n");
+}
+
+#[test]
+fn push_server_and_echo_client_count_every_message() {
+    let server = Running::start(&["push_server", "-q", "--send_msg", "yo"]);
+    let out = run(&["echo_client", "-m", &server.url("/50000")], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("messages received: 50000 total in"), "{stdout}");
+}
+
+#[test]
+fn echo_client_round_trips_and_stops_at_msg_count() {
+    let server = Running::start(&["echo_server", "-q"]);
+    let out = run(
+        &[
+            "echo_client",
+            "--send_msg",
+            "ping",
+            "--msg_count",
+            "500",
+            &server.url("/"),
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("messages received: 500 total in"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn authorization_is_enforced_with_close_4001() {
+    let server = Running::start(&[
+        "echo_server",
+        "-q",
+        "--http_authorization_header",
+        "Bearer s3cret",
+    ]);
+    let out = run(&["cat", &server.url("/")], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("4001"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn listen_pipes_to_cat() {
+    let mut server = Running::start(&["listen", "--max-messages", "2"]);
+    let mut stdin = server.0.stdin.take().unwrap();
+    stdin.write_all(b"from the server\n").unwrap();
+    stdin.flush().unwrap();
+    let out = run(&["cat", "-n", &server.url("/")], "one\ntwo\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "from the server\n");
+    let status = server.0.wait().unwrap();
+    assert!(status.success());
+    let mut got = String::new();
+    std::io::Read::read_to_string(server.0.stdout.as_mut().unwrap(), &mut got).unwrap();
+    assert_eq!(got, "one\ntwo\n");
+}
+
+#[test]
+fn bad_input_gives_one_clear_line_and_exit_codes() {
+    let out = run(&["cat", "nope://x"], "");
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("invalid URL"), "{err}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = run(&["cat", &format!("ws://127.0.0.1:{port}/")], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("refused"), "{}", text(&out.stderr));
+
+    let out = run(&["cat"], "");
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+    let out = run(&["echo_server", "--tls"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--cert-file"), "{}", text(&out.stderr));
+    let out = run(&["--version"], "");
+    assert!(out.status.success() && text(&out.stdout).starts_with("ws "));
+}
