@@ -27,6 +27,37 @@ pub enum Command {
     Cat(CatArgs),
     /// Pipe, server side: accept one client; its messages go to stdout, stdin lines to it.
     Listen(ListenArgs),
+    /// Benchmark Sockeye against itself on loopback: push rate, round trips, connection set-up.
+    Bench(BenchArgs),
+}
+
+/// `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Messages pushed in the push test (split across connections).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub count: u64,
+    /// Payload size in bytes.
+    #[arg(long, default_value_t = 2)]
+    pub size: usize,
+    /// Concurrent connections in the push test.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
+    /// Sequential echoes in the round-trip test.
+    #[arg(long = "round-trips", default_value_t = 1000)]
+    pub round_trips: usize,
+    /// Sequential connections in the set-up test.
+    #[arg(long, default_value_t = 200)]
+    pub connects: usize,
+    /// Negotiate permessage-deflate.
+    #[arg(long)]
+    pub deflate: bool,
+    /// Skip wss://.
+    #[arg(long = "no-tls")]
+    pub no_tls: bool,
+    /// Stop every test after this many seconds, whatever the counts.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
 }
 
 /// Where a server listens, and with what.

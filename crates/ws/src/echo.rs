@@ -20,7 +20,7 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
             if let Some(expected) = authorization {
                 let given = request
                     .headers()
-                    .get(http_authorization())
+                    .get("authorization")
                     .and_then(|v| v.to_str().ok());
                 if given != Some(expected.as_str()) {
                     if !quiet {
@@ -63,10 +63,6 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
         result = serving => result.map_err(Failure::from),
         _ = tokio::signal::ctrl_c() => Ok(()),
     }
-}
-
-fn http_authorization() -> &'static str {
-    "authorization"
 }
 
 /// Sends a message and counts echoes, or with `-m` only counts; prints the rate every second in

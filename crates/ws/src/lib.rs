@@ -6,6 +6,7 @@
 //! Exit codes: 0 success; 1 the connection failed (refused, TLS, handshake rejected, closed
 //! abnormally, or closed by the peer with a code other than 1000/1001); 2 bad usage.
 
+mod bench;
 mod cli;
 mod echo;
 mod output;
@@ -60,6 +61,7 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::PushServer(args) => push::server(args).await,
         Command::Cat(args) => pipe::cat(args).await,
         Command::Listen(args) => pipe::listen(args).await,
+        Command::Bench(args) => bench::run(args).await,
     }
 }
 

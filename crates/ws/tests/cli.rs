@@ -165,3 +165,30 @@ fn bad_input_gives_one_clear_line_and_exit_codes() {
     let out = run(&["--version"], "");
     assert!(out.status.success() && text(&out.stdout).starts_with("ws "));
 }
+
+#[test]
+fn bench_runs_every_scenario_on_both_transports() {
+    let out = run(
+        &[
+            "bench",
+            "--count",
+            "20000",
+            "--round-trips",
+            "50",
+            "--connects",
+            "5",
+            "--seconds",
+            "15",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for line in ["ws:", "wss:", "push", "echo rtt", "connect"] {
+        assert!(stdout.contains(line), "missing {line:?} in {stdout}");
+    }
+    assert!(
+        stdout.contains("(20000 messages in"),
+        "every pushed message counted: {stdout}"
+    );
+}
