@@ -1,7 +1,7 @@
 //! What the Autobahn|Testsuite testees share: the echo loop.
 
 use futures_util::StreamExt;
-use sockeye::WebSocket;
+use sockeye::{Config, Message, WebSocket};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// The Autobahn agent name; reports are written as `sockeye_case_*.json`.
@@ -23,4 +23,35 @@ pub async fn echo<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocket<S>) -> Op
         }
     }
     None
+}
+
+/// Autobahn's fuzzingserver protocol, as a client: asks `base` for the number of cases, runs each
+/// one (`/runCase?case=N&agent=sockeye`) by echoing, then asks for the report
+/// (`/updateReports?agent=sockeye`). Cases that fail on purpose do not stop the run; a connection
+/// that cannot be made at all does.
+pub async fn run_fuzzingserver_client(base: &str, config: &Config) -> Result<(), sockeye::Error> {
+    let count = case_count(base, config).await?;
+    eprintln!("autobahn: {count} cases");
+    for case in 1..=count {
+        let url = format!("{base}/runCase?case={case}&agent={AGENT}");
+        // A case may fail on purpose; only a connection that cannot be made at all stops the run.
+        let (ws, _) = sockeye::connect_with(url.as_str(), config).await?;
+        echo(ws).await;
+    }
+    let (mut ws, _) = sockeye::connect_with(format!("{base}/updateReports?agent={AGENT}"), config).await?;
+    while ws.recv().await.is_some() {}
+    Ok(())
+}
+
+async fn case_count(base: &str, config: &Config) -> Result<u32, sockeye::Error> {
+    let (mut ws, _) = sockeye::connect_with(format!("{base}/getCaseCount"), config).await?;
+    let mut count = None;
+    while let Some(item) = ws.recv().await {
+        if let Ok(Message::Text(text)) = item {
+            count = text.trim().parse().ok();
+        }
+    }
+    count.ok_or(sockeye::Error::InvalidInput(
+        "the server did not send a case count",
+    ))
 }

@@ -29,6 +29,87 @@ pub enum Command {
     Listen(ListenArgs),
     /// Benchmark Sockeye against itself on loopback: push rate, round trips, connection set-up.
     Bench(BenchArgs),
+    /// Relay every message to every other connected client.
+    #[command(name = "broadcast_server")]
+    BroadcastServer(RelayArgs),
+    /// The relay that `send` and `receive` meet at (a broadcast server for large messages).
+    Transfer(RelayArgs),
+    /// Send a file through a relay to the clients running `receive`.
+    Send(SendArgs),
+    /// Receive one file through a relay, check it, and write it under the sender's file name.
+    Receive(ReceiveArgs),
+    /// Send pings and print the round-trip time of each pong.
+    Ping(PingArgs),
+    /// Connect to URL/N, receive N messages, print the rate.
+    Autoroute(AutorouteArgs),
+    /// Run Autobahn|Testsuite's fuzzingserver cases as a client.
+    Autobahn(AutobahnArgs),
+}
+
+/// `broadcast_server` and `transfer`.
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    #[command(flatten)]
+    pub server: ServerOpts,
+    /// Quiet: no per-connection log.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+/// `send`.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// The file to send.
+    pub path: std::path::PathBuf,
+    /// How long to wait for a receiver's acknowledgement, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
+}
+
+/// `receive`.
+#[derive(Debug, Args)]
+pub struct ReceiveArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Directory to write the file into.
+    #[arg(long = "output-dir", alias = "output_dir", default_value = ".")]
+    pub output_dir: std::path::PathBuf,
+    /// The largest file accepted, in bytes.
+    #[arg(long = "max-size", default_value_t = 1 << 30)]
+    pub max_size: usize,
+}
+
+/// `ping`.
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Number of pings.
+    #[arg(short = 'c', long, default_value_t = 4)]
+    pub count: u32,
+    /// Milliseconds between pings.
+    #[arg(long = "interval_ms", default_value_t = 1000)]
+    pub interval_ms: u64,
+}
+
+/// `autoroute`.
+#[derive(Debug, Args)]
+pub struct AutorouteArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// How many messages to ask for and receive.
+    #[arg(long = "msg_count", default_value_t = 1000)]
+    pub msg_count: u64,
+}
+
+/// `autobahn`.
+#[derive(Debug, Args)]
+pub struct AutobahnArgs {
+    /// The fuzzingserver's base URL.
+    #[arg(long, default_value = "ws://127.0.0.1:9001")]
+    pub url: String,
 }
 
 /// `bench`.

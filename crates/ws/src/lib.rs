@@ -12,7 +12,10 @@ mod echo;
 mod output;
 mod pipe;
 mod push;
+mod relay;
 mod tls;
+mod tools;
+mod transfer;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -62,6 +65,13 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Cat(args) => pipe::cat(args).await,
         Command::Listen(args) => pipe::listen(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::BroadcastServer(args) => relay::server(args, "broadcast_server").await,
+        Command::Transfer(args) => relay::server(args, "transfer").await,
+        Command::Send(args) => transfer::send(args).await,
+        Command::Receive(args) => transfer::receive(args).await,
+        Command::Ping(args) => tools::ping(args).await,
+        Command::Autoroute(args) => tools::autoroute(args).await,
+        Command::Autobahn(args) => tools::autobahn(args).await,
     }
 }
 

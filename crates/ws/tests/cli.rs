@@ -192,3 +192,103 @@ fn bench_runs_every_scenario_on_both_transports() {
         "every pushed message counted: {stdout}"
     );
 }
+
+/// Starts a client sub-command in the background (for the relay tests).
+fn spawn_client(args: &[&str]) -> Child {
+    ws().args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_bounded(child: Child) -> Output {
+    let mut child = child;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "a client did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn send_and_receive_a_20_mib_file_byte_identical() {
+    let relay = Running::start(&["transfer", "-q"]);
+    let dir = std::env::temp_dir().join(format!("ws-transfer-{}", std::process::id()));
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let file = dir.join("payload.bin");
+    let data: Vec<u8> = (0..20u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&file, &data).unwrap();
+    let mut receiver = spawn_client(&[
+        "receive",
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+        &relay.url("/"),
+    ]);
+    // The receiver announces itself once connected.
+    let mut line = String::new();
+    BufReader::new(receiver.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("waiting"), "{line}");
+    let sent = run(&["send", &relay.url("/"), file.to_str().unwrap()], "");
+    assert!(sent.status.success(), "{}", text(&sent.stderr));
+    let received = wait_bounded(receiver);
+    assert!(received.status.success(), "{}", text(&received.stderr));
+    assert_eq!(
+        std::fs::read(out_dir.join("payload.bin")).unwrap(),
+        data,
+        "byte-identical"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&out_dir).unwrap().collect();
+    assert_eq!(leftovers.len(), 1, "no temporary files left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn broadcast_reaches_every_other_client() {
+    let relay = Running::start(&["broadcast_server", "-q"]);
+    let listeners: Vec<Child> = (0..3)
+        .map(|_| spawn_client(&["cat", "-n", "--max-messages", "1", &relay.url("/")]))
+        .collect();
+    // Give the listeners time to join before speaking.
+    std::thread::sleep(Duration::from_millis(500));
+    // The speaker sends one line and closes at the end of its input.
+    let speaker = run(&["cat", &relay.url("/")], "hello everyone\n");
+    assert!(speaker.status.success(), "{}", text(&speaker.stderr));
+    assert_eq!(text(&speaker.stdout), "", "a sender does not hear itself");
+    for l in listeners {
+        let out = wait_bounded(l);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "hello everyone\n");
+    }
+}
+
+#[test]
+fn ping_and_autoroute() {
+    let server = Running::start(&["echo_server", "-q"]);
+    let out = run(
+        &["ping", "--count", "3", "--interval_ms", "10", &server.url("/")],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).matches("pong from").count(),
+        3,
+        "{}",
+        text(&out.stdout)
+    );
+    let push = Running::start(&["push_server", "-q"]);
+    let out = run(&["autoroute", "--msg_count", "10000", &push.url("")], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("received 10000 of 10000 messages"),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -5,9 +5,9 @@
 
 use std::process::ExitCode;
 
+use sockeye::Config;
 use sockeye::tls::ClientTlsOptions;
-use sockeye::{Config, Message};
-use sockeye_conformance::{AGENT, echo};
+use sockeye_conformance::run_fuzzingserver_client as run;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -41,31 +41,4 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-async fn run(base: &str, config: &Config) -> Result<(), sockeye::Error> {
-    let count = case_count(base, config).await?;
-    eprintln!("sockeye-autobahn-client: {count} cases");
-    for case in 1..=count {
-        let url = format!("{base}/runCase?case={case}&agent={AGENT}");
-        // A case may fail on purpose; only a connection that cannot be made at all stops the run.
-        let (ws, _) = sockeye::connect_with(url.as_str(), config).await?;
-        echo(ws).await;
-    }
-    let (mut ws, _) = sockeye::connect_with(format!("{base}/updateReports?agent={AGENT}"), config).await?;
-    while ws.recv().await.is_some() {}
-    Ok(())
-}
-
-async fn case_count(base: &str, config: &Config) -> Result<u32, sockeye::Error> {
-    let (mut ws, _) = sockeye::connect_with(format!("{base}/getCaseCount"), config).await?;
-    let mut count = None;
-    while let Some(item) = ws.recv().await {
-        if let Ok(Message::Text(text)) = item {
-            count = text.trim().parse().ok();
-        }
-    }
-    count.ok_or(sockeye::Error::InvalidInput(
-        "the server did not send a case count",
-    ))
 }
