@@ -20,10 +20,10 @@ pub(crate) async fn ping(args: PingArgs) -> Result<(), Failure> {
         ws.send(Message::Ping(payload.clone())).await?;
         let wait = tokio::time::timeout(Duration::from_secs(5), async {
             while let Some(item) = ws.recv().await {
-                if let Message::Pong(p) = item? {
-                    if p == payload {
-                        return Ok::<bool, Failure>(true);
-                    }
+                if let Message::Pong(p) = item?
+                    && p == payload
+                {
+                    return Ok::<bool, Failure>(true);
                 }
             }
             Ok(false)

@@ -57,16 +57,16 @@ pub(crate) async fn send(args: SendArgs) -> Result<(), Failure> {
     eprintln!();
     let wait = tokio::time::timeout(Duration::from_secs(args.timeout), async {
         while let Some(item) = ws.recv().await {
-            if let Message::Text(t) = item? {
-                if let Some(acked) = t.strip_prefix(&format!("{ACK}\n")) {
-                    return if acked == digest {
-                        Ok(())
-                    } else {
-                        Err(Failure::new(
-                            "the receiver got different bytes (checksum mismatch)",
-                        ))
-                    };
-                }
+            if let Message::Text(t) = item?
+                && let Some(acked) = t.strip_prefix(&format!("{ACK}\n"))
+            {
+                return if acked == digest {
+                    Ok(())
+                } else {
+                    Err(Failure::new(
+                        "the receiver got different bytes (checksum mismatch)",
+                    ))
+                };
             }
         }
         Err(Failure::new(
