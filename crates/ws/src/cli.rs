@@ -44,6 +44,44 @@ pub enum Command {
     Autoroute(AutorouteArgs),
     /// Run Autobahn|Testsuite's fuzzingserver cases as a client.
     Autobahn(AutobahnArgs),
+    /// Interactive client: type messages; /stop and /start; reconnects with backoff unless -d.
+    Connect(ConnectArgs),
+    /// Chat through a broadcast server: your lines go out as "USER: line".
+    Chat(ChatArgs),
+}
+
+/// `connect`.
+#[derive(Debug, Args)]
+pub struct ConnectArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Extra request header, "Name: value" (repeatable).
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+    /// Send lines as binary messages.
+    #[arg(short = 'b', long)]
+    pub binary: bool,
+    /// Subprotocol to ask for.
+    #[arg(long)]
+    pub subprotocol: Option<String>,
+    /// Send a ping every this many seconds (0: never).
+    #[arg(long = "ping_interval", default_value_t = 0)]
+    pub ping_interval: u64,
+    /// Do not reconnect when the connection drops.
+    #[arg(short = 'd', long = "disable_automatic_reconnection")]
+    pub no_reconnect: bool,
+    /// The longest wait between reconnection attempts, in milliseconds.
+    #[arg(long = "max_wait", default_value_t = 10_000)]
+    pub max_wait: u64,
+}
+
+/// `chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub client: ClientOpts,
+    /// Your name, put before each line you send.
+    pub user: String,
 }
 
 /// `broadcast_server` and `transfer`.

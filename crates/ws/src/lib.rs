@@ -8,6 +8,7 @@
 
 mod bench;
 mod cli;
+mod connect;
 mod echo;
 mod output;
 mod pipe;
@@ -72,6 +73,8 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Ping(args) => tools::ping(args).await,
         Command::Autoroute(args) => tools::autoroute(args).await,
         Command::Autobahn(args) => tools::autobahn(args).await,
+        Command::Connect(args) => connect::run(args).await,
+        Command::Chat(args) => pipe::chat(args).await,
     }
 }
 

@@ -5,7 +5,7 @@ use sockeye::{MaybeTlsStream, Message, WebSocket};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::Failure;
-use crate::cli::{CatArgs, ListenArgs, PipeOpts};
+use crate::cli::{CatArgs, ChatArgs, ListenArgs, PipeOpts};
 use crate::echo::abnormal_close;
 use crate::output::escape;
 use crate::tls::{client_config, listen as bind_listener, server_config};
@@ -14,7 +14,20 @@ use crate::tls::{client_config, listen as bind_listener, server_config};
 pub(crate) async fn cat(args: CatArgs) -> Result<(), Failure> {
     let config = client_config(&args.client)?;
     let (ws, _) = sockeye::connect_with(args.client.url.as_str(), &config).await?;
-    pump(ws, &args.pipe).await
+    pump(ws, &args.pipe, "").await
+}
+
+/// A pipe whose outgoing lines are signed "USER: ".
+pub(crate) async fn chat(args: ChatArgs) -> Result<(), Failure> {
+    let config = client_config(&args.client)?;
+    let (ws, _) = sockeye::connect_with(args.client.url.as_str(), &config).await?;
+    let opts = PipeOpts {
+        binary: false,
+        text: true,
+        no_close: false,
+        max_messages: None,
+    };
+    pump(ws, &opts, &format!("{}: ", args.user)).await
 }
 
 /// Accepts one client and pipes.
@@ -36,12 +49,12 @@ pub(crate) async fn listen(args: ListenArgs) -> Result<(), Failure> {
     };
     let ws = sockeye::accept_with(stream, &config, |_, response| Ok(response)).await?;
     eprintln!("ws listen: {peer} connected");
-    pump(ws, &args.pipe).await
+    pump(ws, &args.pipe, "").await
 }
 
 /// Lines from stdin become messages; messages are printed one per line, escaped. At the end of
 /// stdin the connection is closed (1000) unless `-n`; the pipe ends when the connection does.
-async fn pump(ws: WebSocket<MaybeTlsStream>, opts: &PipeOpts) -> Result<(), Failure> {
+async fn pump(ws: WebSocket<MaybeTlsStream>, opts: &PipeOpts, prefix: &str) -> Result<(), Failure> {
     let (mut sink, mut stream) = ws.split();
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut stdin_open = true;
@@ -51,6 +64,7 @@ async fn pump(ws: WebSocket<MaybeTlsStream>, opts: &PipeOpts) -> Result<(), Fail
         tokio::select! {
             line = lines.next_line(), if stdin_open => match line? {
                 Some(line) => {
+                    let line = format!("{prefix}{line}");
                     let message = if opts.binary { Message::binary(line.into_bytes()) } else { Message::text(line) };
                     sink.send(message).await?;
                 }

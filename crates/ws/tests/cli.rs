@@ -126,18 +126,22 @@ fn authorization_is_enforced_with_close_4001() {
 
 #[test]
 fn listen_pipes_to_cat() {
+    // Client to server: `listen` prints what arrives and closes after two messages.
     let mut server = Running::start(&["listen", "--max-messages", "2"]);
-    let mut stdin = server.0.stdin.take().unwrap();
-    stdin.write_all(b"from the server\n").unwrap();
-    stdin.flush().unwrap();
     let out = run(&["cat", "-n", &server.url("/")], "one\ntwo\n");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "from the server\n");
-    let status = server.0.wait().unwrap();
-    assert!(status.success());
+    assert!(server.0.wait().unwrap().success());
     let mut got = String::new();
     std::io::Read::read_to_string(server.0.stdout.as_mut().unwrap(), &mut got).unwrap();
     assert_eq!(got, "one\ntwo\n");
+    // Server to client: `listen` sends its stdin, and closes at its end.
+    let mut server = Running::start(&["listen"]);
+    let mut stdin = server.0.stdin.take().unwrap();
+    stdin.write_all(b"from the server\n").unwrap();
+    drop(stdin);
+    let out = run(&["cat", "-n", &server.url("/")], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "from the server\n");
 }
 
 #[test]
@@ -257,7 +261,7 @@ fn broadcast_reaches_every_other_client() {
         .map(|_| spawn_client(&["cat", "-n", "--max-messages", "1", &relay.url("/")]))
         .collect();
     // Give the listeners time to join before speaking.
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(1000));
     // The speaker sends one line and closes at the end of its input.
     let speaker = run(&["cat", &relay.url("/")], "hello everyone\n");
     assert!(speaker.status.success(), "{}", text(&speaker.stderr));
@@ -291,4 +295,46 @@ fn ping_and_autoroute() {
         "{}",
         text(&out.stdout)
     );
+}
+
+#[test]
+fn connect_prints_the_handshake_sends_lines_and_stops() {
+    let server = Running::start(&["echo_server", "-q", "--http_authorization_header", "Bearer k"]);
+    let out = run(
+        &["connect", "-H", "Authorization: Bearer k", &server.url("/")],
+        "hello\n/stop\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("connected: HTTP/1.1 101 Switching Protocols\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sec-websocket-accept"), "{stdout}");
+    assert!(stdout.contains("received: hello\n"), "{stdout}");
+    // Without the header the server closes with 4001; with -d there is no retry.
+    let out = run(&["connect", "-d", &server.url("/")], "");
+    assert!(
+        text(&out.stdout).contains("closed by the server: 4001"),
+        "{}",
+        text(&out.stdout)
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = run(&["connect", "-d", &format!("ws://127.0.0.1:{port}/")], "");
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn chat_signs_lines_with_the_user_name() {
+    let relay = Running::start(&["broadcast_server", "-q"]);
+    let listener = spawn_client(&["cat", "-n", "--max-messages", "1", &relay.url("/")]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let out = run(&["chat", &relay.url("/"), "alice"], "hi all\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let heard = wait_bounded(listener);
+    assert_eq!(text(&heard.stdout), "alice: hi all\n");
 }
