@@ -6,6 +6,9 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "ws", version, about, propagate_version = true)]
 pub struct Cli {
+    /// Log what happens to stderr (-v: connections and errors, -vv: more). Quiet by default.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -118,6 +118,11 @@ async fn session(
                 Some(Err(e)) => return Ended::Dropped(e.to_string()),
                 None => return Ended::Dropped("the connection closed".into()),
             },
+            _ = tokio::signal::ctrl_c() => {
+                let _ = sink.send(Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "")))).await;
+                drain(&mut stream).await;
+                return Ended::InputClosed;
+            }
             _ = pings.tick(), if args.ping_interval > 0 => {
                 if let Err(e) = sink.send(Message::Ping(Bytes::from_static(b"ws"))).await {
                     return Ended::Dropped(e.to_string());

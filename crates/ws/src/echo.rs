@@ -7,6 +7,7 @@ use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::{EchoClientArgs, EchoServerArgs};
+use crate::shutdown::{self, serve_until_ctrl_c};
 use crate::tls::{bind, client_config};
 
 /// Echoes every message; `-q` silences the per-message log.
@@ -14,9 +15,12 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
     let no_pong = args.no_pong;
     let server = bind(&args.server, |c| c.protocol.auto_pong = !no_pong, "echo_server").await?;
     let (quiet, greet, authorization) = (args.quiet, args.greet, args.authorization);
+    let (shutdown, trigger) = shutdown::channel();
     let serving = server.serve_requests(move |mut ws, request, peer| {
         let authorization = authorization.clone();
+        let mut shutdown = shutdown.clone();
         async move {
+            let _active = shutdown.enter();
             if let Some(expected) = authorization {
                 let given = request
                     .headers()
@@ -38,31 +42,33 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
             if greet && ws.send("Welcome !").await.is_err() {
                 return;
             }
-            while let Some(item) = ws.next().await {
-                match item {
-                    Ok(m) if m.is_data() => {
-                        if !quiet {
-                            eprintln!("{peer}: received {} bytes", m.as_payload().len());
+            loop {
+                tokio::select! {
+                    item = ws.next() => match item {
+                        Some(Ok(m)) if m.is_data() => {
+                            if !quiet {
+                                eprintln!("{peer}: received {} bytes", m.as_payload().len());
+                            }
+                            if ws.feed(m).await.is_err() {
+                                break;
+                            }
                         }
-                        if ws.feed(m).await.is_err() {
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => {
+                            tracing::info!(%peer, "connection ended: {e}");
                             break;
                         }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        if !quiet {
-                            eprintln!("{peer}: {e}");
-                        }
+                        None => break,
+                    },
+                    _ = shutdown.requested() => {
+                        let _ = ws.close(Some(CloseFrame::new(CloseCode::GOING_AWAY, ""))).await;
                         break;
                     }
                 }
             }
         }
     });
-    tokio::select! {
-        result = serving => result.map_err(Failure::from),
-        _ = tokio::signal::ctrl_c() => Ok(()),
-    }
+    serve_until_ctrl_c(serving, trigger).await
 }
 
 /// Sends a message and counts echoes, or with `-m` only counts; prints the rate every second in

@@ -14,6 +14,7 @@ mod output;
 mod pipe;
 mod push;
 mod relay;
+mod shutdown;
 mod tls;
 mod tools;
 mod transfer;
@@ -38,6 +39,17 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             };
         }
     };
+    if cli.verbose > 0 {
+        let level = if cli.verbose == 1 {
+            tracing::Level::INFO
+        } else {
+            tracing::Level::DEBUG
+        };
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(level)
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

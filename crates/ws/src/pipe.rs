@@ -1,7 +1,7 @@
 //! `cat` and `listen`: websocat-style pipes between stdin/stdout and one connection.
 
 use futures_util::{SinkExt, StreamExt};
-use sockeye::{MaybeTlsStream, Message, WebSocket};
+use sockeye::{CloseCode, CloseFrame, MaybeTlsStream, Message, WebSocket};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::Failure;
@@ -89,6 +89,11 @@ async fn pump(ws: WebSocket<MaybeTlsStream>, opts: &PipeOpts, prefix: &str) -> R
                 Some(Err(e)) => return Err(e.into()),
                 None => break,
             },
+            _ = tokio::signal::ctrl_c() => {
+                // Going away: close with 1001 and read until the peer's reply ends the stream.
+                let _ = sink.send(Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "")))).await;
+                stdin_open = false;
+            }
         }
     }
     failure.map_or(Ok(()), Err)

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::Failure;
 use crate::cli::RelayArgs;
+use crate::shutdown::{self, serve_until_ctrl_c};
 use crate::tls::bind;
 
 /// Messages queued for one client before it counts as too slow and is disconnected (1008): a
@@ -24,16 +25,20 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
     let peers: Peers = Arc::default();
     let next_id = Arc::new(AtomicU64::new(0));
     let quiet = args.quiet;
+    let (shutdown, trigger) = shutdown::channel();
     let serving = server.serve(move |ws, addr| {
         let peers = peers.clone();
         let id = next_id.fetch_add(1, Ordering::Relaxed);
+        let mut shutdown = shutdown.clone();
         async move {
+            let _active = shutdown.enter();
             let (tx, mut rx) = mpsc::channel::<Message>(QUEUE);
             lock(&peers).insert(id, tx);
             if !quiet {
                 eprintln!("{addr}: joined ({} connected)", lock(&peers).len());
             }
             let (mut sink, mut stream) = ws.split();
+            let leaving = shutdown.clone();
             let writer = tokio::spawn(async move {
                 while let Some(m) = rx.recv().await {
                     // Batch: flush once the queue is drained.
@@ -41,15 +46,27 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
                         return;
                     }
                 }
-                // Dropped from the registry: too slow, or leaving.
-                let _ = sink
-                    .send(Message::Close(Some(CloseFrame::new(
-                        CloseCode::POLICY_VIOLATION,
-                        "too slow",
-                    ))))
-                    .await;
+                // Dropped from the registry: the server is going away, or this client was too slow.
+                let frame = if leaving.is_requested() {
+                    CloseFrame::new(CloseCode::GOING_AWAY, "")
+                } else {
+                    CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow")
+                };
+                let _ = sink.send(Message::Close(Some(frame))).await;
             });
-            while let Some(Ok(m)) = stream.next().await {
+            loop {
+                let m = tokio::select! {
+                    item = stream.next() => match item {
+                        Some(Ok(m)) => m,
+                        _ => break,
+                    },
+                    _ = shutdown.requested() => {
+                        // Leave the registry: the writer then sends 1001; read until the reply.
+                        lock(&peers).remove(&id);
+                        while let Some(Ok(_)) = stream.next().await {}
+                        break;
+                    }
+                };
                 if !m.is_data() {
                     continue;
                 }
@@ -67,16 +84,15 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
                 }
             }
             lock(&peers).remove(&id);
-            writer.abort();
+            if !shutdown.is_requested() {
+                writer.abort();
+            }
             if !quiet {
                 eprintln!("{addr}: left");
             }
         }
     });
-    tokio::select! {
-        result = serving => result.map_err(Failure::from),
-        _ = tokio::signal::ctrl_c() => Ok(()),
-    }
+    serve_until_ctrl_c(serving, trigger).await
 }
 
 /// The registry lock; a panic while holding it cannot leave the map half-updated, so a poisoned

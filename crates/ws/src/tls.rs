@@ -62,6 +62,7 @@ pub(crate) async fn bind(
             .map_err(|e| Failure::new(format!("{}: {e}", pidfile.display())))?;
     }
     eprintln!("ws {name}: listening on {scheme}://{}", server.local_addr()?);
+    tracing::info!(name, pid = std::process::id(), "serving");
     Ok(server)
 }
 

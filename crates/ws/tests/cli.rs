@@ -338,3 +338,66 @@ fn chat_signs_lines_with_the_user_name() {
     let heard = wait_bounded(listener);
     assert_eq!(text(&heard.stdout), "alice: hi all\n");
 }
+
+#[test]
+fn ctrl_c_closes_every_connection_with_1001() {
+    // A pushing server's close waits behind what it already queued: its client must read fast.
+    let push = Running::start(&["push_server", "-q", "--send_msg", "yo"]);
+    let client = spawn_client(&["echo_client", "-m", &push.url("/")]);
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = push.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = wait_bounded(client);
+    assert!(
+        out.status.success(),
+        "a 1001 close is a clean end: {}",
+        text(&out.stderr)
+    );
+    for server_args in [&["echo_server", "-q"][..], &["broadcast_server", "-q"]] {
+        let mut server = Running::start(server_args);
+        let mut client = spawn_client(&["connect", "-d", &server.url("/")]);
+        let mut line = String::new();
+        let mut stdout = BufReader::new(client.stdout.take().unwrap());
+        stdout.read_line(&mut line).unwrap();
+        assert!(line.starts_with("connected:"), "{line}");
+        // Read the client's output as a terminal would, so that it keeps reading its socket.
+        let reader = std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
+            rest
+        });
+        let pid = server.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(status) = server.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{server_args:?} did not exit on SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success(), "{server_args:?}: {status:?}");
+        let _ = wait_bounded(client);
+        let rest = reader.join().unwrap();
+        let tail: String = rest.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
+        assert!(
+            rest.contains("closed by the server: 1001"),
+            "{server_args:?}: ...{tail}"
+        );
+    }
+}
