@@ -3,10 +3,13 @@
 #![cfg(feature = "deflate")]
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{client_frame, drain};
 use proptest::prelude::*;
 use sockeye_proto::extension::deflate::{DeflateConfig, PerMessageDeflate};
 use sockeye_proto::extension::{client_accept, parse_extensions, server_accept};
-use sockeye_proto::frame::{FrameHeader, MAX_HEADER_LEN, OpCode, apply_mask};
+use sockeye_proto::frame::OpCode;
 use sockeye_proto::{Config, Connection, Error, Message, ProtocolViolation, Role};
 
 /// A client and a server that negotiated `client` offer against `server` config.
@@ -29,32 +32,6 @@ fn negotiated(client: DeflateConfig, server: DeflateConfig) -> (Connection, Conn
     let mut s = Connection::new(Role::Server, sc);
     s.set_deflate(Some(server_state));
     (c, s)
-}
-
-fn drain(conn: &mut Connection, bytes: &[u8]) -> Result<Vec<Message>, Error> {
-    conn.receive(bytes);
-    let mut out = Vec::new();
-    while let Some(m) = conn.poll_message()? {
-        out.push(m);
-    }
-    Ok(out)
-}
-
-fn masked(fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) -> Vec<u8> {
-    let mask = [9, 8, 7, 6];
-    let header = FrameHeader {
-        fin,
-        rsv,
-        opcode,
-        mask: Some(mask),
-        payload_len: payload.len() as u64,
-    };
-    let mut buf = [0u8; MAX_HEADER_LEN];
-    let n = header.encode(&mut buf);
-    let mut out = buf[..n].to_vec();
-    out.extend_from_slice(payload);
-    apply_mask(&mut out[n..], mask, 0);
-    out
 }
 
 /// Raw deflate of `data` with a sync flush and the tail removed, as a peer would send it.
@@ -94,9 +71,9 @@ fn a_fragmented_compressed_message_with_control_frames_between() {
     let (_, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
     let z = deflated("Hello, fragmented and compressed world".as_bytes());
     let (a, b) = z.split_at(z.len() / 2);
-    let mut bytes = masked(false, 0x4, OpCode::Text, a);
-    bytes.extend(masked(true, 0, OpCode::Ping, b"p"));
-    bytes.extend(masked(true, 0, OpCode::Continuation, b));
+    let mut bytes = client_frame(false, 0x4, OpCode::Text, a);
+    bytes.extend(client_frame(true, 0, OpCode::Ping, b"p"));
+    bytes.extend(client_frame(true, 0, OpCode::Continuation, b));
     let got = drain(&mut s, &bytes).unwrap();
     assert_eq!(
         got,
@@ -112,8 +89,8 @@ fn rsv1_rules() {
     // RSV1 on a continuation frame, or on a control frame, is a protocol error (§6.1).
     let (_, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
     let bytes = [
-        masked(false, 0x4, OpCode::Text, &deflated(b"abc")),
-        masked(true, 0x4, OpCode::Continuation, b""),
+        client_frame(false, 0x4, OpCode::Text, &deflated(b"abc")),
+        client_frame(true, 0x4, OpCode::Continuation, b""),
     ]
     .concat();
     assert_eq!(
@@ -122,13 +99,16 @@ fn rsv1_rules() {
     );
     let (_, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
     assert_eq!(
-        drain(&mut s, &masked(true, 0x4, OpCode::Ping, b"")),
+        drain(&mut s, &client_frame(true, 0x4, OpCode::Ping, b"")),
         Err(ProtocolViolation::ReservedBits(4).into())
     );
     // Without negotiation RSV1 is reserved.
     let mut plain = Connection::new(Role::Server, Config::default());
     assert_eq!(
-        drain(&mut plain, &masked(true, 0x4, OpCode::Text, &deflated(b"abc"))),
+        drain(
+            &mut plain,
+            &client_frame(true, 0x4, OpCode::Text, &deflated(b"abc"))
+        ),
         Err(ProtocolViolation::ReservedBits(4).into())
     );
 }
@@ -150,19 +130,19 @@ fn a_deflate_bomb_is_refused_with_1009_and_garbage_with_1007() {
     let (state, _) = server_accept(&sc, &parse_extensions(["permessage-deflate"]).unwrap()).unwrap();
     s_small.set_deflate(Some(state));
     let bomb = deflated(&vec![b'a'; 16 << 20]);
-    let err = drain(&mut s_small, &masked(true, 0x4, OpCode::Binary, &bomb)).unwrap_err();
+    let err = drain(&mut s_small, &client_frame(true, 0x4, OpCode::Binary, &bomb)).unwrap_err();
     assert!(
         matches!(err, Error::Protocol(ProtocolViolation::MessageTooBig { .. })),
         "{err:?}"
     );
     assert_eq!(err.close_code().unwrap().0, 1009);
-    let err = drain(&mut s, &masked(true, 0x4, OpCode::Binary, &[0xff; 40])).unwrap_err();
+    let err = drain(&mut s, &client_frame(true, 0x4, OpCode::Binary, &[0xff; 40])).unwrap_err();
     assert_eq!(err.close_code().unwrap().0, 1007, "{err:?}");
     // Inflated text is still checked as UTF-8.
     let (_, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
     let err = drain(
         &mut s,
-        &masked(true, 0x4, OpCode::Text, &deflated(&[b'a', 0xff, b'b'])),
+        &client_frame(true, 0x4, OpCode::Text, &deflated(&[b'a', 0xff, b'b'])),
     )
     .unwrap_err();
     assert_eq!(err, Error::Protocol(ProtocolViolation::InvalidUtf8));
@@ -239,7 +219,7 @@ proptest! {
     fn corrupt_compressed_payloads_close_cleanly(data in proptest::collection::vec(any::<u8>(), 0..300), text in any::<bool>()) {
         let (_, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
         let opcode = if text { OpCode::Text } else { OpCode::Binary };
-        match drain(&mut s, &masked(true, 0x4, opcode, &data)) {
+        match drain(&mut s, &client_frame(true, 0x4, opcode, &data)) {
             Ok(_) => {}
             Err(e) => prop_assert!(matches!(e.close_code().map(|c| c.0), Some(1007 | 1002 | 1009)), "{:?}", e),
         }

@@ -49,20 +49,9 @@ impl Drop for Running {
 
 /// Runs a client sub-command with `input` on stdin, bounded in time.
 fn run(args: &[&str], input: &str) -> Output {
-    let mut child = ws()
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_client(args);
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "ws {args:?} did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    wait_bounded(child)
 }
 
 fn text(bytes: &[u8]) -> String {
