@@ -10,7 +10,7 @@ use futures_util::{Sink, Stream};
 use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, Role};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 use crate::config::Config;
 use crate::error::Error;
@@ -325,7 +325,7 @@ pub(crate) async fn with_deadline<T>(
     what: &'static str,
     fut: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
-    match tokio::time::timeout_at(Instant::now() + limit, fut).await {
+    match tokio::time::timeout(limit, fut).await {
         Ok(result) => result,
         Err(_) => Err(Error::Timeout(what)),
     }

@@ -74,10 +74,11 @@ fn check_parsed(
     match status {
         Ok(httparse::Status::Complete(n)) if n <= limit => Ok(Some(n)),
         Ok(httparse::Status::Partial) if buffered <= limit => Ok(None),
-        Ok(_) | Err(httparse::Error::TooManyHeaders) if buffered > limit => {
+        // Complete but longer than the limit, or still incomplete past it.
+        Ok(_) => Err(crate::HandshakeError::HeadTooLarge { limit }),
+        Err(httparse::Error::TooManyHeaders) if buffered > limit => {
             Err(crate::HandshakeError::HeadTooLarge { limit })
         }
-        Ok(_) => Err(crate::HandshakeError::HeadTooLarge { limit }),
         Err(httparse::Error::TooManyHeaders) => {
             Err(crate::HandshakeError::MalformedHttp("too many headers".into()))
         }
