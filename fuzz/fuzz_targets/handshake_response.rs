@@ -1,0 +1,34 @@
+//! The client side of the opening handshake (RFC 6455 §4.1) on arbitrary bytes: the response
+//! parser and the extension checks never panic. The request offers a subprotocol and
+//! permessage-deflate, so the fuzzer can reach every acceptance check.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sockeye_proto::handshake::ClientHandshake;
+use sockeye_proto::{Config, extension};
+
+fuzz_target!(|data: &[u8]| {
+    let config = Config { max_handshake_size: 4096, max_handshake_headers: 32, ..Config::default() };
+    let mut request = http::Request::get("ws://example.com/chat")
+        .header("sec-websocket-protocol", "chat, superchat")
+        .body(())
+        .expect("valid request");
+    if let Some(offer) = extension::client_offer(&config) {
+        request
+            .headers_mut()
+            .insert("sec-websocket-extensions", offer.parse().expect("header-safe"));
+    }
+    // A fixed nonce: the key is "AAECAwQFBgcICQoLDA0ODw==", which seeds can answer.
+    let nonce = std::array::from_fn(|i| i as u8);
+    let handshake = ClientHandshake::new(request, nonce).expect("valid request");
+    let _ = handshake.encode_request();
+    match handshake.parse_response(data, &config) {
+        Ok(Some((response, n))) => {
+            assert!(n <= data.len() && n <= config.max_handshake_size);
+            assert_eq!(response.status(), 101);
+            let _ = extension::client_accept(&config, response.headers());
+        }
+        Ok(None) => assert!(data.len() <= config.max_handshake_size),
+        Err(_) => {}
+    }
+});
