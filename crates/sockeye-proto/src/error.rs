@@ -149,6 +149,11 @@ pub enum HandshakeError {
         /// The configured limit in bytes.
         limit: usize,
     },
+    /// The request or response has more headers than the configured limit.
+    TooManyHeaders {
+        /// The configured limit.
+        limit: usize,
+    },
     /// The request method is not GET (§4.2.1).
     MethodNotGet,
     /// The request is not HTTP/1.1 or later.
@@ -182,7 +187,8 @@ impl HandshakeError {
     /// The HTTP status a server answers a failed request with (§4.2.1, §4.4).
     pub fn status(&self) -> u16 {
         match self {
-            HandshakeError::HeadTooLarge { .. } => 431,
+            // RFC 6585 §5: 431 Request Header Fields Too Large.
+            HandshakeError::HeadTooLarge { .. } | HandshakeError::TooManyHeaders { .. } => 431,
             HandshakeError::MethodNotGet => 405,
             HandshakeError::UnsupportedHttpVersion => 505,
             // §4.4: 426 Upgrade Required, with the versions we support.
@@ -197,6 +203,7 @@ impl fmt::Display for HandshakeError {
         match self {
             Self::MalformedHttp(why) => write!(f, "malformed HTTP: {why}"),
             Self::HeadTooLarge { limit } => write!(f, "HTTP head larger than {limit} bytes"),
+            Self::TooManyHeaders { limit } => write!(f, "more than {limit} HTTP headers"),
             Self::MethodNotGet => f.write_str("the method must be GET"),
             Self::UnsupportedHttpVersion => f.write_str("HTTP/1.1 or later is required"),
             Self::MissingHeader(h) => write!(f, "missing or wrong header {h}"),

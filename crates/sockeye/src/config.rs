@@ -33,6 +33,24 @@ pub struct Config {
     pub write_buffer_high_water: usize,
     /// How much to read from the socket at once. Default 64 KiB (one loopback TCP segment burst).
     pub read_chunk_size: usize,
+    /// When nothing has arrived from the peer for this long, send it a ping. Default 30 s: well
+    /// inside the idle timeouts of common proxies and NATs (60 s and more), so a quiet connection
+    /// stays open through them, and a ping every 30 s costs nothing. `None` turns keepalive off.
+    /// Keepalive runs while the connection is being received from (`recv`, the `Stream`).
+    pub keepalive_interval: Option<Duration>,
+    /// After a keepalive ping, how long to wait for anything from the peer before declaring it
+    /// dead: the stream then ends with [`Error::Timeout("keepalive")`](crate::Error::Timeout) and
+    /// the socket is closed. Default 30 s, so a dead peer is found within about a minute.
+    pub keepalive_timeout: Duration,
+    /// The most connections a [`Server`](crate::Server) handles at once, handshakes included.
+    /// Above it, new clients are answered `503 Service Unavailable` (with `Retry-After`) and
+    /// closed, instead of being left to hang. Default 50,000: an idle Sockeye connection costs
+    /// about 10 KiB plus the kernel's socket buffers, so the default bounds a flood to well under
+    /// a few GiB, and it stays below the file descriptor limits servers are usually given.
+    pub max_connections: usize,
+    /// How long a [`Server`](crate::Server)'s graceful shutdown waits for connections to finish
+    /// their closing handshakes (close code 1001) before dropping them. Default 5 s.
+    pub shutdown_timeout: Duration,
     /// TLS settings for `wss://` connections made with this config. Default `None`: the
     /// platform's root certificates, ALPN `http/1.1`
     /// (see [`ClientTlsOptions`](crate::tls::ClientTlsOptions) to trust other CAs or present a
@@ -50,6 +68,10 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(10),
             write_buffer_high_water: 1 << 20,
             read_chunk_size: 64 << 10,
+            keepalive_interval: Some(Duration::from_secs(30)),
+            keepalive_timeout: Duration::from_secs(30),
+            max_connections: 50_000,
+            shutdown_timeout: Duration::from_secs(5),
             #[cfg(feature = "tls")]
             tls_client: None,
         }

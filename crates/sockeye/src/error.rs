@@ -26,8 +26,12 @@ pub enum Error {
     Closed,
     /// The application asked for something the protocol cannot carry.
     InvalidInput(&'static str),
-    /// A deadline passed: `"handshake"` or `"close"`.
+    /// A deadline passed: `"handshake"`, `"close"`, or `"keepalive"` (the peer did not answer a
+    /// keepalive ping in time: it is gone or stuck).
     Timeout(&'static str),
+    /// [`WebSocket::try_send`](crate::WebSocket::try_send) found the write buffer at its high-water
+    /// mark: the message was not queued. Wait with `send`/`feed`, or drop the message.
+    WriteBufferFull,
 }
 
 impl Error {
@@ -61,6 +65,9 @@ impl fmt::Display for Error {
             Error::Closed => f.write_str("the connection is closed; no more messages can be sent"),
             Error::InvalidInput(what) => write!(f, "invalid input: {what}"),
             Error::Timeout(what) => write!(f, "timed out waiting for the {what}"),
+            Error::WriteBufferFull => {
+                f.write_str("the write buffer is full (the peer reads slowly); the message was not queued")
+            }
         }
     }
 }

@@ -46,7 +46,7 @@ mod websocket;
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
 pub use config::Config;
 pub use error::Error;
-pub use server::{Server, accept, accept_with};
+pub use server::{Server, ShutdownHandle, accept, accept_with};
 pub use sockeye_proto::Config as ProtocolConfig;
 pub use sockeye_proto::{
     self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, ProtocolViolation, Role,

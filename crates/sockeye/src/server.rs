@@ -11,6 +11,9 @@ use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reje
 use sockeye_proto::{HandshakeError, Role};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, ToSocketAddrs};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
@@ -145,6 +148,7 @@ async fn send_and_close<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) {
 pub struct Server {
     listener: TcpListener,
     config: Arc<Config>,
+    shutdown: CancellationToken,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::TlsAcceptor>,
 }
@@ -170,6 +174,7 @@ impl Server {
         Server {
             listener,
             config: Arc::new(config),
+            shutdown: CancellationToken::new(),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -183,13 +188,23 @@ impl Server {
         self
     }
 
+    /// A handle that starts this server's graceful shutdown (see [`ShutdownHandle`]). Take it
+    /// before calling [`serve`](Self::serve), which consumes the server.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.shutdown.clone())
+    }
+
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
-    /// Accepts connections forever, runs the handshake for each in a new task, and calls `handler`
-    /// with each established connection. Failed handshakes are answered and dropped.
+    /// Accepts connections until shut down, runs the handshake for each in a new task, and calls
+    /// `handler` with each established connection. Failed handshakes are answered and dropped;
+    /// clients beyond [`Config::max_connections`] are answered `503 Service Unavailable`.
+    ///
+    /// Returns once a [`ShutdownHandle`] has been used and every connection has finished (or
+    /// been dropped at [`Config::shutdown_timeout`]), or when the listener fails for good.
     pub async fn serve<H, Fut>(self, handler: H) -> std::io::Result<()>
     where
         H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
@@ -206,21 +221,45 @@ impl Server {
         H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
+        let Server {
+            listener,
+            config,
+            shutdown,
+            #[cfg(feature = "tls")]
+            tls,
+        } = self;
+        let permits = Arc::new(Semaphore::new(config.max_connections.min(Semaphore::MAX_PERMITS)));
+        let mut tasks = JoinSet::new();
         loop {
-            let (stream, peer) = match self.listener.accept().await {
+            let accepted = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                // Reap finished connection tasks as we go, so the set stays as large as the
+                // number of live connections.
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
                 // Out of file descriptors or a connection reset before accept: keep serving.
                 Err(e) if is_transient_accept_error(&e) => {
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     continue;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    shutdown.cancel();
+                    finish(tasks, config.shutdown_timeout).await;
+                    return Err(e);
+                }
             };
-            let config = Arc::clone(&self.config);
+            // Held by the connection's task until it ends; none left means over the limit.
+            let permit = Arc::clone(&permits).try_acquire_owned().ok();
+            let config = Arc::clone(&config);
             let handler = handler.clone();
+            let shutdown = shutdown.clone();
             #[cfg(feature = "tls")]
-            let tls = self.tls.clone();
-            tokio::spawn(async move {
+            let tls = tls.clone();
+            tasks.spawn(async move {
                 if stream.set_nodelay(config.tcp_nodelay).is_err() {
                     return;
                 }
@@ -237,17 +276,79 @@ impl Server {
                 };
                 #[cfg(not(feature = "tls"))]
                 let stream = MaybeTlsStream::Plain(stream);
+                let Some(_permit) = permit else {
+                    // Read the request before answering, so the client sees the 503 rather than
+                    // a reset.
+                    let _ = accept_with(stream, &config, |_, _| Err(service_unavailable())).await;
+                    return;
+                };
                 let mut request = None;
                 let accepted = accept_with(stream, &config, |req, response| {
                     request = Some(req.clone());
                     Ok(response)
                 })
                 .await;
-                if let (Ok(ws), Some(request)) = (accepted, request) {
+                if let (Ok(mut ws), Some(request)) = (accepted, request) {
+                    ws.set_shutdown(shutdown);
                     handler(ws, request, peer).await;
                 }
             });
         }
+        // Graceful shutdown: stop accepting (drop the listener), let every connection close with
+        // 1001, and wait for them up to the deadline.
+        drop(listener);
+        finish(tasks, config.shutdown_timeout).await;
+        Ok(())
+    }
+}
+
+/// Waits for connection tasks to end, up to `limit`, then aborts the rest (dropping their sockets).
+async fn finish(mut tasks: JoinSet<()>, limit: std::time::Duration) {
+    let all_done = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(limit, all_done).await.is_err() {
+        tasks.shutdown().await;
+    }
+}
+
+/// The answer to a client beyond [`Config::max_connections`].
+fn service_unavailable() -> Response<String> {
+    let mut response = Response::new("server at its connection limit; retry later\n".to_string());
+    *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// Starts a [`Server`]'s graceful shutdown: the server stops accepting, sends close 1001 (going
+/// away) on every connection — at the connection's next receive or send — waits up to
+/// [`Config::shutdown_timeout`] for the closing handshakes and handlers to finish, drops whatever
+/// is left, and then [`Server::serve`] returns.
+///
+/// ```no_run
+/// # async fn run() -> std::io::Result<()> {
+/// let server = sockeye::Server::bind("127.0.0.1:8008", sockeye::Config::default()).await?;
+/// let shutdown = server.shutdown_handle();
+/// tokio::spawn(async move {
+///     // In a real server: `tokio::signal::ctrl_c().await`.
+///     tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+///     shutdown.shutdown();
+/// });
+/// server.serve(|_ws, _peer| async {}).await
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle(CancellationToken);
+
+impl ShutdownHandle {
+    /// Begins the graceful shutdown. Calling it again does nothing.
+    pub fn shutdown(&self) {
+        self.0.cancel();
+    }
+
+    /// Whether the shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.0.is_cancelled()
     }
 }
 

@@ -10,7 +10,8 @@ use futures_util::{Sink, Stream};
 use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, Role};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::config::Config;
 use crate::error::Error;
@@ -58,6 +59,37 @@ pub struct WebSocket<S> {
     /// plaintext into its own buffer and may still owe the socket the records; without this flag
     /// an empty transmit queue would look like "nothing to do" and the data would sit there.
     unflushed: bool,
+    keepalive: Option<Keepalive>,
+    /// Set by a [`Server`](crate::Server): its graceful shutdown closes this connection with 1001.
+    shutdown: Option<Shutdown>,
+}
+
+/// Keepalive pings (see [`Config::keepalive_interval`]). Input of any kind proves the peer alive.
+#[derive(Debug)]
+struct Keepalive {
+    interval: Duration,
+    timeout: Duration,
+    last_input: Instant,
+    /// When the outstanding keepalive ping was sent.
+    ping_sent: Option<Instant>,
+    /// Created on first use: a connection that never waits for input never needs it.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+/// A server's shutdown signal, as a connection sees it.
+struct Shutdown {
+    token: CancellationToken,
+    signal: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+/// What the timers say when the connection is about to wait for input.
+enum Idle {
+    /// Nothing due: wait.
+    Wait,
+    /// Something was queued (a ping, a close frame): go round again to write it.
+    Queued,
+    /// The peer did not answer a keepalive ping in time.
+    Dead,
 }
 
 impl<S> std::fmt::Debug for WebSocket<S> {
@@ -98,7 +130,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             read_eof: false,
             write_shut: false,
             unflushed: false,
+            keepalive: config.keepalive_interval.map(|interval| Keepalive {
+                interval,
+                timeout: config.keepalive_timeout,
+                last_input: Instant::now(),
+                ping_sent: None,
+                timer: None,
+            }),
+            shutdown: None,
         }
+    }
+
+    /// Ties this connection to a server's shutdown: once `token` is cancelled, the connection
+    /// sends close 1001 (going away) at its next receive or send, and sends fail.
+    pub(crate) fn set_shutdown(&mut self, token: CancellationToken) {
+        let signal = Box::pin(token.clone().cancelled_owned());
+        self.shutdown = Some(Shutdown { token, signal });
     }
 
     /// The next message: `None` once the connection is closed. Received pings are answered, and
@@ -109,8 +156,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// Sends a message and flushes it, waiting while the socket is busy.
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
+        if self.check_shutdown() {
+            poll_fn(|cx| self.poll_write_out(cx)).await?;
+        }
         self.conn.send(message.into())?;
         poll_fn(|cx| self.poll_write_out(cx)).await
+    }
+
+    /// Queues a message if the write buffer is below its high-water mark, without waiting:
+    /// `Err(Error::WriteBufferFull)` says the peer is not keeping up and the message was not
+    /// queued (a broadcaster can then skip or drop that peer). The queue is written by the next
+    /// `send`, `flush` or receive. [`Message`] clones are cheap (the payload is shared), so keep a
+    /// clone if the message must not be lost.
+    pub fn try_send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
+        self.check_shutdown();
+        if self.conn.transmit().len() >= self.high_water {
+            return Err(Error::WriteBufferFull);
+        }
+        Ok(self.conn.send(message.into())?)
+    }
+
+    /// Bytes queued for the peer and not yet handed to the socket (like a browser's
+    /// `bufferedAmount`).
+    pub fn buffered_amount(&mut self) -> usize {
+        self.conn.transmit().len()
     }
 
     /// Queues a message without flushing (see the batching note on [`WebSocket`]). Waits first if
@@ -183,18 +252,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             }
             // Out of buffered input: write what is queued (replies, pongs, close frames) before
             // waiting for more. Pending is fine: the waker is registered for both directions.
-            if (!self.conn.transmit().is_empty() || self.unflushed)
-                && let Poll::Ready(Err(e)) = self.poll_write_out(cx)
-            {
-                return Poll::Ready(Some(Err(self.finish_with(e))));
+            let mut write_blocked = false;
+            if !self.conn.transmit().is_empty() || self.unflushed {
+                match self.poll_write_out(cx) {
+                    Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(self.finish_with(e)))),
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Pending => write_blocked = true,
+                }
             }
             if self.conn.close_state() != CloseState::Open
                 && let Some(result) = ready!(self.poll_closing(cx))
             {
                 return Poll::Ready(result);
             }
-            match ready!(self.poll_fill(cx)) {
-                Ok(0) => {
+            // Backpressure on input: while our output is over the high-water mark (a peer that
+            // sends pings but does not read the pongs, say), read nothing more.
+            let filled = if write_blocked && self.conn.transmit().len() >= self.high_water {
+                Poll::Pending
+            } else {
+                self.poll_fill(cx)
+            };
+            match filled {
+                Poll::Ready(Ok(0)) => {
                     self.read_eof = true;
                     let abnormal = self.conn.receive_eof().is_some();
                     let error = self
@@ -204,10 +283,88 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                     self.phase = Phase::Done;
                     return Poll::Ready(error.map(Err));
                 }
-                Ok(_) => {}
-                Err(e) => return Poll::Ready(Some(Err(self.finish_with(e.into())))),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(self.finish_with(e.into())))),
+                // About to wait: the only time timers and the shutdown signal are looked at, so
+                // the busy path pays nothing for them.
+                Poll::Pending => match self.poll_idle(cx) {
+                    Idle::Wait => return Poll::Pending,
+                    Idle::Queued => {}
+                    Idle::Dead => {
+                        self.phase = Phase::Done;
+                        return Poll::Ready(Some(Err(Error::Timeout("keepalive"))));
+                    }
+                },
             }
         }
+    }
+
+    /// Checks the server's shutdown signal and the keepalive timer before waiting for input.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Idle {
+        if let Some(shutdown) = &mut self.shutdown
+            && shutdown.signal.as_mut().poll(cx).is_ready()
+        {
+            self.shutdown = None;
+            if self.begin_going_away() {
+                return Idle::Queued;
+            }
+        }
+        if self.conn.close_state() != CloseState::Open {
+            return Idle::Wait;
+        }
+        let Some(keepalive) = &mut self.keepalive else {
+            return Idle::Wait;
+        };
+        let timer = keepalive.timer.get_or_insert_with(|| {
+            Box::pin(tokio::time::sleep_until(
+                keepalive.last_input + keepalive.interval,
+            ))
+        });
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return Idle::Wait;
+            }
+            let now = Instant::now();
+            match keepalive.ping_sent {
+                None if keepalive.last_input + keepalive.interval > now => {
+                    // Input arrived since the timer was set: push it back.
+                    timer.as_mut().reset(keepalive.last_input + keepalive.interval);
+                }
+                None => {
+                    keepalive.ping_sent = Some(now);
+                    timer.as_mut().reset(now + keepalive.timeout);
+                    // Cannot fail: the connection is open and the payload is short.
+                    let _ = self
+                        .conn
+                        .send(Message::Ping(Bytes::from_static(b"sockeye keepalive")));
+                    return Idle::Queued;
+                }
+                Some(sent) if keepalive.last_input >= sent => {
+                    keepalive.ping_sent = None;
+                    timer.as_mut().reset(keepalive.last_input + keepalive.interval);
+                }
+                Some(_) => return Idle::Dead,
+            }
+        }
+    }
+
+    /// Once the server is shutting down, queues close 1001 (after which sends fail with
+    /// `Error::Closed`). Returns whether it did, so that the caller flushes it.
+    fn check_shutdown(&mut self) -> bool {
+        if self.shutdown.as_ref().is_some_and(|s| s.token.is_cancelled()) {
+            self.shutdown = None;
+            return self.begin_going_away();
+        }
+        false
+    }
+
+    /// Starts the closing handshake with 1001 (going away) if the connection is open.
+    fn begin_going_away(&mut self) -> bool {
+        if self.conn.close_state() != CloseState::Open {
+            return false;
+        }
+        let frame = CloseFrame::new(sockeye_proto::CloseCode::GOING_AWAY, "server shutting down");
+        self.conn.close(Some(frame)).is_ok()
     }
 
     /// While closing: enforce the deadline, and once the handshake is done close the transport
@@ -249,7 +406,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         if buf.capacity() - buf.len() < self.read_chunk / 4 {
             buf.reserve(self.read_chunk);
         }
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, buf)
+        let result = ready!(tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, buf));
+        if let (Some(keepalive), Ok(1..)) = (&mut self.keepalive, &result) {
+            keepalive.last_input = Instant::now();
+        }
+        Poll::Ready(result)
     }
 
     /// Writes everything queued, then flushes the stream.
@@ -272,7 +433,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// Waits until the write queue is below the high-water mark (backpressure).
     fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        if self.conn.transmit().len() >= self.high_water {
+        if self.check_shutdown() || self.conn.transmit().len() >= self.high_water {
             ready!(self.poll_write_out(cx))?;
         }
         Poll::Ready(Ok(()))

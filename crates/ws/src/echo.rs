@@ -7,7 +7,7 @@ use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::{EchoClientArgs, EchoServerArgs};
-use crate::shutdown::{self, serve_until_ctrl_c};
+use crate::shutdown::serve_until_ctrl_c;
 use crate::tls::{bind, client_config};
 
 /// Echoes every message; `-q` silences the per-message log.
@@ -15,12 +15,10 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
     let no_pong = args.no_pong;
     let server = bind(&args.server, |c| c.protocol.auto_pong = !no_pong, "echo_server").await?;
     let (quiet, greet, authorization) = (args.quiet, args.greet, args.authorization);
-    let (shutdown, trigger) = shutdown::channel();
+    let shutdown = server.shutdown_handle();
     let serving = server.serve_requests(move |mut ws, request, peer| {
         let authorization = authorization.clone();
-        let mut shutdown = shutdown.clone();
         async move {
-            let _active = shutdown.enter();
             if let Some(expected) = authorization {
                 let given = request
                     .headers()
@@ -42,33 +40,27 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
             if greet && ws.send("Welcome !").await.is_err() {
                 return;
             }
-            loop {
-                tokio::select! {
-                    item = ws.next() => match item {
-                        Some(Ok(m)) if m.is_data() => {
-                            if !quiet {
-                                eprintln!("{peer}: received {} bytes", m.as_payload().len());
-                            }
-                            if ws.feed(m).await.is_err() {
-                                break;
-                            }
+            // On Ctrl-C the server's shutdown closes the connection (1001) and the stream ends.
+            while let Some(item) = ws.next().await {
+                match item {
+                    Ok(m) if m.is_data() => {
+                        if !quiet {
+                            eprintln!("{peer}: received {} bytes", m.as_payload().len());
                         }
-                        Some(Ok(_)) => {}
-                        Some(Err(e)) => {
-                            tracing::info!(%peer, "connection ended: {e}");
+                        if ws.feed(m).await.is_err() {
                             break;
                         }
-                        None => break,
-                    },
-                    _ = shutdown.requested() => {
-                        let _ = ws.close(Some(CloseFrame::new(CloseCode::GOING_AWAY, ""))).await;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::info!(%peer, "connection ended: {e}");
                         break;
                     }
                 }
             }
         }
     });
-    serve_until_ctrl_c(serving, trigger).await
+    serve_until_ctrl_c(serving, shutdown).await
 }
 
 /// Sends a message and counts echoes, or with `-m` only counts; prints the rate every second in

@@ -4,7 +4,7 @@ use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::PushServerArgs;
-use crate::shutdown::{self, serve_until_ctrl_c};
+use crate::shutdown::serve_until_ctrl_c;
 use crate::tls::bind;
 
 /// Pushes `--send_msg` to every client. The path `/N` sends N messages and then closes (1000);
@@ -14,12 +14,10 @@ pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
     let server = bind(&args.server, |_| {}, "push_server").await?;
     let message = Message::text(args.send_msg);
     let quiet = args.quiet;
-    let (shutdown, trigger) = shutdown::channel();
+    let shutdown = server.shutdown_handle();
     let serving = server.serve_requests(move |mut ws, request, peer| {
         let message = message.clone();
-        let shutdown = shutdown.clone();
         async move {
-            let _active = shutdown.enter();
             let limit: Option<u64> = request.uri().path().trim_start_matches('/').parse().ok();
             if !quiet {
                 eprintln!(
@@ -28,27 +26,19 @@ pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
                 );
             }
             let mut sent = 0u64;
-            let mut interrupted = false;
+            // `feed` fails once the client left or the server's shutdown queued close 1001.
             while limit.is_none_or(|n| sent < n) {
                 if ws.feed(message.clone()).await.is_err() {
                     break;
                 }
                 sent += 1;
-                // A cheap look every 1024 messages keeps the hot loop hot.
-                if sent.is_multiple_of(1024) && shutdown.is_requested() {
-                    interrupted = true;
-                    break;
-                }
             }
-            if interrupted {
-                let _ = ws.close(Some(CloseFrame::new(CloseCode::GOING_AWAY, ""))).await;
-            } else if limit.is_some() {
-                let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
-            }
+            // Finishes the closing handshake: 1000 after `/N`, or the reply to a 1001 already sent.
+            let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
             if !quiet {
                 eprintln!("{peer}: sent {sent} messages");
             }
         }
     });
-    serve_until_ctrl_c(serving, trigger).await
+    serve_until_ctrl_c(serving, shutdown).await
 }

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use crate::Failure;
 use crate::cli::RelayArgs;
-use crate::shutdown::{self, serve_until_ctrl_c};
+use crate::shutdown::serve_until_ctrl_c;
 use crate::tls::bind;
 
 /// Messages queued for one client before it counts as too slow and is disconnected (1008): a
@@ -25,20 +25,17 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
     let peers: Peers = Arc::default();
     let next_id = Arc::new(AtomicU64::new(0));
     let quiet = args.quiet;
-    let (shutdown, trigger) = shutdown::channel();
+    let shutdown = server.shutdown_handle();
     let serving = server.serve(move |ws, addr| {
         let peers = peers.clone();
         let id = next_id.fetch_add(1, Ordering::Relaxed);
-        let mut shutdown = shutdown.clone();
         async move {
-            let _active = shutdown.enter();
             let (tx, mut rx) = mpsc::channel::<Message>(QUEUE);
             lock(&peers).insert(id, tx);
             if !quiet {
                 eprintln!("{addr}: joined ({} connected)", lock(&peers).len());
             }
             let (mut sink, mut stream) = ws.split();
-            let leaving = shutdown.clone();
             let writer = tokio::spawn(async move {
                 while let Some(m) = rx.recv().await {
                     // Batch: flush once the queue is drained.
@@ -46,27 +43,12 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
                         return;
                     }
                 }
-                // Dropped from the registry: the server is going away, or this client was too slow.
-                let frame = if leaving.is_requested() {
-                    CloseFrame::new(CloseCode::GOING_AWAY, "")
-                } else {
-                    CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow")
-                };
+                // Dropped from the registry: this client was too slow.
+                let frame = CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow");
                 let _ = sink.send(Message::Close(Some(frame))).await;
             });
-            loop {
-                let m = tokio::select! {
-                    item = stream.next() => match item {
-                        Some(Ok(m)) => m,
-                        _ => break,
-                    },
-                    _ = shutdown.requested() => {
-                        // Leave the registry: the writer then sends 1001; read until the reply.
-                        lock(&peers).remove(&id);
-                        while let Some(Ok(_)) = stream.next().await {}
-                        break;
-                    }
-                };
+            // On Ctrl-C the server's shutdown closes the connection (1001) and the stream ends.
+            while let Some(Ok(m)) = stream.next().await {
                 if !m.is_data() {
                     continue;
                 }
@@ -84,15 +66,13 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
                 }
             }
             lock(&peers).remove(&id);
-            if !shutdown.is_requested() {
-                writer.abort();
-            }
+            writer.abort();
             if !quiet {
                 eprintln!("{addr}: left");
             }
         }
     });
-    serve_until_ctrl_c(serving, trigger).await
+    serve_until_ctrl_c(serving, shutdown).await
 }
 
 /// The registry lock; a panic while holding it cannot leave the map half-updated, so a poisoned

@@ -101,7 +101,7 @@ impl ClientHandshake {
     ) -> Result<Option<(Response<()>, usize)>, HandshakeError> {
         let mut slots = vec![httparse::EMPTY_HEADER; config.max_handshake_headers];
         let mut parsed = httparse::Response::new(&mut slots);
-        let Some(n) = check_parsed(parsed.parse(buf), buf.len(), config.max_handshake_size)? else {
+        let Some(n) = check_parsed(parsed.parse(buf), buf.len(), config)? else {
             return Ok(None);
         };
         let status = parsed.code.unwrap_or(0);

@@ -69,8 +69,9 @@ fn to_header_map(parsed: &[httparse::Header<'_>]) -> Result<HeaderMap, crate::Ha
 fn check_parsed(
     status: Result<httparse::Status<usize>, httparse::Error>,
     buffered: usize,
-    limit: usize,
+    config: &crate::Config,
 ) -> Result<Option<usize>, crate::HandshakeError> {
+    let limit = config.max_handshake_size;
     match status {
         Ok(httparse::Status::Complete(n)) if n <= limit => Ok(Some(n)),
         Ok(httparse::Status::Partial) if buffered <= limit => Ok(None),
@@ -79,9 +80,9 @@ fn check_parsed(
         Err(httparse::Error::TooManyHeaders) if buffered > limit => {
             Err(crate::HandshakeError::HeadTooLarge { limit })
         }
-        Err(httparse::Error::TooManyHeaders) => {
-            Err(crate::HandshakeError::MalformedHttp("too many headers".into()))
-        }
+        Err(httparse::Error::TooManyHeaders) => Err(crate::HandshakeError::TooManyHeaders {
+            limit: config.max_handshake_headers,
+        }),
         Err(e) => Err(crate::HandshakeError::MalformedHttp(e.to_string())),
     }
 }

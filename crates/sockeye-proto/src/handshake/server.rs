@@ -21,7 +21,7 @@ use crate::extension::{ExtensionOffer, parse_extensions};
 pub fn parse_request(buf: &[u8], config: &Config) -> Result<Option<(Request<()>, usize)>, HandshakeError> {
     let mut slots = vec![httparse::EMPTY_HEADER; config.max_handshake_headers];
     let mut parsed = httparse::Request::new(&mut slots);
-    let Some(n) = check_parsed(parsed.parse(buf), buf.len(), config.max_handshake_size)? else {
+    let Some(n) = check_parsed(parsed.parse(buf), buf.len(), config)? else {
         return Ok(None);
     };
     let method = Method::from_bytes(parsed.method.unwrap_or("").as_bytes())
