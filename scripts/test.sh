@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project from nothing: formatting and lints, unit, property, doc and
-# loopback tests, then the Autobahn|Testsuite in both roles (installing wstest on first use).
+# loopback tests, a short run of every fuzz target and of the soak, then the Autobahn|Testsuite in
+# both roles (installing wstest and cargo-fuzz on first use).
 # Usage: bash scripts/test.sh        (CI runs exactly this through .ci/run)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,6 +14,10 @@ step "clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "unit, property, doc and loopback tests"
 cargo test --workspace
+step "fuzz targets: build, then run each for 20 s (bash fuzz/run.sh for the 10-minute runs)"
+bash fuzz/run.sh 20
+step "soak: 500 connections for 20 s (bash scripts/soak.sh for 10,000 connections, 10 minutes)"
+bash scripts/soak.sh 500 20
 # Both roles of one transport at once: wstest is single-threaded Python and this uses both cores.
 autobahn_pair() { # name, run.sh options...
   local name="$1"; shift
