@@ -37,8 +37,11 @@ mkdir -p logs
 run_one() { # target
   local t="$1"
   mkdir -p "corpus/$t" "artifacts/$t"
+  # Inputs that once crashed (committed) are replayed as a second, read-only corpus.
+  local extra=()
+  [ -d "regressions/$t" ] && extra=("regressions/$t")
   # -timeout: an input that takes 10 s is a hang; -rss_limit_mb: a leak or a bomb is a crash.
-  "${FUZZ[@]}" run "$t" "corpus/$t" -- -max_total_time="$SECONDS_EACH" -timeout=10 \
+  "${FUZZ[@]}" run "$t" "corpus/$t" "${extra[@]}" -- -max_total_time="$SECONDS_EACH" -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 >"logs/$t.log" 2>&1
 }
 pids=()

@@ -86,9 +86,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ["client", url, connections, seconds] => {
             runtime.block_on(client(url, connections.parse()?, seconds.parse()?, 1))
         }
-        ["client", url, connections, seconds, sources] => {
-            runtime.block_on(client(url, connections.parse()?, seconds.parse()?, sources.parse()?))
-        }
+        ["client", url, connections, seconds, sources] => runtime.block_on(client(
+            url,
+            connections.parse()?,
+            seconds.parse()?,
+            sources.parse()?,
+        )),
         _ => Err("usage: sockeye-soak server ADDR | client URL CONNECTIONS SECONDS [SOURCES]".into()),
     }
 }
@@ -120,7 +123,9 @@ async fn server(addr: &str) -> Result<(), Box<dyn std::error::Error>> {
                         let ok = verify(m.as_payload());
                         let counter = if ok { &totals.messages } else { &totals.corrupted };
                         counter.fetch_add(1, Ordering::Relaxed);
-                        totals.bytes.fetch_add(m.as_payload().len() as u64, Ordering::Relaxed);
+                        totals
+                            .bytes
+                            .fetch_add(m.as_payload().len() as u64, Ordering::Relaxed);
                         if ws.feed(m).await.is_err() {
                             totals.errors.fetch_add(1, Ordering::Relaxed);
                             break;
@@ -149,11 +154,13 @@ async fn server(addr: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-async fn client(url: &str, connections: usize, seconds: u64, sources: u8) -> Result<(), Box<dyn std::error::Error>> {
-    let target: SocketAddr = url
-        .trim_start_matches("ws://")
-        .trim_end_matches('/')
-        .parse()?;
+async fn client(
+    url: &str,
+    connections: usize,
+    seconds: u64,
+    sources: u8,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let target: SocketAddr = url.trim_start_matches("ws://").trim_end_matches('/').parse()?;
     let totals = Arc::new(Totals::default());
     let deadline = Instant::now() + Duration::from_secs(seconds);
     // Connect gradually: at most this many handshakes at once.
@@ -162,7 +169,12 @@ async fn client(url: &str, connections: usize, seconds: u64, sources: u8) -> Res
     for id in 0..connections as u64 {
         let totals = Arc::clone(&totals);
         let connecting = Arc::clone(&connecting);
-        let source = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + (id % u64::from(sources.max(1))) as u8));
+        let source = IpAddr::V4(Ipv4Addr::new(
+            127,
+            0,
+            0,
+            1 + (id % u64::from(sources.max(1))) as u8,
+        ));
         let url = url.to_string();
         tasks.spawn(async move {
             let compress = id % 5 == 0;
@@ -230,7 +242,13 @@ async fn connect(
         client_no_context_takeover: true,
         ..DeflateConfig::default()
     });
-    let config = Config { protocol: ProtocolConfig { deflate, ..Default::default() }, ..config() };
+    let config = Config {
+        protocol: ProtocolConfig {
+            deflate,
+            ..Default::default()
+        },
+        ..config()
+    };
     let (ws, _) = sockeye::client_handshake(stream, url, &config).await?;
     Ok(ws)
 }
@@ -280,7 +298,8 @@ async fn converse(
                 ws.send_fragment(kind, body.slice(a..b), false).await?;
                 ws.send_fragment(kind, body.slice(b..), true).await?;
             } else if text {
-                let message = Message::Text(body.clone().try_into().map_err(|_| Error::InvalidInput("text"))?);
+                let message =
+                    Message::Text(body.clone().try_into().map_err(|_| Error::InvalidInput("text"))?);
                 ws.feed(message).await?;
             } else {
                 ws.feed(Message::Binary(body.clone())).await?;
@@ -318,8 +337,13 @@ async fn converse(
         let pause = Duration::from_millis(rng.random_range(500..1500));
         tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
     }
-    match ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "soak done"))).await? {
+    match ws
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "soak done")))
+        .await?
+    {
         Some(reply) if reply.code == CloseCode::NORMAL => Ok(()),
-        other => Err(Error::Io(std::io::Error::other(format!("unexpected close reply {other:?}")))),
+        other => Err(Error::Io(std::io::Error::other(format!(
+            "unexpected close reply {other:?}"
+        )))),
     }
 }

@@ -66,6 +66,25 @@ fn compressed_messages_are_smaller_on_the_wire_and_arrive_intact() {
     assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text("hi")]);
 }
 
+/// Found by the `connection` fuzzer: with `min_compress_size: 0` an empty message after a sync
+/// flush compressed to nothing, and an empty payload with RSV1 is not a DEFLATE block (the peer
+/// failed with "invalid stored block lengths"). Empty messages now go uncompressed.
+#[test]
+fn empty_messages_with_no_compression_threshold_stay_decodable() {
+    let config = DeflateConfig {
+        min_compress_size: 0,
+        ..DeflateConfig::default()
+    };
+    let (mut c, mut s) = negotiated(config.clone(), config);
+    for text in ["$\0", "", "", "J\0", "", "after"] {
+        s.send(Message::text(text)).unwrap();
+        s.send(Message::binary(text.as_bytes().to_vec())).unwrap();
+        let wire = s.transmit_bytes();
+        let want = vec![Message::text(text), Message::binary(text.as_bytes().to_vec())];
+        assert_eq!(drain(&mut c, &wire).unwrap(), want);
+    }
+}
+
 #[test]
 fn a_fragmented_compressed_message_with_control_frames_between() {
     let (_, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());

@@ -11,6 +11,7 @@ use tokio::net::TcpStream;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::proxy::{Proxy, ProxyConfig};
 use crate::stream::MaybeTlsStream;
 use crate::websocket::{WebSocket, with_deadline};
 use sockeye_proto::HandshakeError;
@@ -75,9 +76,10 @@ pub async fn connect(
     connect_with(request, &Config::default()).await
 }
 
-/// Connects with a [`Config`]: resolves the host, tries each address (IPv6 and IPv4) in turn,
-/// sets `TCP_NODELAY` as configured, negotiates TLS for `wss://` (SNI and certificate checks
-/// against the URL's host), and performs the handshake, all within `handshake_timeout`.
+/// Connects with a [`Config`]: resolves the host, tries each address (IPv6 and IPv4) in turn —
+/// or opens a tunnel through the proxy [`Config::proxy`] names —, sets `TCP_NODELAY` as
+/// configured, negotiates TLS for `wss://` (SNI and certificate checks against the URL's host,
+/// end to end through a proxy), and performs the handshake, all within `handshake_timeout`.
 pub async fn connect_with(
     request: impl IntoClientRequest,
     config: &Config,
@@ -95,7 +97,15 @@ pub async fn connect_with(
     // `Uri::host` keeps the brackets of an IPv6 literal.
     let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
     with_deadline(config.handshake_timeout, "handshake", async {
-        let tcp = TcpStream::connect((host.as_str(), port)).await?;
+        let proxy = match &config.proxy {
+            ProxyConfig::Direct => None,
+            ProxyConfig::Url(proxy) => Some(proxy.clone()),
+            ProxyConfig::Environment => Proxy::from_env(tls, &host)?,
+        };
+        let tcp = match proxy {
+            Some(proxy) => proxy.connect(&host, port).await?,
+            None => TcpStream::connect((host.as_str(), port)).await?,
+        };
         tcp.set_nodelay(config.tcp_nodelay)?;
         let stream = if tls {
             wrap_tls(tcp, &host, config).await?

@@ -57,6 +57,10 @@ pub struct Config {
     /// client certificate).
     #[cfg(feature = "tls")]
     pub tls_client: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The proxy clients connect through. Default
+    /// [`ProxyConfig::Environment`](crate::proxy::ProxyConfig): `HTTPS_PROXY` / `HTTP_PROXY` /
+    /// `ALL_PROXY` and `NO_PROXY`, as curl reads them.
+    pub proxy: crate::proxy::ProxyConfig,
 }
 
 impl Default for Config {
@@ -74,6 +78,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(5),
             #[cfg(feature = "tls")]
             tls_client: None,
+            proxy: crate::proxy::ProxyConfig::Environment,
         }
     }
 }

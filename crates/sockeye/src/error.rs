@@ -20,6 +20,8 @@ pub enum Error {
     /// from the peer, or a bad local certificate or key.
     #[cfg(feature = "tls")]
     Tls(crate::tls::TlsError),
+    /// The proxy refused or failed the tunnel, or its URL is invalid.
+    Proxy(crate::proxy::ProxyError),
     /// The peer closed the TCP connection without a close frame (reported as 1006, §7.1.5).
     AbnormalClosure,
     /// The connection is closing or closed: nothing more can be sent.
@@ -61,6 +63,7 @@ impl fmt::Display for Error {
             Error::Handshake(h) => write!(f, "WebSocket handshake failed: {h}"),
             #[cfg(feature = "tls")]
             Error::Tls(t) => write!(f, "TLS failed: {t}"),
+            Error::Proxy(p) => write!(f, "proxy: {p}"),
             Error::AbnormalClosure => f.write_str("peer closed the connection without a close frame (1006)"),
             Error::Closed => f.write_str("the connection is closed; no more messages can be sent"),
             Error::InvalidInput(what) => write!(f, "invalid input: {what}"),
@@ -77,6 +80,7 @@ impl std::error::Error for Error {
         match self {
             Error::Io(e) => Some(e),
             Error::Handshake(h) => Some(h),
+            Error::Proxy(p) => Some(p),
             #[cfg(feature = "tls")]
             Error::Tls(t) => Some(t),
             _ => None,
@@ -97,6 +101,12 @@ impl From<io::Error> for Error {
             return Error::Tls(crate::tls::TlsError::from_rustls(tls));
         }
         Error::Io(e)
+    }
+}
+
+impl From<crate::proxy::ProxyError> for Error {
+    fn from(p: crate::proxy::ProxyError) -> Self {
+        Error::Proxy(p)
     }
 }
 

@@ -37,10 +37,13 @@
 mod client;
 mod config;
 mod error;
+pub mod proxy;
 mod server;
 mod stream;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(feature = "hyper")]
+pub mod upgrade;
 mod websocket;
 
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};

@@ -7,6 +7,7 @@ use bytes::BytesMut;
 use http::header::SEC_WEBSOCKET_EXTENSIONS;
 use http::{HeaderValue, Request, Response};
 use sockeye_proto::extension;
+use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
 use sockeye_proto::{HandshakeError, Role};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -73,26 +74,12 @@ where
             Ok(hello) => hello,
             Err(e) => return refuse(&mut stream, e).await,
         };
-        let mut response = hello.accept();
-        let mut deflate = extension::server_accept(&config.protocol, &hello.extensions);
-        if let Some((_, value)) = &deflate
-            && let Ok(value) = HeaderValue::from_str(value)
-        {
-            response.headers_mut().insert(SEC_WEBSOCKET_EXTENSIONS, value);
-        }
+        let (response, deflate) = negotiate(&hello, &config.protocol);
         match decide(&request, response) {
             Ok(response) => {
-                // `decide` may have removed the extension to refuse compression for this client.
-                let kept = response
-                    .headers()
-                    .get(SEC_WEBSOCKET_EXTENSIONS)
-                    .and_then(|v| v.to_str().ok());
-                if deflate.as_ref().map(|(_, value)| value.as_str()) != kept {
-                    deflate = None;
-                }
+                let deflate = kept_deflate(deflate, &response);
                 stream.write_all(&encode_response(&response)).await?;
                 stream.flush().await?;
-                let deflate = deflate.map(|(state, _)| state);
                 Ok(WebSocket::from_upgraded(
                     stream,
                     Role::Server,
@@ -114,6 +101,38 @@ where
         }
     })
     .await
+}
+
+/// The `101` response for a valid request, with the permessage-deflate answer in it if the
+/// client offered something acceptable; the compression state travels beside it until the
+/// response is final (see [`kept_deflate`]).
+pub(crate) fn negotiate(
+    hello: &ClientHello,
+    config: &sockeye_proto::Config,
+) -> (Response<()>, Option<(PerMessageDeflate, String)>) {
+    let mut response = hello.accept();
+    let deflate = extension::server_accept(config, &hello.extensions);
+    if let Some((_, value)) = &deflate
+        && let Ok(value) = HeaderValue::from_str(value)
+    {
+        response.headers_mut().insert(SEC_WEBSOCKET_EXTENSIONS, value);
+    }
+    (response, deflate)
+}
+
+/// The compression state to install, if the response about to be sent still carries our answer
+/// (an application may have removed it to refuse compression for this client).
+pub(crate) fn kept_deflate<B>(
+    deflate: Option<(PerMessageDeflate, String)>,
+    response: &Response<B>,
+) -> Option<PerMessageDeflate> {
+    let kept = response
+        .headers()
+        .get(SEC_WEBSOCKET_EXTENSIONS)
+        .and_then(|v| v.to_str().ok());
+    deflate
+        .filter(|(_, value)| Some(value.as_str()) == kept)
+        .map(|(state, _)| state)
 }
 
 async fn refuse<S: AsyncWrite + Unpin, T>(stream: &mut S, error: HandshakeError) -> Result<T, Error> {

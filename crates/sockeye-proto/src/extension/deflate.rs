@@ -278,7 +278,9 @@ impl PerMessageDeflate {
     /// Whether a message of `len` bytes should be sent compressed.
     pub(crate) fn should_compress(&self, len: usize) -> bool {
         // zlib cannot compress with an 8-bit window: send uncompressed (see the module docs).
-        len >= self.min_compress_size && self.compress_bits >= 9
+        // Never an empty message: right after a sync flush the compressor has nothing to emit,
+        // and an empty payload with RSV1 is not DEFLATE data (found by the connection fuzzer).
+        len > 0 && len >= self.min_compress_size && self.compress_bits >= 9
     }
 
     /// Compresses one whole message (§7.2.1): sync flush, then drop the trailing `00 00 FF FF`.

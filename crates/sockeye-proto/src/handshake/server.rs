@@ -5,7 +5,7 @@ use http::header::{
     CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS,
     SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION, UPGRADE,
 };
-use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version};
 
 use super::{accept_key, check_parsed, header_has_token, header_list, to_header_map, write_headers};
 use crate::config::Config;
@@ -58,14 +58,23 @@ impl ClientHello {
     /// Checks that `request` is a WebSocket upgrade (§4.2.1): `GET`, HTTP/1.1, a `Host`,
     /// `Upgrade: websocket`, `Connection: Upgrade`, `Sec-WebSocket-Version: 13` and a key of 16
     /// base64-encoded bytes. Header names and tokens are compared without regard to case.
-    pub fn from_request(request: &Request<()>) -> Result<ClientHello, HandshakeError> {
-        if request.method() != Method::GET {
+    pub fn from_request<B>(request: &Request<B>) -> Result<ClientHello, HandshakeError> {
+        Self::from_head(request.method(), request.version(), request.headers())
+    }
+
+    /// [`from_request`](Self::from_request) for a request head held in pieces (an
+    /// `http::request::Parts`, a framework's extractor).
+    pub fn from_head(
+        method: &Method,
+        version: Version,
+        headers: &HeaderMap,
+    ) -> Result<ClientHello, HandshakeError> {
+        if method != Method::GET {
             return Err(HandshakeError::MethodNotGet);
         }
-        if request.version() < Version::HTTP_11 {
+        if version < Version::HTTP_11 {
             return Err(HandshakeError::UnsupportedHttpVersion);
         }
-        let headers = request.headers();
         if !headers.contains_key(HOST) {
             return Err(HandshakeError::MissingHeader("Host"));
         }

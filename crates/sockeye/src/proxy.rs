@@ -1,0 +1,464 @@
+//! Client connections through proxies: HTTP `CONNECT` (RFC 9110 §9.3.6) with optional basic
+//! authentication, and SOCKS5 (RFC 1928) with or without username/password authentication
+//! (RFC 1929). Chosen per connection by [`Config::proxy`](crate::Config::proxy): none, a URL, or
+//! the environment (`HTTPS_PROXY` for `wss://`, `HTTP_PROXY` for `ws://`, then `ALL_PROXY`, each
+//! also in lower case, minus the hosts in `NO_PROXY`).
+//!
+//! ```
+//! use sockeye::proxy::{Proxy, ProxyConfig};
+//! let proxy = Proxy::parse("socks5h://user:secret@127.0.0.1:1080").unwrap();
+//! let config = sockeye::Config { proxy: ProxyConfig::Url(proxy), ..Default::default() };
+//! # let _ = config;
+//! ```
+
+use std::fmt;
+
+use base64::Engine as _;
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::error::Error;
+
+/// Which proxy a client connects through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ProxyConfig {
+    /// The proxy the environment names for the URL (see the [module docs](self)), if any. The
+    /// default, as in curl and most HTTP clients.
+    #[default]
+    Environment,
+    /// Connect directly, whatever the environment says.
+    Direct,
+    /// Always this proxy.
+    Url(Proxy),
+}
+
+/// How a proxy is spoken to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyKind {
+    /// `http://`: an HTTP proxy, asked to open a tunnel with `CONNECT host:port`.
+    HttpConnect,
+    /// `socks5://`: SOCKS5, the client resolves the host name.
+    Socks5,
+    /// `socks5h://`: SOCKS5, the proxy resolves the host name.
+    Socks5RemoteDns,
+}
+
+/// A proxy: its kind, address and credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Proxy {
+    /// How to speak to it.
+    pub kind: ProxyKind,
+    /// Host name or IP address of the proxy.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// User name and password, if it wants them.
+    pub credentials: Option<(String, String)>,
+}
+
+impl fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the password.
+        f.debug_struct("Proxy")
+            .field("kind", &self.kind)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .finish()
+    }
+}
+
+/// What went wrong with a proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// The proxy URL could not be understood.
+    InvalidUrl(String),
+    /// The HTTP proxy answered `CONNECT` with this status (407: credentials missing or wrong).
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// Its reason phrase.
+        reason: String,
+    },
+    /// The SOCKS5 proxy accepts none of the authentication methods offered (give credentials?).
+    NoAcceptableAuth,
+    /// The SOCKS5 proxy rejected the user name and password.
+    AuthFailed,
+    /// The SOCKS5 proxy could not connect (RFC 1928 §6 reply code).
+    SocksReply(u8),
+    /// The proxy broke its protocol.
+    Malformed(&'static str),
+}
+
+impl fmt::Display for ProxyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProxyError::InvalidUrl(why) => write!(f, "invalid proxy URL: {why}"),
+            ProxyError::Refused { status: 407, .. } => {
+                f.write_str("the proxy wants credentials (407); put user:password in the proxy URL")
+            }
+            ProxyError::Refused { status, reason } => {
+                write!(f, "the proxy refused the tunnel: {status} {reason}")
+            }
+            ProxyError::NoAcceptableAuth => f.write_str(
+                "the SOCKS5 proxy accepts none of our authentication methods (credentials needed?)",
+            ),
+            ProxyError::AuthFailed => f.write_str("the SOCKS5 proxy rejected the user name or password"),
+            ProxyError::SocksReply(code) => {
+                let what = match code {
+                    1 => "general failure",
+                    2 => "connection not allowed by its rules",
+                    3 => "network unreachable",
+                    4 => "host unreachable",
+                    5 => "connection refused",
+                    6 => "TTL expired",
+                    7 => "command not supported",
+                    8 => "address type not supported",
+                    _ => "unknown error",
+                };
+                write!(f, "the SOCKS5 proxy could not connect: {what} (reply {code})")
+            }
+            ProxyError::Malformed(what) => write!(f, "the proxy broke its protocol: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ProxyError {}
+
+impl Proxy {
+    /// Parses `http://[user:password@]host[:port]` (port 80 by default),
+    /// `socks5://…` or `socks5h://…` (port 1080 by default). User and password may be
+    /// percent-encoded.
+    pub fn parse(url: &str) -> Result<Proxy, ProxyError> {
+        let invalid = |why: &str| ProxyError::InvalidUrl(format!("{url:?}: {why}"));
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| invalid("no scheme"))?;
+        let (kind, default_port) = match scheme.to_ascii_lowercase().as_str() {
+            "http" => (ProxyKind::HttpConnect, 80),
+            "socks5" => (ProxyKind::Socks5, 1080),
+            "socks5h" => (ProxyKind::Socks5RemoteDns, 1080),
+            _ => return Err(invalid("the scheme must be http, socks5 or socks5h")),
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((userinfo, hostport)) => (Some(userinfo), hostport),
+            None => (None, authority),
+        };
+        let credentials = userinfo
+            .map(|u| {
+                let (user, password) = u.split_once(':').unwrap_or((u, ""));
+                Ok::<_, ProxyError>((percent_decode(user)?, percent_decode(password)?))
+            })
+            .transpose()?;
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(|| invalid("unclosed ["))?;
+            (host, after.strip_prefix(':'))
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (hostport, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(invalid("no host"));
+        }
+        let port = match port {
+            Some(p) => p.parse().map_err(|_| invalid("bad port"))?,
+            None => default_port,
+        };
+        Ok(Proxy {
+            kind,
+            host: host.to_string(),
+            port,
+            credentials,
+        })
+    }
+
+    /// The proxy the environment names for a `ws://` (`secure = false`) or `wss://` URL to
+    /// `host`, if any (see the [module docs](self)).
+    pub fn from_env(secure: bool, host: &str) -> Result<Option<Proxy>, ProxyError> {
+        Self::from_lookup(secure, host, |name| std::env::var(name).ok())
+    }
+
+    fn from_lookup(
+        secure: bool,
+        host: &str,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Proxy>, ProxyError> {
+        let get = |name: &str| {
+            var(name)
+                .or_else(|| var(&name.to_ascii_lowercase()))
+                .filter(|v| !v.trim().is_empty())
+        };
+        let specific = if secure { "HTTPS_PROXY" } else { "HTTP_PROXY" };
+        let Some(url) = get(specific).or_else(|| get("ALL_PROXY")) else {
+            return Ok(None);
+        };
+        if get("NO_PROXY").is_some_and(|list| no_proxy_matches(&list, host)) {
+            return Ok(None);
+        }
+        Proxy::parse(url.trim()).map(Some)
+    }
+
+    /// Opens a TCP connection to the proxy and a tunnel through it to `host:port`.
+    pub async fn connect(&self, host: &str, port: u16) -> Result<TcpStream, Error> {
+        let mut tcp = TcpStream::connect((self.host.as_str(), self.port)).await?;
+        match self.kind {
+            ProxyKind::HttpConnect => self.http_connect(&mut tcp, host, port).await?,
+            ProxyKind::Socks5 | ProxyKind::Socks5RemoteDns => {
+                self.socks5_connect(&mut tcp, host, port).await?
+            }
+        }
+        Ok(tcp)
+    }
+
+    async fn http_connect(&self, tcp: &mut TcpStream, host: &str, port: u16) -> Result<(), Error> {
+        let authority = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let mut request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
+        if let Some((user, password)) = &self.credentials {
+            let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            request.push_str(&format!("Proxy-Authorization: Basic {token}\r\n"));
+        }
+        request.push_str("\r\n");
+        tcp.write_all(request.as_bytes()).await?;
+        // Read the response head byte-exactly: whatever follows it belongs to the tunnel, and a
+        // proxy sends nothing more until we speak.
+        let mut head = BytesMut::with_capacity(512);
+        loop {
+            if head.len() > 16 << 10 {
+                return Err(ProxyError::Malformed("response head over 16 KiB").into());
+            }
+            if tcp.read_buf(&mut head).await? == 0 {
+                return Err(ProxyError::Malformed("closed before answering CONNECT").into());
+            }
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut response = httparse::Response::new(&mut headers);
+            match response.parse(&head) {
+                Ok(httparse::Status::Complete(n)) => {
+                    if n != head.len() {
+                        return Err(ProxyError::Malformed("data after the CONNECT response").into());
+                    }
+                    let status = response.code.unwrap_or(0);
+                    if !(200..300).contains(&status) {
+                        let reason = response.reason.unwrap_or("").to_string();
+                        return Err(ProxyError::Refused { status, reason }.into());
+                    }
+                    return Ok(());
+                }
+                Ok(httparse::Status::Partial) => {}
+                Err(_) => return Err(ProxyError::Malformed("unparsable CONNECT response").into()),
+            }
+        }
+    }
+
+    async fn socks5_connect(&self, tcp: &mut TcpStream, host: &str, port: u16) -> Result<(), Error> {
+        // Greeting (§3): offer "no authentication", and username/password when we have them.
+        let greeting: &[u8] = if self.credentials.is_some() {
+            &[5, 2, 0x00, 0x02]
+        } else {
+            &[5, 1, 0x00]
+        };
+        tcp.write_all(greeting).await?;
+        let mut choice = [0u8; 2];
+        tcp.read_exact(&mut choice).await?;
+        match choice {
+            [5, 0x00] => {}
+            [5, 0x02] => {
+                // RFC 1929: version 1, user, password.
+                let (user, password) = self
+                    .credentials
+                    .as_ref()
+                    .ok_or(ProxyError::Malformed("unoffered method"))?;
+                if user.len() > 255 || password.len() > 255 {
+                    return Err(ProxyError::InvalidUrl(
+                        "SOCKS5 user and password are at most 255 bytes".into(),
+                    )
+                    .into());
+                }
+                let mut auth = vec![1, user.len() as u8];
+                auth.extend_from_slice(user.as_bytes());
+                auth.push(password.len() as u8);
+                auth.extend_from_slice(password.as_bytes());
+                tcp.write_all(&auth).await?;
+                let mut status = [0u8; 2];
+                tcp.read_exact(&mut status).await?;
+                if status[1] != 0 {
+                    return Err(ProxyError::AuthFailed.into());
+                }
+            }
+            [5, 0xFF] => return Err(ProxyError::NoAcceptableAuth.into()),
+            _ => return Err(ProxyError::Malformed("bad method selection").into()),
+        }
+        // CONNECT request (§4).
+        let mut request = vec![5, 1, 0];
+        let literal: Option<std::net::IpAddr> = host.parse().ok();
+        let address = match (literal, self.kind) {
+            (Some(ip), _) => ip,
+            (None, ProxyKind::Socks5) => tokio::net::lookup_host((host, port))
+                .await?
+                .next()
+                .map(|a| a.ip())
+                .ok_or_else(|| {
+                    std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host}: no address"))
+                })?,
+            (None, _) => {
+                if host.len() > 255 {
+                    return Err(ProxyError::InvalidUrl("host name over 255 bytes".into()).into());
+                }
+                request.push(3);
+                request.push(host.len() as u8);
+                request.extend_from_slice(host.as_bytes());
+                request.extend_from_slice(&port.to_be_bytes());
+                return self.socks5_finish(tcp, &request).await;
+            }
+        };
+        match address {
+            std::net::IpAddr::V4(v4) => {
+                request.push(1);
+                request.extend_from_slice(&v4.octets());
+            }
+            std::net::IpAddr::V6(v6) => {
+                request.push(4);
+                request.extend_from_slice(&v6.octets());
+            }
+        }
+        request.extend_from_slice(&port.to_be_bytes());
+        self.socks5_finish(tcp, &request).await
+    }
+
+    /// Sends the CONNECT request and reads the whole reply (§6), bound address included.
+    async fn socks5_finish(&self, tcp: &mut TcpStream, request: &[u8]) -> Result<(), Error> {
+        tcp.write_all(request).await?;
+        let mut reply = [0u8; 4];
+        tcp.read_exact(&mut reply).await?;
+        if reply[0] != 5 {
+            return Err(ProxyError::Malformed("bad reply version").into());
+        }
+        if reply[1] != 0 {
+            return Err(ProxyError::SocksReply(reply[1]).into());
+        }
+        let rest = match reply[3] {
+            1 => 4 + 2,
+            4 => 16 + 2,
+            3 => usize::from(tcp.read_u8().await?) + 2,
+            _ => return Err(ProxyError::Malformed("bad address type in reply").into()),
+        };
+        let mut bound = vec![0u8; rest];
+        tcp.read_exact(&mut bound).await?;
+        Ok(())
+    }
+}
+
+/// `NO_PROXY`: a comma-separated list of host names (matching the name and its subdomains, with or
+/// without a leading dot), IP addresses, or `*` for everything. Ports in entries are ignored.
+fn no_proxy_matches(list: &str, host: &str) -> bool {
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    list.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .any(|entry| {
+            if entry == "*" {
+                return true;
+            }
+            let entry = entry.trim_start_matches("*.").trim_start_matches('.');
+            // Strip a port, but not from a bare IPv6 address.
+            let entry = match entry.rsplit_once(':') {
+                Some((name, port)) if !name.contains(':') && port.parse::<u16>().is_ok() => name,
+                _ => entry,
+            };
+            let entry = entry
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_ascii_lowercase();
+            host == entry || host.ends_with(&format!(".{entry}"))
+        })
+}
+
+fn percent_decode(s: &str) -> Result<String, ProxyError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .ok_or_else(|| ProxyError::InvalidUrl("bad % escape".into()))?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| ProxyError::InvalidUrl("bad % escape".into()))?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| ProxyError::InvalidUrl("credentials are not UTF-8".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_proxy_urls() {
+        let p = Proxy::parse("http://us%40er:p%3Ass@proxy.example:3128").unwrap();
+        assert_eq!(p.kind, ProxyKind::HttpConnect);
+        assert_eq!((p.host.as_str(), p.port), ("proxy.example", 3128));
+        assert_eq!(p.credentials, Some(("us@er".into(), "p:ss".into())));
+        let p = Proxy::parse("socks5h://[::1]").unwrap();
+        assert_eq!(
+            (p.kind, p.host.as_str(), p.port),
+            (ProxyKind::Socks5RemoteDns, "::1", 1080)
+        );
+        assert!(format!("{:?}", Proxy::parse("socks5://u:secret@h:1").unwrap()).contains("\"u\""));
+        assert!(!format!("{:?}", Proxy::parse("socks5://u:secret@h:1").unwrap()).contains("secret"));
+        for bad in [
+            "ftp://h",
+            "h:80",
+            "http://:80",
+            "http://h:99999",
+            "http://u:%zz@h",
+        ] {
+            assert!(
+                matches!(Proxy::parse(bad), Err(ProxyError::InvalidUrl(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn environment_choice_and_no_proxy() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let vars = &[
+            ("https_proxy", "http://a:1"),
+            ("ALL_PROXY", "socks5://b:2"),
+            ("NO_PROXY", "localhost, .internal.example,10.0.0.1:8080"),
+        ];
+        let pick = |secure, host| {
+            Proxy::from_lookup(secure, host, env(vars))
+                .unwrap()
+                .map(|p| p.host)
+        };
+        assert_eq!(pick(true, "example.com").as_deref(), Some("a"));
+        assert_eq!(pick(false, "example.com").as_deref(), Some("b"));
+        assert_eq!(pick(true, "localhost"), None);
+        assert_eq!(pick(true, "db.internal.example"), None);
+        assert_eq!(pick(true, "internal.example"), None);
+        assert_eq!(pick(true, "notinternal.example").as_deref(), Some("a"));
+        assert_eq!(pick(true, "10.0.0.1"), None);
+        assert_eq!(
+            Proxy::from_lookup(true, "x", env(&[("NO_PROXY", "*"), ("ALL_PROXY", "http://a")])).unwrap(),
+            None
+        );
+        assert_eq!(Proxy::from_lookup(true, "x", env(&[])).unwrap(), None);
+    }
+}
