@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the project from nothing: formatting and lints, unit, property, doc and
-# loopback tests, a short run of every fuzz target and of the soak, then the Autobahn|Testsuite in
-# both roles (installing wstest and cargo-fuzz on first use).
+# loopback tests, a short run of every fuzz target and of the soak, interop with real clients,
+# servers and proxies, then the Autobahn|Testsuite in both roles (installing wstest, cargo-fuzz,
+# Chromium, the proxies and the Node and Python packages on first use).
 # Usage: bash scripts/test.sh        (CI runs exactly this through .ci/run)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -10,10 +11,13 @@ START=$SECONDS
 
 step "rustfmt"
 cargo fmt --all --check
-step "clippy (warnings are errors)"
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-step "unit, property, doc and loopback tests"
-cargo test --workspace
+step "clippy (warnings are errors), every feature, and the build without default features"
+cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
+cargo check --quiet -p sockeye --no-default-features
+step "docs build without warnings"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --all-features -p sockeye-proto -p sockeye
+step "unit, property, doc, loopback, fault and framework tests"
+cargo test --workspace --all-features
 step "fuzz targets: build, then run each for 20 s (bash fuzz/run.sh for the 10-minute runs)"
 bash fuzz/run.sh 20
 step "soak: 500 connections for 20 s (bash scripts/soak.sh for 10,000 connections, 10 minutes)"
@@ -35,6 +39,9 @@ autobahn_pair() { # name, run.sh options...
     exit 1
   fi
 }
+
+step "interop: Python websockets, Node ws, Chromium, tinyproxy and dante (installed on first use)"
+bash interop/run.sh
 
 bash conformance/install-wstest.sh
 cargo build --release --quiet -p sockeye-conformance

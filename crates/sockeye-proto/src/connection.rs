@@ -201,6 +201,17 @@ impl Connection {
         &mut self.read_buf
     }
 
+    /// Frees the read buffer and the outbound batch buffer when they are empty, so that a
+    /// connection waiting for input holds no buffer memory; the next read or send allocates
+    /// again. An I/O layer calls it when the connection goes idle: with thousands of mostly quiet
+    /// connections, memory then follows the busy ones, not every connection's largest message.
+    pub fn release_idle_buffers(&mut self) {
+        if self.read_buf.is_empty() {
+            self.read_buf = BytesMut::new();
+        }
+        self.transmit.release_if_empty();
+    }
+
     /// How many received bytes are buffered and not yet turned into messages.
     pub fn buffered(&self) -> usize {
         self.read_buf.len()

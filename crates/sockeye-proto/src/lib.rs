@@ -30,6 +30,8 @@
 //! assert!(client.is_closed() && server.is_closed());
 //! ```
 
+#![deny(missing_docs)]
+
 mod config;
 mod connection;
 mod error;

@@ -49,6 +49,14 @@ impl Transmit {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Frees the batch buffer and the queue's storage if nothing is waiting.
+    pub(crate) fn release_if_empty(&mut self) {
+        if self.len == 0 {
+            self.tail = BytesMut::new();
+            self.queued = VecDeque::new();
+        }
+    }
 }
 
 impl Buf for Transmit {

@@ -34,6 +34,20 @@
 //! # }
 //! ```
 
+//!
+//! ## Where things are
+//!
+//! - [`connect`] / [`connect_with`] for clients (`ws://`, `wss://`, through [`proxy`]s),
+//!   [`Server`] (with [`ShutdownHandle`]) or [`accept_with`] for servers,
+//!   [`upgrade::Upgrade`] to take over a request served by hyper or axum;
+//! - [`WebSocket`]: `recv`/`send`/`feed`/`try_send`/`close`, `Stream` + `Sink`;
+//! - [`Config`]: every limit, timeout and default in one place, each with its reason.
+//!
+//! Features: `tls` (default; rustls with aws-lc-rs), `deflate` (default; permessage-deflate),
+//! `webpki-roots`, `hyper` (the [`upgrade`] module), `axum` (`Upgrade` as an extractor).
+
+#![deny(missing_docs)]
+
 mod client;
 mod config;
 mod error;

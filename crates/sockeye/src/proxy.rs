@@ -96,9 +96,14 @@ impl fmt::Display for ProxyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ProxyError::InvalidUrl(why) => write!(f, "invalid proxy URL: {why}"),
-            ProxyError::Refused { status: 407, .. } => {
-                f.write_str("the proxy wants credentials (407); put user:password in the proxy URL")
-            }
+            // 407 is the standard answer; some proxies (tinyproxy) send 401.
+            ProxyError::Refused {
+                status: status @ (401 | 407),
+                ..
+            } => write!(
+                f,
+                "the proxy wants credentials ({status}); put the right user:password in the proxy URL"
+            ),
             ProxyError::Refused { status, reason } => {
                 write!(f, "the proxy refused the tunnel: {status} {reason}")
             }
@@ -240,13 +245,14 @@ impl Proxy {
             let mut response = httparse::Response::new(&mut headers);
             match response.parse(&head) {
                 Ok(httparse::Status::Complete(n)) => {
-                    if n != head.len() {
-                        return Err(ProxyError::Malformed("data after the CONNECT response").into());
-                    }
                     let status = response.code.unwrap_or(0);
                     if !(200..300).contains(&status) {
+                        // A refusal may carry a body (tinyproxy sends an HTML page); it is not read.
                         let reason = response.reason.unwrap_or("").to_string();
                         return Err(ProxyError::Refused { status, reason }.into());
+                    }
+                    if n != head.len() {
+                        return Err(ProxyError::Malformed("data after the CONNECT response").into());
                     }
                     return Ok(());
                 }

@@ -26,12 +26,24 @@
 //! }
 //! ```
 //!
-//! With axum (feature `axum`), [`Upgrade`] is an extractor:
+//! With axum (feature `axum`), [`Upgrade`] is an extractor: no glue code.
 //!
-//! ```ignore
-//! let app = axum::Router::new().route("/ws", axum::routing::get(|upgrade: Upgrade| async move {
-//!     upgrade.on_upgrade(|ws| async move { /* ... */ })
-//! }));
+//! ```no_run
+//! # #[cfg(feature = "axum")]
+//! # async fn run() -> std::io::Result<()> {
+//! use axum::{Router, response::Response, routing::get};
+//! use sockeye::upgrade::Upgrade;
+//!
+//! async fn socket(upgrade: Upgrade) -> Response {
+//!     upgrade.select_protocol(["chat"]).on_upgrade(|mut ws| async move {
+//!         let _ = ws.send("hello from axum").await;
+//!     })
+//! }
+//!
+//! let app = Router::new().route("/ws", get(socket));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await
+//! # }
 //! ```
 
 use std::future::Future;

@@ -286,8 +286,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(self.finish_with(e.into())))),
                 // About to wait: the only time timers and the shutdown signal are looked at, so
-                // the busy path pays nothing for them.
+                // the busy path pays nothing for them, and the moment to give back empty buffers.
                 Poll::Pending => match self.poll_idle(cx) {
+                    Idle::Wait if !write_blocked => {
+                        self.conn.release_idle_buffers();
+                        return Poll::Pending;
+                    }
                     Idle::Wait => return Poll::Pending,
                     Idle::Queued => {}
                     Idle::Dead => {

@@ -228,6 +228,10 @@ pub struct ClientOpts {
     /// Accept a certificate issued for another host name (testing only).
     #[arg(long = "disable-hostname-validation", alias = "disable_hostname_validation")]
     pub disable_hostname_validation: bool,
+    /// Connect through this proxy: http://[user:pass@]host:port (CONNECT), socks5://… or
+    /// socks5h://… (the proxy resolves names); `none` to ignore HTTPS_PROXY/HTTP_PROXY/ALL_PROXY.
+    #[arg(long)]
+    pub proxy: Option<String>,
 }
 
 /// `echo_server`.

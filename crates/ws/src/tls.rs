@@ -1,5 +1,6 @@
 //! Turning the TLS and compression flags into library configuration.
 
+use sockeye::proxy::{Proxy, ProxyConfig};
 use sockeye::tls::{ClientTlsOptions, ServerTls, TlsAcceptor};
 use sockeye::{Config, Server};
 
@@ -12,6 +13,11 @@ pub(crate) fn client_config(opts: &ClientOpts) -> Result<Config, Failure> {
     if opts.no_deflate {
         config.protocol.deflate = None;
     }
+    config.proxy = match opts.proxy.as_deref() {
+        None => ProxyConfig::Environment,
+        Some("none") => ProxyConfig::Direct,
+        Some(url) => ProxyConfig::Url(Proxy::parse(url).map_err(sockeye::Error::from)?),
+    };
     if opts.url.starts_with("wss://") {
         let mut tls = ClientTlsOptions {
             danger_accept_invalid_certs: opts.verify_none,

@@ -1,0 +1,68 @@
+//! Connects to an echo server and checks it: text and binary messages of sizes around every frame
+//! length boundary (0, 125, 126, 65535, 65536, 1 MiB) must come back unchanged. Prints what was
+//! negotiated and exits non-zero on any difference — the interop tests use it against Python's
+//! `websockets` and Node's `ws`.
+//!
+//! ```sh
+//! cargo run --example echo_client -- ws://127.0.0.1:8008/ [--no-deflate] [--ca-file ca.pem] [--proxy URL]
+//! ```
+
+use sockeye::proxy::{Proxy, ProxyConfig};
+use sockeye::{CloseCode, CloseFrame, Config, Message};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let url = args
+        .next()
+        .ok_or("usage: echo_client URL [--no-deflate] [--ca-file PEM] [--proxy URL]")?;
+    let mut config = Config::default();
+    while let Some(flag) = args.next() {
+        match flag.as_str() {
+            "--no-deflate" => config.protocol.deflate = None,
+            "--ca-file" => {
+                let pem = args.next().ok_or("--ca-file needs a path")?;
+                config.tls_client = Some(
+                    sockeye::tls::ClientTlsOptions::default()
+                        .add_ca_file(pem)?
+                        .build()?,
+                );
+            }
+            "--proxy" => {
+                config.proxy = ProxyConfig::Url(Proxy::parse(&args.next().ok_or("--proxy needs a URL")?)?)
+            }
+            other => return Err(format!("unknown option {other}").into()),
+        }
+    }
+    let (mut ws, response) = sockeye::connect_with(url.as_str(), &config).await?;
+    let extensions = response
+        .headers()
+        .get("sec-websocket-extensions")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none");
+    println!("connected to {url}; extensions: {extensions}");
+    let mut checked = 0;
+    for size in [0usize, 1, 125, 126, 65535, 65536, 1 << 20] {
+        let text: String = (0..size).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let binary: Vec<u8> = (0..size).map(|i| (i * 7 % 256) as u8).collect();
+        for message in [Message::text(text), Message::binary(binary)] {
+            ws.send(message.clone()).await?;
+            let echo = loop {
+                match ws.recv().await.ok_or("the server closed the connection")?? {
+                    Message::Ping(_) | Message::Pong(_) => continue,
+                    other => break other,
+                }
+            };
+            if echo != message {
+                return Err(format!("echo of a {size}-byte message differs").into());
+            }
+            checked += 1;
+        }
+    }
+    let reply = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "done"))).await?;
+    println!(
+        "{checked} echoes identical; server closed with {:?}",
+        reply.map(|f| f.code.0)
+    );
+    Ok(())
+}

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Interop with clients, servers and proxies nobody here wrote, all on loopback:
+#   Python `websockets` and Node `ws` as clients of Sockeye's server and as servers for Sockeye's
+#   client (ws:// and wss://, with and without permessage-deflate); headless Chromium loading a
+#   page from Sockeye's axum integration and echoing through a WebSocket to it; Sockeye's client
+#   through tinyproxy (HTTP CONNECT, basic auth) and dante (SOCKS5, with and without user/password).
+# Prints one line per combination and fails if any fails.   Usage: bash interop/run.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+OUT=$ROOT/target/interop
+mkdir -p "$OUT"
+bash interop/install.sh
+PY="${HOME}/.cache/sockeye/interop-venv/bin/python"
+
+echo "==> building ws and the examples"
+cargo build --release --quiet -p ws
+cargo build --release --quiet -p sockeye --features axum --example axum --example echo_client
+WS=$ROOT/target/release/ws
+CLIENT=$ROOT/target/release/examples/echo_client
+
+# A CA and a certificate for localhost and 127.0.0.1, made for this run.
+(
+  cd "$OUT"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca.pem -days 2 -subj /CN=sockeye-interop-ca
+  openssl req -newkey rsa:2048 -nodes -keyout key.pem -out leaf.csr -subj /CN=localhost
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >leaf.ext
+  openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 2 -extfile leaf.ext -out cert.pem
+) >/dev/null 2>&1
+
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+start() { # name, command...: runs in the background, logging to $OUT/name.log
+  local name=$1; shift
+  "$@" >"$OUT/$name.log" 2>&1 &
+  PIDS+=($!)
+}
+wait_port() { # port
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
+  echo "nothing listens on port $1" >&2; return 1
+}
+
+FAILED=0
+RESULTS=()
+check() { # name, expectation (pass|fail:PATTERN), command...
+  local name=$1 expect=$2; shift 2
+  local out rc=0
+  out=$(timeout 60 "$@" 2>&1) || rc=$?
+  local verdict=FAIL
+  case "$expect" in
+    pass) [ "$rc" = 0 ] && verdict=PASS ;;
+    fail:*) [ "$rc" != 0 ] && grep -q "${expect#fail:}" <<<"$out" && verdict=PASS ;;
+  esac
+  [ "$verdict" = PASS ] || FAILED=1
+  local detail
+  detail=$(grep -v '^\s*$' <<<"$out" | tail -1 | cut -c1-110 || true)
+  RESULTS+=("$(printf '%-4s  %-52s %s' "$verdict" "$name" "$detail")")
+  echo "${RESULTS[-1]}"
+}
+
+CA=$OUT/ca.pem
+TLS=(--tls --cert-file "$OUT/cert.pem" --key-file "$OUT/key.pem")
+echo "==> starting servers and proxies"
+start sockeye-ws "$WS" echo_server -q --port 9501
+start sockeye-wss "$WS" echo_server -q --port 9502 "${TLS[@]}"
+start python-ws "$PY" interop/python/server.py 9511
+start python-wss "$PY" interop/python/server.py 9512 --tls "$OUT/cert.pem" "$OUT/key.pem"
+start node-ws node interop/node/server.mjs 9521
+start node-wss node interop/node/server.mjs 9522 --tls "$OUT/cert.pem" "$OUT/key.pem"
+start axum "$ROOT/target/release/examples/axum" 127.0.0.1:9530
+
+cat >"$OUT/tinyproxy.conf" <<CONF
+Port 9540
+Listen 127.0.0.1
+Timeout 60
+MaxClients 50
+Allow 127.0.0.1
+BasicAuth sockeye secret
+DisableViaHeader Yes
+LogLevel Info
+CONF
+if [ "$(id -u)" = 0 ]; then
+  printf 'User nobody\nGroup nogroup\n' >>"$OUT/tinyproxy.conf"
+fi
+start tinyproxy /usr/bin/tinyproxy -d -c "$OUT/tinyproxy.conf"
+
+# dante: one SOCKS5 proxy without authentication, one with user/password (checked against the
+# system's accounts, so the run makes a locked-down user for it).
+dante_conf() { # port, method
+  cat <<CONF
+logoutput: stderr
+internal: 127.0.0.1 port = $1
+external: 127.0.0.1
+clientmethod: none
+socksmethod: $2
+user.privileged: root
+user.unprivileged: nobody
+client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 }
+socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 log: connect }
+CONF
+}
+dante_conf 9541 none >"$OUT/danted-none.conf"
+dante_conf 9542 username >"$OUT/danted-user.conf"
+if [ "$(id -u)" = 0 ]; then
+  id sockeyeproxy >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin sockeyeproxy
+  echo 'sockeyeproxy:secret' | chpasswd
+fi
+start danted-none /usr/sbin/danted -f "$OUT/danted-none.conf" -p "$OUT/danted-none.pid"
+start danted-user /usr/sbin/danted -f "$OUT/danted-user.conf" -p "$OUT/danted-user.pid"
+for port in 9501 9502 9511 9512 9521 9522 9530 9540 9541 9542; do wait_port "$port"; done
+
+echo "==> real clients against Sockeye's server (ws echo_server)"
+for scheme in ws wss; do
+  port=$([ $scheme = ws ] && echo 9501 || echo 9502)
+  url="$scheme://localhost:$port/"
+  for deflate in on off; do
+    flag=(); [ $deflate = off ] && flag=(--no-deflate)
+    check "python websockets → sockeye  $scheme deflate=$deflate" pass "$PY" interop/python/client.py "$url" "${flag[@]}" --ca "$CA"
+    check "node ws → sockeye            $scheme deflate=$deflate" pass node interop/node/client.mjs "$url" "${flag[@]}" --ca "$CA"
+  done
+done
+
+echo "==> Sockeye's client against real servers"
+for scheme in ws wss; do
+  for deflate in on off; do
+    flag=(); [ $deflate = off ] && flag=(--no-deflate)
+    for peer in python:951 node:952; do
+      name=${peer%%:*}; base=${peer##*:}
+      port=$([ $scheme = ws ] && echo "${base}1" || echo "${base}2")
+      check "sockeye → $name $(printf '%-19s' "")$scheme deflate=$deflate" pass "$CLIENT" "$scheme://localhost:$port/" "${flag[@]}" --ca-file "$CA"
+    done
+  done
+done
+
+echo "==> Chromium"
+check "chromium → sockeye (axum page + socket) ws deflate=on" pass node interop/node/chromium.mjs "http://127.0.0.1:9530/"
+
+echo "==> proxies"
+check "sockeye via tinyproxy CONNECT (basic auth) ws" pass "$CLIENT" ws://127.0.0.1:9501/ --proxy http://sockeye:secret@127.0.0.1:9540
+check "sockeye via tinyproxy CONNECT (basic auth) wss" pass "$CLIENT" wss://localhost:9502/ --ca-file "$CA" --proxy http://sockeye:secret@127.0.0.1:9540
+check "sockeye via tinyproxy, wrong password → 401/407" "fail:status: 40[17]" "$CLIENT" ws://127.0.0.1:9501/ --proxy http://sockeye:wrong@127.0.0.1:9540
+check "sockeye via dante SOCKS5 (no auth) ws" pass "$CLIENT" ws://127.0.0.1:9501/ --proxy socks5://127.0.0.1:9541
+check "sockeye via dante SOCKS5h (user/password) wss" pass "$CLIENT" wss://localhost:9502/ --ca-file "$CA" --proxy socks5h://sockeyeproxy:secret@127.0.0.1:9542
+check "sockeye via dante SOCKS5, wrong password → refused" "fail:AuthFailed" "$CLIENT" ws://127.0.0.1:9501/ --proxy socks5://sockeyeproxy:wrong@127.0.0.1:9542
+check "sockeye via HTTPS_PROXY from the environment wss" pass env HTTPS_PROXY=http://sockeye:secret@127.0.0.1:9540 "$CLIENT" wss://localhost:9502/ --ca-file "$CA"
+check "ws cat --proxy socks5://… (the CLI)" pass bash -c "printf 'hello proxy\n' | '$WS' cat --proxy socks5://127.0.0.1:9541 ws://127.0.0.1:9501/ | grep -qx 'hello proxy'"
+# The tunnels really went through the proxies: each logged the CONNECTs it made.
+check "tinyproxy logged the tunnels" pass grep -q "CONNECT" "$OUT/tinyproxy.log"
+check "dante logged the tunnels" pass grep -q "pass(1): tcp/connect" "$OUT/danted-none.log" "$OUT/danted-user.log"
+
+echo
+echo "==> interop: $(printf '%s\n' "${RESULTS[@]}" | grep -c '^PASS') of ${#RESULTS[@]} combinations passed"
+exit "$FAILED"
