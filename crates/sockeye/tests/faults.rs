@@ -179,55 +179,29 @@ async fn one_byte_reads_and_short_writes_change_nothing() {
 #[tokio::test]
 async fn a_read_or_write_failing_at_any_point_ends_in_a_defined_error() {
     let mut failures_seen = 0;
+    let none = Faults::default();
+    let small = Faults {
+        read_max: 5,
+        write_max: 5,
+        ..none
+    };
     for n in 0..40 {
+        let read = |base: Faults| Faults {
+            fail_read_at: Some(n),
+            ..base
+        };
+        let write = |base: Faults| Faults {
+            fail_write_at: Some(n),
+            ..base
+        };
+        // Small reads and writes too, so that failures land inside frames and inside the head.
         for (client, server) in [
-            (
-                Faults {
-                    fail_read_at: Some(n),
-                    ..Faults::default()
-                },
-                Faults::default(),
-            ),
-            (
-                Faults {
-                    fail_write_at: Some(n),
-                    ..Faults::default()
-                },
-                Faults::default(),
-            ),
-            (
-                Faults::default(),
-                Faults {
-                    fail_read_at: Some(n),
-                    ..Faults::default()
-                },
-            ),
-            (
-                Faults::default(),
-                Faults {
-                    fail_write_at: Some(n),
-                    ..Faults::default()
-                },
-            ),
-            // Small reads and writes, so that failures land inside frames and inside the head.
-            (
-                Faults {
-                    fail_read_at: Some(n),
-                    read_max: 5,
-                    write_max: 5,
-                    ..Faults::default()
-                },
-                Faults::default(),
-            ),
-            (
-                Faults::default(),
-                Faults {
-                    fail_write_at: Some(n),
-                    read_max: 5,
-                    write_max: 5,
-                    ..Faults::default()
-                },
-            ),
+            (read(none), none),
+            (write(none), none),
+            (none, read(none)),
+            (none, write(none)),
+            (read(small), none),
+            (none, write(small)),
         ] {
             let (c, s) = run(client, server).await;
             for result in [&c, &s] {
