@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Turns target/bench/results.jsonl into one table per scenario (medians of the repetitions,
+ratios to the best peer and to raw TCP), printed and written to bench/RESULTS.md (full runs only).
+Usage: report.py RESULTS.jsonl full|smoke"""
+import collections
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+PEERS = ["tungstenite", "fastwebsockets", "node", "picows"]
+NAMES = {"raw": "raw TCP", "sockeye": "Sockeye", "tungstenite": "tokio-tungstenite",
+         "fastwebsockets": "fastwebsockets", "node": "Node ws", "picows": "picows"}
+# scenario: (metric, unit, higher is better)
+METRICS = {
+    "push-server": ("msgs_per_s", "msgs/s", True),
+    "push-client": ("msgs_per_s", "msgs/s", True),
+    "rtt": ("mean_us", "µs mean", False),
+    "connect": ("mean_us", "µs mean", False),
+    "connect-parallel": ("conns_per_s", "conns/s", True),
+    "echo-many": ("msgs_per_s", "msgs/s", True),
+    "large": ("mb_per_s", "MB/s", True),
+    "memory": ("per_conn_kib", "KiB per idle connection", False),
+}
+TITLES = {
+    "push-server": "1. push, server side: the server sends N × \"yo\"; our load generator counts",
+    "push-client": "1. push, client side: each client receives N × \"yo\" from a pre-encoded push server",
+    "rtt": "2. round trip: sequential echoes",
+    "connect": "3. connect: TCP connect + handshake + close, sequential",
+    "connect-parallel": "3. connect: 16 loops in parallel",
+    "echo-many": "4. echo-many: pipelined 64-byte binary echoes",
+    "large": "5. large binary echo",
+    "memory": "6. memory: server RSS growth with idle connections",
+}
+
+
+def fmt(v):
+    if v is None:
+        return "failed"
+    return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}"
+
+
+def main(path, kind):
+    runs = collections.defaultdict(list)
+    order = []
+    for line in open(path):
+        r = json.loads(line)
+        key = (r["scenario"], r["params"])
+        if key not in order:
+            order.append(key)
+        runs[key + (r["system"],)].append(r["result"])
+    out = []
+    for scenario in METRICS:
+        metric, unit, higher = METRICS[scenario]
+        keys = [k for k in order if k[0] == scenario]
+        if not keys:
+            continue
+        systems = [s for s in NAMES if any((k[0], k[1], s) in runs for k in keys)]
+        out.append(f"\n### {TITLES[scenario]} ({unit}{', higher is better' if higher else ', lower is better'})\n")
+        out.append("| params | " + " | ".join(NAMES[s] for s in systems) + " | Sockeye ÷ best peer | Sockeye ÷ raw TCP |")
+        out.append("|---" * (len(systems) + 3) + "|")
+        for _, params in keys:
+            med = {}
+            for s in systems:
+                vals = [r[metric] for r in runs.get((scenario, params, s), []) if metric in r]
+                med[s] = statistics.median(vals) if vals else None
+            peers = [med[s] for s in PEERS if med.get(s) is not None]
+            best = (max(peers) if higher else min(peers)) if peers else None
+            ours = med.get("sockeye")
+            ratio_peer = f"{ours / best:.2f}" if ours and best else "—"
+            ratio_raw = f"{ours / med['raw']:.2f}" if ours and med.get("raw") else "—"
+            out.append(f"| {params} | " + " | ".join(fmt(med[s]) for s in systems) + f" | {ratio_peer} | {ratio_raw} |")
+    micro = [(k[1], runs[k + ("sockeye",)][0]) for k in order if k[0] == "micro"]
+    if micro:
+        out.append("\n### 7. micro-benchmarks (Sockeye's hot paths, instructions by callgrind; repeatable)\n")
+        out.append("| operation | instructions | per |")
+        out.append("|---|---|---|")
+        for op, r in micro:
+            out.append(f"| {op} | {r['instructions']:,} | {r['unit']} |")
+    text = "\n".join(out)
+    print(text)
+    if kind == "full":
+        def version(cmd):
+            try:
+                return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+            except Exception:
+                return "?"
+        header = [
+            "# Benchmark results",
+            "",
+            f"Measured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} cores"
+            f" ({version(['uname', '-sr'])}); `bash bench/run.sh` (medians of the repetitions; servers"
+            " single-threaded on CPU 0, load generator on CPU 1). Versions: "
+            f"{version(['rustc', '--version'])}; tokio-tungstenite and fastwebsockets from"
+            " bench/harness/Cargo.lock; Node ws from bench/peers/node-ws; picows from"
+            f" bench/peers/picows; node {version(['node', '--version'])}.",
+            "Figures on this shared machine are comparable within one run only.",
+        ]
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "w") as f:
+            f.write("\n".join(header) + "\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "full")

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The side-by-side benchmark: builds everything in release mode, then runs every scenario against
+# Sockeye and the peers in one run — tokio-tungstenite and fastwebsockets (crates.io), Node `ws`
+# (npm), picows (PyPI) and a raw TCP baseline — and prints one table per scenario (medians of
+# REPS repetitions, ratios to the best peer and to raw TCP). Writes target/bench/results.jsonl and
+# bench/RESULTS.md.
+#
+#   bash bench/run.sh              # the full run (about 10 minutes on 2 cores)
+#   bash bench/run.sh --smoke      # every scenario briefly, one repetition (what CI runs)
+#
+# Servers are single-threaded and pinned to CPU 0; the load generator runs on CPU 1.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+BENCH=$PWD
+SMOKE=0; REPS=3
+for arg in "$@"; do
+  case "$arg" in
+    --smoke) SMOKE=1; REPS=1 ;;
+    --reps=*) REPS=${arg#--reps=} ;;
+    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N]" >&2; exit 2 ;;
+  esac
+done
+OUT=$BENCH/../target/bench
+mkdir -p "$OUT"
+RESULTS=$OUT/results.jsonl
+: >"$RESULTS"
+
+echo "==> building (release)"
+(cd harness && cargo build --release --quiet)
+(cd peers/node-ws && { [ -d node_modules/ws ] || npm ci --no-audit --no-fund --loglevel=error; })
+VENV="${HOME}/.cache/sockeye/bench-venv"
+if ! "$VENV/bin/python" -c 'import picows' >/dev/null 2>&1; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r peers/picows/requirements.txt
+fi
+BIN=$BENCH/harness/target/release
+PIN_SERVER=(taskset -c 0); PIN_LOAD=(taskset -c 1)
+command -v taskset >/dev/null 2>&1 || { PIN_SERVER=(); PIN_LOAD=(); }
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+if [ "$SMOKE" = 1 ]; then
+  PUSH_N=20000; RTT_N=50; CONN_N=50; SECS=1; LARGE_REPS=1; IDLE=200; SIZES="0 1024"
+else
+  PUSH_N=1000000; RTT_N=1000; CONN_N=1000; SECS=5; LARGE_REPS=10; IDLE=10000; SIZES="0 16 64 256 1024 4096"
+fi
+PORT=9700
+SERVER_PID=
+FAILURES=0
+start_server() { # system mode [n]
+  local system=$1 mode=$2 n=${3:-$PUSH_N}
+  PORT=$((PORT + 1))
+  local log=$OUT/server-$system.log
+  case "$system" in
+    node) "${PIN_SERVER[@]}" node peers/node-ws/server.mjs "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
+    picows) "${PIN_SERVER[@]}" "$VENV/bin/python" peers/picows/server.py "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
+    *) "${PIN_SERVER[@]}" "$BIN/bench-server" "$system" "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
+  esac
+  SERVER_PID=$!
+  for _ in $(seq 100); do grep -q ready "$log" 2>/dev/null && return 0; sleep 0.05; done
+  echo "the $system server did not start" >&2; cat "$log" >&2; return 1
+}
+stop_server() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
+trap stop_server EXIT
+record() { # scenario system params json
+  printf '{"scenario": "%s", "system": "%s", "params": "%s", "result": %s}\n' "$1" "$2" "$3" "$4" >>"$RESULTS"
+}
+run() { # scenario system params command...: runs REPS times, bounded, and records each
+  local scenario=$1 system=$2 params=$3; shift 3
+  for _ in $(seq "$REPS"); do
+    local json
+    if json=$(timeout 120 "${PIN_LOAD[@]}" "$@" 2>"$OUT/last-error.log" | tail -1) && [ -n "$json" ]; then
+      record "$scenario" "$system" "$params" "$json"
+    else
+      echo "   $scenario/$system/$params failed: $(tail -1 "$OUT/last-error.log")" >&2
+      record "$scenario" "$system" "$params" '{"failed": true}'
+      FAILURES=$((FAILURES + 1))
+    fi
+  done
+}
+raw_flag() { [ "$1" = raw ] && echo --raw || true; }
+SERVERS="raw sockeye tungstenite fastwebsockets node picows"
+
+echo "==> 1. push: server pushes $PUSH_N × \"yo\""
+for s in $SERVERS; do
+  start_server "$s" push
+  run push-server "$s" "$PUSH_N" "$BIN/loadgen" push "127.0.0.1:$PORT" "$PUSH_N" $(raw_flag "$s")
+  stop_server
+done
+start_server encoded push
+for c in sockeye tungstenite fastwebsockets; do
+  run push-client "$c" "$PUSH_N" "$BIN/bench-client" "$c" "127.0.0.1:$PORT" "$PUSH_N"
+done
+stop_server
+
+echo "==> 2-5. round trip, connect, echo-many, large"
+for s in $SERVERS; do
+  start_server "$s" echo
+  addr=127.0.0.1:$PORT
+  raw=$(raw_flag "$s")
+  for kind in text binary; do
+    for size in $SIZES; do
+      run rtt "$s" "$kind $size" "$BIN/loadgen" rtt "$addr" "$RTT_N" "$size" "$kind" $raw
+    done
+  done
+  run connect "$s" "sequential" "$BIN/loadgen" connect "$addr" "$CONN_N" $raw
+  run connect-parallel "$s" "16 loops" "$BIN/loadgen" connect-parallel "$addr" "$SECS" 16 $raw
+  for conns in 100 1000; do
+    run echo-many "$s" "$conns×16×64B" "$BIN/loadgen" echo-many "$addr" "$conns" 16 64 "$SECS" $raw
+  done
+  run large "$s" "1 MiB" "$BIN/loadgen" large "$addr" $((1 << 20)) "$LARGE_REPS" $raw
+  run large "$s" "16 MiB" "$BIN/loadgen" large "$addr" $((16 << 20)) $(( LARGE_REPS > 3 ? 3 : LARGE_REPS )) $raw
+  stop_server
+done
+
+echo "==> 6. memory: server RSS with $IDLE idle connections"
+for s in sockeye tungstenite fastwebsockets node picows; do
+  start_server "$s" echo
+  before=$(awk '/^VmRSS/ {print $2}' "/proc/$SERVER_PID/status")
+  "${PIN_LOAD[@]}" "$BIN/loadgen" idle "127.0.0.1:$PORT" "$IDLE" 3 >"$OUT/idle.log" 2>&1 &
+  idle_pid=$!
+  for _ in $(seq 600); do grep -q ready "$OUT/idle.log" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
+  after=$(awk '/^VmRSS/ {print $2}' "/proc/$SERVER_PID/status")
+  wait "$idle_pid" || true
+  record memory "$s" "$IDLE idle" "{\"rss_kib\": $after, \"base_kib\": $before, \"per_conn_kib\": $(( (after - before) / IDLE ))}"
+  stop_server
+done
+
+echo "==> 7. micro-benchmarks: instructions per operation (callgrind)"
+if command -v valgrind >/dev/null 2>&1; then
+  for op in mask parse utf8 engine deflate; do
+    base=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/microbench" "$op" 0 2>&1 | awk '/Collected/ {print $4}')
+    full=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/microbench" "$op" 1 2>&1 | awk '/Collected/ {print $4}')
+    unit=$("$BIN/microbench" "$op" describe)
+    record micro sockeye "$op" "{\"instructions\": $((full - base)), \"unit\": \"$unit\"}"
+  done
+else
+  echo "   valgrind is not installed: skipped" >&2
+fi
+
+echo "==> report"
+python3 report.py "$RESULTS" "$([ "$SMOKE" = 1 ] && echo smoke || echo full)"
+if [ "$FAILURES" -gt 0 ]; then
+  echo "bench: $FAILURES runs failed" >&2
+  exit 1
+fi
