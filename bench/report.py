@@ -24,6 +24,7 @@ METRICS = {
     "echo-many": ("msgs_per_s", "msgs/s", True),
     "large": ("mb_per_s", "MB/s", True),
     "memory": ("per_conn_kib", "KiB per idle connection", False),
+    "compressed": ("msgs_per_s", "msgs/s", True),
 }
 TITLES = {
     "push-server": "1. push, server side: the server sends N × \"yo\"; our load generator counts",
@@ -34,6 +35,7 @@ TITLES = {
     "echo-many": "4. echo-many: pipelined 64-byte binary echoes",
     "large": "5. large binary echo",
     "memory": "6. memory: server RSS growth with idle connections",
+    "compressed": "7. compressed echo, permessage-deflate, Sockeye's client against each server",
 }
 
 
@@ -75,7 +77,7 @@ def main(path, kind):
             out.append(f"| {params} | " + " | ".join(fmt(med[s]) for s in systems) + f" | {ratio_peer} | {ratio_raw} |")
     micro = [(k[1], runs[k + ("sockeye",)][0]) for k in order if k[0] == "micro"]
     if micro:
-        out.append("\n### 7. micro-benchmarks (Sockeye's hot paths, instructions by callgrind; repeatable)\n")
+        out.append("\n### 8. micro-benchmarks (Sockeye's hot paths, instructions by callgrind; repeatable)\n")
         out.append("| operation | instructions | per |")
         out.append("|---|---|---|")
         for op, r in micro:

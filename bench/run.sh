@@ -92,7 +92,7 @@ for c in sockeye tungstenite fastwebsockets; do
 done
 stop_server
 
-echo "==> 2-5. round trip, connect, echo-many, large"
+echo "==> 2, 4, 5. round trip, echo-many, large"
 for s in $SERVERS; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
@@ -102,13 +102,21 @@ for s in $SERVERS; do
       run rtt "$s" "$kind $size" "$BIN/loadgen" rtt "$addr" "$RTT_N" "$size" "$kind" $raw
     done
   done
-  run connect "$s" "sequential" "$BIN/loadgen" connect "$addr" "$CONN_N" $raw
-  run connect-parallel "$s" "16 loops" "$BIN/loadgen" connect-parallel "$addr" "$SECS" 16 $raw
   for conns in 100 1000; do
     run echo-many "$s" "$conns×16×64B" "$BIN/loadgen" echo-many "$addr" "$conns" 16 64 "$SECS" $raw
   done
   run large "$s" "1 MiB" "$BIN/loadgen" large "$addr" $((1 << 20)) "$LARGE_REPS" $raw
   run large "$s" "16 MiB" "$BIN/loadgen" large "$addr" $((16 << 20)) $(( LARGE_REPS > 3 ? 3 : LARGE_REPS )) $raw
+  stop_server
+done
+
+# Connection churn last: it leaves the kernel's tables fuller than any other scenario.
+echo "==> 3. connect"
+for s in $SERVERS; do
+  start_server "$s" echo
+  raw=$(raw_flag "$s")
+  run connect "$s" "sequential" "$BIN/loadgen" connect "127.0.0.1:$PORT" "$CONN_N" $raw
+  run connect-parallel "$s" "16 loops" "$BIN/loadgen" connect-parallel "127.0.0.1:$PORT" "$SECS" 16 $raw
   stop_server
 done
 
@@ -126,7 +134,14 @@ for s in sockeye tungstenite fastwebsockets node picows; do
   stop_server
 done
 
-echo "==> 7. micro-benchmarks: instructions per operation (callgrind)"
+echo "==> 7. compressed: pipelined ~1 KiB JSON echoes with permessage-deflate (Sockeye's client for both)"
+for s in sockeye node; do
+  start_server "$s" deflate
+  run compressed "$s" "16 in flight, ~1 KiB JSON" "$BIN/bench-client" compressed-echo "127.0.0.1:$PORT" "$SECS"
+  stop_server
+done
+
+echo "==> 8. micro-benchmarks: instructions per operation (callgrind)"
 if command -v valgrind >/dev/null 2>&1; then
   for op in mask parse utf8 engine deflate; do
     base=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/microbench" "$op" 0 2>&1 | awk '/Collected/ {print $4}')

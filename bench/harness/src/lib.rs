@@ -12,6 +12,10 @@ use tokio::net::TcpStream;
 pub async fn connect(addr: &str, raw: bool) -> std::io::Result<(TcpStream, Vec<u8>)> {
     let mut tcp = TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
+    // Close with a reset: the closing handshake is over by then (or irrelevant), and tens of
+    // thousands of TIME_WAIT sockets from the connect scenarios would slow every later run.
+    #[allow(deprecated)] // A zero linger resets at once; only a non-zero one blocks on drop.
+    tcp.set_linger(Some(Duration::ZERO))?;
     if raw {
         return Ok((tcp, Vec::new()));
     }

@@ -11,6 +11,9 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("compressed-echo") {
+        return compressed_echo(&args[1..]);
+    }
     let [system, addr, n] = &args[..] else {
         return Err("usage: bench-client SYSTEM ADDR N".into());
     };
@@ -82,5 +85,52 @@ fn main() -> Result<()> {
         r#"{{"msgs_per_s": {:.0}, "messages": {count}, "seconds": {secs:.3}}}"#,
         count as f64 / secs
     );
+    Ok(())
+}
+
+/// Scenario 7: `bench-client compressed-echo ADDR SECONDS` — Sockeye's client, permessage-deflate
+/// on, 16 pipelined ~1 KiB JSON messages in flight against a compressing echo server (Sockeye's or
+/// Node ws's); every echo compared. The same client for both servers, so the ratio compares them.
+fn compressed_echo(args: &[String]) -> Result<()> {
+    let [addr, seconds] = args else {
+        return Err("usage: bench-client compressed-echo ADDR SECONDS".into());
+    };
+    let seconds: u64 = seconds.parse()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (count, secs, deflate) = runtime.block_on(async {
+        let mut config = sockeye::Config::default();
+        config.proxy = sockeye::proxy::ProxyConfig::Direct;
+        let (mut ws, _) = sockeye::connect_with(format!("ws://{addr}/").as_str(), &config).await?;
+        let deflate = ws.connection().is_deflate_enabled();
+        let message = sockeye::Message::text(format!(
+            r#"{{"user":"sockeye","tags":["fish","salmon","river"],"text":"{}"}}"#,
+            "the quick brown fox jumps over the lazy dog ".repeat(22)
+        ));
+        for _ in 0..16 {
+            ws.feed(message.clone()).await?;
+        }
+        ws.flush().await?;
+        let started = Instant::now();
+        let deadline = started + std::time::Duration::from_secs(seconds);
+        let mut count = 0u64;
+        while Instant::now() < deadline {
+            match ws.next().await {
+                Some(Ok(m)) if m.is_data() => {
+                    if m != message {
+                        return Err("an echo differs".into());
+                    }
+                    count += 1;
+                    ws.feed(message.clone()).await?;
+                }
+                Some(Ok(_)) => {}
+                _ => return Err("the connection ended".into()),
+            }
+        }
+        Ok::<_, Box<dyn std::error::Error>>((count, started.elapsed().as_secs_f64(), deflate))
+    })?;
+    if !deflate {
+        return Err("permessage-deflate was not negotiated".into());
+    }
+    println!(r#"{{"msgs_per_s": {:.0}, "messages": {count}}}"#, count as f64 / secs);
     Ok(())
 }
