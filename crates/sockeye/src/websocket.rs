@@ -11,7 +11,7 @@ use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, Role};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::config::Config;
 use crate::error::Error;
@@ -78,7 +78,7 @@ struct Keepalive {
 
 /// A server's shutdown signal, as a connection sees it.
 struct Shutdown {
-    token: CancellationToken,
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
     signal: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
@@ -143,9 +143,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// Ties this connection to a server's shutdown: once `token` is cancelled, the connection
     /// sends close 1001 (going away) at its next receive or send, and sends fail.
-    pub(crate) fn set_shutdown(&mut self, token: CancellationToken) {
-        let signal = Box::pin(token.clone().cancelled_owned());
-        self.shutdown = Some(Shutdown { token, signal });
+    pub(crate) fn set_shutdown(&mut self, shutdown: &crate::server::ShutdownSignal) {
+        let signal = Box::pin(shutdown.token.clone().cancelled_owned());
+        let flag = std::sync::Arc::clone(&shutdown.flag);
+        self.shutdown = Some(Shutdown { flag, signal });
     }
 
     /// The next message: `None` once the connection is closed. Received pings are answered, and
@@ -355,7 +356,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Once the server is shutting down, queues close 1001 (after which sends fail with
     /// `Error::Closed`). Returns whether it did, so that the caller flushes it.
     fn check_shutdown(&mut self) -> bool {
-        if self.shutdown.as_ref().is_some_and(|s| s.token.is_cancelled()) {
+        if self
+            .shutdown
+            .as_ref()
+            .is_some_and(|s| s.flag.load(std::sync::atomic::Ordering::Acquire))
+        {
             self.shutdown = None;
             return self.begin_going_away();
         }
