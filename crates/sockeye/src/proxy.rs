@@ -12,6 +12,7 @@
 //! ```
 
 use std::fmt;
+use std::net::IpAddr;
 
 use base64::Engine as _;
 use bytes::BytesMut;
@@ -300,37 +301,38 @@ impl Proxy {
             [5, 0xFF] => return Err(ProxyError::NoAcceptableAuth.into()),
             _ => return Err(ProxyError::Malformed("bad method selection").into()),
         }
-        // CONNECT request (§4).
+        // CONNECT request (§4): the address as IPv4, IPv6 or (SOCKS5h) a domain name, then the port.
         let mut request = vec![5, 1, 0];
-        let literal: Option<std::net::IpAddr> = host.parse().ok();
+        let literal: Option<IpAddr> = host.parse().ok();
         let address = match (literal, self.kind) {
-            (Some(ip), _) => ip,
-            (None, ProxyKind::Socks5) => tokio::net::lookup_host((host, port))
-                .await?
-                .next()
-                .map(|a| a.ip())
-                .ok_or_else(|| {
-                    std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host}: no address"))
-                })?,
-            (None, _) => {
+            (Some(ip), _) => Some(ip),
+            (None, ProxyKind::Socks5) => Some(
+                tokio::net::lookup_host((host, port))
+                    .await?
+                    .next()
+                    .map(|a| a.ip())
+                    .ok_or_else(|| {
+                        std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host}: no address"))
+                    })?,
+            ),
+            (None, _) => None,
+        };
+        match address {
+            Some(IpAddr::V4(v4)) => {
+                request.push(1);
+                request.extend_from_slice(&v4.octets());
+            }
+            Some(IpAddr::V6(v6)) => {
+                request.push(4);
+                request.extend_from_slice(&v6.octets());
+            }
+            None => {
                 if host.len() > 255 {
                     return Err(ProxyError::InvalidUrl("host name over 255 bytes".into()).into());
                 }
                 request.push(3);
                 request.push(host.len() as u8);
                 request.extend_from_slice(host.as_bytes());
-                request.extend_from_slice(&port.to_be_bytes());
-                return self.socks5_finish(tcp, &request).await;
-            }
-        };
-        match address {
-            std::net::IpAddr::V4(v4) => {
-                request.push(1);
-                request.extend_from_slice(&v4.octets());
-            }
-            std::net::IpAddr::V6(v6) => {
-                request.push(4);
-                request.extend_from_slice(&v6.octets());
             }
         }
         request.extend_from_slice(&port.to_be_bytes());

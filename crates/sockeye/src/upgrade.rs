@@ -91,11 +91,8 @@ impl Upgrade {
     /// `Sec-WebSocket-Version: 13`) or 505 for a request that is not a valid upgrade, 500 if the
     /// connection cannot be upgraded (hyper serving without `with_upgrades()`).
     pub fn from_request<B>(request: &mut Request<B>) -> Result<Upgrade, Response<String>> {
-        let (method, version) = (request.method().clone(), request.version());
-        let headers = std::mem::take(request.headers_mut());
-        let result = Self::from_head(&method, version, &headers, request.extensions_mut());
-        *request.headers_mut() = headers;
-        result
+        let hello = ClientHello::from_request(request).map_err(|e| reject_response(&e))?;
+        Self::with_upgrade(hello, request.extensions_mut())
     }
 
     /// [`from_request`](Self::from_request) for a request head in pieces (a framework's parts).
@@ -106,6 +103,11 @@ impl Upgrade {
         extensions: &mut Extensions,
     ) -> Result<Upgrade, Response<String>> {
         let hello = ClientHello::from_head(method, version, headers).map_err(|e| reject_response(&e))?;
+        Self::with_upgrade(hello, extensions)
+    }
+
+    /// Takes hyper's upgrade handle for a request that passed the checks.
+    fn with_upgrade(hello: ClientHello, extensions: &mut Extensions) -> Result<Upgrade, Response<String>> {
         let Some(on_upgrade) = extensions.remove::<OnUpgrade>() else {
             let mut response = Response::new(
                 "this connection cannot be upgraded: serve it with hyper's `with_upgrades()`\n".to_string(),

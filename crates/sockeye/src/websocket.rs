@@ -141,8 +141,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         }
     }
 
-    /// Ties this connection to a server's shutdown: once `token` is cancelled, the connection
-    /// sends close 1001 (going away) at its next receive or send, and sends fail.
+    /// Ties this connection to a server's shutdown: once it begins, the connection sends close
+    /// 1001 (going away) at its next receive or send, and sends fail.
     pub(crate) fn set_shutdown(&mut self, shutdown: &crate::server::ShutdownSignal) {
         let signal = Box::pin(shutdown.token.clone().cancelled_owned());
         let flag = std::sync::Arc::clone(&shutdown.flag);

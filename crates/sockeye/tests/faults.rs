@@ -45,6 +45,11 @@ impl Faulty {
     }
 }
 
+/// `n`, or at most `max` of it when `max` is set (0: no limit).
+fn capped(max: usize, n: usize) -> usize {
+    if max == 0 { n } else { max.min(n) }
+}
+
 impl AsyncRead for Faulty {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -55,11 +60,7 @@ impl AsyncRead for Faulty {
         if this.faults.fail_read_at == Some(this.reads) {
             return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
         }
-        let limit = if this.faults.read_max == 0 {
-            buf.remaining()
-        } else {
-            this.faults.read_max.min(buf.remaining())
-        };
+        let limit = capped(this.faults.read_max, buf.remaining());
         let mut small = ReadBuf::new(&mut buf.initialize_unfilled()[..limit]);
         let result = Pin::new(&mut this.inner).poll_read(cx, &mut small);
         if result.is_ready() {
@@ -77,11 +78,7 @@ impl AsyncWrite for Faulty {
         if this.faults.fail_write_at == Some(this.writes) {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
-        let limit = if this.faults.write_max == 0 {
-            data.len()
-        } else {
-            this.faults.write_max.min(data.len())
-        };
+        let limit = capped(this.faults.write_max, data.len());
         let result = Pin::new(&mut this.inner).poll_write(cx, &data[..limit]);
         if result.is_ready() {
             this.writes += 1;
