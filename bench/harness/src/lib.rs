@@ -1,9 +1,10 @@
-//! What the harness binaries share: a hand-rolled client handshake and frame codec for the load
-//! generator (so that it pays no library's costs), and statistics.
+//! What the harness binaries share: a hand-rolled client handshake and pre-encoded frames for the
+//! load generator (so that it pays no library's costs per message), and statistics.
 
 use std::time::Duration;
 
-use base64::Engine as _;
+use sockeye_proto::frame::{FrameHeader, MAX_HEADER_LEN, OpCode, apply_mask};
+use sockeye_proto::handshake::{ClientHello, encode_response, parse_request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -41,101 +42,49 @@ pub async fn connect(addr: &str, raw: bool) -> std::io::Result<(TcpStream, Vec<u
     }
 }
 
-/// The `Sec-WebSocket-Accept` for a key (RFC 6455 §4.2.2), for servers whose library does not
-/// do the handshake itself.
-pub fn accept_key(key: &[u8]) -> String {
-    let mut sha = sha1_smol::Sha1::new();
-    sha.update(key);
-    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
-    base64::engine::general_purpose::STANDARD.encode(sha.digest().bytes())
-}
-
-/// Reads an HTTP request head and answers 101; for fastwebsockets, which leaves this to hyper.
+/// Reads an HTTP request head and answers 101, with Sockeye's handshake code; for fastwebsockets,
+/// which leaves the HTTP part to hyper.
 pub async fn server_handshake(tcp: &mut TcpStream) -> std::io::Result<()> {
+    let config = sockeye_proto::Config::default();
     let mut buf = Vec::with_capacity(1024);
-    let key = loop {
+    let request = loop {
         let mut chunk = [0u8; 1024];
         let n = tcp.read(&mut chunk).await?;
         if n == 0 {
             return Err(std::io::Error::other("closed during the handshake"));
         }
         buf.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut request = httparse::Request::new(&mut headers);
-        if let Ok(httparse::Status::Complete(_)) = request.parse(&buf) {
-            let key = request
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("sec-websocket-key"))
-                .map(|h| h.value.to_vec())
-                .ok_or_else(|| std::io::Error::other("no key"))?;
-            break key;
+        match parse_request(&buf, &config) {
+            Ok(Some((request, _))) => break request,
+            Ok(None) => {}
+            Err(e) => return Err(std::io::Error::other(e)),
         }
     };
-    let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Accept: {}\r\n\r\n",
-        accept_key(&key)
-    );
-    tcp.write_all(response.as_bytes()).await
+    let hello = ClientHello::from_request(&request).map_err(std::io::Error::other)?;
+    tcp.write_all(&encode_response(&hello.accept())).await
 }
 
-/// A client frame (masked with a fixed key; masking cost is the server's concern, not ours).
-pub fn masked_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+/// A frame as the load generator and the raw servers send it, encoded by Sockeye's frame code:
+/// masked with a fixed key for client frames (masking cost is the server's concern, not ours),
+/// unmasked for server frames.
+pub fn encode_frame(opcode: u8, payload: &[u8], masked: bool) -> Vec<u8> {
     const KEY: [u8; 4] = [0x12, 0x34, 0x56, 0x78];
-    let mut out = Vec::with_capacity(payload.len() + 14);
-    out.push(0x80 | opcode);
-    match payload.len() {
-        n if n < 126 => out.push(0x80 | n as u8),
-        n if n < 65536 => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(&KEY);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ KEY[i % 4]));
-    out
-}
-
-/// An unmasked server frame.
-pub fn server_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.len() + 10);
-    out.push(0x80 | opcode);
-    match payload.len() {
-        n if n < 126 => out.push(n as u8),
-        n if n < 65536 => {
-            out.push(126);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.push(127);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(payload);
-    out
-}
-
-/// Parses one unmasked frame header at the start of `buf`: (opcode, header length, payload length).
-pub fn parse_header(buf: &[u8]) -> Option<(u8, usize, usize)> {
-    if buf.len() < 2 {
-        return None;
-    }
-    let opcode = buf[0] & 0x0F;
-    let masked = buf[1] & 0x80 != 0;
-    let (len, mut header) = match buf[1] & 0x7F {
-        126 => (u16::from_be_bytes(buf.get(2..4)?.try_into().ok()?) as usize, 4),
-        127 => (u64::from_be_bytes(buf.get(2..10)?.try_into().ok()?) as usize, 10),
-        n => (n as usize, 2),
+    let header = FrameHeader {
+        fin: true,
+        rsv: 0,
+        opcode: OpCode::from_u8(opcode).expect("a defined opcode"),
+        mask: masked.then_some(KEY),
+        payload_len: payload.len() as u64,
     };
+    let mut head = [0u8; MAX_HEADER_LEN];
+    let n = header.encode(&mut head);
+    let mut out = Vec::with_capacity(n + payload.len());
+    out.extend_from_slice(&head[..n]);
+    out.extend_from_slice(payload);
     if masked {
-        header += 4;
+        apply_mask(&mut out[n..], KEY, 0);
     }
-    (buf.len() >= header).then_some((opcode, header, len))
+    out
 }
 
 /// Latency statistics in microseconds: (mean, p50, p99).

@@ -96,7 +96,9 @@ fn compressed_echo(args: &[String]) -> Result<()> {
         return Err("usage: bench-client compressed-echo ADDR SECONDS".into());
     };
     let seconds: u64 = seconds.parse()?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let (count, secs, deflate) = runtime.block_on(async {
         let mut config = sockeye::Config::default();
         config.proxy = sockeye::proxy::ProxyConfig::Direct;
@@ -131,6 +133,9 @@ fn compressed_echo(args: &[String]) -> Result<()> {
     if !deflate {
         return Err("permessage-deflate was not negotiated".into());
     }
-    println!(r#"{{"msgs_per_s": {:.0}, "messages": {count}}}"#, count as f64 / secs);
+    println!(
+        r#"{{"msgs_per_s": {:.0}, "messages": {count}}}"#,
+        count as f64 / secs
+    );
     Ok(())
 }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use sockeye_bench::{server_frame, server_handshake};
+use sockeye_bench::{encode_frame, server_handshake};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -145,7 +145,7 @@ async fn raw(mut tcp: TcpStream, mode: String, n: u64, handshake: bool) {
     }
     if mode == "push" {
         // The same bytes a WebSocket server would send, encoded once.
-        let frame = server_frame(1, b"yo");
+        let frame = encode_frame(1, b"yo", false);
         let batch: Vec<u8> = frame.iter().copied().cycle().take(frame.len() * 16384).collect();
         let mut left = n as usize;
         while left > 0 {
@@ -155,7 +155,9 @@ async fn raw(mut tcp: TcpStream, mode: String, n: u64, handshake: bool) {
             }
             left -= count;
         }
-        let _ = tcp.write_all(&server_frame(8, &1000u16.to_be_bytes())).await;
+        let _ = tcp
+            .write_all(&encode_frame(8, &1000u16.to_be_bytes(), false))
+            .await;
         let _ = tcp.shutdown().await;
         let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut [0u8; 64])).await;
         return;

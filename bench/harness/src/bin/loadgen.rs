@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use sockeye_bench::{connect, masked_frame, server_frame, stats};
+use sockeye_bench::{connect, encode_frame, stats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -59,11 +59,11 @@ fn main() -> Result<()> {
 /// What an echo of `frame` looks like: the same bytes from the raw baseline, else the unmasked
 /// server frame.
 fn echo_of(opcode: u8, payload: &[u8], raw: bool) -> (Vec<u8>, Vec<u8>) {
-    let sent = masked_frame(opcode, payload);
+    let sent = encode_frame(opcode, payload, true);
     let echo = if raw {
         sent.clone()
     } else {
-        server_frame(opcode, payload)
+        encode_frame(opcode, payload, false)
     };
     (sent, echo)
 }
@@ -98,7 +98,7 @@ async fn push(addr: &str, n: u64, raw: bool) -> Result<String> {
     // kernel may already hold megabytes of frames by the time we read.
     let started = Instant::now();
     let (mut tcp, mut buf) = connect(addr, raw).await?;
-    let frame = server_frame(1, b"yo");
+    let frame = encode_frame(1, b"yo", false);
     let want = frame.len() * n as usize;
     let mut seen = 0usize;
     buf.reserve(1 << 20);
@@ -150,7 +150,8 @@ async fn rtt(addr: &str, count: usize, size: usize, text: bool, raw: bool) -> Re
 async fn one_connection(addr: &str, raw: bool) -> Result<()> {
     let (mut tcp, _) = connect(addr, raw).await?;
     if !raw {
-        tcp.write_all(&masked_frame(8, &1000u16.to_be_bytes())).await?;
+        tcp.write_all(&encode_frame(8, &1000u16.to_be_bytes(), true))
+            .await?;
     } else {
         tcp.shutdown().await?;
     }
