@@ -315,7 +315,8 @@ async fn converse(
             match ws.recv().await {
                 Some(Ok(m)) if m.is_data() => {
                     let want = in_flight.pop_front().unwrap_or_default();
-                    if m.as_payload() == &want[..] && verify(&want) {
+                    // Byte-for-byte against what was sent (the server checked the checksum).
+                    if m.as_payload() == &want[..] {
                         totals.messages.fetch_add(1, Ordering::Relaxed);
                         totals.bytes.fetch_add(want.len() as u64, Ordering::Relaxed);
                     } else {
