@@ -526,6 +526,30 @@ impl Connection {
     /// Queues a message. Pings and pongs must carry at most 125 bytes; `Message::Close` starts the
     /// closing handshake like [`close`](Self::close).
     pub fn send(&mut self, message: Message) -> Result<(), Error> {
+        // The hot case, in one place rather than through the general encoder: a short data
+        // message from a server (unmasked, not compressed) on an open connection.
+        if let Message::Text(_) | Message::Binary(_) = &message
+            && self.mask_keys.is_none()
+            && self.state == CloseState::Open
+            && self.sending_fragmented.is_none()
+        {
+            let payload = message.as_payload();
+            if payload.len() <= 125
+                && self
+                    .deflate
+                    .as_ref()
+                    .is_none_or(|d| !d.should_compress(payload.len()))
+            {
+                let opcode = if let Message::Text(_) = message {
+                    OpCode::Text
+                } else {
+                    OpCode::Binary
+                };
+                self.transmit
+                    .push_short_frame(FrameHeader::first_byte(true, 0, opcode), payload);
+                return Ok(());
+            }
+        }
         match message {
             Message::Close(frame) => return self.close(frame),
             _ if self.state != CloseState::Open => return Err(Error::Closed),
@@ -636,6 +660,11 @@ impl Connection {
     }
 
     fn encode_frame_rsv(&mut self, opcode: OpCode, fin: bool, rsv: u8, payload: &[u8]) {
+        if self.mask_keys.is_none() && payload.len() <= 125 {
+            self.transmit
+                .push_short_frame(FrameHeader::first_byte(fin, rsv, opcode), payload);
+            return;
+        }
         let mask = self.mask_keys.as_mut().map(|next| next());
         self.encode_header(opcode, fin, rsv, payload.len(), mask);
         let tail = self.transmit.tail();

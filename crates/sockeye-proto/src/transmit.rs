@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// Bytes waiting to be written to the socket, in order. Implements [`bytes::Buf`], so an I/O layer
 /// can pass it to `write_buf`/`poll_write_buf`, or use [`Buf::chunks_vectored`] for `writev`.
@@ -26,6 +26,17 @@ impl Transmit {
     /// Accounts for `n` bytes the caller appended to [`tail`](Self::tail).
     pub(crate) fn commit(&mut self, n: usize) {
         self.len += n;
+    }
+
+    /// Appends an unmasked frame of at most 125 bytes, whose header is two bytes (RFC 6455 §5.2):
+    /// `first` (FIN, RSV, opcode), then the length. One reservation for header and payload.
+    #[inline]
+    pub(crate) fn push_short_frame(&mut self, first: u8, payload: &[u8]) {
+        debug_assert!(payload.len() <= 125);
+        self.tail.reserve(2 + payload.len());
+        self.tail.put_slice(&[first, payload.len() as u8]);
+        self.tail.put_slice(payload);
+        self.len += 2 + payload.len();
     }
 
     /// Queues `bytes` after everything already queued, without copying.

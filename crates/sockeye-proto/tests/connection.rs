@@ -342,6 +342,35 @@ fn sends_fragments_and_checks_their_order() {
 }
 
 #[test]
+fn server_frames_use_the_shortest_header_on_both_sides_of_125_bytes() {
+    for len in [0usize, 1, 2, 124, 125, 126, 127, 65_535, 65_536] {
+        for (message, opcode) in [
+            (Message::text("a".repeat(len)), 0x81u8),
+            (Message::binary(vec![7u8; len]), 0x82),
+        ] {
+            let mut s = server();
+            s.send(message.clone()).unwrap();
+            let bytes = s.transmit_bytes();
+            let expected_header: Vec<u8> = match len {
+                0..=125 => vec![opcode, len as u8],
+                126..=65_535 => [vec![opcode, 126], (len as u16).to_be_bytes().to_vec()].concat(),
+                _ => [vec![opcode, 127], (len as u64).to_be_bytes().to_vec()].concat(),
+            };
+            assert_eq!(
+                &bytes[..expected_header.len()],
+                &expected_header[..],
+                "length {len}"
+            );
+            assert_eq!(
+                &bytes[expected_header.len()..],
+                message.as_payload(),
+                "length {len}"
+            );
+        }
+    }
+}
+
+#[test]
 fn server_payloads_above_the_threshold_are_not_copied() {
     let mut s = server();
     let big = sockeye_proto::Bytes::from(vec![7u8; 1 << 20]);

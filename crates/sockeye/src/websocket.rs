@@ -191,6 +191,38 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         Ok(())
     }
 
+    /// Sends many messages and flushes them: the fastest way to push a burst. Messages are
+    /// encoded back to back into the write queue without an `await` apiece, and the queue is
+    /// written with one vectored write each time it reaches [`Config::write_buffer_high_water`]
+    /// (waiting there while the peer is slow), then once at the end.
+    ///
+    /// If an error occurs, the messages before it were queued and the rest were not.
+    ///
+    /// ```no_run
+    /// # async fn demo(ws: &mut sockeye::WebSocket<tokio::net::TcpStream>) -> Result<(), sockeye::Error> {
+    /// use sockeye::Message;
+    /// let tick = Message::text("tick");
+    /// ws.send_batch(std::iter::repeat_n(tick, 1000)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_batch<I>(&mut self, messages: I) -> Result<(), Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Message>,
+    {
+        let mut messages = messages.into_iter().peekable();
+        while messages.peek().is_some() {
+            poll_fn(|cx| self.poll_below_high_water(cx)).await?;
+            for message in messages.by_ref() {
+                self.conn.send(message.into())?;
+                if self.conn.transmit().len() >= self.high_water {
+                    break;
+                }
+            }
+        }
+        self.flush().await
+    }
+
     /// Sends one fragment of a message (RFC 6455 §5.4); see [`Connection::send_fragment`].
     pub async fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
         poll_fn(|cx| self.poll_below_high_water(cx)).await?;

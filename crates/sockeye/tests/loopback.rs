@@ -92,6 +92,41 @@ async fn fragments_and_batches_arrive_in_order() {
     }
 }
 
+/// The `i`th message of a pushed burst: short and long (over 125 bytes, and over the zero-copy
+/// threshold), text and binary, each carrying its number.
+fn burst_message(i: u32) -> Message {
+    let len = [0usize, 2, 125, 126, 1000, 70_000][i as usize % 6];
+    let mut body = i.to_string().into_bytes();
+    body.resize(body.len() + len, b'x');
+    if i % 2 == 0 {
+        Message::text(String::from_utf8(body).unwrap())
+    } else {
+        Message::binary(body)
+    }
+}
+
+#[tokio::test]
+async fn send_batch_delivers_every_message_in_order_across_high_water_marks() {
+    const COUNT: u32 = 3_000;
+    // A small high-water mark: the batch is written out, and waits for the reader, many times.
+    let config = Config {
+        write_buffer_high_water: 4096,
+        ..Config::default()
+    };
+    let server = Server::bind("127.0.0.1:0", config).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve(|mut ws, _| async move {
+        ws.send_batch((0..COUNT).map(burst_message)).await.unwrap();
+        assert_eq!(ws.buffered_amount(), 0, "send_batch flushes at the end");
+        ws.close(None).await.unwrap();
+    }));
+    let (mut ws, _) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
+    for i in 0..COUNT {
+        assert_eq!(ws.recv().await.unwrap().unwrap(), burst_message(i), "message {i}");
+    }
+    assert!(matches!(ws.recv().await, Some(Ok(Message::Close(_)))));
+}
+
 #[tokio::test]
 async fn split_halves_work_from_two_tasks() {
     let addr = echo_server("127.0.0.1:0").await;

@@ -86,10 +86,12 @@ async fn start(tls: bool, args: &BenchArgs) -> Result<Target, Failure> {
                 .strip_prefix("/push/")
                 .and_then(|n| n.parse::<u64>().ok())
             {
-                for _ in 0..n {
-                    if ws.feed(payload.clone()).await.is_err() {
-                        return;
-                    }
+                if ws
+                    .send_batch(std::iter::repeat_n(payload, n as usize))
+                    .await
+                    .is_err()
+                {
+                    return;
                 }
                 let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
                 return;

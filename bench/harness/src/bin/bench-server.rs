@@ -55,12 +55,9 @@ async fn sockeye_server(listener: TcpListener, mode: &str, n: u64) -> Result<(),
         .serve(move |mut ws, _| async move {
             if push {
                 let yo = sockeye::Message::text("yo");
-                for _ in 0..n {
-                    if ws.feed(yo.clone()).await.is_err() {
-                        return;
-                    }
+                if ws.send_batch(std::iter::repeat_n(yo, n as usize)).await.is_ok() {
+                    let _ = ws.close(None).await;
                 }
-                let _ = ws.close(None).await;
                 return;
             }
             while let Some(Ok(m)) = ws.next().await {
@@ -79,8 +76,10 @@ async fn tungstenite(tcp: TcpStream, mode: String, n: u64) {
     };
     use tokio_tungstenite::tungstenite::Message;
     if mode == "push" {
+        // `feed` queues without flushing (tungstenite's documented way to batch); `close` flushes.
+        let yo = Message::text("yo");
         for _ in 0..n {
-            if ws.send(Message::text("yo")).await.is_err() {
+            if ws.feed(yo.clone()).await.is_err() {
                 return;
             }
         }

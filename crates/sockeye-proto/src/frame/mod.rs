@@ -132,6 +132,12 @@ impl FrameHeader {
         Ok(Some((header, raw.header_len)))
     }
 
+    /// The first header byte (§5.2): FIN, RSV1–3, opcode.
+    #[inline]
+    pub(crate) fn first_byte(fin: bool, rsv: u8, opcode: OpCode) -> u8 {
+        (u8::from(fin) << 7) | ((rsv & 0x7) << 4) | opcode.as_u8()
+    }
+
     /// The number of bytes [`encode`](Self::encode) writes.
     pub fn encoded_len(&self) -> usize {
         let len = match self.payload_len {
@@ -145,7 +151,7 @@ impl FrameHeader {
     /// Writes the header into `out`, which must hold at least [`encoded_len`](Self::encoded_len) bytes,
     /// and returns the length written. Uses the minimal length encoding (§5.2).
     pub fn encode(&self, out: &mut [u8; MAX_HEADER_LEN]) -> usize {
-        out[0] = (u8::from(self.fin) << 7) | ((self.rsv & 0x7) << 4) | self.opcode.as_u8();
+        out[0] = Self::first_byte(self.fin, self.rsv, self.opcode);
         let mask_bit = if self.mask.is_some() { 0x80 } else { 0 };
         let mut len = match self.payload_len {
             n @ 0..=125 => {
