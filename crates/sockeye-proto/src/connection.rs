@@ -235,6 +235,9 @@ impl Connection {
     /// has been queued (§7.1.7). Keep writing [`transmit`](Self::transmit) and reading until
     /// [`is_closed`](Self::is_closed), so that the peer sees why, then close the transport.
     pub fn poll_message(&mut self) -> Result<Option<Message>, Error> {
+        if let Some(message) = self.poll_short_message() {
+            return Ok(Some(message));
+        }
         loop {
             match self.state {
                 CloseState::Closed => return Ok(None),
@@ -266,6 +269,59 @@ impl Connection {
                 return Ok(Some(message));
             }
         }
+    }
+
+    /// The hot case in one step: a whole short data message in one frame (FIN, no RSV bits, at
+    /// most 125 bytes, so a two-byte length; masked exactly when the peer is a client, §5.1), fully
+    /// buffered, with no message in progress. Anything else — including text that is not UTF-8 —
+    /// is left to the general path, which owns every error.
+    #[inline]
+    fn poll_short_message(&mut self) -> Option<Message> {
+        let &[first @ (0x81 | 0x82), second, ..] = &self.read_buf[..] else {
+            return None;
+        };
+        let masked = self.role == Role::Server;
+        let len = usize::from(second & 0x7F);
+        let header_len = if masked { 6 } else { 2 };
+        if (second & 0x80 != 0) != masked
+            || len > 125
+            || self.read_buf.len() < header_len + len
+            || len > self.config.max_frame_size.min(self.config.max_message_size)
+            || self.state != CloseState::Open
+            || self.incoming.is_some()
+            || self.reassembly.is_some()
+        {
+            return None;
+        }
+        if masked {
+            let key = [
+                self.read_buf[2],
+                self.read_buf[3],
+                self.read_buf[4],
+                self.read_buf[5],
+            ];
+            apply_mask(&mut self.read_buf[6..6 + len], key, 0);
+        }
+        if first == 0x81 && !crate::utf8::is_utf8(&self.read_buf[header_len..header_len + len]) {
+            if masked {
+                // Undo, so that the general path sees the frame as it arrived.
+                let key = [
+                    self.read_buf[2],
+                    self.read_buf[3],
+                    self.read_buf[4],
+                    self.read_buf[5],
+                ];
+                apply_mask(&mut self.read_buf[6..6 + len], key, 0);
+            }
+            return None;
+        }
+        self.read_buf.advance(header_len);
+        let payload = self.read_buf.split_to(len).freeze();
+        Some(if first == 0x81 {
+            Message::Text(Utf8Bytes::from_validated(payload))
+        } else {
+            Message::Binary(payload)
+        })
     }
 
     /// Checks a header against the role, the negotiated extensions and the message in progress.

@@ -20,6 +20,18 @@ pub struct Utf8Validator {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidUtf8;
 
+/// Whether `data` is short and all ASCII: the common small text message, checked in a few word
+/// compares where the SIMD validator would set up for a block and fall back to the scalar one.
+#[inline]
+pub(crate) fn is_short_ascii(data: &[u8]) -> bool {
+    data.len() < 64 && data.is_ascii()
+}
+
+/// Whether `data` is valid UTF-8 (a whole message).
+pub(crate) fn is_utf8(data: &[u8]) -> bool {
+    is_short_ascii(data) || simdutf8::basic::from_utf8(data).is_ok()
+}
+
 impl Utf8Validator {
     /// A validator at the start of a message.
     pub fn new() -> Self {
@@ -44,6 +56,9 @@ impl Utf8Validator {
                 Err(_) => return Err(InvalidUtf8),
             }
             data = &data[take..];
+        }
+        if is_short_ascii(data) {
+            return Ok(());
         }
         match simdutf8::compat::from_utf8(data) {
             Ok(_) => Ok(()),
