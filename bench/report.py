@@ -30,18 +30,23 @@ TITLES = {
     "push-server": "1. push, server side: the server sends N × \"yo\"; our load generator counts",
     "push-client": "1. push, client side: each client receives N × \"yo\" from a pre-encoded push server",
     "rtt": "2. round trip: sequential echoes",
-    "connect": "3. connect: TCP connect + handshake + close, sequential",
-    "connect-parallel": "3. connect: 16 loops in parallel",
+    "connect": "3. connect: TCP connect (+ TLS) + handshake + close, sequential",
+    "connect-parallel": "3. connect: 16 loops in parallel, as many as fit",
     "echo-many": "4. echo-many: pipelined 64-byte binary echoes",
     "large": "5. large binary echo",
     "memory": "6. memory: server RSS growth with idle connections",
-    "compressed": "7. compressed echo, permessage-deflate, Sockeye's client against each server",
+    "compressed": "7. compressed (permessage-deflate): push and echo, Sockeye's client against each server",
 }
+
+
+NOT_RUN = "not run"
 
 
 def fmt(v):
     if v is None:
         return "failed"
+    if v == NOT_RUN:
+        return "—"
     return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}"
 
 
@@ -67,13 +72,17 @@ def main(path, kind):
         for _, params in keys:
             med = {}
             for s in systems:
-                vals = [r[metric] for r in runs.get((scenario, params, s), []) if metric in r]
-                med[s] = statistics.median(vals) if vals else None
-            peers = [med[s] for s in PEERS if med.get(s) is not None]
+                done = runs.get((scenario, params, s))
+                vals = [r[metric] for r in done or [] if metric in r]
+                # None: every repetition failed; NOT_RUN: the system sits this row out.
+                med[s] = statistics.median(vals) if vals else (None if done else NOT_RUN)
+            peers = [med[s] for s in PEERS if isinstance(med.get(s), (int, float))]
             best = (max(peers) if higher else min(peers)) if peers else None
             ours = med.get("sockeye")
+            ours = ours if isinstance(ours, (int, float)) else None
+            raw = med.get("raw") if isinstance(med.get("raw"), (int, float)) else None
             ratio_peer = f"{ours / best:.2f}" if ours and best else "—"
-            ratio_raw = f"{ours / med['raw']:.2f}" if ours and med.get("raw") else "—"
+            ratio_raw = f"{ours / raw:.2f}" if ours and raw else "—"
             out.append(f"| {params} | " + " | ".join(fmt(med[s]) for s in systems) + f" | {ratio_peer} | {ratio_raw} |")
     micro = [(k[1], runs[k + ("sockeye",)][0]) for k in order if k[0] == "micro"]
     if micro:

@@ -27,6 +27,12 @@ RESULTS=$OUT/results.jsonl
 
 echo "==> building (release)"
 (cd harness && cargo build --release --quiet)
+if ! command -v valgrind >/dev/null 2>&1; then
+  echo "==> apt-get install valgrind (for the instruction counts)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null 2>&1 || {
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+  }
+fi
 (cd peers/node-ws && { [ -d node_modules/ws ] || npm ci --no-audit --no-fund --loglevel=error; })
 VENV="${HOME}/.cache/sockeye/bench-venv"
 if ! "$VENV/bin/python" -c 'import picows' >/dev/null 2>&1; then
@@ -39,9 +45,11 @@ command -v taskset >/dev/null 2>&1 || { PIN_SERVER=(); PIN_LOAD=(); }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 if [ "$SMOKE" = 1 ]; then
-  PUSH_N=20000; RTT_N=50; CONN_N=50; SECS=1; LARGE_REPS=1; IDLE=200; SIZES="0 1024"
+  PUSH_N=20000; RTT_N=50; CONN_N=50; SECS=1; CONN_SECS=1; LARGE_REPS=1; IDLE=200; DEFLATE_IDLE=100
+  DEFLATE_PUSH_N=2000; SIZES="0 1024"
 else
-  PUSH_N=1000000; RTT_N=1000; CONN_N=1000; SECS=5; LARGE_REPS=10; IDLE=10000; SIZES="0 16 64 256 1024 4096"
+  PUSH_N=1000000; RTT_N=1000; CONN_N=1000; SECS=5; CONN_SECS=3; LARGE_REPS=10; IDLE=10000
+  DEFLATE_IDLE=1000; DEFLATE_PUSH_N=100000; SIZES="0 16 64 256 1024 4096"
 fi
 PORT=9700
 SERVER_PID=
@@ -90,6 +98,8 @@ start_server encoded push
 for c in sockeye tungstenite fastwebsockets; do
   run push-client "$c" "$PUSH_N" "$BIN/bench-client" "$c" "127.0.0.1:$PORT" "$PUSH_N"
 done
+run push-client node "$PUSH_N" node peers/node-ws/client.mjs "127.0.0.1:$PORT" "$PUSH_N"
+run push-client picows "$PUSH_N" "$VENV/bin/python" peers/picows/client.py "127.0.0.1:$PORT" "$PUSH_N"
 stop_server
 
 echo "==> 2, 4, 5. round trip, echo-many, large"
@@ -110,34 +120,68 @@ for s in $SERVERS; do
   stop_server
 done
 
-# Connection churn last: it leaves the kernel's tables fuller than any other scenario.
-echo "==> 3. connect"
-for s in $SERVERS; do
-  start_server "$s" echo
-  raw=$(raw_flag "$s")
-  run connect "$s" "sequential" "$BIN/loadgen" connect "127.0.0.1:$PORT" "$CONN_N" $raw
-  run connect-parallel "$s" "16 loops" "$BIN/loadgen" connect-parallel "127.0.0.1:$PORT" "$SECS" 16 $raw
-  stop_server
+# Connection churn last: it leaves the kernel's tables fuller than any other scenario. Three ways
+# in: ws:// (TCP_NODELAY on, every system's default), ws:// with Nagle's algorithm left on, and
+# wss:// (TLS 1.3, a self-signed certificate the load generator trusts). The servers and the load
+# generator read BENCH_NODELAY and BENCH_TLS. picows has no way to turn TCP_NODELAY off before its
+# handshake (asyncio sets it on every TCP socket), so it sits that variant out.
+"$BIN/bench-server" gen-cert "$OUT/tls"
+for variant in ws nodelay-off wss; do
+  case "$variant" in
+    ws) label=""; export BENCH_NODELAY=1; unset BENCH_TLS ;;
+    nodelay-off) label=", no TCP_NODELAY"; export BENCH_NODELAY=0; unset BENCH_TLS ;;
+    wss) label=", wss"; export BENCH_NODELAY=1 BENCH_TLS="$OUT/tls" ;;
+  esac
+  echo "==> 3. connect${label:+ ($label)}" | sed 's/(, /(/'
+  for s in $SERVERS; do
+    [ "$variant" = nodelay-off ] && [ "$s" = picows ] && continue
+    start_server "$s" echo
+    raw=$(raw_flag "$s")
+    run connect "$s" "sequential$label" "$BIN/loadgen" connect "127.0.0.1:$PORT" "$CONN_N" $raw
+    run connect-parallel "$s" "16 loops$label" "$BIN/loadgen" connect-parallel "127.0.0.1:$PORT" "$CONN_SECS" 16 $raw
+    stop_server
+  done
 done
+unset BENCH_NODELAY BENCH_TLS
 
-echo "==> 6. memory: server RSS with $IDLE idle connections"
-for s in sockeye tungstenite fastwebsockets node picows; do
-  start_server "$s" echo
+memory() { # system mode connections label
+  local s=$1 conns=$3
+  start_server "$s" "$2"
+  local before after idle_pid
   before=$(awk '/^VmRSS/ {print $2}' "/proc/$SERVER_PID/status")
-  "${PIN_LOAD[@]}" "$BIN/loadgen" idle "127.0.0.1:$PORT" "$IDLE" 3 >"$OUT/idle.log" 2>&1 &
+  "${PIN_LOAD[@]}" "$BIN/loadgen" idle "127.0.0.1:$PORT" "$conns" 3 >"$OUT/idle.log" 2>&1 &
   idle_pid=$!
   for _ in $(seq 600); do grep -q ready "$OUT/idle.log" 2>/dev/null && break; sleep 0.1; done
   sleep 1
   after=$(awk '/^VmRSS/ {print $2}' "/proc/$SERVER_PID/status")
-  wait "$idle_pid" || true
-  record memory "$s" "$IDLE idle" "{\"rss_kib\": $after, \"base_kib\": $before, \"per_conn_kib\": $(( (after - before) / IDLE ))}"
+  if wait "$idle_pid"; then
+    record memory "$s" "$4" "{\"rss_kib\": $after, \"base_kib\": $before, \"per_conn_kib\": $(( (after - before) / conns ))}"
+  else
+    echo "   memory/$s/$4 failed: $(tail -1 "$OUT/idle.log")" >&2
+    record memory "$s" "$4" '{"failed": true}'
+    FAILURES=$((FAILURES + 1))
+  fi
   stop_server
+}
+echo "==> 6. memory: server RSS with $IDLE idle connections, and $DEFLATE_IDLE with permessage-deflate"
+for s in sockeye tungstenite fastwebsockets node picows; do
+  memory "$s" echo "$IDLE" "$IDLE idle"
 done
-
-echo "==> 7. compressed: pipelined ~1 KiB JSON echoes with permessage-deflate (Sockeye's client for both)"
+# One compressed message each first, so that compression state exists (it is allocated lazily).
+# Of the peers only Node ws has permessage-deflate.
+export BENCH_DEFLATE=1
 for s in sockeye node; do
+  memory "$s" deflate "$DEFLATE_IDLE" "$DEFLATE_IDLE idle, permessage-deflate"
+done
+unset BENCH_DEFLATE
+
+echo "==> 7. compressed: permessage-deflate push and pipelined echo, ~1 KiB JSON (Sockeye's client for both)"
+for s in sockeye node; do
+  start_server "$s" deflate-push "$DEFLATE_PUSH_N"
+  run compressed "$s" "push $DEFLATE_PUSH_N × ~1.2 KiB JSON" "$BIN/bench-client" compressed-push "127.0.0.1:$PORT" "$DEFLATE_PUSH_N"
+  stop_server
   start_server "$s" deflate
-  run compressed "$s" "16 in flight, ~1 KiB JSON" "$BIN/bench-client" compressed-echo "127.0.0.1:$PORT" "$SECS"
+  run compressed "$s" "echo, 16 in flight, ~1 KiB JSON" "$BIN/bench-client" compressed-echo "127.0.0.1:$PORT" "$SECS"
   stop_server
 done
 
@@ -150,7 +194,8 @@ if command -v valgrind >/dev/null 2>&1; then
     record micro sockeye "$op" "{\"instructions\": $((full - base)), \"unit\": \"$unit\"}"
   done
 else
-  echo "   valgrind is not installed: skipped" >&2
+  echo "   valgrind could not be installed: no instruction counts" >&2
+  FAILURES=$((FAILURES + 1))
 fi
 
 echo "==> report"

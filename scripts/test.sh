@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project from nothing: formatting and lints, unit, property, doc and
-# loopback tests, a short run of every fuzz target and of the soak, interop with real clients,
+# loopback tests, a short run of every fuzz target, of the soak and of every benchmark scenario,
+# interop with real clients,
 # servers and proxies, then the Autobahn|Testsuite in both roles (installing wstest, cargo-fuzz,
 # Chromium, the proxies and the Node and Python packages on first use).
 # Usage: bash scripts/test.sh        (CI runs exactly this through .ci/run)
@@ -22,6 +23,8 @@ step "fuzz targets: build, then run each for 20 s (bash fuzz/run.sh for the 10-m
 bash fuzz/run.sh 20
 step "soak: 500 connections for 20 s (bash scripts/soak.sh for 10,000 connections, 10 minutes)"
 bash scripts/soak.sh 500 20
+step "benchmarks: build the harness and peers, and a short run of every scenario (figures not judged)"
+bash bench/run.sh --smoke
 # Both roles of one transport at once: wstest is single-threaded Python and this uses both cores.
 autobahn_pair() { # name, run.sh options...
   local name="$1"; shift

@@ -1,5 +1,8 @@
-"""picows as a benchmark server: server.py echo|push PORT [N]"""
+"""picows as a benchmark server: server.py echo|push PORT [N]
+BENCH_TLS=DIR serves wss:// with DIR/cert.pem and DIR/key.pem."""
 import asyncio
+import os
+import ssl
 import sys
 
 from picows import WSListener, WSMsgType, ws_create_server
@@ -24,8 +27,14 @@ class Echo(WSListener):
 
 
 async def main():
+    kwargs = {}
+    if os.environ.get("BENCH_TLS"):
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls = os.environ["BENCH_TLS"]
+        context.load_cert_chain(f"{tls}/cert.pem", f"{tls}/key.pem")
+        kwargs["ssl"] = context
     server = await ws_create_server(lambda _request: Echo(), "127.0.0.1", PORT,
-                                    max_frame_size=64 << 20)
+                                    max_frame_size=64 << 20, **kwargs)
     print("ready", flush=True)
     await server.serve_forever()
 

@@ -11,8 +11,10 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("compressed-echo") {
-        return compressed_echo(&args[1..]);
+    match args.first().map(String::as_str) {
+        Some("compressed-echo") => return compressed_echo(&args[1..]),
+        Some("compressed-push") => return compressed_push(&args[1..]),
+        _ => {}
     }
     let [system, addr, n] = &args[..] else {
         return Err("usage: bench-client SYSTEM ADDR N".into());
@@ -96,14 +98,8 @@ fn compressed_echo(args: &[String]) -> Result<()> {
         return Err("usage: bench-client compressed-echo ADDR SECONDS".into());
     };
     let seconds: u64 = seconds.parse()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let (count, secs, deflate) = runtime.block_on(async {
-        let mut config = sockeye::Config::default();
-        config.proxy = sockeye::proxy::ProxyConfig::Direct;
-        let (mut ws, _) = sockeye::connect_with(format!("ws://{addr}/").as_str(), &config).await?;
-        let deflate = ws.connection().is_deflate_enabled();
+    let (count, secs) = block_on(async {
+        let mut ws = connect_deflate(addr).await?;
         let message = sockeye::Message::text(format!(
             r#"{{"user":"sockeye","tags":["fish","salmon","river"],"text":"{}"}}"#,
             "the quick brown fox jumps over the lazy dog ".repeat(22)
@@ -128,14 +124,70 @@ fn compressed_echo(args: &[String]) -> Result<()> {
                 _ => return Err("the connection ended".into()),
             }
         }
-        Ok::<_, Box<dyn std::error::Error>>((count, started.elapsed().as_secs_f64(), deflate))
+        Ok((count, started.elapsed().as_secs_f64()))
     })?;
-    if !deflate {
-        return Err("permessage-deflate was not negotiated".into());
-    }
     println!(
         r#"{{"msgs_per_s": {:.0}, "messages": {count}}}"#,
         count as f64 / secs
     );
     Ok(())
+}
+
+/// Scenario 7: `bench-client compressed-push ADDR N` — Sockeye's client, permessage-deflate on,
+/// receives N compressed ~1.2 KiB JSON messages from a pushing server (Sockeye's or Node ws's);
+/// every message compared. msgs/s from the first message.
+fn compressed_push(args: &[String]) -> Result<()> {
+    let [addr, n] = args else {
+        return Err("usage: bench-client compressed-push ADDR N".into());
+    };
+    let n: u64 = n.parse()?;
+    let expected = sockeye_bench::json_document();
+    let (count, secs) = block_on(async {
+        let mut ws = connect_deflate(addr).await?;
+        let mut started = None;
+        let mut count = 0u64;
+        while count < n {
+            match ws.next().await {
+                Some(Ok(sockeye::Message::Text(t))) => {
+                    if t.as_bytes() != expected.as_bytes() {
+                        return Err("a message differs".into());
+                    }
+                    started.get_or_insert_with(Instant::now);
+                    count += 1;
+                }
+                Some(Ok(_)) => {}
+                _ => break,
+            }
+        }
+        let secs = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        Ok((count, secs))
+    })?;
+    if count != n {
+        return Err(format!("received {count} of {n} messages").into());
+    }
+    println!(
+        r#"{{"msgs_per_s": {:.0}, "messages": {count}, "seconds": {secs:.3}}}"#,
+        count as f64 / secs
+    );
+    Ok(())
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(future)
+}
+
+/// Sockeye's client with permessage-deflate (its default), which the server must accept.
+async fn connect_deflate(addr: &str) -> Result<sockeye::WebSocket<sockeye::MaybeTlsStream>> {
+    let config = sockeye::Config {
+        proxy: sockeye::proxy::ProxyConfig::Direct,
+        ..Default::default()
+    };
+    let (ws, _) = sockeye::connect_with(format!("ws://{addr}/").as_str(), &config).await?;
+    if !ws.connection().is_deflate_enabled() {
+        return Err("permessage-deflate was not negotiated".into());
+    }
+    Ok(ws)
 }

@@ -3,66 +3,141 @@
 //! `bench-server SYSTEM MODE PORT [N]` — SYSTEM: sockeye, tungstenite, fastwebsockets, raw
 //! (TCP, no WebSocket: echoes bytes, or writes pre-encoded frames) or encoded (raw after a real
 //! handshake: the push server for client-side figures); MODE: `echo`, `push` (N
-//! two-byte text messages "yo" to each client, then a close frame) or `deflate` (Sockeye's echo
-//! with permessage-deflate; the other modes turn it off, as the peers' defaults do).
+//! two-byte text messages "yo" to each client, then a close frame), `deflate` (Sockeye's echo
+//! with permessage-deflate; the other modes turn it off, as the peers' defaults do) or
+//! `deflate-push` (N ~1 KiB JSON messages, compressed). `BENCH_TLS=DIR` serves wss:// with
+//! `DIR/cert.pem` and `DIR/key.pem` (`bench-server gen-cert DIR` writes them); `BENCH_NODELAY=0`
+//! leaves Nagle's algorithm on.
 //! Each system is used the way its documentation shows.
 
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use sockeye_bench::{encode_frame, server_handshake};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use sockeye_bench::{encode_frame, nodelay_from_env, server_handshake};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [command, dir] = &args[..]
+        && command == "gen-cert"
+    {
+        return gen_cert(dir);
+    }
     let [system, mode, port, rest @ ..] = &args[..] else {
-        return Err("usage: bench-server SYSTEM MODE PORT [N]".into());
+        return Err("usage: bench-server SYSTEM MODE PORT [N] | bench-server gen-cert DIR".into());
     };
     let n: u64 = rest.first().map_or(Ok(1_000_000), |s| s.parse())?;
+    let tls = match std::env::var_os("BENCH_TLS") {
+        Some(dir) => {
+            let dir = std::path::Path::new(&dir);
+            Some(sockeye::tls::ServerTls::from_pem_files(
+                dir.join("cert.pem"),
+                dir.join("key.pem"),
+            )?)
+        }
+        None => None,
+    };
+    let nodelay = nodelay_from_env();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let listener = TcpListener::bind(("127.0.0.1", port.parse::<u16>()?)).await?;
         println!("ready");
-        match system.as_str() {
-            "sockeye" => sockeye_server(listener, mode, n).await,
-            other => loop {
-                let (tcp, _) = listener.accept().await?;
-                tcp.set_nodelay(true)?;
-                let mode = mode.clone();
-                match other {
-                    "tungstenite" => tokio::spawn(tungstenite(tcp, mode, n)),
-                    "fastwebsockets" => tokio::spawn(fastws(tcp, mode, n)),
-                    "raw" => tokio::spawn(raw(tcp, mode, n, false)),
-                    "encoded" => tokio::spawn(raw(tcp, mode, n, true)),
-                    _ => return Err(format!("unknown system {other}").into()),
-                };
-            },
+        if system == "sockeye" {
+            return sockeye_server(listener, mode, n, tls, nodelay).await;
+        }
+        if !matches!(
+            system.as_str(),
+            "tungstenite" | "fastwebsockets" | "raw" | "encoded"
+        ) {
+            return Err(format!("unknown system {system}").into());
+        }
+        let acceptor = tls.map(|t| t.acceptor());
+        loop {
+            let (tcp, _) = listener.accept().await?;
+            tcp.set_nodelay(nodelay)?;
+            let (system, mode, acceptor) = (system.clone(), mode.clone(), acceptor.clone());
+            tokio::spawn(async move {
+                match acceptor {
+                    Some(acceptor) => {
+                        if let Ok(tls) = acceptor.accept(tcp).await {
+                            serve_one(tls, &system, mode, n).await;
+                        }
+                    }
+                    None => serve_one(tcp, &system, mode, n).await,
+                }
+            });
         }
     })
 }
 
-async fn sockeye_server(listener: TcpListener, mode: &str, n: u64) -> Result<(), Box<dyn std::error::Error>> {
+/// Writes a self-signed certificate for `localhost` and 127.0.0.1 (`cert.pem`, `key.pem`) for the
+/// wss:// scenarios.
+fn gen_cert(dir: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()])?;
+    std::fs::create_dir_all(dir)?;
+    let dir = std::path::Path::new(dir);
+    std::fs::write(dir.join("cert.pem"), cert.cert.pem())?;
+    std::fs::write(dir.join("key.pem"), cert.signing_key.serialize_pem())?;
+    Ok(())
+}
+
+async fn serve_one<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
+    system: &str,
+    mode: String,
+    n: u64,
+) {
+    match system {
+        "tungstenite" => tungstenite(stream, mode, n).await,
+        "fastwebsockets" => fastws(stream, mode, n).await,
+        "raw" => raw(stream, mode, n, false).await,
+        _ => raw(stream, mode, n, true).await,
+    }
+}
+
+async fn sockeye_server(
+    listener: TcpListener,
+    mode: &str,
+    n: u64,
+    tls: Option<sockeye::tls::ServerTls>,
+    nodelay: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
     let mut config = sockeye::Config::default();
-    if mode != "deflate" {
+    if !mode.starts_with("deflate") {
         config.protocol.deflate = None;
     }
     config.max_connections = 100_000;
-    let push = mode == "push";
-    sockeye::Server::from_listener(listener, config)
-        .serve(move |mut ws, _| async move {
-            if push {
-                let yo = sockeye::Message::text("yo");
-                if ws.send_batch(std::iter::repeat_n(yo, n as usize)).await.is_ok() {
-                    let _ = ws.close(None).await;
+    config.tcp_nodelay = nodelay;
+    let push = match mode {
+        "push" => Some(sockeye::Message::text("yo")),
+        "deflate-push" => Some(sockeye::Message::text(sockeye_bench::json_document())),
+        _ => None,
+    };
+    let mut server = sockeye::Server::from_listener(listener, config);
+    if let Some(tls) = tls {
+        server = server.with_tls(tls.acceptor());
+    }
+    server
+        .serve(move |mut ws, _| {
+            let push = push.clone();
+            async move {
+                if let Some(message) = push {
+                    if ws
+                        .send_batch(std::iter::repeat_n(message, n as usize))
+                        .await
+                        .is_ok()
+                    {
+                        let _ = ws.close(None).await;
+                    }
+                    return;
                 }
-                return;
-            }
-            while let Some(Ok(m)) = ws.next().await {
-                if m.is_data() && ws.feed(m).await.is_err() {
-                    break;
+                while let Some(Ok(m)) = ws.next().await {
+                    if m.is_data() && ws.feed(m).await.is_err() {
+                        break;
+                    }
                 }
             }
         })
@@ -70,8 +145,8 @@ async fn sockeye_server(listener: TcpListener, mode: &str, n: u64) -> Result<(),
     Ok(())
 }
 
-async fn tungstenite(tcp: TcpStream, mode: String, n: u64) {
-    let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+async fn tungstenite<S: AsyncRead + AsyncWrite + Unpin>(stream: S, mode: String, n: u64) {
+    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
         return;
     };
     use tokio_tungstenite::tungstenite::Message;
@@ -94,7 +169,7 @@ async fn tungstenite(tcp: TcpStream, mode: String, n: u64) {
     }
 }
 
-async fn fastws(mut tcp: TcpStream, mode: String, n: u64) {
+async fn fastws<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: u64) {
     use fastwebsockets::{Frame, OpCode, Payload, Role, WebSocket};
     if server_handshake(&mut tcp).await.is_err() {
         return;
@@ -133,7 +208,7 @@ async fn fastws(mut tcp: TcpStream, mode: String, n: u64) {
 
 /// Raw TCP; `handshake`: answer the opening handshake first ("encoded": the fastest possible
 /// WebSocket push server, pre-encoded frames, for measuring clients).
-async fn raw(mut tcp: TcpStream, mode: String, n: u64, handshake: bool) {
+async fn raw<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: u64, handshake: bool) {
     if handshake {
         if server_handshake(&mut tcp).await.is_err() {
             return;

@@ -10,12 +10,14 @@
 //! loadgen large ADDR SIZE REPS [--raw]                 one big binary echo at a time: MB/s
 //! loadgen idle ADDR CONNS SECONDS                      hold idle connections (for memory)
 //! ```
+//! The connect scenarios and `idle` read `BENCH_TLS=DIR` (wss://), `BENCH_NODELAY=0` and
+//! `BENCH_DEFLATE=1` (idle: one compressed message per connection first) from the environment.
 //! `--raw`: the server is the raw TCP baseline (no handshake; it echoes our masked bytes as they are).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use sockeye_bench::{connect, encode_frame, stats};
+use sockeye_bench::{Link, connect, encode_frame, stats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -147,25 +149,34 @@ async fn rtt(addr: &str, count: usize, size: usize, text: bool, raw: bool) -> Re
 }
 
 /// One connection's life: connect, handshake, close frame, wait for the server's close/EOF.
-async fn one_connection(addr: &str, raw: bool) -> Result<()> {
-    let (mut tcp, _) = connect(addr, raw).await?;
+async fn one_connection(link: &Link, addr: &str, raw: bool) -> Result<()> {
+    let mut stream = link.open(addr, raw).await?;
     if !raw {
-        tcp.write_all(&encode_frame(8, &1000u16.to_be_bytes(), true))
+        stream
+            .write_all(&encode_frame(8, &1000u16.to_be_bytes(), true))
             .await?;
     } else {
-        tcp.shutdown().await?;
+        stream.shutdown().await?;
     }
     let mut sink = [0u8; 256];
-    // Until the server closes (it answers the close frame and closes TCP first, §7.1.1).
-    while tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut sink)).await?? > 0 {}
-    Ok(())
+    // Until the server closes (it answers the close frame and closes TCP first, §7.1.1). Over TLS a
+    // server may close without a close_notify alert: that is an end too.
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut sink)).await? {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 async fn connect_sequential(addr: &str, count: usize, raw: bool) -> Result<String> {
+    let link = Link::from_env()?;
     let mut samples = Vec::with_capacity(count);
     for _ in 0..count {
         let t = Instant::now();
-        one_connection(addr, raw).await?;
+        one_connection(&link, addr, raw).await?;
         samples.push(t.elapsed());
     }
     let (mean, p50, p99) = stats(&mut samples);
@@ -177,13 +188,15 @@ async fn connect_sequential(addr: &str, count: usize, raw: bool) -> Result<Strin
 async fn connect_parallel(addr: &str, seconds: u64, concurrency: usize, raw: bool) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
+    let link = Link::from_env()?;
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
         let addr = addr.to_string();
+        let link = link.clone();
         set.spawn(async move {
             let mut done = 0u64;
             while Instant::now() < deadline {
-                if one_connection(&addr, raw).await.is_err() {
+                if one_connection(&link, &addr, raw).await.is_err() {
                     return Err(());
                 }
                 done += 1;
@@ -309,12 +322,49 @@ async fn tcp_write(data: &[u8], tcp: &mut TcpStream, buf: &mut Vec<u8>, want: us
     Ok(())
 }
 
+/// Opens `conns` connections and holds them idle for `seconds`. With `BENCH_DEFLATE=1` each
+/// offers permessage-deflate and first exchanges one compressed message, so that the server's
+/// compression state exists (libraries allocate it lazily).
 async fn idle(addr: &str, conns: usize, seconds: u64) -> Result<String> {
+    let link = Link::from_env()?;
+    let deflate = std::env::var_os("BENCH_DEFLATE").is_some_and(|v| v == "1");
+    let message = if deflate { Some(compressed_frame()) } else { None };
     let mut held = Vec::with_capacity(conns);
     for _ in 0..conns {
-        held.push(connect(addr, false).await?.0);
+        let mut stream = link.open(addr, false).await?;
+        if let Some(frame) = &message {
+            stream.write_all(frame).await?;
+            let mut reply = [0u8; 4096];
+            if tokio::time::timeout(Duration::from_secs(5), stream.read(&mut reply)).await?? == 0 {
+                return Err("the server closed instead of echoing".into());
+            }
+        }
+        held.push(stream);
     }
     println!("ready");
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     Ok(format!(r#"{{"connections": {}}}"#, held.len()))
+}
+
+/// A masked text frame with RSV1 (RFC 7692 §6) holding a ~2 KiB JSON document, deflated with a
+/// sync flush and without the trailing `00 00 FF FF` (§7.2.1).
+fn compressed_frame() -> Vec<u8> {
+    let doc: String = (0..40)
+        .map(|i| {
+            format!(
+                r#"{{"id":{i},"name":"sensor-{i}","value":{}.5,"ok":true}},"#,
+                i * 7
+            )
+        })
+        .collect();
+    let mut deflater = flate2::Compress::new(flate2::Compression::default(), false);
+    let mut out = Vec::with_capacity(doc.len() + 64);
+    deflater
+        .compress_vec(doc.as_bytes(), &mut out, flate2::FlushCompress::Sync)
+        .expect("deflate");
+    assert!(out.ends_with(&[0, 0, 0xFF, 0xFF]));
+    out.truncate(out.len() - 4);
+    let mut frame = encode_frame(1, &out, true);
+    frame[0] |= 0x40;
+    frame
 }
