@@ -80,14 +80,7 @@ fn main() -> Result<()> {
         let secs = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
         Ok::<_, Box<dyn std::error::Error>>((count, secs))
     })?;
-    if count != n {
-        return Err(format!("received {count} of {n} messages").into());
-    }
-    println!(
-        r#"{{"msgs_per_s": {:.0}, "messages": {count}, "seconds": {secs:.3}}}"#,
-        count as f64 / secs
-    );
-    Ok(())
+    report_push(count, n, secs)
 }
 
 /// Scenario 7: `bench-client compressed-echo ADDR SECONDS` — Sockeye's client, permessage-deflate
@@ -162,14 +155,7 @@ fn compressed_push(args: &[String]) -> Result<()> {
         let secs = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
         Ok((count, secs))
     })?;
-    if count != n {
-        return Err(format!("received {count} of {n} messages").into());
-    }
-    println!(
-        r#"{{"msgs_per_s": {:.0}, "messages": {count}, "seconds": {secs:.3}}}"#,
-        count as f64 / secs
-    );
-    Ok(())
+    report_push(count, n, secs)
 }
 
 fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
@@ -190,4 +176,16 @@ async fn connect_deflate(addr: &str) -> Result<sockeye::WebSocket<sockeye::Maybe
         return Err("permessage-deflate was not negotiated".into());
     }
     Ok(ws)
+}
+
+/// The push result line; an error unless all `n` messages arrived.
+fn report_push(count: u64, n: u64, secs: f64) -> Result<()> {
+    if count != n {
+        return Err(format!("received {count} of {n} messages").into());
+    }
+    println!(
+        r#"{{"msgs_per_s": {:.0}, "messages": {count}, "seconds": {secs:.3}}}"#,
+        count as f64 / secs
+    );
+    Ok(())
 }
