@@ -25,6 +25,7 @@ METRICS = {
     "large": ("mb_per_s", "MB/s", True),
     "memory": ("per_conn_kib", "KiB per idle connection", False),
     "compressed": ("msgs_per_s", "msgs/s", True),
+    "instructions": ("per_unit", "instructions by callgrind", False),
 }
 TITLES = {
     "push-server": "1. push, server side: the server sends N × \"yo\"; our load generator counts",
@@ -36,6 +37,7 @@ TITLES = {
     "large": "5. large binary echo",
     "memory": "6. memory: server RSS growth with idle connections",
     "compressed": "7. compressed (permessage-deflate): push and echo, Sockeye's client against each server",
+    "instructions": "8. instructions per operation, side by side (user space and syscall entry, not the kernel)",
 }
 
 
@@ -86,7 +88,7 @@ def main(path, kind):
             out.append(f"| {params} | " + " | ".join(fmt(med[s]) for s in systems) + f" | {ratio_peer} | {ratio_raw} |")
     micro = [(k[1], runs[k + ("sockeye",)][0]) for k in order if k[0] == "micro"]
     if micro:
-        out.append("\n### 8. micro-benchmarks (Sockeye's hot paths, instructions by callgrind; repeatable)\n")
+        out.append("\n### 9. micro-benchmarks (Sockeye's hot paths, instructions by callgrind; repeatable)\n")
         out.append("| operation | instructions | per |")
         out.append("|---|---|---|")
         for op, r in micro:

@@ -5,7 +5,7 @@
 # REPS repetitions, ratios to the best peer and to raw TCP). Writes target/bench/results.jsonl and
 # bench/RESULTS.md.
 #
-#   bash bench/run.sh              # the full run (about 10 minutes on 2 cores)
+#   bash bench/run.sh              # the full run (about 12 minutes on 2 cores)
 #   bash bench/run.sh --smoke      # every scenario briefly, one repetition (what CI runs)
 #
 # Servers are single-threaded and pinned to CPU 0; the load generator runs on CPU 1.
@@ -132,7 +132,7 @@ for variant in ws nodelay-off wss; do
     nodelay-off) label=", no TCP_NODELAY"; export BENCH_NODELAY=0; unset BENCH_TLS ;;
     wss) label=", wss"; export BENCH_NODELAY=1 BENCH_TLS="$OUT/tls" ;;
   esac
-  echo "==> 3. connect${label:+ ($label)}" | sed 's/(, /(/'
+  echo "==> 3. connect over $variant"
   for s in $SERVERS; do
     [ "$variant" = nodelay-off ] && [ "$s" = picows ] && continue
     start_server "$s" echo
@@ -196,6 +196,53 @@ if command -v valgrind >/dev/null 2>&1; then
 else
   echo "   valgrind could not be installed: no instruction counts" >&2
   FAILURES=$((FAILURES + 1))
+fi
+
+# Wall-clock figures on a shared VM move by ±20% between runs; instruction counts do not. Each
+# figure below is the difference between two runs of different sizes under callgrind, divided by
+# the difference in units, so start-up and handshakes cancel out.
+cg_server() { # system mode n scenario loadgen-args-after-addr... → instructions of the whole run
+  local system=$1 mode=$2 n=$3 scenario=$4 log=$OUT/callgrind-server.log pid; shift 4
+  PORT=$((PORT + 1))
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/bench-server" "$system" "$mode" "$PORT" "$n" >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 400); do grep -q ready "$log" 2>/dev/null && break; sleep 0.05; done
+  timeout 120 "$BIN/loadgen" "$scenario" "127.0.0.1:$PORT" "$@" $(raw_flag "$system") >/dev/null 2>&1 || true
+  sleep 0.3
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  awk '/Collected/ {gsub(",", "", $4); print $4}' "$log"
+}
+cg_client() { # system n → instructions of bench-client receiving n pushed messages
+  start_server encoded push "$2"
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/bench-client" "$1" "127.0.0.1:$PORT" "$2" 2>&1 \
+    | awk '/Collected/ {gsub(",", "", $4); print $4}'
+  stop_server
+}
+per_unit() { # system operation small large small-count large-count
+  local a=$5 b=$6
+  if [ -n "$a" ] && [ -n "$b" ]; then
+    record instructions "$1" "$2" "{\"per_unit\": $(( (b - a) / ($4 - $3) ))}"
+  else
+    echo "   instructions/$1/$2 failed" >&2
+    record instructions "$1" "$2" '{"failed": true}'
+    FAILURES=$((FAILURES + 1))
+  fi
+}
+echo "==> 8b. instructions per operation, side by side (callgrind)"
+if command -v valgrind >/dev/null 2>&1; then
+  [ "$SMOKE" = 1 ] && CG=(5000 10000 50 100 20 40) || CG=(50000 100000 500 1000 100 200)
+  for s in raw sockeye tungstenite fastwebsockets; do
+    per_unit "$s" "push, server, per message" "${CG[0]}" "${CG[1]}" \
+      "$(cg_server "$s" push "${CG[0]}" push "${CG[0]}")" "$(cg_server "$s" push "${CG[1]}" push "${CG[1]}")"
+    if [ "$s" != raw ]; then
+      per_unit "$s" "push, client, per message" "${CG[0]}" "${CG[1]}" "$(cg_client "$s" "${CG[0]}")" "$(cg_client "$s" "${CG[1]}")"
+    fi
+    per_unit "$s" "round trip 64 B text, server, per echo" "${CG[2]}" "${CG[3]}" \
+      "$(cg_server "$s" echo 0 rtt "${CG[2]}" 64 text)" "$(cg_server "$s" echo 0 rtt "${CG[3]}" 64 text)"
+    per_unit "$s" "connect + handshake + close, server, per connection" "${CG[4]}" "${CG[5]}" \
+      "$(cg_server "$s" echo 0 connect "${CG[4]}")" "$(cg_server "$s" echo 0 connect "${CG[5]}")"
+  done
 fi
 
 echo "==> report"
