@@ -18,8 +18,8 @@ NAMES = {"raw": "raw TCP", "sockeye": "Sockeye", "tungstenite": "tokio-tungsteni
 METRICS = {
     "push-server": ("msgs_per_s", "msgs/s", True),
     "push-client": ("msgs_per_s", "msgs/s", True),
-    "rtt": ("mean_us", "µs mean", False),
-    "connect": ("mean_us", "µs mean", False),
+    "rtt": ("mean_us", "µs: mean (p50 / p99); ratios of means", False),
+    "connect": ("mean_us", "µs: mean (p50 / p99); ratios of means", False),
     "connect-parallel": ("conns_per_s", "conns/s", True),
     "echo-many": ("msgs_per_s", "msgs/s", True),
     "large": ("mb_per_s", "MB/s", True),
@@ -85,7 +85,15 @@ def main(path, kind):
             raw = med.get("raw") if isinstance(med.get("raw"), (int, float)) else None
             ratio_peer = f"{ours / best:.2f}" if ours and best else "—"
             ratio_raw = f"{ours / raw:.2f}" if ours and raw else "—"
-            out.append(f"| {params} | " + " | ".join(fmt(med[s]) for s in systems) + f" | {ratio_peer} | {ratio_raw} |")
+            cells = []
+            for s in systems:
+                cell = fmt(med[s])
+                # Latency rows also show the medians of p50 and p99: a mean can hide a tail.
+                tails = [[r.get(q) for r in runs.get((scenario, params, s), []) if q in r] for q in ("p50_us", "p99_us")]
+                if isinstance(med[s], (int, float)) and all(tails):
+                    cell += f" ({fmt(statistics.median(tails[0]))} / {fmt(statistics.median(tails[1]))})"
+                cells.append(cell)
+            out.append(f"| {params} | " + " | ".join(cells) + f" | {ratio_peer} | {ratio_raw} |")
     micro = [(k[1], runs[k + ("sockeye",)][0]) for k in order if k[0] == "micro"]
     if micro:
         out.append("\n### 9. micro-benchmarks (Sockeye's hot paths, instructions by callgrind; repeatable)\n")

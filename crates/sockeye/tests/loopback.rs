@@ -98,7 +98,7 @@ fn burst_message(i: u32) -> Message {
     let len = [0usize, 2, 125, 126, 1000, 70_000][i as usize % 6];
     let mut body = i.to_string().into_bytes();
     body.resize(body.len() + len, b'x');
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         Message::text(String::from_utf8(body).unwrap())
     } else {
         Message::binary(body)
