@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -113,15 +114,40 @@ def main(path, kind):
             "# Benchmark results",
             "",
             f"Measured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} cores"
-            f" ({version(['uname', '-sr'])}); `bash bench/run.sh` (medians of the repetitions; servers"
-            " single-threaded on CPU 0, load generator on CPU 1). Versions: "
-            f"{version(['rustc', '--version'])}; tokio-tungstenite and fastwebsockets from"
-            " bench/harness/Cargo.lock; Node ws from bench/peers/node-ws; picows from"
-            f" bench/peers/picows; node {version(['node', '--version'])}.",
+            f" ({version(['uname', '-sr'])}, {cpu_model()}); `bash bench/run.sh` (medians of the"
+            " repetitions; servers single-threaded on CPU 0, load generator on CPU 1). Versions: "
+            f"{version(['rustc', '--version'])}; {peer_versions()}; node {version(['node', '--version'])}.",
             "Figures on this shared machine are comparable within one run only.",
         ]
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "w") as f:
             f.write("\n".join(header) + "\n" + text + "\n")
+
+
+def peer_versions():
+    """The peers' versions as locked in this tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    try:
+        lock = open(os.path.join(here, "harness", "Cargo.lock")).read()
+        for name in ("tokio-tungstenite", "fastwebsockets", "tokio"):
+            m = re.search(r'name = "%s"\nversion = "([^"]+)"' % re.escape(name), lock)
+            found.append(f"{name} {m.group(1) if m else '?'}")
+        ws = json.load(open(os.path.join(here, "peers", "node-ws", "package-lock.json")))
+        found.append(f"Node ws {ws['packages'].get('node_modules/ws', {}).get('version', '?')}")
+        found.append(open(os.path.join(here, "peers", "picows", "requirements.txt")).read().strip().replace("==", " "))
+    except (OSError, ValueError, KeyError) as e:
+        found.append(f"(versions unreadable: {e})")
+    return ", ".join(found)
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
 
 
 if __name__ == "__main__":
