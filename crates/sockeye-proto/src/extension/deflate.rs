@@ -285,6 +285,14 @@ impl PerMessageDeflate {
 
     /// Compresses one whole message (§7.2.1): sync flush, then drop the trailing `00 00 FF FF`.
     pub(crate) fn compress(&mut self, input: &[u8]) -> Result<Vec<u8>, String> {
+        if input.is_empty() {
+            // RFC 7692 §7.2.3.6: an empty stored block, 0x00 once the tail is removed. A compressor
+            // that has just sync-flushed emits nothing for empty input, and an empty payload is
+            // not DEFLATE data: the peer's inflater would take the tail for a block header and
+            // fail on the next message (found by the round-trip property test). The stream stays
+            // byte-aligned, so the compressor's state needs no update.
+            return Ok(vec![0x00]);
+        }
         let (level, bits) = (self.level, self.compress_bits);
         let c = self
             .deflater
@@ -512,6 +520,24 @@ mod tests {
             ProtocolViolation::MessageTooBig { limit: 1048576, .. }
         ));
         assert!(out.capacity() <= (1 << 20) + 1, "capacity {}", out.capacity());
+    }
+
+    #[test]
+    fn an_empty_message_between_others_keeps_the_stream_in_step() {
+        let params = DeflateParams {
+            server_no_context_takeover: false,
+            client_no_context_takeover: false,
+            server_max_window_bits: 15,
+            client_max_window_bits: 15,
+        };
+        let (mut client, mut server) = pair(params);
+        for m in [&b"hello hello hello"[..], b"", b"", b"hello again, hello"] {
+            let z = server.compress(m).unwrap();
+            assert!(!z.is_empty(), "a compressed payload is never empty");
+            let mut out = Vec::new();
+            client.inflate(&z, true, &mut out, 1 << 20).unwrap();
+            assert_eq!(out, m);
+        }
     }
 
     #[test]
