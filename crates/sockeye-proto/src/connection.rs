@@ -293,25 +293,22 @@ impl Connection {
         {
             return None;
         }
-        if masked {
-            let key = [
+        let body = header_len..header_len + len;
+        let key = masked.then(|| {
+            [
                 self.read_buf[2],
                 self.read_buf[3],
                 self.read_buf[4],
                 self.read_buf[5],
-            ];
-            apply_mask(&mut self.read_buf[6..6 + len], key, 0);
+            ]
+        });
+        if let Some(key) = key {
+            apply_mask(&mut self.read_buf[body.clone()], key, 0);
         }
-        if first == 0x81 && !crate::utf8::is_utf8(&self.read_buf[header_len..header_len + len]) {
-            if masked {
-                // Undo, so that the general path sees the frame as it arrived.
-                let key = [
-                    self.read_buf[2],
-                    self.read_buf[3],
-                    self.read_buf[4],
-                    self.read_buf[5],
-                ];
-                apply_mask(&mut self.read_buf[6..6 + len], key, 0);
+        if first == 0x81 && !crate::utf8::is_utf8(&self.read_buf[body.clone()]) {
+            // Masking is its own inverse: restore the frame as it arrived for the general path.
+            if let Some(key) = key {
+                apply_mask(&mut self.read_buf[body], key, 0);
             }
             return None;
         }
