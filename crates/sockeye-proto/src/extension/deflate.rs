@@ -487,6 +487,14 @@ mod tests {
         }
     }
 
+    /// Context takeover both ways, 15-bit windows: what most peers negotiate.
+    const TAKEOVER_15: DeflateParams = DeflateParams {
+        server_no_context_takeover: false,
+        client_no_context_takeover: false,
+        server_max_window_bits: 15,
+        client_max_window_bits: 15,
+    };
+
     fn pair(params: DeflateParams) -> (PerMessageDeflate, PerMessageDeflate) {
         let c = DeflateConfig {
             min_compress_size: 0,
@@ -500,13 +508,7 @@ mod tests {
 
     #[test]
     fn inflation_is_capped_before_memory_is_spent() {
-        let params = DeflateParams {
-            server_no_context_takeover: false,
-            client_no_context_takeover: false,
-            server_max_window_bits: 15,
-            client_max_window_bits: 15,
-        };
-        let (mut client, mut server) = pair(params);
+        let (mut client, mut server) = pair(TAKEOVER_15);
         let bomb = client.compress(&vec![0u8; 10 << 20]).unwrap();
         assert!(
             bomb.len() < (10 << 20) / 50,
@@ -524,13 +526,7 @@ mod tests {
 
     #[test]
     fn an_empty_message_between_others_keeps_the_stream_in_step() {
-        let params = DeflateParams {
-            server_no_context_takeover: false,
-            client_no_context_takeover: false,
-            server_max_window_bits: 15,
-            client_max_window_bits: 15,
-        };
-        let (mut client, mut server) = pair(params);
+        let (mut client, mut server) = pair(TAKEOVER_15);
         for m in [&b"hello hello hello"[..], b"", b"", b"hello again, hello"] {
             let z = server.compress(m).unwrap();
             assert!(!z.is_empty(), "a compressed payload is never empty");
@@ -542,13 +538,7 @@ mod tests {
 
     #[test]
     fn corrupt_data_is_a_1007_not_a_panic() {
-        let params = DeflateParams {
-            server_no_context_takeover: false,
-            client_no_context_takeover: false,
-            server_max_window_bits: 15,
-            client_max_window_bits: 15,
-        };
-        let (_, mut server) = pair(params);
+        let (_, mut server) = pair(TAKEOVER_15);
         let mut out = Vec::new();
         let err = server
             .inflate(&[0xff, 0xff, 0xff, 0xff, 0x00], true, &mut out, 1 << 20)
@@ -583,8 +573,7 @@ mod tests {
 
         #[test]
         fn truncated_or_corrupt_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let params = DeflateParams { server_no_context_takeover: false, client_no_context_takeover: false, server_max_window_bits: 15, client_max_window_bits: 15 };
-            let (_, mut server) = pair(params);
+            let (_, mut server) = pair(TAKEOVER_15);
             let mut out = Vec::new();
             let _ = server.inflate(&data, true, &mut out, 1 << 16);
         }
