@@ -147,7 +147,9 @@ impl Utf8Bytes {
 impl TryFrom<Bytes> for Utf8Bytes {
     type Error = InvalidUtf8;
     fn try_from(bytes: Bytes) -> Result<Self, InvalidUtf8> {
-        simdutf8::basic::from_utf8(&bytes).map_err(|_| InvalidUtf8)?;
+        if !is_utf8(&bytes) {
+            return Err(InvalidUtf8);
+        }
         Ok(Utf8Bytes(bytes))
     }
 }
