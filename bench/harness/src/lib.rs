@@ -167,8 +167,8 @@ pub fn encode_frame(opcode: u8, payload: &[u8], masked: bool) -> Vec<u8> {
     out
 }
 
-/// A ~1.2 KiB JSON document: what the compressed push sends (Node ws compresses messages of
-/// 1 KiB and more by default).
+/// A ~1.2 KiB JSON document: what the compressed push and the deflate memory scenario send (Node
+/// ws compresses messages of 1 KiB and more by default).
 pub fn json_document() -> String {
     (0..24)
         .map(|i| {
