@@ -58,6 +58,9 @@ start_server() { # system mode [n]
   local system=$1 mode=$2 n=${3:-$PUSH_N}
   PORT=$((PORT + 1))
   local log=$OUT/server-$system.log
+  # Emptied here, not by the background job's redirection: that runs later, and the wait below
+  # would find the previous run's "ready" in the file and send load to a server not yet listening.
+  : >"$log"
   case "$system" in
     node) "${PIN_SERVER[@]}" node peers/node-ws/server.mjs "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
     picows) "${PIN_SERVER[@]}" "$VENV/bin/python" peers/picows/server.py "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
@@ -149,6 +152,7 @@ memory() { # system mode connections label
   start_server "$s" "$2"
   local before after idle_pid
   before=$(awk '/^VmRSS/ {print $2}' "/proc/$SERVER_PID/status")
+  : >"$OUT/idle.log" # (see start_server)
   "${PIN_LOAD[@]}" "$BIN/loadgen" idle "127.0.0.1:$PORT" "$conns" 3 >"$OUT/idle.log" 2>&1 &
   idle_pid=$!
   for _ in $(seq 600); do grep -q ready "$OUT/idle.log" 2>/dev/null && break; sleep 0.1; done
@@ -204,6 +208,7 @@ fi
 cg_server() { # system mode n scenario loadgen-args-after-addr... → instructions of the whole run
   local system=$1 mode=$2 n=$3 scenario=$4 log=$OUT/callgrind-server.log pid; shift 4
   PORT=$((PORT + 1))
+  : >"$log" # (see start_server)
   valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/bench-server" "$system" "$mode" "$PORT" "$n" >"$log" 2>&1 &
   pid=$!
   for _ in $(seq 400); do grep -q ready "$log" 2>/dev/null && break; sleep 0.05; done
