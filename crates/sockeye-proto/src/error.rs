@@ -156,6 +156,8 @@ pub enum HandshakeError {
     },
     /// The request method is not GET (§4.2.1).
     MethodNotGet,
+    /// An HTTP/2 request that is not an extended CONNECT (RFC 8441 §4).
+    MethodNotConnect,
     /// The request is not HTTP/1.1 or later.
     UnsupportedHttpVersion,
     /// A required header is missing or does not have the required value.
@@ -181,6 +183,9 @@ pub enum HandshakeError {
     ExtensionRejected(String),
     /// The URL cannot be used for a WebSocket connection.
     InvalidUrl(String),
+    /// HTTP/2 was required but the server does not offer WebSockets over it (no ALPN `h2`, or no
+    /// `SETTINGS_ENABLE_CONNECT_PROTOCOL`, RFC 8441 §3). The text says which.
+    Http2Unavailable(&'static str),
 }
 
 impl HandshakeError {
@@ -189,7 +194,7 @@ impl HandshakeError {
         match self {
             // RFC 6585 §5: 431 Request Header Fields Too Large.
             HandshakeError::HeadTooLarge { .. } | HandshakeError::TooManyHeaders { .. } => 431,
-            HandshakeError::MethodNotGet => 405,
+            HandshakeError::MethodNotGet | HandshakeError::MethodNotConnect => 405,
             HandshakeError::UnsupportedHttpVersion => 505,
             // §4.4: 426 Upgrade Required, with the versions we support.
             HandshakeError::UnsupportedVersion => 426,
@@ -205,6 +210,9 @@ impl fmt::Display for HandshakeError {
             Self::HeadTooLarge { limit } => write!(f, "HTTP head larger than {limit} bytes"),
             Self::TooManyHeaders { limit } => write!(f, "more than {limit} HTTP headers"),
             Self::MethodNotGet => f.write_str("the method must be GET"),
+            Self::MethodNotConnect => {
+                f.write_str("over HTTP/2 a WebSocket is opened with an extended CONNECT (RFC 8441)")
+            }
             Self::UnsupportedHttpVersion => f.write_str("HTTP/1.1 or later is required"),
             Self::MissingHeader(h) => write!(f, "missing or wrong header {h}"),
             Self::InvalidHeader(h) => write!(f, "invalid value for header {h}"),
@@ -219,6 +227,12 @@ impl fmt::Display for HandshakeError {
             }
             Self::ExtensionRejected(why) => write!(f, "unacceptable extension response: {why}"),
             Self::InvalidUrl(why) => write!(f, "invalid URL: {why}"),
+            Self::Http2Unavailable(why) => {
+                write!(
+                    f,
+                    "{why}; connect over HTTP/1.1 or let HTTP/2 fall back (HttpVersion::Http2Preferred)"
+                )
+            }
         }
     }
 }

@@ -1,5 +1,8 @@
 //! Opening a connection as a client (RFC 6455 §4.1).
 
+#[cfg(all(feature = "http2", feature = "tls"))]
+use std::sync::Arc;
+
 use bytes::BytesMut;
 use http::header::SEC_WEBSOCKET_EXTENSIONS;
 use http::{HeaderValue, Request, Response, Uri};
@@ -102,27 +105,135 @@ pub async fn connect_with(
             ProxyConfig::Url(proxy) => Some(proxy.clone()),
             ProxyConfig::Environment => Proxy::from_env(tls, &host)?,
         };
-        let tcp = match proxy {
-            Some(proxy) => proxy.connect(&host, port).await?,
-            None => TcpStream::connect((host.as_str(), port)).await?,
-        };
-        tcp.set_nodelay(config.tcp_nodelay)?;
-        let stream = if tls {
-            wrap_tls(tcp, &host, config).await?
-        } else {
-            MaybeTlsStream::Plain(tcp)
-        };
+        #[cfg(feature = "http2")]
+        if config.http_version != crate::HttpVersion::Http1 {
+            return connect_http2(
+                request,
+                Target {
+                    tls,
+                    host: &host,
+                    port,
+                    proxy: proxy.as_ref(),
+                },
+                config,
+            )
+            .await;
+        }
+        let stream = open_transport(
+            &Target {
+                tls,
+                host: &host,
+                port,
+                proxy: proxy.as_ref(),
+            },
+            config,
+            &[],
+        )
+        .await?;
         client_handshake(stream, request, config).await
     })
     .await
 }
 
+/// Where a client connects: the URL's origin and the proxy on the way.
+struct Target<'a> {
+    tls: bool,
+    host: &'a str,
+    port: u16,
+    proxy: Option<&'a Proxy>,
+}
+
+/// TCP (directly or through the proxy), `TCP_NODELAY`, and TLS for `wss://` offering `alpn`
+/// (empty: the TLS configuration's own list).
+async fn open_transport(
+    target: &Target<'_>,
+    config: &Config,
+    alpn: &[&[u8]],
+) -> Result<MaybeTlsStream, Error> {
+    let tcp = match target.proxy {
+        Some(proxy) => proxy.connect(target.host, target.port).await?,
+        None => TcpStream::connect((target.host, target.port)).await?,
+    };
+    tcp.set_nodelay(config.tcp_nodelay)?;
+    if target.tls {
+        wrap_tls(tcp, target.host, config, alpn).await
+    } else {
+        Ok(MaybeTlsStream::Plain(tcp))
+    }
+}
+
+/// A WebSocket over HTTP/2 (RFC 8441): on a pooled connection to the origin if one is up, else
+/// on a new one — falling back to HTTP/1.1 on that same connection when the server's ALPN says
+/// so and [`HttpVersion::Http2Preferred`](crate::HttpVersion) allows it.
+#[cfg(feature = "http2")]
+async fn connect_http2(
+    request: Request<()>,
+    target: Target<'_>,
+    config: &Config,
+) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+    use crate::HttpVersion;
+    use crate::http2::{PoolKey, client_alpn, connect_new, connect_pooled};
+    let only = config.http_version == HttpVersion::Http2Only;
+    if !target.tls && !only {
+        // Cleartext HTTP/2 needs prior knowledge, which only `Http2Only` asserts.
+        let stream = open_transport(&target, config, &[]).await?;
+        return client_handshake(stream, request, config).await;
+    }
+    #[cfg(feature = "tls")]
+    let tls_config = config.tls_client.as_ref().map_or(0, |c| Arc::as_ptr(c) as usize);
+    #[cfg(not(feature = "tls"))]
+    let tls_config = 0;
+    let key = PoolKey {
+        tls: target.tls,
+        host: target.host.to_string(),
+        port: target.port,
+        tls_config,
+        proxy: target.proxy.map(|p| format!("{p:?}")).unwrap_or_default(),
+    };
+    if let Some(connected) = connect_pooled(&key, &request, config).await? {
+        return Ok(connected);
+    }
+    let stream = match open_transport(&target, config, client_alpn(config.http_version)).await {
+        // A server that speaks no protocol we offered ends the TLS handshake with this alert.
+        #[cfg(feature = "tls")]
+        Err(Error::Tls(e))
+            if only
+                && matches!(&e.kind, crate::tls::TlsErrorKind::AlertReceived(a) if a == "NoApplicationProtocol") =>
+        {
+            return Err(HandshakeError::Http2Unavailable("the server did not choose h2 by ALPN").into());
+        }
+        result => result?,
+    };
+    if target.tls && !crate::http2::alpn_is_h2(&stream) {
+        if only {
+            return Err(HandshakeError::Http2Unavailable("the server did not choose h2 by ALPN").into());
+        }
+        return client_handshake(stream, request, config).await;
+    }
+    match connect_new(stream, key, request.clone(), config).await {
+        Err(Error::Handshake(HandshakeError::Http2Unavailable(_))) if !only => {
+            // h2 without RFC 8441: a new connection that offers HTTP/1.1 alone.
+            let stream = open_transport(&target, config, client_alpn(HttpVersion::Http1)).await?;
+            client_handshake(stream, request, config).await
+        }
+        result => result,
+    }
+}
+
 #[cfg(feature = "tls")]
-async fn wrap_tls(tcp: TcpStream, host: &str, config: &Config) -> Result<MaybeTlsStream, Error> {
-    let tls_config = match &config.tls_client {
+async fn wrap_tls(
+    tcp: TcpStream,
+    host: &str,
+    config: &Config,
+    alpn: &[&[u8]],
+) -> Result<MaybeTlsStream, Error> {
+    let mut tls_config = match &config.tls_client {
         Some(c) => c.clone(),
         None => crate::tls::default_client_config()?,
     };
+    if !alpn.is_empty() {
+        tls_config = crate::tls::with_alpn(tls_config, alpn);
+    }
     let connector = crate::tls::TlsConnector::from(tls_config);
     let stream = connector
         .connect(crate::tls::server_name(host)?, tcp)
@@ -132,7 +243,7 @@ async fn wrap_tls(tcp: TcpStream, host: &str, config: &Config) -> Result<MaybeTl
 }
 
 #[cfg(not(feature = "tls"))]
-async fn wrap_tls(_: TcpStream, _: &str, _: &Config) -> Result<MaybeTlsStream, Error> {
+async fn wrap_tls(_: TcpStream, _: &str, _: &Config, _: &[&[u8]]) -> Result<MaybeTlsStream, Error> {
     Err(HandshakeError::InvalidUrl("wss:// needs the `tls` feature, which this build lacks".into()).into())
 }
 

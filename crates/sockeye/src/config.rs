@@ -57,6 +57,18 @@ pub struct Config {
     /// client certificate).
     #[cfg(feature = "tls")]
     pub tls_client: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// Whether a [`Server`](crate::Server) also accepts WebSockets over HTTP/2 (RFC 8441) on the
+    /// same port: over TLS when the client picks `h2` by ALPN (the server offers `h2` and
+    /// `http/1.1`), in cleartext when it starts with the HTTP/2 preface (prior knowledge).
+    /// Default true, as browsers open `wss://` sockets on the page's HTTP/2 connection when the
+    /// server allows it; false serves HTTP/1.1 only. Needs the `http2` feature (default).
+    pub accept_http2: bool,
+    /// The most WebSockets one HTTP/2 connection may carry at once, announced to the client as
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` (streams beyond it are refused). Default 128, as in
+    /// common HTTP/2 servers; each stream also counts against `max_connections`.
+    pub http2_max_concurrent_streams: u32,
+    /// Which HTTP version a client opens WebSockets over. Default [`HttpVersion::Http1`].
+    pub http_version: HttpVersion,
     /// The proxy clients connect through. Default
     /// [`ProxyConfig::Environment`](crate::proxy::ProxyConfig): `HTTPS_PROXY` / `HTTP_PROXY` /
     /// `ALL_PROXY` and `NO_PROXY`, as curl reads them.
@@ -78,7 +90,28 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(5),
             #[cfg(feature = "tls")]
             tls_client: None,
+            accept_http2: true,
+            http2_max_concurrent_streams: 128,
+            http_version: HttpVersion::Http1,
             proxy: crate::proxy::ProxyConfig::Environment,
         }
     }
+}
+
+/// Which HTTP version a client opens its WebSockets over (see [`Config::http_version`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HttpVersion {
+    /// The HTTP/1.1 upgrade of RFC 6455 §4, one TCP (and TLS) connection per WebSocket. The
+    /// default: every WebSocket server speaks it.
+    #[default]
+    Http1,
+    /// HTTP/2 (RFC 8441) where the server offers it, HTTP/1.1 otherwise: `wss://` offers `h2` and
+    /// `http/1.1` by ALPN and takes what the server picks; `ws://` stays on HTTP/1.1, since
+    /// cleartext has no negotiation. WebSockets to one origin share one HTTP/2 connection.
+    Http2Preferred,
+    /// HTTP/2 only: `wss://` requires ALPN `h2`, `ws://` uses h2c with prior knowledge; a server
+    /// without RFC 8441 support is an error ([`HandshakeError::Http2Unavailable`](crate::HandshakeError)).
+    /// WebSockets to one origin share one HTTP/2 connection.
+    Http2Only,
 }

@@ -44,6 +44,8 @@
 //! - [`Config`]: every limit, timeout and default in one place, each with its reason.
 //!
 //! Features: `tls` (default; rustls with aws-lc-rs), `deflate` (default; permessage-deflate),
+//! `http2` (default; WebSockets over HTTP/2, RFC 8441, in [`Server`] and, when
+//! [`Config::http_version`] asks, in clients),
 //! `webpki-roots`, `hyper` (the [`upgrade`] module), `axum` (`Upgrade` as an extractor).
 
 #![deny(missing_docs)]
@@ -51,6 +53,8 @@
 mod client;
 mod config;
 mod error;
+#[cfg(feature = "http2")]
+pub mod http2;
 pub mod proxy;
 mod server;
 mod stream;
@@ -61,7 +65,7 @@ pub mod upgrade;
 mod websocket;
 
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
-pub use config::Config;
+pub use config::{Config, HttpVersion};
 pub use error::Error;
 pub use server::{Server, ShutdownHandle, accept, accept_with};
 pub use sockeye_proto::Config as ProtocolConfig;

@@ -249,6 +249,11 @@ impl Server {
             tls,
         } = self;
         let permits = Arc::new(Semaphore::new(config.max_connections.min(Semaphore::MAX_PERMITS)));
+        // Offer `h2` by ALPN exactly when HTTP/2 is served.
+        #[cfg(feature = "tls")]
+        let tls = tls.map(|acceptor| {
+            crate::tls::with_h2_alpn(&acceptor, config.accept_http2 && cfg!(feature = "http2"))
+        });
         let mut tasks = JoinSet::new();
         loop {
             let accepted = tokio::select! {
@@ -274,6 +279,8 @@ impl Server {
             };
             // Held by the connection's task until it ends; none left means over the limit.
             let permit = Arc::clone(&permits).try_acquire_owned().ok();
+            #[cfg(feature = "http2")]
+            let permits = Arc::clone(&permits);
             let config = Arc::clone(&config);
             let handler = handler.clone();
             let shutdown = shutdown.clone();
@@ -296,6 +303,20 @@ impl Server {
                 };
                 #[cfg(not(feature = "tls"))]
                 let stream = MaybeTlsStream::Plain(stream);
+                #[cfg(feature = "http2")]
+                if config.accept_http2 && speaks_http2(&stream, &config).await {
+                    // The connection holds its permit; each of its WebSockets takes one more.
+                    let _connection_permit = permit;
+                    let context = crate::http2::ServeContext {
+                        config,
+                        shutdown,
+                        permits,
+                        handler,
+                        peer,
+                    };
+                    crate::http2::serve_connection(stream, context).await;
+                    return;
+                }
                 let Some(_permit) = permit else {
                     // Read the request before answering, so the client sees the 503 rather than
                     // a reset.
@@ -322,6 +343,23 @@ impl Server {
     }
 }
 
+/// Whether a new connection speaks HTTP/2: ALPN `h2` over TLS, the connection preface in
+/// cleartext (looked at within the handshake timeout; a client that sends nothing is left to the
+/// HTTP/1.1 path, which times it out).
+#[cfg(feature = "http2")]
+async fn speaks_http2(stream: &MaybeTlsStream, config: &Config) -> bool {
+    match stream {
+        MaybeTlsStream::Plain(tcp) => {
+            let peek = crate::http2::starts_with_preface(tcp);
+            matches!(
+                tokio::time::timeout(config.handshake_timeout, peek).await,
+                Ok(Ok(true))
+            )
+        }
+        other => crate::http2::alpn_is_h2(other),
+    }
+}
+
 /// Waits for connection tasks to end, up to `limit`, then aborts the rest (dropping their sockets).
 async fn finish(mut tasks: JoinSet<()>, limit: std::time::Duration) {
     let all_done = async { while tasks.join_next().await.is_some() {} };
@@ -331,7 +369,7 @@ async fn finish(mut tasks: JoinSet<()>, limit: std::time::Duration) {
 }
 
 /// The answer to a client beyond [`Config::max_connections`].
-fn service_unavailable() -> Response<String> {
+pub(crate) fn service_unavailable() -> Response<String> {
     let mut response = Response::new("server at its connection limit; retry later\n".to_string());
     *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
     response

@@ -20,17 +20,24 @@ pub enum MaybeTlsStream<S = TcpStream> {
     /// TLS, server side.
     #[cfg(feature = "tls")]
     ServerTls(tokio_rustls::server::TlsStream<S>),
+    /// A stream of an HTTP/2 connection (RFC 8441), over TLS or cleartext TCP.
+    #[cfg(feature = "http2")]
+    Http2(crate::http2::H2Stream),
 }
 
 impl MaybeTlsStream<TcpStream> {
-    /// The TCP stream underneath (for `nodelay`, addresses, socket options).
-    pub fn tcp(&self) -> &TcpStream {
+    /// The TCP stream underneath (for `nodelay`, addresses, socket options). `None` for an
+    /// HTTP/2 stream: its TCP connection is shared with other streams and owned by the HTTP/2
+    /// connection's task.
+    pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
-            MaybeTlsStream::Plain(s) => s,
+            MaybeTlsStream::Plain(s) => Some(s),
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ClientTls(s) => s.get_ref().0,
+            MaybeTlsStream::ClientTls(s) => Some(s.get_ref().0),
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ServerTls(s) => s.get_ref().0,
+            MaybeTlsStream::ServerTls(s) => Some(s.get_ref().0),
+            #[cfg(feature = "http2")]
+            MaybeTlsStream::Http2(_) => None,
         }
     }
 }
@@ -47,7 +54,22 @@ impl<S> MaybeTlsStream<S> {
 
     /// Whether the stream is encrypted.
     pub fn is_tls(&self) -> bool {
-        !matches!(self, MaybeTlsStream::Plain(_))
+        match self {
+            MaybeTlsStream::Plain(_) => false,
+            #[cfg(feature = "http2")]
+            MaybeTlsStream::Http2(s) => s.is_tls(),
+            #[cfg(feature = "tls")]
+            _ => true,
+        }
+    }
+
+    /// Whether this is a WebSocket over HTTP/2 (RFC 8441) rather than its own connection.
+    pub fn is_http2(&self) -> bool {
+        #[cfg(feature = "http2")]
+        if let MaybeTlsStream::Http2(_) = self {
+            return true;
+        }
+        false
     }
 }
 
@@ -60,6 +82,8 @@ macro_rules! each {
             MaybeTlsStream::ClientTls($s) => $e,
             #[cfg(feature = "tls")]
             MaybeTlsStream::ServerTls($s) => $e,
+            #[cfg(feature = "http2")]
+            MaybeTlsStream::Http2($s) => $e,
         }
     };
 }
@@ -94,6 +118,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
             MaybeTlsStream::ClientTls(s) => s.is_write_vectored(),
             #[cfg(feature = "tls")]
             MaybeTlsStream::ServerTls(s) => s.is_write_vectored(),
+            #[cfg(feature = "http2")]
+            MaybeTlsStream::Http2(s) => s.is_write_vectored(),
         }
     }
 

@@ -244,6 +244,45 @@ pub(crate) fn default_client_config() -> Result<Arc<ClientConfig>, Error> {
     Ok(DEFAULT.get_or_init(|| built).clone())
 }
 
+/// `acceptor` with `h2` offered by ALPN (ahead of `http/1.1`) when `http2`, and withdrawn when
+/// not. A list without `http/1.1` was chosen by the application and is left as it is when adding.
+pub(crate) fn with_h2_alpn(acceptor: &TlsAcceptor, http2: bool) -> TlsAcceptor {
+    let current = &acceptor.config().alpn_protocols;
+    let has = |p: &[u8]| current.iter().any(|c| c == p);
+    let wanted: Vec<Vec<u8>> = if http2 && !has(b"h2") && has(b"http/1.1") {
+        std::iter::once(b"h2".to_vec())
+            .chain(current.iter().cloned())
+            .collect()
+    } else if !http2 && has(b"h2") {
+        current
+            .iter()
+            .filter(|p| p.as_slice() != b"h2")
+            .cloned()
+            .collect()
+    } else {
+        return acceptor.clone();
+    };
+    // The clone shares the certificate resolver, so `ServerTls::reload_pem` still reaches it.
+    let mut config = (**acceptor.config()).clone();
+    config.alpn_protocols = wanted;
+    TlsAcceptor::from(Arc::new(config))
+}
+
+/// `config` offering exactly `alpn` (a copy, unless it already does).
+pub(crate) fn with_alpn(config: Arc<ClientConfig>, alpn: &[&[u8]]) -> Arc<ClientConfig> {
+    if config
+        .alpn_protocols
+        .iter()
+        .map(Vec::as_slice)
+        .eq(alpn.iter().copied())
+    {
+        return config;
+    }
+    let mut copy = (*config).clone();
+    copy.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(copy)
+}
+
 /// The server name to send as SNI and to verify the certificate against.
 pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, Error> {
     ServerName::try_from(host.to_string())

@@ -34,7 +34,7 @@ async fn round_trips(addr: SocketAddr) {
     let (mut ws, response) = sockeye::connect(url.as_str()).await.unwrap();
     assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
     assert!(
-        ws.get_ref().tcp().nodelay().unwrap(),
+        ws.get_ref().tcp().unwrap().nodelay().unwrap(),
         "TCP_NODELAY is on by default"
     );
     let big = Bytes::from((0..1 << 20).map(|i| (i % 251) as u8).collect::<Vec<u8>>());

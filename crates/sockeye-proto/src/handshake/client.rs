@@ -123,21 +123,7 @@ impl ClientHandshake {
             Some(_) => return Err(HandshakeError::AcceptMismatch),
             None => return Err(HandshakeError::MissingHeader("Sec-WebSocket-Accept")),
         }
-        // §4.1: the server may pick at most one of the subprotocols we offered.
-        let chosen: Vec<&str> = header_list(&headers, &SEC_WEBSOCKET_PROTOCOL).collect();
-        if let Some(&p) = chosen.first() {
-            let offered = header_list(self.request.headers(), &SEC_WEBSOCKET_PROTOCOL).any(|o| o == p);
-            if !offered || chosen.len() > 1 {
-                return Err(HandshakeError::UnexpectedSubprotocol(chosen.join(", ")));
-            }
-        }
-        // §4.1 and §9.1: every extension in the response must be one we offered.
-        let offered = self.offered_extensions()?;
-        for ext in response_extensions(&headers)? {
-            if !offered.iter().any(|o| o.name == ext.name) {
-                return Err(HandshakeError::UnexpectedExtension(ext.to_string()));
-            }
-        }
+        check_negotiated(self.request.headers(), &headers)?;
         let mut response = Response::new(());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         *response.headers_mut() = headers;
@@ -146,10 +132,37 @@ impl ClientHandshake {
 
     /// The extensions this request offers.
     pub fn offered_extensions(&self) -> Result<Vec<ExtensionOffer>, HandshakeError> {
-        let values = self.request.headers().get_all(SEC_WEBSOCKET_EXTENSIONS);
-        parse_extensions(values.iter().filter_map(|v| v.to_str().ok()))
-            .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))
+        offered_extensions(self.request.headers())
     }
+}
+
+/// The extensions a request's headers offer.
+fn offered_extensions(request: &http::HeaderMap) -> Result<Vec<ExtensionOffer>, HandshakeError> {
+    let values = request.get_all(SEC_WEBSOCKET_EXTENSIONS);
+    parse_extensions(values.iter().filter_map(|v| v.to_str().ok()))
+        .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))
+}
+
+/// What a successful response may choose, whatever the HTTP version (RFC 6455 §4.1, RFC 8441
+/// §5): at most one subprotocol, one the request offered, and only extensions it offered (§9.1).
+pub(crate) fn check_negotiated(
+    request: &http::HeaderMap,
+    response: &http::HeaderMap,
+) -> Result<(), HandshakeError> {
+    let chosen: Vec<&str> = header_list(response, &SEC_WEBSOCKET_PROTOCOL).collect();
+    if let Some(&p) = chosen.first() {
+        let offered = header_list(request, &SEC_WEBSOCKET_PROTOCOL).any(|o| o == p);
+        if !offered || chosen.len() > 1 {
+            return Err(HandshakeError::UnexpectedSubprotocol(chosen.join(", ")));
+        }
+    }
+    let offered = offered_extensions(request)?;
+    for ext in response_extensions(response)? {
+        if !offered.iter().any(|o| o.name == ext.name) {
+            return Err(HandshakeError::UnexpectedExtension(ext.to_string()));
+        }
+    }
+    Ok(())
 }
 
 /// The extensions a response accepted.

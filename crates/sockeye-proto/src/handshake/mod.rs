@@ -7,11 +7,18 @@
 //! Server: read until [`parse_request`] returns a request → [`ClientHello::from_request`] validates
 //! it → the application accepts ([`ClientHello::accept`], then edit the response) or rejects
 //! ([`reject_response`]) → [`encode_response`] → write.
+//!
+//! Over HTTP/2 (RFC 8441) the same negotiation rides on an extended CONNECT: the client sends
+//! [`extended_connect_request`] with `:protocol: websocket`, the server checks it with
+//! [`ClientHello::from_extended_connect`] and answers [`ClientHello::accept`] (`200`), and the client
+//! checks that with [`check_extended_connect_response`]. The HTTP/2 layer itself lives above.
 
 mod client;
+mod extended_connect;
 mod server;
 
 pub use client::{ClientHandshake, response_extensions};
+pub use extended_connect::{WEBSOCKET_PROTOCOL, check_extended_connect_response, extended_connect_request};
 pub use server::{ClientHello, ResponseBody, encode_response, parse_request, reject_response};
 
 use base64::Engine as _;

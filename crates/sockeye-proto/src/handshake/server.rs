@@ -52,6 +52,9 @@ pub struct ClientHello {
     pub protocols: Vec<String>,
     /// The extensions offered, in the client's order of preference.
     pub extensions: Vec<ExtensionOffer>,
+    /// `HTTP/1.1` for an upgrade (§4.2.1, answered `101`), `HTTP/2` for an extended CONNECT
+    /// (RFC 8441 §5, answered `200`, and `key` is empty: RFC 8441 has no key).
+    pub version: Version,
 }
 
 impl ClientHello {
@@ -98,21 +101,11 @@ impl ClientHello {
             Ok(nonce) if nonce.len() == 16 => {}
             _ => return Err(HandshakeError::InvalidHeader("Sec-WebSocket-Key")),
         }
-        let protocols = header_list(headers, &SEC_WEBSOCKET_PROTOCOL)
-            .map(str::to_string)
-            .collect();
-        let values: Vec<&str> = headers
-            .get_all(SEC_WEBSOCKET_EXTENSIONS)
-            .iter()
-            .map(|v| v.to_str())
-            .collect::<Result<_, _>>()
-            .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
-        let extensions = parse_extensions(values)
-            .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
         Ok(ClientHello {
             key: key.to_string(),
-            protocols,
-            extensions,
+            protocols: offered_protocols(headers),
+            extensions: offered_extension_list(headers)?,
+            version: Version::HTTP_11,
         })
     }
 
@@ -124,11 +117,15 @@ impl ClientHello {
             .find(|s| self.protocols.iter().any(|p| p == s))
     }
 
-    /// The `101 Switching Protocols` response that accepts this request (§4.2.2). Add a
+    /// The response that accepts this request: `101 Switching Protocols` (§4.2.2), or for an
+    /// HTTP/2 extended CONNECT `200 OK` with no upgrade headers (RFC 8441 §5). Add a
     /// `Sec-WebSocket-Protocol` (one the client offered), extensions, cookies or other headers to it
     /// before sending.
     pub fn accept(&self) -> Response<()> {
         let mut response = Response::new(());
+        if self.version >= Version::HTTP_2 {
+            return response;
+        }
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         let h = response.headers_mut();
         h.insert(UPGRADE, HeaderValue::from_static("websocket"));
@@ -140,6 +137,24 @@ impl ClientHello {
         }
         response
     }
+}
+
+/// The subprotocols a request offers, in its order of preference.
+pub(super) fn offered_protocols(headers: &HeaderMap) -> Vec<String> {
+    header_list(headers, &SEC_WEBSOCKET_PROTOCOL)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The extensions a request offers, in its order of preference.
+pub(super) fn offered_extension_list(headers: &HeaderMap) -> Result<Vec<ExtensionOffer>, HandshakeError> {
+    let values: Vec<&str> = headers
+        .get_all(SEC_WEBSOCKET_EXTENSIONS)
+        .iter()
+        .map(|v| v.to_str())
+        .collect::<Result<_, _>>()
+        .map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))?;
+    parse_extensions(values).map_err(|_| HandshakeError::InvalidHeader("Sec-WebSocket-Extensions"))
 }
 
 /// The response that refuses a request that failed [`ClientHello::from_request`]: the error's status

@@ -1,0 +1,273 @@
+//! The opening handshake over HTTP/2 (RFC 8441): an extended CONNECT instead of an upgrade.
+//!
+//! RFC 8441 §3: a server that sends `SETTINGS_ENABLE_CONNECT_PROTOCOL = 1` accepts a CONNECT that
+//! carries a `:protocol` pseudo-header. §5: for WebSockets `:protocol` is `websocket`, `:scheme`,
+//! `:authority` and `:path` are those of the URL, there is no `Sec-WebSocket-Key` or `-Accept`,
+//! and `Sec-WebSocket-Version`, `-Protocol`, `-Extensions` and `Origin` mean what they mean in RFC
+//! 6455. A 2xx response opens the WebSocket; the stream's DATA frames then carry RFC 6455 frames.
+//!
+//! This crate knows no HTTP/2 framing: `:protocol` is handed in and out as a string, and the
+//! HTTP/2 layer (h2, hyper) carries it.
+
+use http::header::{CONNECTION, HOST, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
+
+use super::client::check_negotiated;
+use super::header_has_token;
+use super::server::{ClientHello, offered_extension_list, offered_protocols};
+use crate::error::HandshakeError;
+
+/// The value of `:protocol` that asks for a WebSocket (RFC 8441 §5).
+pub const WEBSOCKET_PROTOCOL: &str = "websocket";
+
+impl ClientHello {
+    /// Checks an HTTP/2 request as a WebSocket request (RFC 8441 §4–5): `CONNECT` (else
+    /// [`HandshakeError::MethodNotConnect`], 405), `:protocol` `websocket` (else 400) and
+    /// `Sec-WebSocket-Version: 13` (else 426, RFC 6455 §4.4). `protocol` is the request's
+    /// `:protocol` pseudo-header, which HTTP/2 libraries keep apart from the headers.
+    ///
+    /// ```
+    /// use sockeye_proto::handshake::ClientHello;
+    /// let mut headers = http::HeaderMap::new();
+    /// headers.insert("sec-websocket-version", "13".parse().unwrap());
+    /// headers.insert("sec-websocket-protocol", "chat".parse().unwrap());
+    /// let hello = ClientHello::from_extended_connect(&http::Method::CONNECT, Some("websocket"), &headers).unwrap();
+    /// assert_eq!(hello.protocols, ["chat"]);
+    /// assert_eq!(hello.accept().status(), 200);
+    /// ```
+    pub fn from_extended_connect(
+        method: &Method,
+        protocol: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Result<ClientHello, HandshakeError> {
+        if method != Method::CONNECT {
+            return Err(HandshakeError::MethodNotConnect);
+        }
+        if !protocol.is_some_and(|p| p.eq_ignore_ascii_case(WEBSOCKET_PROTOCOL)) {
+            return Err(HandshakeError::MissingHeader(":protocol: websocket"));
+        }
+        if !header_has_token(headers, &SEC_WEBSOCKET_VERSION, "13") {
+            return Err(HandshakeError::UnsupportedVersion);
+        }
+        Ok(ClientHello {
+            key: String::new(),
+            protocols: offered_protocols(headers),
+            extensions: offered_extension_list(headers)?,
+            version: Version::HTTP_2,
+        })
+    }
+}
+
+/// The HTTP/2 request that opens a WebSocket to `request.uri()` (`ws`, `wss`, `http` or `https`,
+/// with a host): `CONNECT` with `:scheme` `http`/`https`, `:authority` and `:path` from the URL,
+/// and `Sec-WebSocket-Version: 13`. The caller adds `:protocol: websocket` the way its HTTP/2
+/// library spells it. The request's other headers (subprotocols, extensions, origin, cookies)
+/// are kept; `Host`, `Upgrade`, `Connection` and `Sec-WebSocket-Key` are removed, since HTTP/2
+/// forbids connection-specific headers (RFC 9113 §8.2.2) and RFC 8441 uses no key.
+///
+/// ```
+/// let request = http::Request::get("wss://example.com/chat?room=1").body(()).unwrap();
+/// let request = sockeye_proto::handshake::extended_connect_request(request).unwrap();
+/// assert_eq!(request.method(), http::Method::CONNECT);
+/// assert_eq!(request.uri(), "https://example.com/chat?room=1");
+/// assert_eq!(request.headers()["sec-websocket-version"], "13");
+/// ```
+pub fn extended_connect_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
+    let uri = request.uri();
+    let (scheme, default_port) = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("ws" | "http") => ("http", 80),
+        Some("wss" | "https") => ("https", 443),
+        Some(other) => {
+            return Err(HandshakeError::InvalidUrl(format!(
+                "unsupported scheme {other:?}"
+            )));
+        }
+        None => {
+            return Err(HandshakeError::InvalidUrl(
+                "no scheme (expected ws:// or wss://)".into(),
+            ));
+        }
+    };
+    let Some(host) = uri.host() else {
+        return Err(HandshakeError::InvalidUrl("no host".into()));
+    };
+    let authority = match uri.port_u16() {
+        Some(port) if port != default_port => format!("{host}:{port}"),
+        _ => host.to_string(),
+    };
+    let path = match uri.path_and_query().map(|p| p.as_str()) {
+        None | Some("") => "/",
+        Some(path) => path,
+    };
+    let target = Uri::builder()
+        .scheme(scheme)
+        .authority(authority.as_str())
+        .path_and_query(path)
+        .build()
+        .map_err(|e| HandshakeError::InvalidUrl(format!("{uri}: {e}")))?;
+    *request.uri_mut() = target;
+    *request.method_mut() = Method::CONNECT;
+    *request.version_mut() = Version::HTTP_2;
+    let headers = request.headers_mut();
+    for name in [HOST, UPGRADE, CONNECTION, SEC_WEBSOCKET_KEY] {
+        headers.remove(name);
+    }
+    headers.insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+    Ok(request)
+}
+
+/// Checks the server's answer to an [`extended_connect_request`]: a 2xx status (RFC 8441 §5;
+/// anything else is [`HandshakeError::Rejected`]), at most one subprotocol and one that was
+/// offered, and only extensions that were offered. The caller then checks the extension's
+/// parameters as over HTTP/1.1 ([`extension::client_accept`](crate::extension::client_accept)).
+pub fn check_extended_connect_response<B>(
+    request: &Request<()>,
+    response: &Response<B>,
+) -> Result<(), HandshakeError> {
+    let status = response.status();
+    if !status.is_success() {
+        return Err(HandshakeError::Rejected {
+            status: status.as_u16(),
+            reason: status.canonical_reason().unwrap_or("").to_string(),
+        });
+    }
+    check_negotiated(request.headers(), response.headers())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|&(k, v)| (http::HeaderName::from_static(k), HeaderValue::from_static(v)))
+            .collect()
+    }
+
+    #[test]
+    fn server_checks_method_protocol_and_version() {
+        let good = headers(&[("sec-websocket-version", "13")]);
+        let cases: [(Method, Option<&str>, &HeaderMap, HandshakeError); 4] = [
+            (
+                Method::GET,
+                Some("websocket"),
+                &good,
+                HandshakeError::MethodNotConnect,
+            ),
+            (
+                Method::CONNECT,
+                None,
+                &good,
+                HandshakeError::MissingHeader(":protocol: websocket"),
+            ),
+            (
+                Method::CONNECT,
+                Some("chat"),
+                &good,
+                HandshakeError::MissingHeader(":protocol: websocket"),
+            ),
+            (
+                Method::CONNECT,
+                Some("websocket"),
+                &headers(&[("sec-websocket-version", "8")]),
+                HandshakeError::UnsupportedVersion,
+            ),
+        ];
+        for (method, protocol, headers, expected) in cases {
+            let got = ClientHello::from_extended_connect(&method, protocol, headers).unwrap_err();
+            assert_eq!(got, expected, "{method} {protocol:?}");
+        }
+        let statuses: Vec<u16> = [
+            HandshakeError::MethodNotConnect,
+            HandshakeError::MissingHeader(""),
+            HandshakeError::UnsupportedVersion,
+        ]
+        .iter()
+        .map(HandshakeError::status)
+        .collect();
+        assert_eq!(statuses, [405, 400, 426]);
+    }
+
+    #[test]
+    fn server_reads_offers_and_answers_200_without_upgrade_headers() {
+        let request = headers(&[
+            ("sec-websocket-version", "13"),
+            ("sec-websocket-protocol", "chat, superchat"),
+            (
+                "sec-websocket-extensions",
+                "permessage-deflate; client_max_window_bits",
+            ),
+        ]);
+        let hello =
+            ClientHello::from_extended_connect(&Method::CONNECT, Some("WebSocket"), &request).unwrap();
+        assert_eq!(hello.protocols, ["chat", "superchat"]);
+        assert_eq!(hello.extensions.len(), 1);
+        assert_eq!(hello.version, Version::HTTP_2);
+        let response = hello.accept();
+        assert_eq!(response.status(), 200);
+        assert!(response.headers().is_empty(), "{:?}", response.headers());
+    }
+
+    #[test]
+    fn client_request_is_a_connect_without_connection_headers() {
+        let request = Request::get("ws://127.0.0.1:9001")
+            .header("host", "other")
+            .header("sec-websocket-protocol", "chat")
+            .body(())
+            .unwrap();
+        let request = extended_connect_request(request).unwrap();
+        assert_eq!(request.uri(), "http://127.0.0.1:9001/");
+        assert_eq!(request.version(), Version::HTTP_2);
+        assert!(request.headers().get(HOST).is_none());
+        assert_eq!(request.headers()["sec-websocket-protocol"], "chat");
+        let default_port = extended_connect_request(Request::get("WSS://h:443/x").body(()).unwrap()).unwrap();
+        assert_eq!(default_port.uri(), "https://h/x");
+        for bad in ["ftp://h/", "/relative"] {
+            let request = Request::get(bad).body(()).unwrap();
+            assert!(matches!(
+                extended_connect_request(request),
+                Err(HandshakeError::InvalidUrl(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn client_checks_status_and_negotiation() {
+        let request = extended_connect_request(
+            Request::get("ws://h/")
+                .header("sec-websocket-protocol", "chat")
+                .body(())
+                .unwrap(),
+        )
+        .unwrap();
+        let respond = |status: u16, pairs: &[(&'static str, &'static str)]| {
+            let mut response = Response::new(());
+            *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            *response.headers_mut() = headers(pairs);
+            response
+        };
+        assert!(
+            check_extended_connect_response(&request, &respond(200, &[("sec-websocket-protocol", "chat")]))
+                .is_ok()
+        );
+        assert_eq!(
+            check_extended_connect_response(&request, &respond(403, &[])),
+            Err(HandshakeError::Rejected {
+                status: 403,
+                reason: "Forbidden".into()
+            })
+        );
+        assert!(matches!(
+            check_extended_connect_response(&request, &respond(200, &[("sec-websocket-protocol", "other")])),
+            Err(HandshakeError::UnexpectedSubprotocol(_))
+        ));
+        assert!(matches!(
+            check_extended_connect_response(
+                &request,
+                &respond(200, &[("sec-websocket-extensions", "x-unknown")])
+            ),
+            Err(HandshakeError::UnexpectedExtension(_))
+        ));
+    }
+}

@@ -1,0 +1,542 @@
+//! WebSockets over HTTP/2 (RFC 8441), on the `h2` crate.
+//!
+//! ```text
+//!   TCP/TLS ── h2 connection task ──┬── stream 1: extended CONNECT ─ H2Stream ─ WebSocket (same engine)
+//!    (one per peer)                 ├── stream 3: …
+//!                                   └── stream 5: …
+//! ```
+//!
+//! An HTTP/2 stream opened with an extended CONNECT (`:protocol: websocket`, answered `200`) is a
+//! byte stream like a TCP connection (RFC 8441 §5): [`H2Stream`] makes it an `AsyncRead +
+//! AsyncWrite`, and the WebSocket engine runs over it unchanged — framing, masking, limits,
+//! compression, keepalive and the closing handshake are the same code as over HTTP/1.1. Only the
+//! opening handshake differs (see `sockeye_proto::handshake`'s RFC 8441 functions), and the
+//! transport close: END_STREAM stands for TCP's FIN, RST_STREAM(CANCEL) for a reset.
+//!
+//! Servers accept it on the same port as HTTP/1.1 upgrades: over TLS when ALPN chose `h2`, in
+//! cleartext when the client starts with the HTTP/2 connection preface (prior knowledge, RFC 9113
+//! §3.3). Clients use it when [`Config::http_version`](crate::Config::http_version) asks, and share
+//! one HTTP/2 connection between the WebSockets they open to one origin.
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use h2::{RecvStream, SendStream};
+use http::{Request, Response};
+use sockeye_proto::Role;
+use sockeye_proto::extension;
+use sockeye_proto::handshake::{
+    ClientHello, WEBSOCKET_PROTOCOL, check_extended_connect_response, extended_connect_request,
+    reject_response,
+};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::config::{Config, HttpVersion};
+use crate::error::Error;
+use crate::server::{ShutdownSignal, kept_deflate, negotiate, service_unavailable};
+use crate::stream::MaybeTlsStream;
+use crate::websocket::WebSocket;
+
+/// The HTTP/2 connection preface a client with prior knowledge starts with (RFC 9113 §3.4).
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Flow-control window of each stream (RFC 9113 §6.9): how much a peer may send before we read.
+/// 1 MiB, like the write high-water mark: a large message streams without waiting a round trip
+/// per 64 KiB (the protocol's default), and the window is credit, not memory allocated up front.
+const STREAM_WINDOW: u32 = 1 << 20;
+
+/// The connection's window: room for several streams to be busy at once, so one stream whose
+/// application stops reading cannot starve the others.
+const CONNECTION_WINDOW: u32 = 16 << 20;
+
+/// The most bytes one write hands to h2 at once: one DATA frame's worth of work per write keeps
+/// the connection task interleaving streams fairly.
+const MAX_WRITE: usize = 256 << 10;
+
+/// One WebSocket's HTTP/2 stream as a byte stream: DATA frames in, DATA frames out, END_STREAM as
+/// end of file both ways (RFC 8441 §5). Reads give the flow-control window back as soon as the
+/// bytes are taken, so the WebSocket's own input backpressure (it stops reading while its output
+/// is stuck) is what holds the peer back; writes go no further than the peer's window.
+pub struct H2Stream {
+    send: Option<SendStream<Bytes>>,
+    recv: Option<RecvStream>,
+    /// Received bytes not yet read.
+    pending: Bytes,
+    read_eof: bool,
+    write_shut: bool,
+    tls: bool,
+    /// How long a stream we ended waits for the peer's END_STREAM once dropped (see `Drop`).
+    linger: Duration,
+    /// Client side: keeps the shared HTTP/2 connection open while this stream lives.
+    _connection: Option<Arc<PooledConnection>>,
+}
+
+impl std::fmt::Debug for H2Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Stream")
+            .field("stream_id", &self.send.as_ref().map(|s| s.stream_id().as_u32()))
+            .field("read_eof", &self.read_eof)
+            .field("write_shut", &self.write_shut)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl H2Stream {
+    fn new(
+        send: SendStream<Bytes>,
+        recv: RecvStream,
+        tls: bool,
+        linger: Duration,
+        connection: Option<Arc<PooledConnection>>,
+    ) -> Self {
+        H2Stream {
+            send: Some(send),
+            recv: Some(recv),
+            pending: Bytes::new(),
+            read_eof: false,
+            write_shut: false,
+            tls,
+            linger,
+            _connection: connection,
+        }
+    }
+
+    /// The HTTP/2 stream identifier (odd: opened by the client).
+    pub fn stream_id(&self) -> Option<u32> {
+        self.send.as_ref().map(|s| s.stream_id().as_u32())
+    }
+
+    /// Whether the HTTP/2 connection underneath is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// Waits for send capacity (the peer's window, RFC 9113 §5.2) and returns how much there is.
+    fn poll_capacity(&mut self, cx: &mut Context<'_>, wanted: usize) -> Poll<io::Result<usize>> {
+        let Some(send) = &mut self.send else {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        };
+        loop {
+            send.reserve_capacity(wanted);
+            let available = send.capacity();
+            if available > 0 {
+                return Poll::Ready(Ok(available));
+            }
+            match ready!(send.poll_capacity(cx)) {
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Poll::Ready(Err(to_io(e))),
+                // The stream can no longer send: the peer reset it.
+                None => return Poll::Ready(Err(stream_gone())),
+            }
+        }
+    }
+}
+
+impl AsyncRead for H2Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        while this.pending.is_empty() {
+            let Some(recv) = &mut this.recv else {
+                return Poll::Ready(Ok(()));
+            };
+            if this.read_eof {
+                return Poll::Ready(Ok(()));
+            }
+            match ready!(recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    // Cannot fail for bytes the stream just delivered.
+                    let _ = recv.flow_control().release_capacity(data.len());
+                    this.pending = data;
+                }
+                Some(Err(e)) => return Poll::Ready(Err(to_io(e))),
+                // END_STREAM: the peer's orderly end, TCP's FIN (RFC 8441 §5).
+                None => this.read_eof = true,
+            }
+        }
+        let n = this.pending.len().min(buf.remaining());
+        buf.put_slice(&this.pending[..n]);
+        bytes::Buf::advance(&mut this.pending, n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for H2Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+    }
+
+    /// h2 takes owned buffers, so the slices are copied once into one DATA payload, as much as
+    /// the peer's window allows.
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        if this.write_shut {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        let n = ready!(this.poll_capacity(cx, total.min(MAX_WRITE)))?.min(total);
+        let mut chunk = BytesMut::with_capacity(n);
+        for buf in bufs {
+            let take = buf.len().min(n - chunk.len());
+            chunk.extend_from_slice(&buf[..take]);
+            if chunk.len() == n {
+                break;
+            }
+        }
+        let Some(send) = &mut this.send else {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        };
+        send.send_data(chunk.freeze(), false).map_err(to_io)?;
+        Poll::Ready(Ok(n))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// h2's connection task writes what streams queue; there is nothing to flush per stream.
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// Ends our side with END_STREAM, RFC 8441 §5's equivalent of TCP's FIN.
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.write_shut {
+            this.write_shut = true;
+            if let Some(send) = &mut this.send {
+                send.send_data(Bytes::new(), true).map_err(to_io)?;
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for H2Stream {
+    /// h2 resets a stream nobody holds any more. After an orderly end on our side the peer's
+    /// END_STREAM is usually a moment away (the client closes after the server, RFC 6455
+    /// §7.1.1), so the stream is kept for up to the close timeout to end cleanly, as a TCP socket
+    /// lingers in FIN-WAIT; a stream we did not end is reset at once (CANCEL, RFC 8441 §5).
+    fn drop(&mut self) {
+        if !self.write_shut || self.read_eof {
+            return;
+        }
+        let (Some(send), Some(mut recv)) = (self.send.take(), self.recv.take()) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let linger = self.linger;
+        let connection = self._connection.take();
+        runtime.spawn(async move {
+            let drain = async {
+                while let Some(Ok(data)) = recv.data().await {
+                    let _ = recv.flow_control().release_capacity(data.len());
+                }
+            };
+            let _ = tokio::time::timeout(linger, drain).await;
+            drop((send, connection));
+        });
+    }
+}
+
+fn to_io(e: h2::Error) -> io::Error {
+    if e.is_io() {
+        return e
+            .into_io()
+            .unwrap_or_else(|| io::Error::other("HTTP/2 I/O error"));
+    }
+    let kind = if e.is_reset() || e.is_go_away() {
+        io::ErrorKind::ConnectionReset
+    } else {
+        io::ErrorKind::Other
+    };
+    io::Error::new(kind, e)
+}
+
+fn stream_gone() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionReset, "the HTTP/2 stream was reset")
+}
+
+// ------------------------------------------------------------------------------------- server
+
+/// Whether a cleartext connection starts with the HTTP/2 preface (prior knowledge). Peeks, so
+/// the bytes stay for whichever protocol reads them. An HTTP/1.1 request differs at its first
+/// byte, so this usually decides on the first segment.
+pub(crate) async fn starts_with_preface(tcp: &TcpStream) -> io::Result<bool> {
+    let mut buf = [0u8; PREFACE.len()];
+    loop {
+        let n = tcp.peek(&mut buf).await?;
+        if n == 0 || buf[..n] != PREFACE[..n] {
+            return Ok(false);
+        }
+        if n == PREFACE.len() {
+            return Ok(true);
+        }
+        // Part of the preface came alone: wait for the rest (the handshake timeout bounds this).
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Whether ALPN chose `h2` on a server TLS stream.
+pub(crate) fn alpn_is_h2(stream: &MaybeTlsStream) -> bool {
+    match stream {
+        #[cfg(feature = "tls")]
+        MaybeTlsStream::ServerTls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+        #[cfg(feature = "tls")]
+        MaybeTlsStream::ClientTls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+        _ => false,
+    }
+}
+
+/// What every stream of a served HTTP/2 connection shares (cloned per stream: the handler need
+/// not be `Sync`).
+#[derive(Clone)]
+pub(crate) struct ServeContext<H> {
+    pub(crate) config: Arc<Config>,
+    pub(crate) shutdown: ShutdownSignal,
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) handler: H,
+    pub(crate) peer: SocketAddr,
+}
+
+/// Serves one HTTP/2 connection: each extended CONNECT stream becomes a [`WebSocket`] handed to
+/// the handler in its own task; anything else is answered with an HTTP/2 error response on that
+/// stream alone. A server shutdown sends GOAWAY (no new streams) while the open WebSockets close
+/// with 1001 by themselves; the connection ends when its last stream does.
+pub(crate) async fn serve_connection<H, Fut>(stream: MaybeTlsStream, context: ServeContext<H>)
+where
+    H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let config = &context.config;
+    let tls = stream.is_tls();
+    let handshake = server_builder(config).handshake::<_, Bytes>(stream);
+    let mut connection = match tokio::time::timeout(config.handshake_timeout, handshake).await {
+        Ok(Ok(connection)) => connection,
+        _ => return,
+    };
+    let mut streams = JoinSet::new();
+    let mut going_away = false;
+    loop {
+        tokio::select! {
+            biased;
+            _ = context.shutdown.token.cancelled(), if !going_away => {
+                connection.graceful_shutdown();
+                going_away = true;
+            }
+            Some(_) = streams.join_next(), if !streams.is_empty() => {}
+            next = connection.accept() => match next {
+                Some(Ok((request, respond))) => {
+                    streams.spawn(serve_stream(request, respond, tls, context.clone()));
+                }
+                // A connection error (GOAWAY sent, socket failed) or the end: the streams
+                // cannot outlive it.
+                Some(Err(_)) | None => break,
+            },
+        }
+    }
+}
+
+fn server_builder(config: &Config) -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .enable_connect_protocol()
+        .max_concurrent_streams(config.http2_max_concurrent_streams)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(u32::try_from(config.protocol.max_handshake_size).unwrap_or(u32::MAX));
+    builder
+}
+
+async fn serve_stream<H, Fut>(
+    request: Request<RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    tls: bool,
+    context: ServeContext<H>,
+) where
+    H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (parts, recv) = request.into_parts();
+    let protocol = parts.extensions.get::<h2::ext::Protocol>().map(|p| p.as_str());
+    let hello = match ClientHello::from_extended_connect(&parts.method, protocol, &parts.headers) {
+        Ok(hello) => hello,
+        Err(e) => return refuse(&mut respond, reject_response(&e)),
+    };
+    let Ok(_permit) = Arc::clone(&context.permits).try_acquire_owned() else {
+        return refuse(&mut respond, service_unavailable());
+    };
+    let config = &context.config;
+    let (response, deflate) = negotiate(&hello, &config.protocol);
+    let deflate = kept_deflate(deflate, &response);
+    let Ok(send) = respond.send_response(response, false) else {
+        return;
+    };
+    let stream = H2Stream::new(send, recv, tls, config.close_timeout, None);
+    let mut ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Server, config, &[], deflate);
+    ws.set_shutdown(&context.shutdown);
+    (context.handler)(ws, Request::from_parts(parts, ()), context.peer).await;
+}
+
+/// Answers a refused stream with an HTTP/2 response carrying the refusal's status and text.
+fn refuse(respond: &mut h2::server::SendResponse<Bytes>, refusal: Response<String>) {
+    let (mut parts, body) = refusal.into_parts();
+    parts.headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Ok(mut send) = respond.send_response(Response::from_parts(parts, ()), body.is_empty()) {
+        let _ = send.send_data(Bytes::from(body), true);
+    }
+}
+
+// ------------------------------------------------------------------------------------- client
+
+/// The ALPN protocols a client offers for `version`.
+pub(crate) fn client_alpn(version: HttpVersion) -> &'static [&'static [u8]] {
+    match version {
+        HttpVersion::Http1 => &[b"http/1.1"],
+        HttpVersion::Http2Preferred => &[b"h2", b"http/1.1"],
+        HttpVersion::Http2Only => &[b"h2"],
+    }
+}
+
+/// One HTTP/2 connection shared by a client's WebSockets to one origin. The pool holds it weakly:
+/// it lives while some WebSocket uses it, and closes once the last one is gone.
+#[derive(Debug)]
+pub(crate) struct PooledConnection {
+    requests: h2::client::SendRequest<Bytes>,
+    tls: bool,
+}
+
+/// What makes two connections interchangeable: the origin, the TLS configuration and the proxy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PoolKey {
+    pub(crate) tls: bool,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) tls_config: usize,
+    pub(crate) proxy: String,
+}
+
+fn pool() -> &'static Mutex<HashMap<PoolKey, Weak<PooledConnection>>> {
+    static POOL: OnceLock<Mutex<HashMap<PoolKey, Weak<PooledConnection>>>> = OnceLock::new();
+    POOL.get_or_init(Default::default)
+}
+
+/// Opens a WebSocket on a pooled connection to the same origin, if there is one that is still
+/// up. `Ok(None)`: open a new connection.
+pub(crate) async fn connect_pooled(
+    key: &PoolKey,
+    request: &Request<()>,
+    config: &Config,
+) -> Result<Option<(WebSocket<MaybeTlsStream>, Response<()>)>, Error> {
+    let shared = {
+        let mut pool = pool().lock().unwrap_or_else(|e| e.into_inner());
+        pool.retain(|_, weak| weak.strong_count() > 0);
+        pool.get(key).and_then(Weak::upgrade)
+    };
+    let Some(shared) = shared else {
+        return Ok(None);
+    };
+    match open_stream(shared, request.clone(), config).await {
+        Ok(connected) => Ok(Some(connected)),
+        // The connection went away (GOAWAY, reset) between uses: start a new one.
+        Err(Error::Io(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Starts HTTP/2 on a fresh transport, waits for the server's SETTINGS (which say whether it
+/// takes extended CONNECT, RFC 8441 §3), pools the connection, and opens the WebSocket.
+pub(crate) async fn connect_new(
+    stream: MaybeTlsStream,
+    key: PoolKey,
+    request: Request<()>,
+    config: &Config,
+) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+    let tls = stream.is_tls();
+    let mut builder = h2::client::Builder::new();
+    builder
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(u32::try_from(config.protocol.max_handshake_size).unwrap_or(u32::MAX));
+    let (requests, mut connection) = builder
+        .handshake::<_, Bytes>(stream)
+        .await
+        .map_err(|e| Error::Io(to_io(e)))?;
+    let ping_pong = connection.ping_pong();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    // The server's SETTINGS come first in its preface (RFC 9113 §3.4), so once a PING is
+    // answered they have been applied.
+    if let Some(mut ping_pong) = ping_pong {
+        ping_pong
+            .ping(h2::Ping::opaque())
+            .await
+            .map_err(|e| Error::Io(to_io(e)))?;
+    }
+    if !requests.is_extended_connect_protocol_enabled() {
+        return Err(sockeye_proto::HandshakeError::Http2Unavailable(
+            "the server speaks HTTP/2 but does not accept WebSockets over it (no SETTINGS_ENABLE_CONNECT_PROTOCOL, RFC 8441 §3)",
+        )
+        .into());
+    }
+    let shared = Arc::new(PooledConnection { requests, tls });
+    pool()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, Arc::downgrade(&shared));
+    open_stream(shared, request, config).await
+}
+
+/// Sends the extended CONNECT on a connection and turns the stream into a WebSocket.
+async fn open_stream(
+    shared: Arc<PooledConnection>,
+    request: Request<()>,
+    config: &Config,
+) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+    let mut request = extended_connect_request(request)?;
+    let headers = request.headers_mut();
+    if !headers.contains_key(http::header::SEC_WEBSOCKET_EXTENSIONS)
+        && let Some(offer) = extension::client_offer(&config.protocol)
+        && let Ok(value) = http::HeaderValue::from_str(&offer)
+    {
+        headers.insert(http::header::SEC_WEBSOCKET_EXTENSIONS, value);
+    }
+    let io = |e: h2::Error| Error::Io(to_io(e));
+    let mut requests = shared.requests.clone().ready().await.map_err(io)?;
+    let mut outgoing = request.clone();
+    outgoing
+        .extensions_mut()
+        .insert(h2::ext::Protocol::from(WEBSOCKET_PROTOCOL));
+    let (response, send) = requests.send_request(outgoing, false).map_err(io)?;
+    let response = response.await.map_err(io)?;
+    let (parts, recv) = response.into_parts();
+    let response = Response::from_parts(parts, ());
+    check_extended_connect_response(&request, &response)?;
+    let deflate = extension::client_accept(&config.protocol, response.headers())?;
+    let tls = shared.tls;
+    let stream = H2Stream::new(send, recv, tls, config.close_timeout, Some(shared));
+    let ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Client, config, &[], deflate);
+    Ok((ws, response))
+}

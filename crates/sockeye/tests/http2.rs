@@ -1,0 +1,275 @@
+//! WebSockets over HTTP/2 (RFC 8441): Sockeye's client and server over h2c (prior knowledge) and
+//! h2 (ALPN), shared connections, fall-back, refusals on one stream while the others go on, and
+//! the closing handshake ending the stream but not the connection.
+#![cfg(all(feature = "http2", feature = "tls"))]
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use rcgen::{CertificateParams, KeyPair};
+use sockeye::tls::{ClientTlsOptions, Roots, ServerTls};
+use sockeye::{CloseCode, CloseFrame, Config, Error, HandshakeError, HttpVersion, Message, Server};
+
+/// An echo server; counts connections that arrived over HTTP/2 and over HTTP/1.1.
+struct Echo {
+    addr: SocketAddr,
+    http2: Arc<AtomicUsize>,
+    http1: Arc<AtomicUsize>,
+}
+
+async fn echo_server(config: Config, tls: Option<&ServerTls>) -> Echo {
+    let mut server = Server::bind("127.0.0.1:0", config).await.unwrap();
+    if let Some(tls) = tls {
+        server = server.with_tls(tls.acceptor());
+    }
+    let addr = server.local_addr().unwrap();
+    let (http2, http1) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let counters = (Arc::clone(&http2), Arc::clone(&http1));
+    tokio::spawn(server.serve_requests(move |mut ws, request, _| {
+        let counter = if ws.get_ref().is_http2() {
+            &counters.0
+        } else {
+            &counters.1
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(
+            ws.get_ref().is_http2(),
+            request.version() == http::Version::HTTP_2
+        );
+        async move {
+            while let Some(Ok(m)) = ws.next().await {
+                if m.is_data() && ws.feed(m).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }));
+    Echo { addr, http2, http1 }
+}
+
+fn config(version: HttpVersion) -> Config {
+    Config {
+        http_version: version,
+        ..Config::default()
+    }
+}
+
+/// Echoes text and binary messages of sizes around the frame-length boundaries, then closes 1000.
+async fn exchange(ws: &mut sockeye::WebSocket<sockeye::MaybeTlsStream>) {
+    for size in [0, 1, 125, 126, 65_535, 65_536, 1 << 20] {
+        let text = Message::text("é".repeat(size / 2));
+        ws.send(text.clone()).await.unwrap();
+        assert_eq!(ws.recv().await.unwrap().unwrap(), text);
+        let binary = Message::Binary(Bytes::from(vec![size as u8; size]));
+        ws.send(binary.clone()).await.unwrap();
+        assert_eq!(ws.recv().await.unwrap().unwrap(), binary);
+    }
+    let reply = ws
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
+        .await
+        .unwrap();
+    assert_eq!(reply.unwrap().code, CloseCode::NORMAL);
+}
+
+#[tokio::test]
+async fn h2c_prior_knowledge_carries_many_websockets_on_one_connection() {
+    let server = echo_server(Config::default(), None).await;
+    let url = format!("ws://{}/chat?room=1", server.addr);
+    let config = config(HttpVersion::Http2Only);
+    // The first socket opens the connection; nine more share it, all at once.
+    let (mut first, response) = sockeye::connect_with(url.as_str(), &config).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(first.get_ref().is_http2());
+    let others =
+        futures_util::future::join_all((0..9).map(|_| sockeye::connect_with(url.as_str(), &config))).await;
+    let mut others: Vec<_> = others.into_iter().map(|r| r.unwrap().0).collect();
+    futures_util::future::join_all(others.iter_mut().map(exchange)).await;
+    exchange(&mut first).await;
+    assert_eq!(server.http2.load(Ordering::SeqCst), 10);
+    assert_eq!(server.http1.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_closed_websocket_leaves_the_connection_to_the_others() {
+    let server = echo_server(Config::default(), None).await;
+    let url = format!("ws://{}/", server.addr);
+    let config = config(HttpVersion::Http2Only);
+    let (mut a, _) = sockeye::connect_with(url.as_str(), &config).await.unwrap();
+    let (mut b, _) = sockeye::connect_with(url.as_str(), &config).await.unwrap();
+    a.close(None).await.unwrap();
+    assert!(a.recv().await.is_none());
+    b.send("still here").await.unwrap();
+    assert_eq!(b.recv().await.unwrap().unwrap(), Message::text("still here"));
+    // A third socket opens on the same connection after the first one ended.
+    let (mut c, _) = sockeye::connect_with(url.as_str(), &config).await.unwrap();
+    exchange(&mut c).await;
+    exchange(&mut b).await;
+}
+
+#[tokio::test]
+async fn compression_is_negotiated_over_http2() {
+    let server = echo_server(Config::default(), None).await;
+    let (mut ws, response) =
+        sockeye::connect_with(format!("ws://{}/", server.addr), &config(HttpVersion::Http2Only))
+            .await
+            .unwrap();
+    let extensions = response.headers()["sec-websocket-extensions"].to_str().unwrap();
+    assert!(extensions.starts_with("permessage-deflate"), "{extensions}");
+    assert!(ws.connection().is_deflate_enabled());
+    exchange(&mut ws).await;
+}
+
+fn certificate() -> (String, String) {
+    let params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let ca = params.self_signed(&key).unwrap();
+    (ca.pem(), key.serialize_pem())
+}
+
+fn trusting(cert: &str, version: HttpVersion) -> Config {
+    let tls = ClientTlsOptions {
+        roots: Roots::Empty,
+        danger_skip_hostname_verification: false,
+        ..Default::default()
+    }
+    .add_ca_pem(cert.as_bytes())
+    .unwrap()
+    .build()
+    .unwrap();
+    Config {
+        tls_client: Some(tls),
+        ..config(version)
+    }
+}
+
+#[tokio::test]
+async fn wss_uses_h2_by_alpn_and_falls_back_when_the_server_does_not() {
+    let (cert, key) = certificate();
+    let tls = ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    let h2 = echo_server(Config::default(), Some(&tls)).await;
+    let h1_only = echo_server(
+        Config {
+            accept_http2: false,
+            ..Config::default()
+        },
+        Some(&tls),
+    )
+    .await;
+    for version in [HttpVersion::Http2Preferred, HttpVersion::Http2Only] {
+        let url = format!("wss://localhost:{}/", h2.addr.port());
+        let (mut ws, _) = sockeye::connect_with(url.as_str(), &trusting(&cert, version))
+            .await
+            .unwrap();
+        assert!(ws.get_ref().is_http2() && ws.get_ref().is_tls());
+        exchange(&mut ws).await;
+    }
+    assert_eq!(h2.http2.load(Ordering::SeqCst), 2);
+
+    let url = format!("wss://localhost:{}/", h1_only.addr.port());
+    let (mut ws, response) =
+        sockeye::connect_with(url.as_str(), &trusting(&cert, HttpVersion::Http2Preferred))
+            .await
+            .unwrap();
+    assert_eq!(response.status(), 101);
+    assert!(!ws.get_ref().is_http2());
+    exchange(&mut ws).await;
+    let refused = sockeye::connect_with(url.as_str(), &trusting(&cert, HttpVersion::Http2Only)).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::Handshake(HandshakeError::Http2Unavailable(_)))
+        ),
+        "{refused:?}"
+    );
+    // HTTP/1.1 clients are served on the same port as ever.
+    let (mut ws, _) = sockeye::connect_with(
+        format!("wss://localhost:{}/", h2.addr.port()),
+        &trusting(&cert, HttpVersion::Http1),
+    )
+    .await
+    .unwrap();
+    assert!(!ws.get_ref().is_http2());
+    exchange(&mut ws).await;
+}
+
+#[tokio::test]
+async fn http1_clients_are_unaffected_and_http2_can_be_turned_off() {
+    let server = echo_server(Config::default(), None).await;
+    let (mut ws, _) = sockeye::connect(format!("ws://{}/", server.addr)).await.unwrap();
+    exchange(&mut ws).await;
+    let off = echo_server(
+        Config {
+            accept_http2: false,
+            ..Config::default()
+        },
+        None,
+    )
+    .await;
+    let refused = sockeye::connect_with(format!("ws://{}/", off.addr), &config(HttpVersion::Http2Only)).await;
+    assert!(refused.is_err(), "{refused:?}");
+}
+
+/// Raw h2 requests: refusals are HTTP/2 responses on their own stream, and a WebSocket opened
+/// before them on the same connection keeps echoing.
+#[tokio::test]
+async fn bad_requests_are_refused_per_stream() {
+    let server = echo_server(Config::default(), None).await;
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    // A healthy WebSocket, spoken by hand: a masked text frame "hi", its unmasked echo.
+    let mut ok = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!("http://{}/", server.addr))
+        .header("sec-websocket-version", "13")
+        .body(())
+        .unwrap();
+    ok.extensions_mut().insert(h2::ext::Protocol::from("websocket"));
+    // Wait for the server's SETTINGS before using extended CONNECT.
+    for _ in 0..100 {
+        if client.is_extended_connect_protocol_enabled() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(client.is_extended_connect_protocol_enabled());
+    let (response, mut healthy) = client.send_request(ok, false).unwrap();
+    let mut healthy_body = response.await.unwrap().into_body();
+    let echo = async |send: &mut h2::SendStream<Bytes>, recv: &mut h2::RecvStream| {
+        send.send_data(Bytes::from_static(&[0x81, 0x82, 0, 0, 0, 0, b'h', b'i']), false)
+            .unwrap();
+        let data = recv.data().await.unwrap().unwrap();
+        assert_eq!(&data[..], &[0x81, 0x02, b'h', b'i']);
+    };
+    echo(&mut healthy, &mut healthy_body).await;
+
+    let cases: [(&str, Option<&str>, &str, u16); 3] = [
+        ("CONNECT", Some("chat"), "13", 400),
+        ("CONNECT", Some("websocket"), "8", 426),
+        ("GET", None, "13", 405),
+    ];
+    for (method, protocol, version, status) in cases {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{}/", server.addr))
+            .header("sec-websocket-version", version)
+            .body(())
+            .unwrap();
+        if let Some(protocol) = protocol {
+            request.extensions_mut().insert(h2::ext::Protocol::from(protocol));
+        }
+        let (response, _send) = client.send_request(request, method == "GET").unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(
+            response.status(),
+            status,
+            "{method} {protocol:?} version {version}"
+        );
+        echo(&mut healthy, &mut healthy_body).await;
+    }
+}
