@@ -4,7 +4,13 @@
 //! `websockets` and Node's `ws`.
 //!
 //! ```sh
-//! cargo run --example echo_client -- ws://127.0.0.1:8008/ [--no-deflate] [--ca-file ca.pem] [--proxy URL]
+//! cargo run --example echo_client -- ws://127.0.0.1:8008/ [--no-deflate] [--ca-file ca.pem] [--proxy URL] [--http2]
+//! ```
+//!
+//! `--http2`: over HTTP/2 only (RFC 8441; h2c with prior knowledge for `ws://`, ALPN `h2` for
+//! `wss://`).
+//!
+//! ```sh
 //! ```
 
 use sockeye::proxy::{Proxy, ProxyConfig};
@@ -15,11 +21,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let url = args
         .next()
-        .ok_or("usage: echo_client URL [--no-deflate] [--ca-file PEM] [--proxy URL]")?;
+        .ok_or("usage: echo_client URL [--no-deflate] [--ca-file PEM] [--proxy URL] [--http2]")?;
     let mut config = Config::default();
     while let Some(flag) = args.next() {
         match flag.as_str() {
             "--no-deflate" => config.protocol.deflate = None,
+            "--http2" => config.http_version = sockeye::HttpVersion::Http2Only,
             "--ca-file" => {
                 let pem = args.next().ok_or("--ca-file needs a path")?;
                 config.tls_client = Some(

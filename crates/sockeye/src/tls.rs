@@ -377,6 +377,16 @@ impl ServerTls {
         self.reload_pem(&read(chain.as_ref())?, &read(key.as_ref())?)
     }
 
+    /// Offers these ALPN protocols, in order (default: `http/1.1`; [`Server`](crate::Server) adds
+    /// `h2` by itself when it serves HTTP/2). For a hyper or axum server that serves HTTP/2 as
+    /// well, offer `[b"h2", b"http/1.1"]`.
+    pub fn with_alpn(mut self, protocols: &[&[u8]]) -> Self {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+        self.config = Arc::new(config);
+        self
+    }
+
     /// The acceptor to hand to [`Server::with_tls`](crate::Server::with_tls).
     pub fn acceptor(&self) -> TlsAcceptor {
         TlsAcceptor::from(self.config.clone())

@@ -26,6 +26,11 @@
 //! }
 //! ```
 //!
+//! Over HTTP/2 (RFC 8441) the same code accepts an extended CONNECT and answers `200`: serve
+//! the connection with hyper's `http2::Builder::enable_connect_protocol()` (hyper-util's `auto`
+//! builder: `.http2().enable_connect_protocol()`), and route CONNECT as well as GET to the
+//! handler (in axum, `any(...)` instead of `get(...)`).
+//!
 //! With axum (feature `axum`), [`Upgrade`] is an extractor: no glue code.
 //!
 //! ```no_run
@@ -86,13 +91,19 @@ impl std::fmt::Debug for Upgrade {
 }
 
 impl Upgrade {
-    /// Checks that `request` is a WebSocket upgrade (RFC 6455 §4.2.1) and takes hyper's upgrade
+    /// Checks that `request` is a WebSocket upgrade (RFC 6455 §4.2.1) — or, over HTTP/2, an
+    /// extended CONNECT with `:protocol: websocket` (RFC 8441 §4) — and takes hyper's upgrade
     /// handle out of it. `Err` is the response to send instead: 400, 405, 426 (with
     /// `Sec-WebSocket-Version: 13`) or 505 for a request that is not a valid upgrade, 500 if the
-    /// connection cannot be upgraded (hyper serving without `with_upgrades()`).
+    /// connection cannot be upgraded (hyper serving without `with_upgrades()`, or HTTP/2 without
+    /// `enable_connect_protocol()`).
     pub fn from_request<B>(request: &mut Request<B>) -> Result<Upgrade, Response<String>> {
-        let hello = ClientHello::from_request(request).map_err(|e| reject_response(&e))?;
-        Self::with_upgrade(hello, request.extensions_mut())
+        let (method, version) = (request.method().clone(), request.version());
+        // `Request` keeps headers and extensions apart; borrow them separately.
+        let headers = std::mem::take(request.headers_mut());
+        let upgrade = Self::from_head(&method, version, &headers, request.extensions_mut());
+        *request.headers_mut() = headers;
+        upgrade
     }
 
     /// [`from_request`](Self::from_request) for a request head in pieces (a framework's parts).
@@ -102,8 +113,13 @@ impl Upgrade {
         headers: &HeaderMap,
         extensions: &mut Extensions,
     ) -> Result<Upgrade, Response<String>> {
-        let hello = ClientHello::from_head(method, version, headers).map_err(|e| reject_response(&e))?;
-        Self::with_upgrade(hello, extensions)
+        let hello = if version >= Version::HTTP_2 {
+            let protocol = extensions.get::<hyper::ext::Protocol>().map(|p| p.as_str());
+            ClientHello::from_extended_connect(method, protocol, headers)
+        } else {
+            ClientHello::from_head(method, version, headers)
+        };
+        Self::with_upgrade(hello.map_err(|e| reject_response(&e))?, extensions)
     }
 
     /// Takes hyper's upgrade handle for a request that passed the checks.
@@ -146,8 +162,8 @@ impl Upgrade {
         self
     }
 
-    /// The `101` response to return now, and the connection, which is ready once hyper has sent
-    /// the response and handed over the socket.
+    /// The response to return now (`101`, or `200` over HTTP/2), and the connection, which is
+    /// ready once hyper has sent the response and handed over the socket (or the HTTP/2 stream).
     pub fn into_response<B: Default>(
         self,
     ) -> (
@@ -174,8 +190,8 @@ impl Upgrade {
         (response.map(|()| B::default()), connection)
     }
 
-    /// The `101` response to return now; `handler` runs in a new task with the connection once
-    /// hyper has switched it (if the switch fails, the handler is not called).
+    /// The response to return now (`101`, or `200` over HTTP/2); `handler` runs in a new task with
+    /// the connection once hyper has switched it (if the switch fails, the handler is not called).
     pub fn on_upgrade<B, F, Fut>(self, handler: F) -> Response<B>
     where
         B: Default,

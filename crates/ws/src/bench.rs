@@ -1,5 +1,7 @@
 //! `bench`: Sockeye against itself on loopback, in one process — push throughput, round-trip
-//! latency and connection set-up, over ws:// and wss:// (a throwaway certificate made at start).
+//! latency and connection set-up, over ws:// and wss:// (a throwaway certificate made at start),
+//! and with `--http2` over HTTP/2 too (RFC 8441: h2c and h2), where a new socket is a stream on
+//! the connection a first socket keeps open.
 //! Every loop is bounded by a count and by `--seconds`.
 
 use std::time::{Duration, Instant};
@@ -16,13 +18,20 @@ struct Target {
     name: &'static str,
     url: String,
     client: Config,
+    http2: bool,
 }
 
 pub(crate) async fn run(args: BenchArgs) -> Result<(), Failure> {
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
-    let mut targets = vec![start(false, &args).await?];
+    let mut targets = vec![start(false, false, &args).await?];
     if !args.no_tls {
-        targets.push(start(true, &args).await?);
+        targets.push(start(true, false, &args).await?);
+    }
+    if args.http2 {
+        targets.push(start(false, true, &args).await?);
+        if !args.no_tls {
+            targets.push(start(true, true, &args).await?);
+        }
     }
     println!(
         "sockeye {} bench: {} messages of {} bytes, {} connection(s), deflate {}",
@@ -32,10 +41,12 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), Failure> {
         args.connections,
         if args.deflate { "on" } else { "off" }
     );
+    let mut connect_means = Vec::new();
     for t in &targets {
         let push = push(t, &args, deadline).await?;
         let rtt = round_trips(t, &args, deadline).await?;
         let setup = connects(t, &args, deadline).await?;
+        connect_means.push((t.name, setup.0));
         println!("{}:", t.name);
         println!(
             "  push     {:>12.0} msgs/s  {:>8.1} MB/s  ({} messages in {:.3} s)",
@@ -53,13 +64,27 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), Failure> {
             setup.0, setup.1, setup.2, setup.3
         );
     }
+    let mean = |name: &str| connect_means.iter().find(|(n, _)| *n == name).map(|(_, m)| *m);
+    for (h2, h1) in [("ws over h2c", "ws"), ("wss over h2", "wss")] {
+        if let (Some(h2_mean), Some(h1_mean)) = (mean(h2), mean(h1))
+            && h1_mean > 0.0
+        {
+            println!(
+                "a new socket on the open HTTP/2 connection ({h2}): {:.2} x the time of a new {h1} connection",
+                h2_mean / h1_mean
+            );
+        }
+    }
     Ok(())
 }
 
 /// Starts the server for one transport: `/push/N` pushes N messages, anything else echoes.
-async fn start(tls: bool, args: &BenchArgs) -> Result<Target, Failure> {
+async fn start(tls: bool, http2: bool, args: &BenchArgs) -> Result<Target, Failure> {
     let mut server_config = Config::default();
     let mut client = Config::default();
+    if http2 {
+        client.http_version = sockeye::HttpVersion::Http2Only;
+    }
     if !args.deflate {
         server_config.protocol.deflate = None;
         client.protocol.deflate = None;
@@ -103,11 +128,17 @@ async fn start(tls: bool, args: &BenchArgs) -> Result<Target, Failure> {
             }
         }
     }));
-    let (name, scheme) = if tls { ("wss", "wss") } else { ("ws", "ws") };
+    let (name, scheme) = match (tls, http2) {
+        (false, false) => ("ws", "ws"),
+        (true, false) => ("wss", "wss"),
+        (false, true) => ("ws over h2c", "ws"),
+        (true, true) => ("wss over h2", "wss"),
+    };
     Ok(Target {
         name,
         url: format!("{scheme}://localhost:{port}"),
         client,
+        http2,
     })
 }
 
@@ -177,11 +208,24 @@ async fn connects(
     deadline: Instant,
 ) -> Result<(f64, f64, f64, usize), Failure> {
     let mut samples = Vec::with_capacity(args.connects);
+    // Over HTTP/2 the connection stays open while one socket uses it: each new socket is then a
+    // stream on it, which is what RFC 8441 saves.
+    let anchor = match t.http2 {
+        true => Some(
+            sockeye::connect_with(format!("{}/echo", t.url), &t.client)
+                .await?
+                .0,
+        ),
+        false => None,
+    };
     while samples.len() < args.connects && Instant::now() < deadline {
         let t0 = Instant::now();
         let (mut ws, _) = sockeye::connect_with(format!("{}/echo", t.url), &t.client).await?;
         ws.close(None).await?;
         samples.push(t0.elapsed());
+    }
+    if let Some(mut anchor) = anchor {
+        anchor.close(None).await?;
     }
     Ok(summarise(samples))
 }

@@ -177,6 +177,10 @@ pub struct BenchArgs {
     /// Skip wss://.
     #[arg(long = "no-tls")]
     pub no_tls: bool,
+    /// Also run every test over HTTP/2 (RFC 8441: h2c and h2), where a new socket opens as a
+    /// stream on the connection already open, and compare connect times with HTTP/1.1.
+    #[arg(long)]
+    pub http2: bool,
     /// Stop every test after this many seconds, whatever the counts.
     #[arg(long, default_value_t = 60)]
     pub seconds: u64,
@@ -232,6 +236,10 @@ pub struct ClientOpts {
     /// socks5h://… (the proxy resolves names); `none` to ignore HTTPS_PROXY/HTTP_PROXY/ALL_PROXY.
     #[arg(long)]
     pub proxy: Option<String>,
+    /// Open the WebSocket over HTTP/2 (RFC 8441): ALPN h2 for wss://, h2c with prior knowledge
+    /// for ws://; fails if the server does not offer it.
+    #[arg(long)]
+    pub http2: bool,
 }
 
 /// `echo_server`.

@@ -13,6 +13,9 @@ pub(crate) fn client_config(opts: &ClientOpts) -> Result<Config, Failure> {
     if opts.no_deflate {
         config.protocol.deflate = None;
     }
+    if opts.http2 {
+        config.http_version = sockeye::HttpVersion::Http2Only;
+    }
     config.proxy = match opts.proxy.as_deref() {
         None => ProxyConfig::Environment,
         Some("none") => ProxyConfig::Direct,
