@@ -3,7 +3,10 @@
 #   Python `websockets` and Node `ws` as clients of Sockeye's server and as servers for Sockeye's
 #   client (ws:// and wss://, with and without permessage-deflate); headless Chromium loading a
 #   page from Sockeye's axum integration and echoing through a WebSocket to it; Sockeye's client
-#   through tinyproxy (HTTP CONNECT, basic auth) and dante (SOCKS5, with and without user/password).
+#   through tinyproxy (HTTP CONNECT, basic auth) and dante (SOCKS5, with and without user/password);
+#   WebSockets over HTTP/2 (RFC 8441): Node's `http2` client (own frame codec) and hand-written
+#   hostile frames against Sockeye's server, h2c and h2 over TLS on the same ports as HTTP/1.1, and
+#   Sockeye's client against a Node `http2` echo server.
 # Prints one line per combination and fails if any fails.   Usage: bash interop/run.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -68,6 +71,8 @@ start python-ws "$PY" interop/python/server.py 9511
 start python-wss "$PY" interop/python/server.py 9512 --tls "$OUT/cert.pem" "$OUT/key.pem"
 start node-ws node interop/node/server.mjs 9521
 start node-wss node interop/node/server.mjs 9522 --tls "$OUT/cert.pem" "$OUT/key.pem"
+start node-h2c node interop/node/h2-server.mjs 9523
+start node-h2 node interop/node/h2-server.mjs 9524 --tls "$OUT/cert.pem" "$OUT/key.pem"
 start axum "$ROOT/target/release/examples/axum" 127.0.0.1:9530
 
 cat >"$OUT/tinyproxy.conf" <<CONF
@@ -108,7 +113,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 start danted-none /usr/sbin/danted -f "$OUT/danted-none.conf" -p "$OUT/danted-none.pid"
 start danted-user /usr/sbin/danted -f "$OUT/danted-user.conf" -p "$OUT/danted-user.pid"
-for port in 9501 9502 9511 9512 9521 9522 9530 9540 9541 9542; do wait_port "$port"; done
+for port in 9501 9502 9511 9512 9521 9522 9523 9524 9530 9540 9541 9542; do wait_port "$port"; done
 
 echo "==> real clients against Sockeye's server (ws echo_server)"
 for scheme in ws wss; do
@@ -132,6 +137,16 @@ for scheme in ws wss; do
     done
   done
 done
+
+echo "==> HTTP/2 (RFC 8441)"
+# ws echo_server takes h2c (prior knowledge) and h2 (ALPN) on its HTTP/1.1 ports. The hostile cases'
+# reports (what the server did, per case) are kept in $OUT/h2-hostile-*.log.
+check "node http2 → sockeye (10 streams, 1 conn)   h2c" pass node interop/node/h2-client.mjs http://127.0.0.1:9501/
+check "node http2 → sockeye (10 streams, 1 conn)   h2 TLS" pass node interop/node/h2-client.mjs https://localhost:9502/ --ca "$CA"
+check "hostile HTTP/2 → sockeye, refused per stream h2c" pass bash -c "set -o pipefail; node interop/node/h2-hostile.mjs http://127.0.0.1:9501/ | tee '$OUT/h2-hostile-h2c.log'"
+check "hostile HTTP/2 → sockeye, refused per stream h2 TLS" pass bash -c "set -o pipefail; node interop/node/h2-hostile.mjs https://localhost:9502/ --ca '$CA' | tee '$OUT/h2-hostile-h2.log'"
+check "sockeye --http2 → node http2 server         h2c" pass "$CLIENT" ws://localhost:9523/ --http2
+check "sockeye --http2 → node http2 server         h2 TLS" pass "$CLIENT" wss://localhost:9524/ --http2 --ca-file "$CA"
 
 echo "==> Chromium"
 check "chromium → sockeye (axum page + socket) ws deflate=on" pass node interop/node/chromium.mjs "http://127.0.0.1:9530/"

@@ -273,3 +273,88 @@ async fn bad_requests_are_refused_per_stream() {
         echo(&mut healthy, &mut healthy_body).await;
     }
 }
+
+/// A server shutdown over HTTP/2: GOAWAY for new streams, close 1001 on each open WebSocket,
+/// and `serve` returns once they have closed.
+#[tokio::test]
+async fn graceful_shutdown_closes_every_stream_with_1001() {
+    let server = Server::bind("127.0.0.1:0", Config::default()).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let shutdown = server.shutdown_handle();
+    let serving = tokio::spawn(server.serve(|mut ws, _| async move {
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_data() && ws.feed(m).await.is_err() {
+                break;
+            }
+        }
+    }));
+    let config = config(HttpVersion::Http2Only);
+    let url = format!("ws://{addr}/");
+    let mut sockets = Vec::new();
+    for _ in 0..3 {
+        let (mut ws, _) = sockeye::connect_with(url.as_str(), &config).await.unwrap();
+        ws.send("hi").await.unwrap();
+        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("hi"));
+        sockets.push(ws);
+    }
+    shutdown.shutdown();
+    for ws in &mut sockets {
+        match ws.recv().await {
+            Some(Ok(Message::Close(Some(frame)))) => assert_eq!(frame.code, CloseCode::GOING_AWAY),
+            other => panic!("expected close 1001, got {other:?}"),
+        }
+        assert!(ws.recv().await.is_none());
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(5), serving)
+        .await
+        .expect("serve returns after the shutdown")
+        .unwrap()
+        .unwrap();
+}
+
+/// hyper's HTTP/2 server with extended CONNECT, and axum routing it: `Upgrade` takes the
+/// request and answers 200; Sockeye's client reaches it over h2c.
+#[tokio::test]
+async fn hyper_and_axum_serve_websockets_over_http2() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    async fn socket(upgrade: sockeye::upgrade::Upgrade) -> axum::response::Response {
+        upgrade.select_protocol(["chat"]).on_upgrade(|mut ws| async move {
+            while let Some(Ok(m)) = ws.next().await {
+                if m.is_data() && ws.feed(m).await.is_err() {
+                    break;
+                }
+            }
+        })
+    }
+    let app = axum::Router::new().route("/ws", axum::routing::any(socket));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let service = hyper_util::service::TowerToHyperService::new(app.clone());
+            tokio::spawn(async move {
+                let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                builder.http2().enable_connect_protocol();
+                let _ = builder
+                    .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    let request = http::Request::get(format!("ws://{addr}/ws"))
+        .header("sec-websocket-protocol", "chat")
+        .body(())
+        .unwrap();
+    let (mut ws, response) = sockeye::connect_with(request, &config(HttpVersion::Http2Only))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["sec-websocket-protocol"], "chat");
+    assert!(ws.get_ref().is_http2());
+    exchange(&mut ws).await;
+    // HTTP/1.1 upgrades reach the same route.
+    let (mut ws, response) = sockeye::connect(format!("ws://{addr}/ws")).await.unwrap();
+    assert_eq!(response.status(), 101);
+    exchange(&mut ws).await;
+}
