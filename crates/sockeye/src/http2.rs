@@ -277,21 +277,22 @@ fn stream_gone() -> io::Error {
 
 // ------------------------------------------------------------------------------------- server
 
-/// Whether a cleartext connection starts with the HTTP/2 preface (prior knowledge). Peeks, so
-/// the bytes stay for whichever protocol reads them. An HTTP/1.1 request differs at its first
-/// byte, so this usually decides on the first segment.
-pub(crate) async fn starts_with_preface(tcp: &TcpStream) -> io::Result<bool> {
-    let mut buf = [0u8; PREFACE.len()];
+/// Reads the start of a cleartext connection into `head` until it is the HTTP/2 preface (prior
+/// knowledge) or cannot be: an HTTP/1.1 request differs at its first byte, so this usually
+/// decides on the first read, and the bytes stay in `head` for whichever protocol goes on.
+pub(crate) async fn read_preface(tcp: &mut TcpStream, head: &mut BytesMut) -> io::Result<bool> {
+    use tokio::io::AsyncReadExt;
     loop {
-        let n = tcp.peek(&mut buf).await?;
-        if n == 0 || buf[..n] != PREFACE[..n] {
+        let n = head.len().min(PREFACE.len());
+        if head[..n] != PREFACE[..n] {
             return Ok(false);
         }
         if n == PREFACE.len() {
             return Ok(true);
         }
-        // Part of the preface came alone: wait for the rest (the handshake timeout bounds this).
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        if tcp.read_buf(head).await? == 0 {
+            return Ok(false);
+        }
     }
 }
 
@@ -321,14 +322,14 @@ pub(crate) struct ServeContext<H> {
 /// the handler in its own task; anything else is answered with an HTTP/2 error response on that
 /// stream alone. A server shutdown sends GOAWAY (no new streams) while the open WebSockets close
 /// with 1001 by themselves; the connection ends when its last stream does.
-pub(crate) async fn serve_connection<H, Fut>(stream: MaybeTlsStream, context: ServeContext<H>)
+pub(crate) async fn serve_connection<H, Fut>(stream: MaybeTlsStream, head: BytesMut, context: ServeContext<H>)
 where
     H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let config = &context.config;
     let tls = stream.is_tls();
-    let handshake = server_builder(config).handshake::<_, Bytes>(StreamErrorGuard::new(stream));
+    let handshake = server_builder(config).handshake::<_, Bytes>(StreamErrorGuard::new(stream, head));
     let mut connection = match tokio::time::timeout(config.handshake_timeout, handshake).await {
         Ok(Ok(connection)) => connection,
         _ => return,
@@ -450,11 +451,12 @@ fn frame(kind: u8, stream: u32, payload: u32) -> [u8; FRAME_HEADER_LEN + 4] {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
-    fn new(io: S) -> Self {
+    /// `head`: bytes already read from `io` (the preface, in cleartext).
+    fn new(io: S, head: BytesMut) -> Self {
         StreamErrorGuard {
             io,
             preface_left: PREFACE.len(),
-            raw: BytesMut::new(),
+            raw: head,
             filtered: BytesMut::new(),
             inbound: FrameCursor::default(),
             skipping: false,
@@ -539,6 +541,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for StreamErrorGuard<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         while this.filtered.is_empty() {
+            if !this.raw.is_empty() {
+                this.filter();
+                continue;
+            }
             this.raw.reserve(16 << 10);
             let n = ready!(tokio_util::io::poll_read_buf(
                 Pin::new(&mut this.io),
@@ -820,7 +826,7 @@ mod tests {
     /// Filters `input` delivered in the pieces `cuts` makes; returns (to h2, to the client).
     fn run(input: &[u8], cuts: &[usize]) -> (Vec<u8>, Vec<u8>) {
         let (io, _peer) = tokio::io::duplex(64);
-        let mut guard = StreamErrorGuard::new(io);
+        let mut guard = StreamErrorGuard::new(io, BytesMut::new());
         let mut start = 0;
         for &end in cuts.iter().chain([&input.len()]) {
             guard.raw.extend_from_slice(&input[start..end]);

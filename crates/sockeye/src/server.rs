@@ -50,25 +50,38 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(stream: S) -> Result<WebS
 /// .await?;
 /// # Ok(()) }
 /// ```
-pub async fn accept_with<S, F>(mut stream: S, config: &Config, decide: F) -> Result<WebSocket<S>, Error>
+pub async fn accept_with<S, F>(stream: S, config: &Config, decide: F) -> Result<WebSocket<S>, Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
+{
+    accept_buffered(stream, BytesMut::with_capacity(1024), config, decide).await
+}
+
+/// [`accept_with`] on a stream whose first bytes were already read into `buf`.
+pub(crate) async fn accept_buffered<S, F>(
+    mut stream: S,
+    mut buf: BytesMut,
+    config: &Config,
+    decide: F,
+) -> Result<WebSocket<S>, Error>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
 {
     with_deadline(config.handshake_timeout, "handshake", async {
-        let mut buf = BytesMut::with_capacity(1024);
         let (request, n) = loop {
+            match parse_request(&buf, &config.protocol) {
+                Ok(Some(parsed)) => break parsed,
+                Ok(None) => {}
+                Err(e) => return refuse(&mut stream, e).await,
+            }
             if stream.read_buf(&mut buf).await? == 0 {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     "the client closed the connection during the handshake",
                 )
                 .into());
-            }
-            match parse_request(&buf, &config.protocol) {
-                Ok(Some(parsed)) => break parsed,
-                Ok(None) => {}
-                Err(e) => return refuse(&mut stream, e).await,
             }
         };
         let hello = match ClientHello::from_request(&request) {
@@ -291,7 +304,8 @@ impl Server {
                     return;
                 }
                 #[cfg(feature = "tls")]
-                let stream = match tls {
+                #[allow(unused_mut)]
+                let mut stream = match tls {
                     Some(acceptor) => {
                         let handshake = async { acceptor.accept(stream).await.map_err(Error::from) };
                         match with_deadline(config.handshake_timeout, "handshake", handshake).await {
@@ -302,9 +316,14 @@ impl Server {
                     None => MaybeTlsStream::Plain(stream),
                 };
                 #[cfg(not(feature = "tls"))]
-                let stream = MaybeTlsStream::Plain(stream);
+                #[allow(unused_mut)]
+                let mut stream = MaybeTlsStream::Plain(stream);
+                // Cleartext HTTP/2 starts with its preface, HTTP/1.1 with a request line: the
+                // first bytes read tell them apart and go on to whichever protocol it is.
+                #[allow(unused_mut)]
+                let mut head = BytesMut::with_capacity(1024);
                 #[cfg(feature = "http2")]
-                if config.accept_http2 && speaks_http2(&stream, &config).await {
+                if config.accept_http2 && speaks_http2(&mut stream, &mut head, &config).await {
                     // The connection holds its permit; each of its WebSockets takes one more.
                     let _connection_permit = permit;
                     let context = crate::http2::ServeContext {
@@ -314,17 +333,17 @@ impl Server {
                         handler,
                         peer,
                     };
-                    crate::http2::serve_connection(stream, context).await;
+                    crate::http2::serve_connection(stream, head, context).await;
                     return;
                 }
                 let Some(_permit) = permit else {
                     // Read the request before answering, so the client sees the 503 rather than
                     // a reset.
-                    let _ = accept_with(stream, &config, |_, _| Err(service_unavailable())).await;
+                    let _ = accept_buffered(stream, head, &config, |_, _| Err(service_unavailable())).await;
                     return;
                 };
                 let mut request = None;
-                let accepted = accept_with(stream, &config, |req, response| {
+                let accepted = accept_buffered(stream, head, &config, |req, response| {
                     request = Some(req.clone());
                     Ok(response)
                 })
@@ -343,16 +362,16 @@ impl Server {
     }
 }
 
-/// Whether a new connection speaks HTTP/2: ALPN `h2` over TLS, the connection preface in
-/// cleartext (looked at within the handshake timeout; a client that sends nothing is left to the
-/// HTTP/1.1 path, which times it out).
+/// Whether a new connection speaks HTTP/2: ALPN `h2` over TLS; in cleartext, the connection
+/// preface (RFC 9113 §3.4), read into `head` within the handshake timeout. What is read stays in
+/// `head` for the protocol that goes on (an HTTP/1.1 request differs at its first byte).
 #[cfg(feature = "http2")]
-async fn speaks_http2(stream: &MaybeTlsStream, config: &Config) -> bool {
+async fn speaks_http2(stream: &mut MaybeTlsStream, head: &mut BytesMut, config: &Config) -> bool {
     match stream {
         MaybeTlsStream::Plain(tcp) => {
-            let peek = crate::http2::starts_with_preface(tcp);
+            let sniff = crate::http2::read_preface(tcp, head);
             matches!(
-                tokio::time::timeout(config.handshake_timeout, peek).await,
+                tokio::time::timeout(config.handshake_timeout, sniff).await,
                 Ok(Ok(true))
             )
         }
