@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the interop tests use, idempotently: Debian's tinyproxy, dante-server (danted),
-# chromium and openssl; Node's `ws` and `playwright-core` (interop/node, from package-lock.json);
-# Python's `websockets` in a virtual environment under ~/.cache/sockeye/interop-venv.
+# chromium, firefox-esr, libnss3-tools (certutil) and openssl; Node's `ws` and `playwright-core`
+# (interop/node, from package-lock.json); Python's `websockets` in a virtual environment under
+# ~/.cache/sockeye/interop-venv.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -9,6 +10,8 @@ need=()
 command -v tinyproxy >/dev/null 2>&1 || [ -x /usr/bin/tinyproxy ] || need+=(tinyproxy)
 [ -x /usr/sbin/danted ] || need+=(dante-server)
 [ -x /usr/bin/chromium ] || need+=(chromium)
+command -v firefox-esr >/dev/null 2>&1 || need+=(firefox-esr)
+command -v certutil >/dev/null 2>&1 || need+=(libnss3-tools)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   echo "==> apt-get install ${need[*]}"

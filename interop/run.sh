@@ -2,8 +2,10 @@
 # Interop with clients, servers and proxies nobody here wrote, all on loopback:
 #   Python `websockets` and Node `ws` as clients of Sockeye's server and as servers for Sockeye's
 #   client (ws:// and wss://, with and without permessage-deflate); headless Chromium loading a
-#   page from Sockeye's axum integration and echoing through a WebSocket to it; Sockeye's client
-#   through tinyproxy (HTTP CONNECT, basic auth) and dante (SOCKS5, with and without user/password);
+#   page from Sockeye's axum integration and echoing through a WebSocket to it, Chromium and
+#   Firefox ESR loading it over https:// (h2, sockets as RFC 8441 streams on the page's
+#   connection); Sockeye's client through tinyproxy (HTTP CONNECT, basic auth) and dante (SOCKS5,
+#   with and without user/password);
 #   WebSockets over HTTP/2 (RFC 8441): Node's `http2` client (own frame codec) and hand-written
 #   hostile frames against Sockeye's server, h2c and h2 over TLS on the same ports as HTTP/1.1, and
 #   Sockeye's client against a Node `http2` echo server.
@@ -150,6 +152,18 @@ check "sockeye --http2 → node http2 server         h2 TLS" pass "$CLIENT" wss:
 
 echo "==> Chromium"
 check "chromium → sockeye (axum page + socket) ws deflate=on" pass node interop/node/chromium.mjs "http://127.0.0.1:9530/"
+# Over https:// the browsers speak HTTP/2 (ALPN h2) and open the page's sockets as RFC 8441 streams
+# on the page's connection; the example logs each request with its connection's peer, which
+# h2-page-log.mjs reads. One server (and log) per browser.
+start axum-h2-chromium "$ROOT/target/release/examples/axum" 127.0.0.1:9531 --tls "$OUT/cert.pem" "$OUT/key.pem"
+start axum-h2-firefox "$ROOT/target/release/examples/axum" 127.0.0.1:9532 --tls "$OUT/cert.pem" "$OUT/key.pem"
+wait_port 9531 && wait_port 9532
+check "chromium → sockeye (axum page, 3 sockets) wss h2" pass node interop/node/chromium.mjs "https://localhost:9531/?sockets=3" --ignore-certificate-errors
+check "chromium: page + sockets on one h2 connection" pass node interop/node/h2-page-log.mjs "$OUT/axum-h2-chromium.log" 3
+
+echo "==> Firefox ESR (test CA trusted via certutil in a fresh profile)"
+check "firefox → sockeye (axum page, 3 sockets) wss h2" pass bash interop/firefox.sh "https://localhost:9532/?sockets=3&report=1" "$OUT/axum-h2-firefox.log" "$CA"
+check "firefox: page + sockets on one h2 connection" pass node interop/node/h2-page-log.mjs "$OUT/axum-h2-firefox.log" 3
 
 echo "==> proxies"
 check "sockeye via tinyproxy CONNECT (basic auth) ws" pass "$CLIENT" ws://127.0.0.1:9501/ --proxy http://sockeye:secret@127.0.0.1:9540
