@@ -95,6 +95,28 @@ def main(path, kind):
                     cell += f" ({fmt(statistics.median(tails[0]))} / {fmt(statistics.median(tails[1]))})"
                 cells.append(cell)
             out.append(f"| {params} | " + " | ".join(cells) + f" | {ratio_peer} | {ratio_raw} |")
+    h2 = [k for k in order if k[0].startswith("h2-")]
+    if h2:
+        out.append("\n### 10. WebSockets over HTTP/2 (RFC 8441) vs HTTP/1.1, Sockeye client and server on both ends\n")
+        out.append("Connect: time to a usable new socket (HTTP/1.1: a new TCP (+ TLS) connection and upgrade; HTTP/2: a new")
+        out.append("stream on the open connection). Round trip: µs, mean (p50 / p99). Echo-many: msgs/s. Memory: server KiB per idle socket.\n")
+        out.append("| scenario | params | HTTP/1.1 | HTTP/2 | HTTP/2 ÷ HTTP/1.1 |")
+        out.append("|---|---|---|---|---|")
+        for scenario, params in h2:
+            metric = {"h2-echo-many": "msgs_per_s", "h2-memory": "per_conn_kib"}.get(scenario, "mean_us")
+            cells, values = [], []
+            for system in ("sockeye-h1", "sockeye-h2"):
+                done = runs.get((scenario, params, system), [])
+                vals = [r[metric] for r in done if metric in r]
+                value = statistics.median(vals) if vals else None
+                values.append(value)
+                cell = fmt(value)
+                tails = [[r.get(q) for r in done if q in r] for q in ("p50_us", "p99_us")]
+                if value is not None and all(tails):
+                    cell += f" ({fmt(statistics.median(tails[0]))} / {fmt(statistics.median(tails[1]))})"
+                cells.append(cell)
+            ratio = f"{values[1] / values[0]:.2f}" if values[0] and values[1] is not None else "—"
+            out.append(f"| {scenario[3:]} | {params} | {cells[0]} | {cells[1]} | {ratio} |")
     micro = [(k[1], runs[k + ("sockeye",)][0]) for k in order if k[0] == "micro"]
     if micro:
         out.append("\n### 9. micro-benchmarks (Sockeye's hot paths, instructions by callgrind; repeatable)\n")

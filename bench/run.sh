@@ -167,6 +167,29 @@ memory() { # system mode connections label
   fi
   stop_server
 }
+# Server RSS growth per idle socket held by `h2bench idle` (h1: a TCP connection each; h2: a
+# stream each on one connection).
+memory_with() { # system h2bench idle version conns variant
+  local system=$1 conns=$5 variant=$6
+  start_server sockeye echo
+  local before after idle_pid
+  before=$(awk '/^VmRSS/ {print $2}' "/proc/$SERVER_PID/status")
+  : >"$OUT/idle.log" # (see start_server)
+  "${PIN_LOAD[@]}" "$2" "$3" "$4" "127.0.0.1:$PORT" "$conns" 3 >"$OUT/idle.log" 2>&1 &
+  idle_pid=$!
+  for _ in $(seq 600); do grep -q ready "$OUT/idle.log" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
+  after=$(awk '/^VmRSS/ {print $2}' "/proc/$SERVER_PID/status")
+  local label="$conns idle$([ "$variant" = wss ] && echo ", wss")"
+  if wait "$idle_pid"; then
+    record h2-memory "$system" "$label" "{\"per_conn_kib\": $(awk -v a="$after" -v b="$before" -v n="$conns" 'BEGIN {printf "%.2f", (a - b) / n}')}"
+  else
+    echo "   h2-memory/$system/$label failed: $(tail -1 "$OUT/idle.log")" >&2
+    record h2-memory "$system" "$label" '{"failed": true}'
+    FAILURES=$((FAILURES + 1))
+  fi
+  stop_server
+}
 echo "==> 6. memory: server RSS with $IDLE idle connections, and $DEFLATE_IDLE with permessage-deflate"
 for s in sockeye tungstenite fastwebsockets node picows; do
   memory "$s" echo "$IDLE" "$IDLE idle"
@@ -188,6 +211,22 @@ for s in sockeye node; do
   run compressed "$s" "echo, 16 in flight, ~1 KiB JSON" "$BIN/bench-client" compressed-echo "127.0.0.1:$PORT" "$SECS"
   stop_server
 done
+
+echo "==> 10. WebSockets over HTTP/2 (RFC 8441) vs HTTP/1.1: Sockeye's client and server on both ends"
+for variant in ws wss; do
+  if [ "$variant" = wss ]; then export BENCH_TLS="$OUT/tls"; label=", wss"; else unset BENCH_TLS; label=""; fi
+  start_server sockeye echo
+  for v in h1 h2; do
+    run h2-connect "sockeye-$v" "new socket$label" "$BIN/h2bench" connect "$v" "127.0.0.1:$PORT" "$CONN_N"
+    run h2-rtt "sockeye-$v" "64 B$label" "$BIN/h2bench" rtt "$v" "127.0.0.1:$PORT" "$RTT_N" 64
+    run h2-echo-many "sockeye-$v" "100×16×64B$label" "$BIN/h2bench" echo-many "$v" "127.0.0.1:$PORT" 100 16 64 "$SECS"
+  done
+  stop_server
+  for v in h1 h2; do
+    memory_with "sockeye-$v" "$BIN/h2bench" idle "$v" "$IDLE" "$variant"
+  done
+done
+unset BENCH_TLS
 
 echo "==> 8. micro-benchmarks: instructions per operation (callgrind)"
 if command -v valgrind >/dev/null 2>&1; then

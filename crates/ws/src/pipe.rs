@@ -8,7 +8,7 @@ use crate::Failure;
 use crate::cli::{CatArgs, ChatArgs, ListenArgs, PipeOpts};
 use crate::echo::abnormal_close;
 use crate::output::escape;
-use crate::tls::{client_config, listen as bind_listener, server_config};
+use crate::tls::{bind, client_config};
 
 /// Connects to a URL and pipes.
 pub(crate) async fn cat(args: CatArgs) -> Result<(), Failure> {
@@ -30,26 +30,35 @@ pub(crate) async fn chat(args: ChatArgs) -> Result<(), Failure> {
     pump(ws, &opts, &format!("{}: ", args.user)).await
 }
 
-/// Accepts one client and pipes.
+/// Accepts one client — over HTTP/1.1 or HTTP/2, like every server sub-command — and pipes.
+/// Clients that come while it is busy are closed with 1013 (try again later).
 pub(crate) async fn listen(args: ListenArgs) -> Result<(), Failure> {
-    let (config, acceptor) = server_config(&args.server)?;
-    let listener = bind_listener(&args.server).await?;
-    let scheme = if acceptor.is_some() { "wss" } else { "ws" };
-    eprintln!(
-        "ws listen: waiting for one client on {scheme}://{}",
-        listener.local_addr()?
-    );
-    let (tcp, peer) = listener.accept().await?;
-    tcp.set_nodelay(true)?;
-    let stream = match acceptor {
-        Some(acceptor) => {
-            MaybeTlsStream::ServerTls(acceptor.accept(tcp).await.map_err(sockeye::Error::from)?)
+    let server = bind(&args.server, |_| {}, "listen").await?;
+    let shutdown = server.shutdown_handle();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let serving = tokio::spawn(server.serve(move |mut ws, peer| {
+        let tx = tx.clone();
+        async move {
+            if let Err(refused) = tx.try_send((ws, peer)) {
+                (ws, _) = refused.into_inner();
+                let busy = CloseFrame::new(CloseCode(1013), "ws listen serves one client");
+                let _ = ws.close(Some(busy)).await;
+            }
         }
-        None => MaybeTlsStream::Plain(tcp),
-    };
-    let ws = sockeye::accept_with(stream, &config, |_, response| Ok(response)).await?;
+    }));
+    let (ws, peer) = rx
+        .recv()
+        .await
+        .ok_or_else(|| Failure::new("the server stopped before a client came"))?;
+    // Later clients find the channel closed and are turned away.
+    drop(rx);
     eprintln!("ws listen: {peer} connected");
-    pump(ws, &args.pipe, "").await
+    let result = pump(ws, &args.pipe, "").await;
+    // A graceful stop, not an abort: over HTTP/2 the connection's task still has the stream's
+    // last frames (the close, END_STREAM) to write.
+    shutdown.shutdown();
+    let _ = serving.await;
+    result
 }
 
 /// Lines from stdin become messages; messages are printed one per line, escaped. At the end of

@@ -70,6 +70,26 @@ fn echo_server_and_cat_round_trip() {
 }
 
 #[test]
+fn every_server_sub_command_serves_http2_clients() {
+    // h2c with prior knowledge on the same port as HTTP/1.1.
+    let server = Running::start(&["echo_server", "-q"]);
+    let out = run(&["cat", "--http2", &server.url("/")], "over h2\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "over h2\n");
+    let mut listen = Running::start(&["listen", "--max-messages", "1"]);
+    let out = run(&["cat", "-n", "--http2", &listen.url("/")], "to listen\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(listen.0.wait().unwrap().success());
+    let mut got = String::new();
+    std::io::Read::read_to_string(listen.0.stdout.as_mut().unwrap(), &mut got).unwrap();
+    assert_eq!(got, "to listen\n");
+    let push = Running::start(&["push_server", "-q", "--send_msg", "yo"]);
+    let out = run(&["echo_client", "-m", "--http2", &push.url("/5000")], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("messages received: 5000 total in"));
+}
+
+#[test]
 fn push_server_and_echo_client_count_every_message() {
     let server = Running::start(&["push_server", "-q", "--send_msg", "yo"]);
     let out = run(&["echo_client", "-m", &server.url("/50000")], "");

@@ -110,6 +110,8 @@ async fn sockeye_server(
         config.protocol.deflate = None;
     }
     config.max_connections = 100_000;
+    // The HTTP/2 scenarios hold thousands of idle WebSockets on one connection.
+    config.http2_max_concurrent_streams = 20_000;
     config.tcp_nodelay = nodelay;
     let push = match mode {
         "push" => Some(sockeye::Message::text("yo")),
