@@ -168,6 +168,7 @@ check "firefox: page + sockets on one h2 connection" pass node interop/node/h2-p
 echo "==> proxies"
 check "sockeye via tinyproxy CONNECT (basic auth) ws" pass "$CLIENT" ws://127.0.0.1:9501/ --proxy http://sockeye:secret@127.0.0.1:9540
 check "sockeye via tinyproxy CONNECT (basic auth) wss" pass "$CLIENT" wss://localhost:9502/ --ca-file "$CA" --proxy http://sockeye:secret@127.0.0.1:9540
+check "sockeye via tinyproxy CONNECT, wss over h2" pass "$CLIENT" wss://localhost:9502/ --ca-file "$CA" --proxy http://sockeye:secret@127.0.0.1:9540 --http2
 check "sockeye via tinyproxy, wrong password → 401/407" "fail:status: 40[17]" "$CLIENT" ws://127.0.0.1:9501/ --proxy http://sockeye:wrong@127.0.0.1:9540
 check "sockeye via dante SOCKS5 (no auth) ws" pass "$CLIENT" ws://127.0.0.1:9501/ --proxy socks5://127.0.0.1:9541
 check "sockeye via dante SOCKS5h (user/password) wss" pass "$CLIENT" wss://localhost:9502/ --ca-file "$CA" --proxy socks5h://sockeyeproxy:secret@127.0.0.1:9542

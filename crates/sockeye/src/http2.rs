@@ -736,10 +736,16 @@ pub(crate) async fn connect_new(
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_header_list_size(u32::try_from(config.protocol.max_handshake_size).unwrap_or(u32::MAX));
-    let (requests, mut connection) = builder
-        .handshake::<_, Bytes>(stream)
-        .await
-        .map_err(|e| Error::Io(to_io(e)))?;
+    // In cleartext nothing was negotiated: a server that does not answer the preface does not
+    // speak h2c, which is what the caller needs to hear.
+    let failed = |e: h2::Error| match tls {
+        true => Error::Io(to_io(e)),
+        false => sockeye_proto::HandshakeError::Http2Unavailable(
+            "the server did not answer the HTTP/2 preface (h2c with prior knowledge)",
+        )
+        .into(),
+    };
+    let (requests, mut connection) = builder.handshake::<_, Bytes>(stream).await.map_err(failed)?;
     let ping_pong = connection.ping_pong();
     tokio::spawn(async move {
         let _ = connection.await;
@@ -747,10 +753,7 @@ pub(crate) async fn connect_new(
     // The server's SETTINGS come first in its preface (RFC 9113 §3.4), so once a PING is
     // answered they have been applied.
     if let Some(mut ping_pong) = ping_pong {
-        ping_pong
-            .ping(h2::Ping::opaque())
-            .await
-            .map_err(|e| Error::Io(to_io(e)))?;
+        ping_pong.ping(h2::Ping::opaque()).await.map_err(failed)?;
     }
     if !requests.is_extended_connect_protocol_enabled() {
         return Err(sockeye_proto::HandshakeError::Http2Unavailable(

@@ -210,7 +210,13 @@ async fn http1_clients_are_unaffected_and_http2_can_be_turned_off() {
     )
     .await;
     let refused = sockeye::connect_with(format!("ws://{}/", off.addr), &config(HttpVersion::Http2Only)).await;
-    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        matches!(
+            refused,
+            Err(Error::Handshake(HandshakeError::Http2Unavailable(_)))
+        ),
+        "{refused:?}"
+    );
 }
 
 /// Raw h2 requests: refusals are HTTP/2 responses on their own stream, and a WebSocket opened
