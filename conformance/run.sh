@@ -1,35 +1,53 @@
 #!/usr/bin/env bash
-# conformance/run.sh server|client [--tls] [--cases '1.*,2.*'] [--no-build]
+# conformance/run.sh server|client [--tls | --http2] [--cases '1.*,2.*'] [--no-build]
 #
 # Runs the real Autobahn|Testsuite (wstest 25.10.1) against Sockeye and compares every case with
 # conformance/expected.json; exits non-zero on any difference (wstest's own exit code says nothing
 # about results).
 #   server: wstest's fuzzingclient tests sockeye-autobahn-server on 127.0.0.1:9002 (9003 with
-#           --tls); report in target/autobahn/servers[-tls]/index.json
+#           --tls); report in target/autobahn/servers[-tls|-h2]/index.json
 #   client: wstest's fuzzingserver on 127.0.0.1:9001 (9011 with --tls) tests
-#           sockeye-autobahn-client; report in target/autobahn/clients[-tls]/index.json
+#           sockeye-autobahn-client; report in target/autobahn/clients[-tls|-h2]/index.json
 # --tls: wss:// with certificates made for the run (openssl: a CA, and a leaf for localhost and
 # 127.0.0.1). wstest's client verifies nothing; Sockeye's client trusts exactly that CA.
+# --http2: WebSockets over HTTP/2 (RFC 8441, h2c with prior knowledge). wstest speaks only
+# HTTP/1.1, so conformance/h2-bridge.mjs (Node, built-in modules) translates the handshake and
+# passes the frames through unchanged (FIN <-> END_STREAM, resets <-> RST_STREAM):
+#   server: wstest -> bridge 127.0.0.1:9004 -> h2c -> sockeye-autobahn-server 127.0.0.1:9005
+#   client: sockeye-autobahn-client --http2 -> h2c -> bridge 127.0.0.1:9013 -> wstest 127.0.0.1:9012
+#   Not combinable with --tls (the bridge speaks h2c only).
 # Installs wstest first if needed (conformance/install-wstest.sh, idempotent).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { echo "usage: conformance/run.sh server|client [--tls] [--cases '1.*,2.*'] [--no-build]" >&2; exit 2; }
+usage() { echo "usage: conformance/run.sh server|client [--tls | --http2] [--cases '1.*,2.*'] [--no-build]  (--tls and --http2 do not combine)" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 ROLE="$1"; shift
 case "$ROLE" in server|client) ;; *) usage ;; esac
 CASES='*'
 BUILD=1
 TLS=0
+HTTP2=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --cases) [ $# -ge 2 ] || usage; CASES="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --tls) TLS=1; shift ;;
+    --http2) HTTP2=1; shift ;;
     *) usage ;;
   esac
 done
-if [ "$TLS" = 1 ]; then
+[ "$TLS" = 1 ] && [ "$HTTP2" = 1 ] && usage
+if [ "$HTTP2" = 1 ]; then
+  # SERVER_PORT and CLIENT_PORT are the ports wstest uses (the bridge's in the server role,
+  # wstest's own in the client role); TESTEE_PORT and BRIDGE_PORT are the other ends.
+  SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_H2_PORT:-9004}"
+  TESTEE_PORT="${SOCKEYE_AUTOBAHN_SERVER_H2_TESTEE_PORT:-9005}"
+  CLIENT_PORT="${SOCKEYE_AUTOBAHN_CLIENT_H2_PORT:-9012}"
+  BRIDGE_PORT="${SOCKEYE_AUTOBAHN_CLIENT_H2_BRIDGE_PORT:-9013}"
+  SCHEME=ws SUFFIX=-h2
+  command -v node >/dev/null || { echo "conformance/run.sh: --http2 needs node (the bridge is conformance/h2-bridge.mjs)" >&2; exit 1; }
+elif [ "$TLS" = 1 ]; then
   SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_TLS_PORT:-9003}"
   CLIENT_PORT="${SOCKEYE_AUTOBAHN_CLIENT_TLS_PORT:-9011}"
   SCHEME=wss SUFFIX=-tls
@@ -97,8 +115,19 @@ JSON
   port_free "$SERVER_PORT"
   TLSARGS=()
   [ "$TLS" = 1 ] && TLSARGS=(--tls "$TLSDIR/cert.pem" "$TLSDIR/key.pem")
-  "$BIN/sockeye-autobahn-server" "127.0.0.1:$SERVER_PORT" "${TLSARGS[@]}" 2>"$OUT/testee-server$SUFFIX.log" &
-  PIDS+=($!)
+  if [ "$HTTP2" = 1 ]; then
+    # The testee serves h2c (prior knowledge) on its plain port; wstest talks to the bridge.
+    port_free "$TESTEE_PORT"
+    "$BIN/sockeye-autobahn-server" "127.0.0.1:$TESTEE_PORT" 2>"$OUT/testee-server$SUFFIX.log" &
+    PIDS+=($!)
+    wait_for_port "$TESTEE_PORT" 10
+    node "$ROOT/conformance/h2-bridge.mjs" server --listen "127.0.0.1:$SERVER_PORT" \
+      --target "http://127.0.0.1:$TESTEE_PORT" 2>"$OUT/h2-bridge-server.log" &
+    PIDS+=($!)
+  else
+    "$BIN/sockeye-autobahn-server" "127.0.0.1:$SERVER_PORT" "${TLSARGS[@]}" 2>"$OUT/testee-server$SUFFIX.log" &
+    PIDS+=($!)
+  fi
   wait_for_port "$SERVER_PORT" 10
   say "running wstest -m fuzzingclient (cases: $CASES)"
   (cd "$OUT" && timeout 1500 "$WSTEST" -m fuzzingclient -s "fuzzingclient$SUFFIX.json" >"$OUT/wstest-server$SUFFIX.log" 2>&1) \
@@ -115,15 +144,27 @@ else
  "cases": $CASES_JSON, "exclude-cases": [], "exclude-agent-cases": {}}
 JSON
   port_free "$CLIENT_PORT"
+  [ "$HTTP2" = 1 ] && port_free "$BRIDGE_PORT"
   # wstest binds every interface here (it has no option to bind loopback only); we only connect
   # to 127.0.0.1. -u 0: no web UI.
   (cd "$OUT" && exec "$WSTEST" -m fuzzingserver -s "fuzzingserver$SUFFIX.json" -u 0 >"$OUT/wstest-client$SUFFIX.log" 2>&1) &
   PIDS+=($!)
   wait_for_port "$CLIENT_PORT" 60
+  TESTEE_URL="$SCHEME://127.0.0.1:$CLIENT_PORT"
+  CLIENTARGS=()
+  [ "$TLS" = 1 ] && CLIENTARGS=(--ca-file "$TLSDIR/ca.pem")
+  if [ "$HTTP2" = 1 ]; then
+    # The client speaks HTTP/2 only (h2c, prior knowledge) to the bridge, which speaks HTTP/1.1
+    # to wstest.
+    node "$ROOT/conformance/h2-bridge.mjs" client --listen "127.0.0.1:$BRIDGE_PORT" \
+      --target "ws://127.0.0.1:$CLIENT_PORT" 2>"$OUT/h2-bridge-client.log" &
+    PIDS+=($!)
+    wait_for_port "$BRIDGE_PORT" 10
+    TESTEE_URL="ws://127.0.0.1:$BRIDGE_PORT"
+    CLIENTARGS=(--http2)
+  fi
   say "running sockeye-autobahn-client (cases: $CASES)"
-  CAARGS=()
-  [ "$TLS" = 1 ] && CAARGS=(--ca-file "$TLSDIR/ca.pem")
-  timeout 1500 "$BIN/sockeye-autobahn-client" "$SCHEME://127.0.0.1:$CLIENT_PORT" "${CAARGS[@]}" \
+  timeout 1500 "$BIN/sockeye-autobahn-client" "$TESTEE_URL" "${CLIENTARGS[@]}" \
     || { say "the client testee failed"; tail -5 "$OUT/wstest-client$SUFFIX.log" >&2; exit 1; }
   # updateReports writes the report before answering; give the file system a moment anyway.
   for _ in $(seq 50); do [ -s "$REPORT/index.json" ] && break; sleep 0.1; done

@@ -51,6 +51,9 @@ cargo build --release --quiet -p sockeye-conformance
 mkdir -p target/autobahn
 # Plain ws://: the whole suite, compression included.
 autobahn_pair ws
+# WebSockets over HTTP/2 (RFC 8441, h2c): the whole suite again, through conformance/h2-bridge.mjs
+# (wstest speaks only HTTP/1.1; the bridge translates the handshake and passes frames unchanged).
+autobahn_pair h2 --http2
 # wss://: every section but the compression-heavy 12.* and 13.*, of which a sample runs. The full
 # suite over TLS (conformance/run.sh server|client --tls) adds about 12 minutes and is run by hand.
 autobahn_pair wss --tls --cases '1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.1.*,13.3.*'
