@@ -1,8 +1,5 @@
 //! Opening a connection as a client (RFC 6455 §4.1).
 
-#[cfg(all(feature = "http2", feature = "tls"))]
-use std::sync::Arc;
-
 use bytes::BytesMut;
 use http::header::SEC_WEBSOCKET_EXTENSIONS;
 use http::{HeaderValue, Request, Response, Uri};
@@ -127,13 +124,17 @@ pub async fn connect_with(
                 proxy: proxy.as_ref(),
             },
             config,
-            &[],
+            HTTP1_ALPN,
         )
         .await?;
         client_handshake(stream, request, config).await
     })
     .await
 }
+
+/// What an HTTP/1.1 upgrade offers by ALPN, whatever the TLS configuration offers otherwise (one
+/// shared with an HTTP client may offer `h2`, which a server would then pick).
+const HTTP1_ALPN: &[&[u8]] = &[b"http/1.1"];
 
 /// Where a client connects: the URL's origin and the proxy on the way.
 struct Target<'a> {
@@ -143,8 +144,7 @@ struct Target<'a> {
     proxy: Option<&'a Proxy>,
 }
 
-/// TCP (directly or through the proxy), `TCP_NODELAY`, and TLS for `wss://` offering `alpn`
-/// (empty: the TLS configuration's own list).
+/// TCP (directly or through the proxy), `TCP_NODELAY`, and TLS for `wss://` offering `alpn`.
 async fn open_transport(
     target: &Target<'_>,
     config: &Config,
@@ -176,19 +176,16 @@ async fn connect_http2(
     let only = config.http_version == HttpVersion::Http2Only;
     if !target.tls && !only {
         // Cleartext HTTP/2 needs prior knowledge, which only `Http2Only` asserts.
-        let stream = open_transport(&target, config, &[]).await?;
+        let stream = open_transport(&target, config, HTTP1_ALPN).await?;
         return client_handshake(stream, request, config).await;
     }
-    #[cfg(feature = "tls")]
-    let tls_config = config.tls_client.as_ref().map_or(0, |c| Arc::as_ptr(c) as usize);
-    #[cfg(not(feature = "tls"))]
-    let tls_config = 0;
     let key = PoolKey {
         tls: target.tls,
         host: target.host.to_string(),
         port: target.port,
-        tls_config,
         proxy: target.proxy.map(|p| format!("{p:?}")).unwrap_or_default(),
+        #[cfg(feature = "tls")]
+        tls_config: config.tls_client.clone(),
     };
     if let Some(connected) = connect_pooled(&key, &request, config).await? {
         return Ok(connected);
@@ -227,13 +224,11 @@ async fn wrap_tls(
     config: &Config,
     alpn: &[&[u8]],
 ) -> Result<MaybeTlsStream, Error> {
-    let mut tls_config = match &config.tls_client {
+    let tls_config = match &config.tls_client {
         Some(c) => c.clone(),
         None => crate::tls::default_client_config()?,
     };
-    if !alpn.is_empty() {
-        tls_config = crate::tls::with_alpn(tls_config, alpn);
-    }
+    let tls_config = crate::tls::with_alpn(tls_config, alpn);
     let connector = crate::tls::TlsConnector::from(tls_config);
     let stream = connector
         .connect(crate::tls::server_name(host)?, tcp)

@@ -77,7 +77,7 @@ pub struct H2Stream {
     /// How long a stream we ended waits for the peer's END_STREAM once dropped (see `Drop`).
     linger: Duration,
     /// Client side: keeps the shared HTTP/2 connection open while this stream lives.
-    _connection: Option<Arc<PooledConnection>>,
+    _slot: Option<StreamSlot>,
 }
 
 impl std::fmt::Debug for H2Stream {
@@ -97,7 +97,7 @@ impl H2Stream {
         recv: RecvStream,
         tls: bool,
         linger: Duration,
-        connection: Option<Arc<PooledConnection>>,
+        slot: Option<StreamSlot>,
     ) -> Self {
         H2Stream {
             send: Some(send),
@@ -107,7 +107,7 @@ impl H2Stream {
             write_shut: false,
             tls,
             linger,
-            _connection: connection,
+            _slot: slot,
         }
     }
 
@@ -229,22 +229,27 @@ impl AsyncWrite for H2Stream {
 }
 
 impl Drop for H2Stream {
-    /// h2 resets a stream nobody holds any more. After an orderly end on our side the peer's
-    /// END_STREAM is usually a moment away (the client closes after the server, RFC 6455
-    /// §7.1.1), so the stream is kept for up to the close timeout to end cleanly, as a TCP socket
-    /// lingers in FIN-WAIT; a stream we did not end is reset at once (CANCEL, RFC 8441 §5).
+    /// Dropping a stream ends it the way closing a TCP socket does (RFC 8441 §5 maps one to the
+    /// other): our side ends with END_STREAM after whatever is still queued — h2 would otherwise
+    /// reset the stream (CANCEL) and throw the queued data away. Until the peer's END_STREAM
+    /// arrives (the client closes after the server, RFC 6455 §7.1.1) the stream is kept, for up to
+    /// the close timeout, as a TCP socket lingers in FIN-WAIT; then it is reset.
     fn drop(&mut self) {
-        if !self.write_shut || self.read_eof {
-            return;
-        }
-        let (Some(send), Some(mut recv)) = (self.send.take(), self.recv.take()) else {
+        let (Some(mut send), Some(mut recv)) = (self.send.take(), self.recv.take()) else {
             return;
         };
+        if !self.write_shut {
+            // Fails only when the stream is already reset or ended.
+            let _ = send.send_data(Bytes::new(), true);
+        }
+        if self.read_eof {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let linger = self.linger;
-        let connection = self._connection.take();
+        let slot = self._slot.take();
         runtime.spawn(async move {
             let drain = async {
                 while let Some(Ok(data)) = recv.data().await {
@@ -252,7 +257,7 @@ impl Drop for H2Stream {
                 }
             };
             let _ = tokio::time::timeout(linger, drain).await;
-            drop((send, connection));
+            drop((send, slot));
         });
     }
 }
@@ -322,8 +327,12 @@ pub(crate) struct ServeContext<H> {
 /// the handler in its own task; anything else is answered with an HTTP/2 error response on that
 /// stream alone. A server shutdown sends GOAWAY (no new streams) while the open WebSockets close
 /// with 1001 by themselves; the connection ends when its last stream does.
-pub(crate) async fn serve_connection<H, Fut>(stream: MaybeTlsStream, head: BytesMut, context: ServeContext<H>)
-where
+pub(crate) async fn serve_connection<H, Fut>(
+    stream: MaybeTlsStream,
+    head: BytesMut,
+    admitted: bool,
+    context: ServeContext<H>,
+) where
     H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
@@ -334,8 +343,17 @@ where
         Ok(Ok(connection)) => connection,
         _ => return,
     };
+    // Over the connection limit: no new streams (GOAWAY); any already sent get 503 for want of
+    // a permit, and the connection ends with them.
+    let mut going_away = !admitted;
+    if going_away {
+        connection.graceful_shutdown();
+    }
+    // A connection that carries no WebSocket is a handshake not yet done: like an HTTP/1.1
+    // client that sends no request, it is closed after the handshake timeout.
+    let idle = tokio::time::sleep(config.handshake_timeout);
+    tokio::pin!(idle);
     let mut streams = JoinSet::new();
-    let mut going_away = false;
     loop {
         tokio::select! {
             biased;
@@ -343,17 +361,34 @@ where
                 connection.graceful_shutdown();
                 going_away = true;
             }
-            Some(_) = streams.join_next(), if !streams.is_empty() => {}
+            _ = &mut idle, if streams.is_empty() && !going_away => {
+                connection.graceful_shutdown();
+                going_away = true;
+            }
+            Some(_) = streams.join_next(), if !streams.is_empty() => {
+                if streams.is_empty() {
+                    idle.as_mut().reset(tokio::time::Instant::now() + config.handshake_timeout);
+                }
+            }
             next = connection.accept() => match next {
                 Some(Ok((request, respond))) => {
-                    streams.spawn(serve_stream(request, respond, tls, context.clone()));
+                    if let Some((ws, request, permit)) = accept_stream(request, respond, tls, &context) {
+                        let handler = context.handler.clone();
+                        let peer = context.peer;
+                        streams.spawn(async move {
+                            handler(ws, request, peer).await;
+                            drop(permit);
+                        });
+                    }
                 }
-                // A connection error (GOAWAY sent, socket failed) or the end: the streams
-                // cannot outlive it.
+                // A connection error (GOAWAY sent, socket failed) or the end.
                 Some(Err(_)) | None => break,
             },
         }
     }
+    // The streams' handlers run to their end, as over HTTP/1.1 (their sockets now fail); a
+    // server's shutdown deadline still bounds them by aborting this task.
+    while streams.join_next().await.is_some() {}
 }
 
 /// Keeps one stream's DATA after its END_STREAM from ending the whole connection.
@@ -379,8 +414,14 @@ struct StreamErrorGuard<S> {
     /// Streams the client ended (END_STREAM seen), and whether each was reset here already.
     ended: std::collections::BTreeMap<u32, bool>,
     outbound: FrameCursor,
-    /// Frames of ours waiting for a boundary between h2's frames.
+    /// Frames of ours waiting for a boundary between h2's frames (resets: at most one per stream).
     inject: BytesMut,
+    /// Connection window to give back for DATA dropped here, sent as one WINDOW_UPDATE with the
+    /// next injection, so that a flood of dropped frames costs no memory.
+    credit: u64,
+    /// Streams reset here; past `MAX_GUARD_RESETS` the client is abusing it and the connection
+    /// ends (what h2 does for its own resets, against CVE-2025-8671 "MadeYouReset").
+    resets: usize,
     /// Part of `inject` is on the wire: finish it before any more of h2's bytes.
     injecting: bool,
 }
@@ -404,6 +445,8 @@ const STREAM_CLOSED: u32 = 0x5;
 /// Ended streams remembered; only the most recent can still be half-closed (at most
 /// `http2_max_concurrent_streams` streams are open at once).
 const ENDED_REMEMBERED: usize = 4096;
+/// Resets this filter makes on one connection before it gives up on the client.
+const MAX_GUARD_RESETS: usize = 1024;
 
 impl FrameCursor {
     fn at_boundary(&self) -> bool {
@@ -463,6 +506,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
             ended: Default::default(),
             outbound: FrameCursor::default(),
             inject: BytesMut::new(),
+            credit: 0,
+            resets: 0,
             injecting: false,
         }
     }
@@ -508,21 +553,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
                 continue;
             }
             if self.ended.insert(stream, true) == Some(false) {
+                self.resets += 1;
                 self.filtered
                     .extend_from_slice(&frame(FRAME_RST_STREAM, stream, STREAM_CLOSED));
                 self.inject
                     .extend_from_slice(&frame(FRAME_RST_STREAM, stream, STREAM_CLOSED));
             }
-            if let Ok(len @ 1..) = u32::try_from(self.inbound.remaining) {
-                self.inject.extend_from_slice(&frame(FRAME_WINDOW_UPDATE, 0, len));
-            }
+            self.credit += self.inbound.remaining as u64;
         }
     }
 
     /// Writes our queued frames once h2 is between frames; until they are out, h2 waits.
     fn poll_inject(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.inject.is_empty() || !(self.injecting || self.outbound.at_boundary()) {
+        let idle = self.inject.is_empty() && self.credit == 0;
+        if idle || !(self.injecting || self.outbound.at_boundary()) {
             return Poll::Ready(Ok(()));
+        }
+        if !self.injecting {
+            // RFC 9113 §6.9: an increment is at most 2^31 - 1.
+            while self.credit > 0 {
+                let increment = self.credit.min(0x7FFF_FFFF);
+                self.inject
+                    .extend_from_slice(&frame(FRAME_WINDOW_UPDATE, 0, increment as u32));
+                self.credit -= increment;
+            }
         }
         self.injecting = true;
         while !self.inject.is_empty() {
@@ -555,7 +609,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for StreamErrorGuard<S> {
                 return Poll::Ready(Ok(()));
             }
             this.filter();
-            if !this.inject.is_empty() {
+            if this.resets > MAX_GUARD_RESETS {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the client keeps sending DATA on streams it ended (RFC 9113 §5.1)",
+                )));
+            }
+            if !this.inject.is_empty() || this.credit > 0 {
                 // Best effort now; otherwise with h2's next write or flush.
                 let _ = this.poll_inject(cx);
             }
@@ -623,34 +683,40 @@ fn server_builder(config: &Config) -> h2::server::Builder {
     builder
 }
 
-async fn serve_stream<H, Fut>(
+/// Answers one stream: a WebSocket, accepted with `200` (RFC 8441 §5) and ready for its handler,
+/// or a refusal sent on that stream alone. Runs on the connection's task, so the response goes
+/// out with the connection's next write, without waiting for a task of its own to be scheduled.
+fn accept_stream<H>(
     request: Request<RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
     tls: bool,
-    context: ServeContext<H>,
-) where
-    H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
-{
+    context: &ServeContext<H>,
+) -> Option<(
+    WebSocket<MaybeTlsStream>,
+    Request<()>,
+    tokio::sync::OwnedSemaphorePermit,
+)> {
     let (parts, recv) = request.into_parts();
     let protocol = parts.extensions.get::<h2::ext::Protocol>().map(|p| p.as_str());
     let hello = match ClientHello::from_extended_connect(&parts.method, protocol, &parts.headers) {
         Ok(hello) => hello,
-        Err(e) => return refuse(&mut respond, reject_response(&e)),
+        Err(e) => {
+            refuse(&mut respond, reject_response(&e));
+            return None;
+        }
     };
-    let Ok(_permit) = Arc::clone(&context.permits).try_acquire_owned() else {
-        return refuse(&mut respond, service_unavailable());
+    let Ok(permit) = Arc::clone(&context.permits).try_acquire_owned() else {
+        refuse(&mut respond, service_unavailable());
+        return None;
     };
     let config = &context.config;
     let (response, deflate) = negotiate(&hello, &config.protocol);
     let deflate = kept_deflate(deflate, &response);
-    let Ok(send) = respond.send_response(response, false) else {
-        return;
-    };
+    let send = respond.send_response(response, false).ok()?;
     let stream = H2Stream::new(send, recv, tls, config.close_timeout, None);
     let mut ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Server, config, &[], deflate);
     ws.set_shutdown(&context.shutdown);
-    (context.handler)(ws, Request::from_parts(parts, ()), context.peer).await;
+    Some((ws, Request::from_parts(parts, ()), permit))
 }
 
 /// Answers a refused stream with an HTTP/2 response carrying the refusal's status and text.
@@ -682,16 +748,88 @@ pub(crate) fn client_alpn(version: HttpVersion) -> &'static [&'static [u8]] {
 pub(crate) struct PooledConnection {
     requests: h2::client::SendRequest<Bytes>,
     tls: bool,
+    /// WebSockets open on it, against the server's `SETTINGS_MAX_CONCURRENT_STREAMS`: a full
+    /// connection is not offered again (h2 would queue the stream until one ends).
+    open: std::sync::atomic::AtomicUsize,
 }
 
-/// What makes two connections interchangeable: the origin, the TLS configuration and the proxy.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+impl PooledConnection {
+    fn has_room(&self) -> bool {
+        self.open.load(std::sync::atomic::Ordering::Acquire) < self.requests.current_max_send_streams()
+    }
+}
+
+/// A WebSocket's place on a pooled connection: keeps the connection open, and counts.
+#[derive(Debug)]
+struct StreamSlot(Arc<PooledConnection>);
+
+impl StreamSlot {
+    fn new(connection: Arc<PooledConnection>) -> Self {
+        connection.open.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        StreamSlot(connection)
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// What makes two connections interchangeable: the origin, the proxy, and the very TLS
+/// configuration (held, so that its address cannot be reused by another while the key exists:
+/// a connection made with one client certificate is never handed to another configuration).
+#[derive(Debug, Clone)]
 pub(crate) struct PoolKey {
     pub(crate) tls: bool,
     pub(crate) host: String,
     pub(crate) port: u16,
-    pub(crate) tls_config: usize,
     pub(crate) proxy: String,
+    #[cfg(feature = "tls")]
+    pub(crate) tls_config: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl PoolKey {
+    fn tls_config_address(&self) -> usize {
+        #[cfg(feature = "tls")]
+        if let Some(config) = &self.tls_config {
+            return Arc::as_ptr(config) as usize;
+        }
+        0
+    }
+}
+
+impl PartialEq for PoolKey {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.tls,
+            &self.host,
+            self.port,
+            &self.proxy,
+            self.tls_config_address(),
+        ) == (
+            other.tls,
+            &other.host,
+            other.port,
+            &other.proxy,
+            other.tls_config_address(),
+        )
+    }
+}
+
+impl Eq for PoolKey {}
+
+impl std::hash::Hash for PoolKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (
+            self.tls,
+            &self.host,
+            self.port,
+            &self.proxy,
+            self.tls_config_address(),
+        )
+            .hash(state);
+    }
 }
 
 fn pool() -> &'static Mutex<HashMap<PoolKey, Weak<PooledConnection>>> {
@@ -711,7 +849,7 @@ pub(crate) async fn connect_pooled(
         pool.retain(|_, weak| weak.strong_count() > 0);
         pool.get(key).and_then(Weak::upgrade)
     };
-    let Some(shared) = shared else {
+    let Some(shared) = shared.filter(|c| c.has_room()) else {
         return Ok(None);
     };
     match open_stream(shared, request.clone(), config).await {
@@ -761,7 +899,11 @@ pub(crate) async fn connect_new(
         )
         .into());
     }
-    let shared = Arc::new(PooledConnection { requests, tls });
+    let shared = Arc::new(PooledConnection {
+        requests,
+        tls,
+        open: Default::default(),
+    });
     pool()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -796,7 +938,13 @@ async fn open_stream(
     check_extended_connect_response(&request, &response)?;
     let deflate = extension::client_accept(&config.protocol, response.headers())?;
     let tls = shared.tls;
-    let stream = H2Stream::new(send, recv, tls, config.close_timeout, Some(shared));
+    let stream = H2Stream::new(
+        send,
+        recv,
+        tls,
+        config.close_timeout,
+        Some(StreamSlot::new(shared)),
+    );
     let ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Client, config, &[], deflate);
     Ok((ws, response))
 }
@@ -827,7 +975,7 @@ mod tests {
     }
 
     /// Filters `input` delivered in the pieces `cuts` makes; returns (to h2, to the client).
-    fn run(input: &[u8], cuts: &[usize]) -> (Vec<u8>, Vec<u8>) {
+    fn run(input: &[u8], cuts: &[usize]) -> (Vec<u8>, Vec<u8>, u64) {
         let (io, _peer) = tokio::io::duplex(64);
         let mut guard = StreamErrorGuard::new(io, BytesMut::new());
         let mut start = 0;
@@ -836,23 +984,22 @@ mod tests {
             guard.filter();
             start = end;
         }
-        (guard.filtered.to_vec(), guard.inject.to_vec())
+        (guard.filtered.to_vec(), guard.inject.to_vec(), guard.credit)
     }
 
     #[test]
     fn data_after_end_stream_becomes_a_reset_of_that_stream_alone() {
         let input = client_bytes();
-        let (to_h2, to_client) = run(&input, &[]);
+        let (to_h2, to_client, credit) = run(&input, &[]);
         let mut expected = input[..PREFACE.len() + 9 + 9 + 2].to_vec();
         expected.extend(frame(FRAME_RST_STREAM, 3, STREAM_CLOSED));
         expected.extend(header(3, FRAME_DATA, 0, 5));
         expected.extend(b"ok!");
         assert_eq!(to_h2, expected);
-        // One reset for the stream, and the connection window back for both dropped frames.
-        let mut reply = frame(FRAME_RST_STREAM, 3, STREAM_CLOSED).to_vec();
-        reply.extend(frame(FRAME_WINDOW_UPDATE, 0, 5));
-        reply.extend(frame(FRAME_WINDOW_UPDATE, 0, 4));
-        assert_eq!(to_client, reply);
+        // One reset for the stream, and the connection window owed for both dropped frames
+        // (sent as one WINDOW_UPDATE when the reset goes out).
+        assert_eq!(to_client, frame(FRAME_RST_STREAM, 3, STREAM_CLOSED));
+        assert_eq!(credit, 9);
     }
 
     #[test]

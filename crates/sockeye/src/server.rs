@@ -324,7 +324,9 @@ impl Server {
                 let mut head = BytesMut::with_capacity(1024);
                 #[cfg(feature = "http2")]
                 if config.accept_http2 && speaks_http2(&mut stream, &mut head, &config).await {
-                    // The connection holds its permit; each of its WebSockets takes one more.
+                    // The connection holds its permit, if it got one; each of its WebSockets
+                    // takes one more.
+                    let admitted = permit.is_some();
                     let _connection_permit = permit;
                     let context = crate::http2::ServeContext {
                         config,
@@ -333,7 +335,7 @@ impl Server {
                         handler,
                         peer,
                     };
-                    crate::http2::serve_connection(stream, head, context).await;
+                    crate::http2::serve_connection(stream, head, admitted, context).await;
                     return;
                 }
                 let Some(_permit) = permit else {

@@ -364,3 +364,116 @@ async fn hyper_and_axum_serve_websockets_over_http2() {
     assert_eq!(response.status(), 101);
     exchange(&mut ws).await;
 }
+
+/// Over the server's stream limit the client opens another connection instead of queueing the
+/// socket behind the others until one ends.
+#[tokio::test]
+async fn a_full_connection_makes_the_client_open_another() {
+    let server = echo_server(
+        Config {
+            http2_max_concurrent_streams: 3,
+            ..Config::default()
+        },
+        None,
+    )
+    .await;
+    let url = format!("ws://{}/", server.addr);
+    let config = Config {
+        handshake_timeout: std::time::Duration::from_secs(2),
+        ..config(HttpVersion::Http2Only)
+    };
+    let mut sockets = Vec::new();
+    for _ in 0..7 {
+        sockets.push(sockeye::connect_with(url.as_str(), &config).await.unwrap().0);
+    }
+    for ws in &mut sockets {
+        ws.send("hi").await.unwrap();
+        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("hi"));
+    }
+    assert_eq!(server.http2.load(Ordering::SeqCst), 7);
+}
+
+/// A raw HTTP/2 connection to `addr`, once the server's SETTINGS have arrived.
+async fn raw_h2(addr: SocketAddr) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<()>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    let mut ping = connection.ping_pong().unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    ping.ping(h2::Ping::opaque()).await.unwrap();
+    (client, driver)
+}
+
+fn extended_connect(addr: SocketAddr) -> http::Request<()> {
+    let mut request = http::Request::builder()
+        .method("CONNECT")
+        .uri(format!("http://{addr}/"))
+        .header("sec-websocket-version", "13")
+        .body(())
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(h2::ext::Protocol::from("websocket"));
+    request
+}
+
+/// HTTP/2 connections count against `max_connections` like any other, and their WebSockets too:
+/// a connection over the limit is sent away (GOAWAY) without a WebSocket, and closed.
+#[tokio::test]
+async fn http2_connections_and_streams_count_against_the_limit() {
+    let server = echo_server(
+        Config {
+            max_connections: 2,
+            ..Config::default()
+        },
+        None,
+    )
+    .await;
+    // One connection and its one WebSocket: both permits.
+    let (mut first, _) =
+        sockeye::connect_with(format!("ws://{}/", server.addr), &config(HttpVersion::Http2Only))
+            .await
+            .unwrap();
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    // Whatever the timing, no WebSocket: the request fails, is refused, or is answered 503.
+    if let Ok(mut client) = client.ready().await
+        && let Ok((response, _send)) = client.send_request(extended_connect(server.addr), false)
+        && let Ok(response) = response.await
+    {
+        assert_eq!(response.status(), 503);
+    }
+    // The refused connection ends by itself.
+    tokio::time::timeout(std::time::Duration::from_secs(5), driver)
+        .await
+        .expect("the over-limit connection is closed")
+        .unwrap();
+    first.send("still served").await.unwrap();
+    assert_eq!(
+        first.recv().await.unwrap().unwrap(),
+        Message::text("still served")
+    );
+}
+
+/// A connection that opens no WebSocket is closed after the handshake timeout, like an HTTP/1.1
+/// client that never sends its request.
+#[tokio::test]
+async fn an_http2_connection_without_websockets_is_closed_after_the_handshake_timeout() {
+    let server = echo_server(
+        Config {
+            handshake_timeout: std::time::Duration::from_millis(300),
+            ..Config::default()
+        },
+        None,
+    )
+    .await;
+    let (_client, driver) = raw_h2(server.addr).await;
+    tokio::time::timeout(std::time::Duration::from_secs(5), driver)
+        .await
+        .expect("the idle connection is closed")
+        .unwrap();
+}

@@ -9,7 +9,9 @@
 //! This crate knows no HTTP/2 framing: `:protocol` is handed in and out as a string, and the
 //! HTTP/2 layer (h2, hyper) carries it.
 
-use http::header::{CONNECTION, HOST, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, UPGRADE};
+use http::header::{
+    CONNECTION, HOST, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, TE, TRANSFER_ENCODING, UPGRADE,
+};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
 
 use super::client::check_negotiated;
@@ -91,9 +93,13 @@ pub fn extended_connect_request(mut request: Request<()>) -> Result<Request<()>,
     let Some(host) = uri.host() else {
         return Err(HandshakeError::InvalidUrl("no host".into()));
     };
-    let authority = match uri.port_u16() {
-        Some(port) if port != default_port => format!("{host}:{port}"),
-        _ => host.to_string(),
+    // RFC 9113 §8.3.1: `:authority` replaces `Host`; one the caller set wins over the URL's.
+    let authority = match request.headers().get(HOST).and_then(|h| h.to_str().ok()) {
+        Some(host) => host.to_string(),
+        None => match uri.port_u16() {
+            Some(port) if port != default_port => format!("{host}:{port}"),
+            _ => host.to_string(),
+        },
     };
     let path = match uri.path_and_query().map(|p| p.as_str()) {
         None | Some("") => "/",
@@ -109,8 +115,16 @@ pub fn extended_connect_request(mut request: Request<()>) -> Result<Request<()>,
     *request.method_mut() = Method::CONNECT;
     *request.version_mut() = Version::HTTP_2;
     let headers = request.headers_mut();
-    for name in [HOST, UPGRADE, CONNECTION, SEC_WEBSOCKET_KEY] {
+    // RFC 9113 §8.2.2: connection-specific headers are malformed in HTTP/2 (and `TE` may only
+    // say `trailers`); RFC 8441 uses no key.
+    for name in [HOST, UPGRADE, CONNECTION, SEC_WEBSOCKET_KEY, TRANSFER_ENCODING] {
         headers.remove(name);
+    }
+    for name in ["keep-alive", "proxy-connection"] {
+        headers.remove(name);
+    }
+    if headers.get(TE).is_some_and(|te| te != "trailers") {
+        headers.remove(TE);
     }
     headers.insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
     Ok(request)
@@ -212,12 +226,17 @@ mod tests {
     #[test]
     fn client_request_is_a_connect_without_connection_headers() {
         let request = Request::get("ws://127.0.0.1:9001")
-            .header("host", "other")
+            .header("host", "other:8080")
+            .header("keep-alive", "timeout=5")
+            .header("te", "gzip")
             .header("sec-websocket-protocol", "chat")
             .body(())
             .unwrap();
         let request = extended_connect_request(request).unwrap();
-        assert_eq!(request.uri(), "http://127.0.0.1:9001/");
+        assert_eq!(request.uri(), "http://other:8080/");
+        assert!(request.headers().get("keep-alive").is_none() && request.headers().get("te").is_none());
+        let plain = extended_connect_request(Request::get("ws://127.0.0.1:9001").body(()).unwrap()).unwrap();
+        assert_eq!(plain.uri(), "http://127.0.0.1:9001/");
         assert_eq!(request.version(), Version::HTTP_2);
         assert!(request.headers().get(HOST).is_none());
         assert_eq!(request.headers()["sec-websocket-protocol"], "chat");
