@@ -7,7 +7,9 @@ use http::header::{
 };
 use http::{HeaderValue, Request, Response, StatusCode};
 
-use super::{accept_key, check_parsed, header_has_token, header_list, to_header_map, write_headers};
+use super::{
+    accept_key, check_parsed, header_has_token, header_list, to_header_map, url_target, write_headers,
+};
 use crate::config::Config;
 use crate::error::HandshakeError;
 use crate::extension::{ExtensionOffer, parse_extensions};
@@ -37,23 +39,7 @@ impl ClientHandshake {
     /// ```
     pub fn new(mut request: Request<()>, nonce: [u8; 16]) -> Result<Self, HandshakeError> {
         let uri = request.uri();
-        let default_port = match uri.scheme_str() {
-            Some("ws" | "http") => 80,
-            Some("wss" | "https") => 443,
-            Some(other) => {
-                return Err(HandshakeError::InvalidUrl(format!(
-                    "unsupported scheme {other:?}"
-                )));
-            }
-            None => {
-                return Err(HandshakeError::InvalidUrl(
-                    "no scheme (expected ws:// or wss://)".into(),
-                ));
-            }
-        };
-        let Some(host) = uri.host() else {
-            return Err(HandshakeError::InvalidUrl("no host".into()));
-        };
+        let (_, host, default_port) = url_target(uri)?;
         let host = match uri.port_u16() {
             Some(p) if p != default_port => format!("{host}:{p}"),
             _ => host.to_string(),

@@ -15,8 +15,8 @@ use http::header::{
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
 
 use super::client::check_negotiated;
-use super::header_has_token;
 use super::server::{ClientHello, offered_extension_list, offered_protocols};
+use super::{header_has_token, url_target};
 use crate::error::HandshakeError;
 
 /// The value of `:protocol` that asks for a WebSocket (RFC 8441 §5).
@@ -76,23 +76,8 @@ impl ClientHello {
 /// ```
 pub fn extended_connect_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
     let uri = request.uri();
-    let (scheme, default_port) = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
-        Some("ws" | "http") => ("http", 80),
-        Some("wss" | "https") => ("https", 443),
-        Some(other) => {
-            return Err(HandshakeError::InvalidUrl(format!(
-                "unsupported scheme {other:?}"
-            )));
-        }
-        None => {
-            return Err(HandshakeError::InvalidUrl(
-                "no scheme (expected ws:// or wss://)".into(),
-            ));
-        }
-    };
-    let Some(host) = uri.host() else {
-        return Err(HandshakeError::InvalidUrl("no host".into()));
-    };
+    let (secure, host, default_port) = url_target(uri)?;
+    let scheme = if secure { "https" } else { "http" };
     // RFC 9113 §8.3.1: `:authority` replaces `Host`; one the caller set wins over the URL's.
     let authority = match request.headers().get(HOST).and_then(|h| h.to_str().ok()) {
         Some(host) => host.to_string(),

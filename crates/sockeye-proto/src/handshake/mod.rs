@@ -58,6 +58,30 @@ pub fn header_list<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterat
         .filter(|s| !s.is_empty())
 }
 
+/// The parts of a WebSocket URL a handshake needs: whether it is secure (`wss`/`https`), its
+/// host, and the scheme's default port. Schemes are compared without regard to case (RFC 3986
+/// §3.1).
+fn url_target(uri: &http::Uri) -> Result<(bool, &str, u16), crate::HandshakeError> {
+    let secure = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
+        Some("ws" | "http") => false,
+        Some("wss" | "https") => true,
+        Some(other) => {
+            return Err(crate::HandshakeError::InvalidUrl(format!(
+                "unsupported scheme {other:?}"
+            )));
+        }
+        None => {
+            return Err(crate::HandshakeError::InvalidUrl(
+                "no scheme (expected ws:// or wss://)".into(),
+            ));
+        }
+    };
+    let Some(host) = uri.host() else {
+        return Err(crate::HandshakeError::InvalidUrl("no host".into()));
+    };
+    Ok((secure, host, if secure { 443 } else { 80 }))
+}
+
 /// Copies parsed header slots into a [`HeaderMap`].
 fn to_header_map(parsed: &[httparse::Header<'_>]) -> Result<HeaderMap, crate::HandshakeError> {
     let mut map = HeaderMap::with_capacity(parsed.len());
