@@ -49,7 +49,10 @@ struct Side {
 impl Side {
     fn new(role: Role, input: &Input) -> Side {
         let config = Config { max_message_size: 1 << 20, ..Config::default() };
-        let mut conn = Connection::new(role, config);
+        let mut conn = match role {
+            Role::Server => Connection::server(config),
+            Role::Client => Connection::client(config, sockeye_proto::frame::insecure_mask_keys_for_tests(1)),
+        };
         conn.set_deflate(input.deflate.map(|n| n.state(role)));
         Side { conn, expected: VecDeque::new(), tainted: false, eof: false }
     }

@@ -31,7 +31,7 @@ const LIMIT: usize = 64 << 10;
 
 fuzz_target!(|input: Input| {
     let config = Config { max_message_size: LIMIT, max_frame_size: LIMIT, ..Config::default() };
-    let mut server = Connection::new(Role::Server, config);
+    let mut server = Connection::server(config);
     server.set_deflate(Some(input.negotiated.state(Role::Server)));
     for frame in input.frames {
         let opcode = match frame.opcode % 4 {

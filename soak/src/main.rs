@@ -24,7 +24,7 @@ use futures_util::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sockeye::proto::extension::deflate::DeflateConfig;
-use sockeye::{CloseCode, CloseFrame, Config, DataKind, Error, Message, ProtocolConfig, Server};
+use sockeye::{CloseCode, CloseFrame, Config, DataKind, Error, Message, Server};
 use tokio::net::TcpSocket;
 use tokio::time::Instant;
 
@@ -99,12 +99,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Generous deadlines: the soak judges loss and corruption on a machine it loads fully, not
 /// latency (a closing handshake can wait behind thousands of busy connections).
 fn config() -> Config {
-    Config {
-        max_connections: 100_000,
-        handshake_timeout: Duration::from_secs(30),
-        close_timeout: Duration::from_secs(15),
-        ..Config::default()
-    }
+    Config::builder()
+        .max_connections(100_000)
+        .handshake_timeout(Duration::from_secs(30))
+        .close_timeout(Duration::from_secs(15))
+        .build()
 }
 
 async fn server(addr: &str) -> Result<(), Box<dyn std::error::Error>> {
@@ -242,13 +241,7 @@ async fn connect(
         client_no_context_takeover: true,
         ..DeflateConfig::default()
     });
-    let config = Config {
-        protocol: ProtocolConfig {
-            deflate,
-            ..Default::default()
-        },
-        ..config()
-    };
+    let config = config().to_builder().deflate(deflate).build();
     let (ws, _) = sockeye::client_handshake(stream, url, &config).await?;
     Ok(ws)
 }
@@ -298,8 +291,11 @@ async fn converse(
                 ws.send_fragment(kind, body.slice(a..b), false).await?;
                 ws.send_fragment(kind, body.slice(b..), true).await?;
             } else if text {
-                let message =
-                    Message::Text(body.clone().try_into().map_err(|_| Error::InvalidInput("text"))?);
+                let message = Message::Text(
+                    body.clone()
+                        .try_into()
+                        .map_err(|_| Error::from(sockeye::ProtocolError::InvalidInput("text")))?,
+                );
                 ws.feed(message).await?;
             } else {
                 ws.feed(Message::Binary(body.clone())).await?;
@@ -330,7 +326,7 @@ async fn converse(
                 }
                 None => {
                     totals.lost.fetch_add(in_flight.len() as u64, Ordering::Relaxed);
-                    return Err(Error::Closed);
+                    return Err(sockeye::ProtocolError::Closed.into());
                 }
             }
         }

@@ -27,12 +27,12 @@ fn main() {
         let offer = client_offer(&cc).unwrap();
         let before = counting::live();
         let (state, response) = server_accept(&sc, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
-        let mut server = Connection::new(Role::Server, sc);
+        let mut server = Connection::server(sc);
         server.set_deflate(Some(state));
         let idle = counting::live() - before;
         let mut headers = http::HeaderMap::new();
         headers.insert("sec-websocket-extensions", response.parse().unwrap());
-        let mut client = Connection::new(Role::Client, cc);
+        let mut client = Connection::client(cc, sockeye_proto::frame::insecure_mask_keys_for_tests(1));
         client.set_deflate(client_accept(client.config(), &headers).unwrap());
         let before_client = counting::live();
         client.send(Message::text(text.clone())).unwrap();

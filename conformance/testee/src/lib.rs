@@ -51,7 +51,7 @@ async fn case_count(base: &str, config: &Config) -> Result<u32, sockeye::Error> 
             count = text.trim().parse().ok();
         }
     }
-    count.ok_or(sockeye::Error::InvalidInput(
+    count.ok_or(sockeye::Error::from(sockeye::ProtocolError::InvalidInput(
         "the server did not send a case count",
-    ))
+    )))
 }

@@ -1,5 +1,7 @@
 //! Engine configuration: limits and automatic behaviour, with documented defaults.
 
+use std::time::Duration;
+
 /// Settings of a [`Connection`](crate::Connection) and of the handshake parsers.
 ///
 /// ```
@@ -28,6 +30,22 @@ pub struct Config {
     /// a copy (server role only: a client must mask, which writes a copy). Default 16 KiB: below it
     /// copying into the batch buffer is cheaper than one more I/O vector.
     pub zero_copy_threshold: usize,
+    /// How long the closing handshake may take (RFC 6455 §7.1.1): from the first close frame,
+    /// sent or received, or from failing the connection, until the transport is closed. When it
+    /// passes, the engine gives up on the peer and asks for the transport to be dropped
+    /// ([`Transport::Abort`](crate::Transport::Abort)). Default 1 s: plenty on any working
+    /// network; a dead peer costs no more than that.
+    pub close_timeout: Duration,
+    /// Keepalive: when nothing has arrived from the peer for at least this long (at most twice
+    /// this long: the engine checks once per interval), send it a ping. Default 30 s: well inside
+    /// the idle timeouts of common proxies and NATs (60 s and more), so a quiet connection stays
+    /// open through them. `None` turns keepalive off.
+    pub keepalive_interval: Option<Duration>,
+    /// After a keepalive ping, how long to wait for anything from the peer before declaring it
+    /// dead: the connection then ends with [`Error::Timeout`](crate::Error::Timeout)
+    /// (`"keepalive"`) and the transport is dropped. Default 30 s, so a dead peer is found within
+    /// about a minute.
+    pub keepalive_timeout: Duration,
     /// permessage-deflate (RFC 7692): `Some` to offer it (client) or accept it (server). Default on:
     /// state is allocated only once a compressed message flows, so idle connections pay nothing.
     #[cfg(feature = "deflate")]
@@ -43,6 +61,9 @@ impl Default for Config {
             max_handshake_size: 16 << 10,
             max_handshake_headers: 64,
             zero_copy_threshold: 16 << 10,
+            close_timeout: Duration::from_secs(1),
+            keepalive_interval: Some(Duration::from_secs(30)),
+            keepalive_timeout: Duration::from_secs(30),
             #[cfg(feature = "deflate")]
             deflate: Some(crate::extension::deflate::DeflateConfig::default()),
         }

@@ -13,6 +13,11 @@
 //!                 peer's close arrives: we reply at once (§5.5.1)
 //! ```
 //! Once `Closed`, the server closes the TCP connection first; the client waits for it (§7.1.1).
+//! What the transport should do is the engine's output too ([`Connection::transport`]), and so are
+//! its deadlines: keepalive pings, the dead-peer deadline and the close deadline run on the time
+//! the I/O layer passes in ([`Connection::handle_timeout`]); the engine never reads a clock.
+
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -20,7 +25,7 @@ use crate::config::Config;
 use crate::error::{Error, ProtocolViolation};
 use crate::extension::deflate::PerMessageDeflate;
 use crate::frame::{
-    CloseCode, CloseFrame, FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode, RawHeader, apply_mask,
+    CloseCode, CloseFrame, FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode, apply_mask,
 };
 use crate::message::Message;
 use crate::transmit::Transmit;
@@ -40,15 +45,73 @@ pub enum Role {
 pub enum CloseState {
     /// Messages flow both ways.
     Open,
-    /// We sent a close frame and wait for the peer's. `failed` when we closed because the peer
-    /// broke the protocol: then its data frames are dropped unread.
-    Closing {
-        /// Whether we are failing the connection (§7.1.7) rather than closing it at the
-        /// application's request.
-        failed: bool,
-    },
-    /// Both close frames have been sent (or we gave up on the peer); nothing more will be read or sent.
+    /// We sent a close frame and wait for the peer's.
+    Closing,
+    /// Both close frames have been sent, or the connection failed (§7.1.7) or timed out: nothing
+    /// more is read or sent; what still arrives is discarded unread.
     Closed,
+}
+
+/// What the I/O layer does with the transport (RFC 6455 §7.1.1), as the engine asks through
+/// [`Connection::transport`]. The engine decides; the I/O layer only carries it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Transport {
+    /// Read, and write whatever is queued.
+    Open,
+    /// Write what is queued, shut down the writing side (TCP FIN, TLS close_notify) and call
+    /// [`Connection::write_shut_down`]; keep reading until the peer's FIN: the engine discards
+    /// what arrives. Asked after failing the connection (§7.1.7), so that the close frame reaches
+    /// the peer before the socket closes (closing with unread input would reset the connection
+    /// and could destroy the close frame in flight).
+    ShutdownWrite,
+    /// Write what is queued, shut down the writing side and close the transport, then call
+    /// [`Connection::transport_closed`]. The server's move once the closing handshake is done
+    /// (it closes TCP first, §7.1.1), and anyone's once the peer has closed.
+    Finish,
+    /// Close the transport at once, writing nothing more, then call
+    /// [`Connection::transport_closed`]: a deadline passed (the peer stopped answering), or the
+    /// writing side is already shut down.
+    Abort,
+    /// The transport is closed: the connection is over.
+    Closed,
+}
+
+/// A deadline that starts at the next [`Connection::handle_timeout`] (the engine learns the time
+/// only there) or is set at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    Unarmed(Duration),
+    At(Instant),
+}
+
+impl Deadline {
+    fn arm(&mut self, now: Instant) {
+        if let Deadline::Unarmed(after) = *self {
+            *self = Deadline::At(now + after);
+        }
+    }
+
+    /// When it is due; an unarmed deadline is due at once, so that the I/O layer passes the time.
+    fn instant(self, now: Option<Instant>) -> Option<Instant> {
+        match self {
+            Deadline::At(at) => Some(at),
+            Deadline::Unarmed(_) => now,
+        }
+    }
+}
+
+/// Keepalive (see [`Config::keepalive_interval`]): input of any kind proves the peer alive.
+#[derive(Debug)]
+struct Keepalive {
+    interval: Duration,
+    timeout: Duration,
+    /// When to look at the connection next: send a ping if nothing arrived since the last look.
+    next_check: Deadline,
+    /// Something arrived since the last look.
+    input_seen: bool,
+    /// A keepalive ping is out: the peer must send something by then.
+    answer_due: Option<Instant>,
 }
 
 /// The kind of data message being sent in fragments (§5.4).
@@ -84,9 +147,9 @@ struct Reassembly {
 /// A WebSocket connection after the handshake: a deterministic state machine with no I/O.
 ///
 /// ```
-/// use sockeye_proto::{Config, Connection, Message, Role};
+/// use sockeye_proto::{Config, Connection, Message};
 ///
-/// let mut server = Connection::new(Role::Server, Config::default());
+/// let mut server = Connection::server(Config::default());
 /// // A masked "Hello" from a client (RFC 6455 §5.7).
 /// server.receive(&[0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58]);
 /// assert_eq!(server.poll_message().unwrap(), Some(Message::text("Hello")));
@@ -110,6 +173,16 @@ pub struct Connection {
     sending_fragmented: Option<DataKind>,
     transmit: Transmit,
     mask_keys: Option<MaskKeySource>,
+    transport: Transport,
+    /// The writing side of the transport is shut down.
+    write_shut: bool,
+    /// Why the connection ended, kept to be reported once the transport is closed.
+    error: Option<Error>,
+    /// The latest time the I/O layer passed in.
+    now: Option<Instant>,
+    keepalive: Option<Keepalive>,
+    /// Set when the closing handshake starts: the transport must be closed by then.
+    close_deadline: Option<Deadline>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -124,22 +197,27 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// A connection in the open state. A client created this way masks with keys from a simple
-    /// deterministic generator; real clients should use [`Connection::with_mask_keys`].
-    pub fn new(role: Role, config: Config) -> Self {
-        let mut seed: u32 = 0x9E37_79B9;
-        // xorshift32: deterministic, for tests and examples only.
-        let keys: MaskKeySource = Box::new(move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            seed.to_ne_bytes()
-        });
-        Self::with_mask_keys(role, config, keys)
+    /// The server's end of an open connection. Servers do not mask (§5.1).
+    pub fn server(config: Config) -> Self {
+        Self::with_role(Role::Server, config, None)
     }
 
-    /// A connection that takes the mask key of every frame it sends (as a client) from `keys`.
-    pub fn with_mask_keys(role: Role, config: Config, keys: MaskKeySource) -> Self {
+    /// The client's end of an open connection, masking every frame it sends with a key from
+    /// `mask_keys`. RFC 6455 §10.3 requires keys an attacker cannot predict: pass the operating
+    /// system's random source (the `sockeye` crate passes `rand::random`), or, in tests only,
+    /// [`frame::insecure_mask_keys_for_tests`](crate::frame::insecure_mask_keys_for_tests).
+    pub fn client(config: Config, mask_keys: MaskKeySource) -> Self {
+        Self::with_role(Role::Client, config, Some(mask_keys))
+    }
+
+    fn with_role(role: Role, config: Config, mask_keys: Option<MaskKeySource>) -> Self {
+        let keepalive = config.keepalive_interval.map(|interval| Keepalive {
+            interval,
+            timeout: config.keepalive_timeout,
+            next_check: Deadline::Unarmed(interval),
+            input_seen: false,
+            answer_due: None,
+        });
         Connection {
             role,
             config,
@@ -152,7 +230,13 @@ impl Connection {
             deflate: None,
             sending_fragmented: None,
             transmit: Transmit::default(),
-            mask_keys: (role == Role::Client).then_some(keys),
+            mask_keys,
+            transport: Transport::Open,
+            write_shut: false,
+            error: None,
+            now: None,
+            keepalive,
+            close_deadline: None,
         }
     }
 
@@ -182,9 +266,142 @@ impl Connection {
         self.state
     }
 
-    /// Whether the closing handshake has finished (or was abandoned): time to close the transport.
+    /// Whether the closing handshake has finished, or the connection failed or timed out: no
+    /// more messages flow. See [`transport`](Self::transport) for what to do with the transport.
     pub fn is_closed(&self) -> bool {
         self.state == CloseState::Closed
+    }
+
+    // ------------------------------------------------------------------------ time and transport
+
+    /// What the I/O layer should do with the transport now (RFC 6455 §7.1.1). Look at it after
+    /// every call into the engine; it changes only through them.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// The I/O layer shut down the writing side, as [`Transport::ShutdownWrite`] asked.
+    pub fn write_shut_down(&mut self) {
+        self.write_shut = true;
+        if self.transport == Transport::ShutdownWrite {
+            self.transport = Transport::Open;
+        }
+    }
+
+    /// The transport is closed (as asked, or because it failed): the connection is over.
+    pub fn transport_closed(&mut self) {
+        self.transport = Transport::Closed;
+        self.state = CloseState::Closed;
+        self.close_deadline = None;
+        self.keepalive = None;
+        self.read_buf = BytesMut::new();
+        self.incoming = None;
+        self.reassembly = None;
+    }
+
+    /// Why the connection ended, if it did not end cleanly: the protocol violation that failed it
+    /// (also returned by [`poll_message`](Self::poll_message) when it happened), 1006 when the
+    /// peer closed the transport without a close frame, or a timeout. An I/O layer reports it
+    /// once the transport is closed. Takes it: a second call returns `None`.
+    pub fn take_error(&mut self) -> Option<Error> {
+        self.error.take()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next, or `None` when no timer
+    /// runs. The instant may be in the past: call it at once then.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if matches!(self.transport, Transport::Abort | Transport::Closed) {
+            return None;
+        }
+        let close = self.close_deadline.and_then(|d| d.instant(self.now));
+        let keepalive = match &self.keepalive {
+            Some(k) if self.state == CloseState::Open => match k.answer_due {
+                Some(due) => Some(due),
+                None => k.next_check.instant(self.now),
+            },
+            _ => None,
+        };
+        match (close, keepalive) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Passes the time: starts the timers begun since the last call (the engine learns the time
+    /// only here) and acts on those that are due — sends a keepalive ping, gives up on a peer that
+    /// did not answer one, or on a closing handshake that took too long. Call it once when the
+    /// connection starts and whenever the instant of [`poll_timeout`](Self::poll_timeout) has
+    /// passed; then write what is queued and look at [`transport`](Self::transport).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.now = Some(now);
+        if let Some(deadline) = &mut self.close_deadline {
+            deadline.arm(now);
+            if matches!(*deadline, Deadline::At(at) if at <= now) && self.transport != Transport::Closed {
+                // A finished handshake whose peer never closed the transport is no error.
+                if self.state != CloseState::Closed {
+                    self.error.get_or_insert(Error::Timeout("close"));
+                }
+                self.end(Transport::Abort);
+                return;
+            }
+        }
+        if self.state != CloseState::Open {
+            return;
+        }
+        let Some(k) = &mut self.keepalive else {
+            return;
+        };
+        k.next_check.arm(now);
+        if let Some(due) = k.answer_due {
+            if now >= due {
+                // §7.1.7 allows dropping a connection that cannot be closed cleanly: the peer is
+                // not reading, so a close frame would only wait behind the unanswered ping.
+                self.error.get_or_insert(Error::Timeout("keepalive"));
+                self.end(Transport::Abort);
+            }
+            return;
+        }
+        if matches!(k.next_check, Deadline::At(at) if at > now) {
+            return;
+        }
+        if std::mem::take(&mut k.input_seen) {
+            k.next_check = Deadline::At(now + k.interval);
+            return;
+        }
+        k.answer_due = Some(now + k.timeout);
+        // §5.5.2: any payload; the peer's pong (or anything else) proves it alive.
+        self.encode_frame(OpCode::Ping, true, b"sockeye keepalive");
+    }
+
+    /// Tells the engine that input arrived through [`read_buffer`](Self::read_buffer) (which
+    /// [`receive`](Self::receive) does itself): the peer is alive, for keepalive.
+    #[inline]
+    pub fn note_input(&mut self) {
+        if let Some(k) = &mut self.keepalive {
+            if k.answer_due.take().is_some() {
+                // Answered: start the next interval from now, at the next `handle_timeout`.
+                k.next_check = Deadline::Unarmed(k.interval);
+            } else {
+                k.input_seen = true;
+            }
+        }
+    }
+
+    /// Moves to `Closed` and asks the transport for `transport`.
+    fn end(&mut self, transport: Transport) {
+        self.state = CloseState::Closed;
+        self.transport = match transport {
+            Transport::ShutdownWrite | Transport::Finish if self.write_shut => Transport::Abort,
+            t => t,
+        };
+        self.reassembly = None;
+        self.utf8 = None;
+    }
+
+    /// Starts the close deadline, unless it runs already.
+    fn start_close_deadline(&mut self) {
+        let timeout = self.config.close_timeout;
+        self.close_deadline.get_or_insert(Deadline::Unarmed(timeout));
     }
 
     // ---------------------------------------------------------------------------------- input
@@ -193,10 +410,12 @@ impl Connection {
     /// returns `Ok(None)`.
     pub fn receive(&mut self, bytes: &[u8]) {
         self.read_buf.extend_from_slice(bytes);
+        self.note_input();
     }
 
     /// The buffer that received bytes are appended to: an I/O layer can read from the socket straight
-    /// into it instead of calling [`receive`](Self::receive). Only append to it.
+    /// into it instead of calling [`receive`](Self::receive). Only append to it, then call
+    /// [`note_input`](Self::note_input).
     pub fn read_buffer(&mut self) -> &mut BytesMut {
         &mut self.read_buf
     }
@@ -218,31 +437,42 @@ impl Connection {
     }
 
     /// The peer closed the transport (TCP FIN). Returns the close code to report: `None` when the
-    /// closing handshake had finished, else 1006, "closed abnormally" (§7.1.5), after which the
-    /// connection is closed.
+    /// closing handshake had finished, else 1006, "closed abnormally" (§7.1.5), also kept as
+    /// [`Error::AbnormalClosure`]. Either way the transport is to be closed now
+    /// ([`Transport::Finish`]).
     pub fn receive_eof(&mut self) -> Option<CloseCode> {
-        if self.state == CloseState::Closed {
+        if self.transport == Transport::Closed {
             return None;
         }
-        self.state = CloseState::Closed;
-        Some(CloseCode::ABNORMAL)
+        let abnormal = self.state != CloseState::Closed;
+        if abnormal {
+            self.error.get_or_insert(Error::AbnormalClosure);
+        }
+        // Anything queued (a close frame) may still reach a peer that only half-closed; the close
+        // deadline bounds the wait.
+        self.start_close_deadline();
+        self.end(Transport::Finish);
+        abnormal.then_some(CloseCode::ABNORMAL)
     }
 
     /// Parses buffered bytes and returns the next message, or `Ok(None)` when more bytes are needed
     /// (or the connection is closed).
     ///
-    /// On `Err(Error::Protocol(_))` the peer broke the protocol: a close frame with the matching code
-    /// has been queued (§7.1.7). Keep writing [`transmit`](Self::transmit) and reading until
-    /// [`is_closed`](Self::is_closed), so that the peer sees why, then close the transport.
+    /// On `Err(Error::Protocol(_))` the peer broke the protocol and the connection has failed
+    /// (§7.1.7): a close frame with the matching code has been queued, nothing more from the peer
+    /// is processed, and [`transport`](Self::transport) asks to shut down writing once the close
+    /// frame is written. The error is kept for [`take_error`](Self::take_error) too.
     pub fn poll_message(&mut self) -> Result<Option<Message>, Error> {
         if let Some(message) = self.poll_short_message() {
             return Ok(Some(message));
         }
         loop {
-            match self.state {
-                CloseState::Closed => return Ok(None),
-                CloseState::Closing { failed: true } => return Ok(self.skip_until_close()),
-                _ => {}
+            if self.state == CloseState::Closed {
+                // §7.1.7: after failing, and after the closing handshake, input is not processed.
+                // Drop it as it arrives, so that a peer that keeps sending costs no memory.
+                self.read_buf.clear();
+                self.incoming = None;
+                return Ok(None);
             }
             let frame = match self.incoming.take() {
                 Some(frame) => frame,
@@ -419,29 +649,23 @@ impl Connection {
             }
             OpCode::Pong => Ok(Some(Message::Pong(payload))),
             OpCode::Close => {
-                let frame = match CloseFrame::parse(payload) {
-                    Ok(frame) => frame,
-                    Err(v) => {
-                        // A malformed close is still the peer's close: once ours (with the error's
-                        // code) is sent, the handshake is over; waiting for another would only time out.
-                        let error = self.fail(v);
-                        self.state = CloseState::Closed;
-                        return Err(error);
-                    }
-                };
+                // A malformed close fails the connection: our close carries the error's code.
+                let frame = CloseFrame::parse(payload).map_err(|v| self.fail(v))?;
                 let was = self.state;
-                self.state = CloseState::Closed;
-                match was {
-                    CloseState::Open => {
-                        // §5.5.1: reply with a close frame, echoing the status code.
-                        let reply = frame.as_ref().map(|f| CloseFrame::new(f.code, ""));
-                        self.encode_close(reply.as_ref());
-                        Ok(Some(Message::Close(frame)))
-                    }
-                    CloseState::Closing { failed: false } => Ok(Some(Message::Close(frame))),
-                    // The application already has the error that made us close.
-                    CloseState::Closing { failed: true } | CloseState::Closed => Ok(None),
+                if was == CloseState::Open {
+                    // §5.5.1: reply with a close frame, echoing the status code.
+                    let reply = frame.as_ref().map(|f| CloseFrame::new(f.code, ""));
+                    self.encode_close(reply.as_ref());
                 }
+                // §7.1.1: the handshake is done; the server closes the transport first, the
+                // client waits (up to the close deadline) for it to.
+                self.start_close_deadline();
+                let transport = match self.role {
+                    Role::Server => Transport::Finish,
+                    Role::Client => Transport::Open,
+                };
+                self.end(transport);
+                Ok(Some(Message::Close(frame)))
             }
             OpCode::Text | OpCode::Binary | OpCode::Continuation => self.on_data(header, payload),
         }
@@ -510,44 +734,6 @@ impl Connection {
         }
     }
 
-    /// After failing the connection, skips the peer's frames by their length alone (they may be the
-    /// very frames that broke the rules) until its close frame arrives; then the connection is closed.
-    /// Skipped payload is dropped as it arrives, so a huge frame costs no memory.
-    fn skip_until_close(&mut self) -> Option<Message> {
-        loop {
-            if let Some(mut skip) = self.incoming.take() {
-                if self.read_buf.len() < skip.len {
-                    skip.len -= self.read_buf.len();
-                    self.read_buf.clear();
-                    self.incoming = Some(skip);
-                    return None;
-                }
-                self.read_buf.advance(skip.len);
-            }
-            let raw = RawHeader::parse(&self.read_buf)?;
-            if raw.opcode == OpCode::Close.as_u8() {
-                // The peer answered our close: the closing handshake is done (§7.1.2).
-                self.read_buf.clear();
-                self.state = CloseState::Closed;
-                return None;
-            }
-            self.read_buf.advance(raw.header_len);
-            let header = FrameHeader {
-                fin: raw.fin,
-                rsv: 0,
-                opcode: OpCode::Binary,
-                mask: None,
-                payload_len: 0,
-            };
-            let len = usize::try_from(raw.payload_len).unwrap_or(usize::MAX);
-            self.incoming = Some(IncomingFrame {
-                header,
-                len,
-                processed: 0,
-            });
-        }
-    }
-
     /// At the end of a text message: no code point may be left unfinished.
     fn finish_text(&mut self) -> Result<(), Error> {
         match self.utf8.take() {
@@ -556,22 +742,23 @@ impl Connection {
         }
     }
 
-    /// Fails the connection (§7.1.7): queue a close frame with the violation's code and stop
-    /// delivering data. Returns the error to hand to the application.
+    /// Fails the connection (§7.1.7): queues a close frame with the violation's code (unless one
+    /// was sent already), stops processing input and asks for the writing side to be shut down
+    /// once the close frame is out. Returns the error to hand to the application.
     fn fail(&mut self, violation: ProtocolViolation) -> Error {
-        match self.state {
-            CloseState::Open => {
-                let frame = CloseFrame::new(violation.close_code(), "");
-                self.encode_close(Some(&frame));
-                self.state = CloseState::Closing { failed: true };
-            }
-            // A second violation while waiting for the peer's close: give up on the handshake.
-            CloseState::Closing { .. } => self.state = CloseState::Closed,
-            CloseState::Closed => {}
+        self.fail_with(violation.close_code(), Error::Protocol(violation))
+    }
+
+    fn fail_with(&mut self, code: CloseCode, error: Error) -> Error {
+        if self.state == CloseState::Open {
+            self.encode_close(Some(&CloseFrame::new(code, "")));
         }
-        self.reassembly = None;
-        self.utf8 = None;
-        Error::Protocol(violation)
+        if self.state != CloseState::Closed {
+            self.start_close_deadline();
+            self.end(Transport::ShutdownWrite);
+        }
+        self.error.get_or_insert_with(|| error.clone());
+        error
     }
 
     // --------------------------------------------------------------------------------- output
@@ -655,7 +842,8 @@ impl Connection {
         }
         if self.state == CloseState::Open {
             self.encode_close(frame.as_ref());
-            self.state = CloseState::Closing { failed: false };
+            self.state = CloseState::Closing;
+            self.start_close_deadline();
         }
         Ok(())
     }
@@ -666,7 +854,13 @@ impl Connection {
         &mut self.transmit
     }
 
+    /// How many bytes wait in [`transmit`](Self::transmit).
+    pub fn transmit_len(&self) -> usize {
+        self.transmit.len()
+    }
+
     /// Takes everything waiting to be written as one contiguous buffer (a convenience for tests and
+
     /// simple I/O layers; [`transmit`](Self::transmit) avoids the copy).
     pub fn transmit_bytes(&mut self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.transmit.len());
@@ -687,9 +881,15 @@ impl Connection {
     fn encode_message(&mut self, opcode: OpCode, payload: Bytes) -> Result<(), Error> {
         match &mut self.deflate {
             Some(d) if d.should_compress(payload.len()) => {
-                let compressed = d
-                    .compress(&payload)
-                    .map_err(|_| Error::InvalidInput("compression failed"))?;
+                let compressed = match d.compress(&payload) {
+                    Ok(compressed) => compressed,
+                    // The compressor's state is lost: the connection cannot go on (1011).
+                    Err(e) => {
+                        let error = Error::Compression(e.to_string());
+                        return Err(self.fail_with(CloseCode::INTERNAL_ERROR, error));
+                    }
+                };
+
                 self.encode_data(opcode, true, FrameHeader::RSV1, Bytes::from(compressed));
             }
             _ => self.encode_data(opcode, true, 0, payload),

@@ -13,9 +13,18 @@ use crate::frame::CloseCode;
 /// - [`Error::Closed`] and [`Error::InvalidInput`]: the local application asked for something that
 ///   cannot be done; the connection is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// The peer violated the protocol.
     Protocol(ProtocolViolation),
+    /// The transport ended without a closing handshake (reported as 1006, §7.1.5).
+    AbnormalClosure,
+    /// A deadline passed: `"close"` (the closing handshake took longer than
+    /// [`Config::close_timeout`](crate::Config::close_timeout)), `"keepalive"` (the peer did not
+    /// answer a keepalive ping in time: it is gone or stuck), or, in the I/O layer, `"handshake"`.
+    Timeout(&'static str),
+    /// Compressing an outgoing message failed; the connection cannot go on.
+    Compression(String),
     /// The opening handshake failed.
     Handshake(HandshakeError),
     /// The connection is closing or closed: no more messages may be sent.
@@ -29,13 +38,18 @@ impl Error {
     pub fn close_code(&self) -> Option<CloseCode> {
         match self {
             Error::Protocol(v) => Some(v.close_code()),
+            Error::AbnormalClosure => Some(CloseCode::ABNORMAL),
+            Error::Compression(_) => Some(CloseCode::INTERNAL_ERROR),
             _ => None,
         }
     }
 
     /// Whether the peer is at fault (a protocol violation or a bad handshake from the other side).
     pub fn is_peer_fault(&self) -> bool {
-        matches!(self, Error::Protocol(_) | Error::Handshake(_))
+        matches!(
+            self,
+            Error::Protocol(_) | Error::Handshake(_) | Error::AbnormalClosure
+        )
     }
 }
 
@@ -44,7 +58,11 @@ impl fmt::Display for Error {
         match self {
             Error::Protocol(v) => write!(f, "peer violated the WebSocket protocol: {v}"),
             Error::Handshake(h) => write!(f, "WebSocket handshake failed: {h}"),
+            Error::AbnormalClosure => f.write_str("peer closed the connection without a close frame (1006)"),
+            Error::Timeout(what) => write!(f, "timed out waiting for the {what}"),
+            Error::Compression(why) => write!(f, "compressing a message failed: {why}"),
             Error::Closed => f.write_str("the connection is closed; no more messages can be sent"),
+
             Error::InvalidInput(what) => write!(f, "invalid input: {what}"),
         }
     }

@@ -13,10 +13,14 @@
 //! [`handshake::parse_request`] and [`handshake::ClientHello`] for servers.
 //!
 //! ```
-//! use sockeye_proto::{CloseCode, CloseFrame, Config, Connection, Message, Role};
+//! use sockeye_proto::{CloseCode, CloseFrame, Config, Connection, Message};
 //!
-//! let mut client = Connection::new(Role::Client, Config::default());
-//! let mut server = Connection::new(Role::Server, Config::default());
+//! use sockeye_proto::frame::insecure_mask_keys_for_tests;
+//!
+//! // A real client takes its mask keys from the OS's random source (RFC 6455 §10.3).
+//! let mut client = Connection::client(Config::default(), insecure_mask_keys_for_tests(1));
+//! let mut server = Connection::server(Config::default());
+
 //! client.send(Message::text("hi")).unwrap();
 //! server.receive(&client.transmit_bytes());
 //! assert_eq!(server.poll_message().unwrap(), Some(Message::text("hi")));
@@ -44,7 +48,7 @@ pub mod utf8;
 
 pub use bytes::Bytes;
 pub use config::Config;
-pub use connection::{CloseState, Connection, DataKind, MaskKeySource, Role};
+pub use connection::{CloseState, Connection, DataKind, MaskKeySource, Role, Transport};
 pub use error::{Error, HandshakeError, ProtocolViolation};
 pub use frame::{CloseCode, CloseFrame};
 pub use message::Message;

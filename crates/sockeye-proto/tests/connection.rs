@@ -8,10 +8,11 @@ use proptest::prelude::*;
 use sockeye_proto::frame::{FrameHeader, OpCode, apply_mask};
 use sockeye_proto::{
     CloseCode, CloseFrame, CloseState, Config, Connection, DataKind, Error, Message, ProtocolViolation, Role,
+    Transport,
 };
 
 fn server() -> Connection {
-    Connection::new(Role::Server, Config::default())
+    Connection::server(Config::default())
 }
 
 /// Parses what the engine wants to send into (opcode, payload) pairs (server frames: unmasked).
@@ -55,13 +56,10 @@ fn reassembles_fragments_with_interleaved_control_frames() {
 
 #[test]
 fn auto_pong_can_be_turned_off() {
-    let mut s = Connection::new(
-        Role::Server,
-        Config {
-            auto_pong: false,
-            ..Config::default()
-        },
-    );
+    let mut s = Connection::server(Config {
+        auto_pong: false,
+        ..Config::default()
+    });
     let got = drain(&mut s, &client_frame(true, 0, OpCode::Ping, b"x")).unwrap();
     assert_eq!(got, vec![Message::Ping("x".into())]);
     assert!(s.transmit().is_empty());
@@ -170,7 +168,7 @@ fn violations_fail_the_connection_with_the_right_code() {
         ),
     ];
     for (config, bytes, violation, code) in cases {
-        let mut s = Connection::new(Role::Server, config);
+        let mut s = Connection::server(config);
         let err = drain(&mut s, &bytes).unwrap_err();
         assert_eq!(err, Error::Protocol(violation.clone()), "{bytes:x?}");
         assert_eq!(err.close_code(), Some(CloseCode(code)));
@@ -179,27 +177,34 @@ fn violations_fail_the_connection_with_the_right_code() {
             vec![(OpCode::Close, close_payload(code, ""))],
             "{violation:?}"
         );
-        if bytes[0] & 0x0F == 0x8 {
-            // The bad frame was the peer's close: with our reply the handshake is over.
-            assert!(s.is_closed(), "{violation:?}");
-            continue;
-        }
-        assert_eq!(s.close_state(), CloseState::Closing { failed: true });
+        // §7.1.7: the connection has failed: nothing more is processed, writing is shut down
+        // once the close frame is out, and the error is kept for the end.
+        assert!(s.is_closed(), "{violation:?}");
+        assert_eq!(s.transport(), Transport::ShutdownWrite, "{violation:?}");
         assert_eq!(s.send(Message::text("no")), Err(Error::Closed));
-        // The peer's close reply, behind any junk, ends the handshake.
+        // Whatever the peer still sends (its close reply, junk) is discarded unread.
         let reply = [
             client_frame(true, 0, OpCode::Binary, b"junk"),
             client_frame(true, 0, OpCode::Close, &close_payload(code, "")),
         ]
         .concat();
         assert_eq!(drain(&mut s, &reply), Ok(vec![]));
-        assert!(s.is_closed(), "{violation:?}");
+        assert_eq!(s.buffered(), 0, "discarded input is not kept");
+        s.write_shut_down();
+        assert_eq!(s.transport(), Transport::Open, "read until the peer's FIN");
+        assert_eq!(s.receive_eof(), None);
+        assert_eq!(s.transport(), Transport::Abort, "writing is shut down already");
+        assert_eq!(s.take_error(), Some(Error::Protocol(violation.clone())));
+        assert_eq!(s.take_error(), None);
     }
 }
 
 #[test]
 fn a_client_rejects_masked_frames() {
-    let mut c = Connection::new(Role::Client, Config::default());
+    let mut c = Connection::client(
+        Config::default(),
+        sockeye_proto::frame::insecure_mask_keys_for_tests(1),
+    );
     assert_eq!(
         drain(&mut c, &client_frame(true, 0, OpCode::Text, b"x")),
         Err(ProtocolViolation::MaskedFrame.into())
@@ -274,7 +279,8 @@ fn closing_handshake_initiated_by_the_peer() {
 fn closing_handshake_initiated_locally() {
     let mut s = server();
     s.close(Some(CloseFrame::new(CloseCode(4000), "done"))).unwrap();
-    assert_eq!(s.close_state(), CloseState::Closing { failed: false });
+    assert_eq!(s.close_state(), CloseState::Closing);
+
     assert_eq!(
         sent_frames(&mut s),
         vec![(OpCode::Close, close_payload(4000, "done"))]
@@ -327,7 +333,10 @@ fn eof_before_close_is_abnormal() {
 
 #[test]
 fn sends_fragments_and_checks_their_order() {
-    let mut c = Connection::new(Role::Client, Config::default());
+    let mut c = Connection::client(
+        Config::default(),
+        sockeye_proto::frame::insecure_mask_keys_for_tests(1),
+    );
     c.send_fragment(DataKind::Text, "ab".into(), false).unwrap();
     assert!(matches!(c.send(Message::text("x")), Err(Error::InvalidInput(_))));
     c.send(Message::Ping("between".into())).unwrap();
@@ -397,7 +406,10 @@ fn any_messages() -> impl Strategy<Value = Vec<Message>> {
 }
 
 fn encode(messages: &[Message], fragment: usize) -> Vec<u8> {
-    let mut c = Connection::new(Role::Client, Config::default());
+    let mut c = Connection::client(
+        Config::default(),
+        sockeye_proto::frame::insecure_mask_keys_for_tests(1),
+    );
     for m in messages {
         match m {
             Message::Text(t) if fragment > 0 && t.len() > fragment => {
@@ -453,7 +465,10 @@ proptest! {
     #[test]
     fn arbitrary_input_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400), client in any::<bool>()) {
         let role = if client { Role::Client } else { Role::Server };
-        let mut conn = Connection::new(role, Config { max_message_size: 200, ..Config::default() });
+        let mut conn = match role {
+            Role::Server => Connection::server(Config { max_message_size: 200, ..Config::default() }),
+            Role::Client => Connection::client(Config { max_message_size: 200, ..Config::default() }, sockeye_proto::frame::insecure_mask_keys_for_tests(1)),
+        };
         conn.receive(&bytes);
         for _ in 0..bytes.len() + 2 {
             match conn.poll_message() {

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use sockeye_proto::extension::deflate::{DeflateConfig, PerMessageDeflate};
 use sockeye_proto::extension::{client_accept, parse_extensions, server_accept};
 use sockeye_proto::frame::OpCode;
-use sockeye_proto::{Config, Connection, Error, Message, ProtocolViolation, Role};
+use sockeye_proto::{Config, Connection, Error, Message, ProtocolViolation};
 
 /// A client and a server that negotiated `client` offer against `server` config.
 fn negotiated(client: DeflateConfig, server: DeflateConfig) -> (Connection, Connection) {
@@ -27,9 +27,9 @@ fn negotiated(client: DeflateConfig, server: DeflateConfig) -> (Connection, Conn
     let mut headers = http::HeaderMap::new();
     headers.insert("sec-websocket-extensions", response.parse().unwrap());
     let client_state = client_accept(&cc, &headers).unwrap();
-    let mut c = Connection::new(Role::Client, cc);
+    let mut c = Connection::client(cc, sockeye_proto::frame::insecure_mask_keys_for_tests(1));
     c.set_deflate(client_state);
-    let mut s = Connection::new(Role::Server, sc);
+    let mut s = Connection::server(sc);
     s.set_deflate(Some(server_state));
     (c, s)
 }
@@ -122,7 +122,7 @@ fn rsv1_rules() {
         Err(ProtocolViolation::ReservedBits(4).into())
     );
     // Without negotiation RSV1 is reserved.
-    let mut plain = Connection::new(Role::Server, Config::default());
+    let mut plain = Connection::server(Config::default());
     assert_eq!(
         drain(
             &mut plain,
@@ -135,13 +135,10 @@ fn rsv1_rules() {
 #[test]
 fn a_deflate_bomb_is_refused_with_1009_and_garbage_with_1007() {
     let (_, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
-    let mut s_small = Connection::new(
-        Role::Server,
-        Config {
-            max_message_size: 1 << 20,
-            ..Config::default()
-        },
-    );
+    let mut s_small = Connection::server(Config {
+        max_message_size: 1 << 20,
+        ..Config::default()
+    });
     let sc = Config {
         max_message_size: 1 << 20,
         ..Config::default()

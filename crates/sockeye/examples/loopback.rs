@@ -49,9 +49,9 @@ async fn run(messages: usize, size: usize) -> Result<(), sockeye::Error> {
         }
         match ws.recv().await {
             Some(Ok(m)) if m == payload => received += 1,
-            Some(Ok(other)) => return Err(sockeye::Error::InvalidInput(unexpected(&other))),
+            Some(Ok(other)) => return Err(sockeye::ProtocolError::InvalidInput(unexpected(&other)).into()),
             Some(Err(e)) => return Err(e),
-            None => return Err(sockeye::Error::AbnormalClosure),
+            None => return Err(sockeye::ProtocolError::AbnormalClosure.into()),
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
@@ -61,7 +61,9 @@ async fn run(messages: usize, size: usize) -> Result<(), sockeye::Error> {
     for _ in 0..1000 {
         let t = Instant::now();
         ws.send(payload.clone()).await?;
-        ws.recv().await.ok_or(sockeye::Error::AbnormalClosure)??;
+        ws.recv()
+            .await
+            .ok_or(sockeye::Error::from(sockeye::ProtocolError::AbnormalClosure))??;
         rtts.push(t.elapsed());
     }
     rtts.sort();

@@ -17,10 +17,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // HTTPS_PROXY / HTTP_PROXY / ALL_PROXY, minus NO_PROXY.
         None => ProxyConfig::Environment,
     };
-    let config = Config {
-        proxy,
-        ..Config::default()
-    };
+    let config = Config::builder().proxy(proxy).build();
     let (mut ws, _) = sockeye::connect_with(url.as_str(), &config).await?;
     ws.send("hello through the proxy").await?;
     if let Some(reply) = ws.recv().await {

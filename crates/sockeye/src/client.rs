@@ -208,7 +208,7 @@ async fn connect_http2(
         return client_handshake(stream, request, config).await;
     }
     match connect_new(stream, key, request.clone(), config).await {
-        Err(Error::Handshake(HandshakeError::Http2Unavailable(_))) if !only => {
+        Err(e) if !only && matches!(e.handshake_error(), Some(HandshakeError::Http2Unavailable(_))) => {
             // h2 without RFC 8441: a new connection that offers HTTP/1.1 alone.
             let stream = open_transport(&target, config, client_alpn(HttpVersion::Http1)).await?;
             client_handshake(stream, request, config).await

@@ -4,26 +4,30 @@ use std::time::Duration;
 
 /// Settings for a connection or a server. Every field has a documented default.
 ///
+/// Build one with [`Config::builder`]; fields can be read, and changed on a value, but new ones
+/// may be added in any release (the struct is `#[non_exhaustive]`), so it cannot be written as
+/// a literal.
+///
 /// ```
 /// use std::time::Duration;
-/// let config = sockeye::Config {
-///     close_timeout: Duration::from_millis(500),
-///     protocol: sockeye::ProtocolConfig { max_message_size: 1 << 20, ..Default::default() },
-///     ..Default::default()
-/// };
+/// let config = sockeye::Config::builder()
+///     .max_message_size(1 << 20)
+///     .close_timeout(Duration::from_millis(500))
+///     .keepalive(None)
+///     .build();
 /// assert!(config.tcp_nodelay);
+/// assert_eq!(config.protocol.max_message_size, 1 << 20);
 /// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
-    /// Limits and behaviour of the protocol engine (message size, auto-pong, handshake size).
+    /// Limits and behaviour of the protocol engine: message and frame size, auto-pong, handshake
+    /// size, compression, the close timeout and keepalive (the engine owns every deadline). Set
+    /// through the builder.
     pub protocol: sockeye_proto::Config,
     /// Disable Nagle's algorithm on TCP sockets this crate opens or accepts. Default true: a
     /// WebSocket message is usually latency-sensitive, and writes are already batched per flush.
     pub tcp_nodelay: bool,
-    /// How long to wait, after sending a close frame, for the peer's close frame and (as a client)
-    /// for the server to close TCP (RFC 6455 §7.1.1). Default 1 s: plenty on any working network;
-    /// a dead peer costs no more than that.
-    pub close_timeout: Duration,
     /// The longest the opening handshake may take, from TCP connect/accept to the 101 response.
     /// Default 10 s; a client that dribbles its request (slowloris) is cut off then.
     pub handshake_timeout: Duration,
@@ -33,15 +37,6 @@ pub struct Config {
     pub write_buffer_high_water: usize,
     /// How much to read from the socket at once. Default 64 KiB (one loopback TCP segment burst).
     pub read_chunk_size: usize,
-    /// When nothing has arrived from the peer for this long, send it a ping. Default 30 s: well
-    /// inside the idle timeouts of common proxies and NATs (60 s and more), so a quiet connection
-    /// stays open through them, and a ping every 30 s costs nothing. `None` turns keepalive off.
-    /// Keepalive runs while the connection is being received from (`recv`, the `Stream`).
-    pub keepalive_interval: Option<Duration>,
-    /// After a keepalive ping, how long to wait for anything from the peer before declaring it
-    /// dead: the stream then ends with [`Error::Timeout("keepalive")`](crate::Error::Timeout) and
-    /// the socket is closed. Default 30 s, so a dead peer is found within about a minute.
-    pub keepalive_timeout: Duration,
     /// The most connections a [`Server`](crate::Server) handles at once, handshakes included.
     /// Above it, new clients are answered `503 Service Unavailable` (with `Retry-After`) and
     /// closed, instead of being left to hang. Default 50,000: an idle Sockeye connection costs
@@ -80,12 +75,9 @@ impl Default for Config {
         Config {
             protocol: sockeye_proto::Config::default(),
             tcp_nodelay: true,
-            close_timeout: Duration::from_secs(1),
             handshake_timeout: Duration::from_secs(10),
             write_buffer_high_water: 1 << 20,
             read_chunk_size: 64 << 10,
-            keepalive_interval: Some(Duration::from_secs(30)),
-            keepalive_timeout: Duration::from_secs(30),
             max_connections: 50_000,
             shutdown_timeout: Duration::from_secs(5),
             #[cfg(feature = "tls")]
@@ -98,7 +90,169 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// A builder starting from the defaults.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder {
+            config: Config::default(),
+        }
+    }
+
+    /// A builder starting from this configuration.
+    pub fn to_builder(&self) -> ConfigBuilder {
+        ConfigBuilder { config: self.clone() }
+    }
+}
+
+/// Builds a [`Config`]; every setting not set keeps its documented default. Limits that can be
+/// lifted take `None` for "no limit".
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ConfigBuilder {
+    config: Config,
+}
+
+impl ConfigBuilder {
+    /// The configuration.
+    pub fn build(self) -> Config {
+        self.config
+    }
+
+    /// The largest message accepted, after reassembly and decompression (default 64 MiB; see
+    /// [`ProtocolConfig::max_message_size`](crate::ProtocolConfig::max_message_size)). `None`:
+    /// no limit besides memory — only for trusted peers.
+    pub fn max_message_size(mut self, limit: impl Into<Option<usize>>) -> Self {
+        self.config.protocol.max_message_size = limit.into().unwrap_or(usize::MAX);
+        self
+    }
+
+    /// The largest frame accepted (default 64 MiB). `None`: no limit besides the message's.
+    pub fn max_frame_size(mut self, limit: impl Into<Option<usize>>) -> Self {
+        self.config.protocol.max_frame_size = limit.into().unwrap_or(usize::MAX);
+        self
+    }
+
+    /// Whether pings are answered automatically (default true).
+    pub fn auto_pong(mut self, on: bool) -> Self {
+        self.config.protocol.auto_pong = on;
+        self
+    }
+
+    /// The largest HTTP head accepted in the opening handshake (default 16 KiB).
+    pub fn max_handshake_size(mut self, bytes: usize) -> Self {
+        self.config.protocol.max_handshake_size = bytes;
+        self
+    }
+
+    /// The most headers accepted in the opening handshake (default 64).
+    pub fn max_handshake_headers(mut self, count: usize) -> Self {
+        self.config.protocol.max_handshake_headers = count;
+        self
+    }
+
+    /// permessage-deflate settings, `None` to neither offer nor accept it (default on, see
+    /// [`DeflateConfig`](crate::extension::deflate::DeflateConfig)).
+    #[cfg(feature = "deflate")]
+    pub fn deflate(mut self, deflate: Option<sockeye_proto::extension::deflate::DeflateConfig>) -> Self {
+        self.config.protocol.deflate = deflate;
+        self
+    }
+
+    /// How long the closing handshake may take, until the transport is closed (default 1 s).
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.config.protocol.close_timeout = timeout;
+        self
+    }
+
+    /// Keepalive: `Some(interval)` pings a peer that has been quiet that long (default 30 s);
+    /// `None` turns keepalive off.
+    pub fn keepalive(mut self, interval: Option<Duration>) -> Self {
+        self.config.protocol.keepalive_interval = interval;
+        self
+    }
+
+    /// How long a keepalive ping may go unanswered before the peer is declared dead (default 30 s).
+    pub fn keepalive_timeout(mut self, timeout: Duration) -> Self {
+        self.config.protocol.keepalive_timeout = timeout;
+        self
+    }
+
+    /// The whole engine configuration at once.
+    pub fn protocol(mut self, protocol: sockeye_proto::Config) -> Self {
+        self.config.protocol = protocol;
+        self
+    }
+
+    /// Whether to disable Nagle's algorithm (default true).
+    pub fn tcp_nodelay(mut self, on: bool) -> Self {
+        self.config.tcp_nodelay = on;
+        self
+    }
+
+    /// The longest the opening handshake may take (default 10 s).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handshake_timeout = timeout;
+        self
+    }
+
+    /// Outgoing bytes queued before sends wait (default 1 MiB).
+    pub fn write_buffer_high_water(mut self, bytes: usize) -> Self {
+        self.config.write_buffer_high_water = bytes;
+        self
+    }
+
+    /// How much to read from the socket at once (default 64 KiB).
+    pub fn read_chunk_size(mut self, bytes: usize) -> Self {
+        self.config.read_chunk_size = bytes;
+        self
+    }
+
+    /// The most connections a server handles at once (default 50,000). `None`: no limit.
+    pub fn max_connections(mut self, limit: impl Into<Option<usize>>) -> Self {
+        self.config.max_connections = limit.into().unwrap_or(usize::MAX);
+        self
+    }
+
+    /// How long a server's graceful shutdown waits for closing handshakes (default 5 s).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shutdown_timeout = timeout;
+        self
+    }
+
+    /// The TLS client configuration for `wss://` (default: the platform's roots).
+    #[cfg(feature = "tls")]
+    pub fn tls_client(mut self, tls: impl Into<Option<std::sync::Arc<rustls::ClientConfig>>>) -> Self {
+        self.config.tls_client = tls.into();
+        self
+    }
+
+    /// Whether a server also accepts WebSockets over HTTP/2 (default true).
+    pub fn accept_http2(mut self, on: bool) -> Self {
+        self.config.accept_http2 = on;
+        self
+    }
+
+    /// The most WebSockets on one HTTP/2 connection (default 128).
+    pub fn http2_max_concurrent_streams(mut self, streams: u32) -> Self {
+        self.config.http2_max_concurrent_streams = streams;
+        self
+    }
+
+    /// Which HTTP version clients use (default HTTP/1.1).
+    pub fn http_version(mut self, version: HttpVersion) -> Self {
+        self.config.http_version = version;
+        self
+    }
+
+    /// The proxy clients connect through (default: from the environment).
+    pub fn proxy(mut self, proxy: crate::proxy::ProxyConfig) -> Self {
+        self.config.proxy = proxy;
+        self
+    }
+}
+
 /// Which HTTP version a client opens its WebSockets over (see [`Config::http_version`]).
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum HttpVersion {

@@ -713,7 +713,7 @@ fn accept_stream<H>(
     let (response, deflate) = negotiate(&hello, &config.protocol);
     let deflate = kept_deflate(deflate, &response);
     let send = respond.send_response(response, false).ok()?;
-    let stream = H2Stream::new(send, recv, tls, config.close_timeout, None);
+    let stream = H2Stream::new(send, recv, tls, config.protocol.close_timeout, None);
     let mut ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Server, config, &[], deflate);
     ws.set_shutdown(&context.shutdown);
     Some((ws, Request::from_parts(parts, ()), permit))
@@ -942,7 +942,7 @@ async fn open_stream(
         send,
         recv,
         tls,
-        config.close_timeout,
+        config.protocol.close_timeout,
         Some(StreamSlot::new(shared)),
     );
     let ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Client, config, &[], deflate);

@@ -65,13 +65,14 @@ pub mod upgrade;
 mod websocket;
 
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
-pub use config::{Config, HttpVersion};
-pub use error::Error;
+pub use config::{Config, ConfigBuilder, HttpVersion};
+pub use error::{Error, ErrorKind};
 pub use server::{Server, ShutdownHandle, accept, accept_with};
 pub use sockeye_proto::Config as ProtocolConfig;
+pub use sockeye_proto::Error as ProtocolError;
 pub use sockeye_proto::{
     self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, ProtocolViolation, Role,
     Utf8Bytes,
 };
 pub use stream::MaybeTlsStream;
-pub use websocket::WebSocket;
+pub use websocket::{WebSocket, WebSocketReader, WebSocketWriter};

@@ -7,7 +7,7 @@
 //! ```
 //! use sockeye::proxy::{Proxy, ProxyConfig};
 //! let proxy = Proxy::parse("socks5h://user:secret@127.0.0.1:1080").unwrap();
-//! let config = sockeye::Config { proxy: ProxyConfig::Url(proxy), ..Default::default() };
+//! let config = sockeye::Config::builder().proxy(ProxyConfig::Url(proxy)).build();
 //! # let _ = config;
 //! ```
 

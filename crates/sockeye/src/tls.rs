@@ -144,7 +144,7 @@ pub enum Roots {
 /// ```no_run
 /// # fn run() -> Result<(), sockeye::Error> {
 /// let tls = sockeye::tls::ClientTlsOptions::default().add_ca_file("ca.pem")?.build()?;
-/// let config = sockeye::Config { tls_client: Some(tls), ..Default::default() };
+/// let config = sockeye::Config::builder().tls_client(Some(tls)).build();
 /// # let _ = config; Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default)]

@@ -2,13 +2,15 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use futures_util::{Sink, Stream};
 use sockeye_proto::extension::deflate::PerMessageDeflate;
-use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, Role};
+use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, Role, Transport};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
@@ -16,64 +18,92 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 use crate::config::Config;
 use crate::error::Error;
 
-/// What the I/O side of the connection is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Reading and writing.
-    Active,
-    /// The stream is finished: the next poll returns `None`.
-    Done,
-}
-
 /// A WebSocket connection over a byte stream `S` (a `TcpStream`, a TLS stream, anything
 /// `AsyncRead + AsyncWrite`).
 ///
 /// Receive with [`recv`](Self::recv) or as a [`Stream`] of `Result<Message, Error>`; send with
-/// [`send`](Self::send) or as a [`Sink`] of [`Message`]. [`split`](futures_util::StreamExt::split)
-/// gives halves for two tasks.
+/// [`send`](Self::send) or as a [`Sink`] of [`Message`]. For a reader task and a writer task,
+/// [`split`](Self::split) it (or use [`futures_util::StreamExt::split`]: both are safe, see
+/// *Splitting* below).
 ///
-/// Writes are batched: [`feed`](futures_util::SinkExt::feed) (or `Sink::start_send`) only queues,
+/// Writes are batched: [`feed`](Self::feed) (or `Sink::start_send`) only queues,
 /// and the queue is written with one vectored write when the application flushes, when it reaches
 /// [`Config::write_buffer_high_water`], or when the receiving side runs out of buffered input. An
 /// echo loop that feeds every reply and never flushes by hand therefore writes once per batch of
 /// input. Pongs and close replies go out the same way, without the application's help.
 ///
-/// The closing handshake (RFC 6455 §7) is handled here: after a close frame is received the stream
-/// yields `Message::Close` and then ends; when the peer breaks the protocol, the connection is
-/// closed with the right status code first and the error is returned after.
+/// The closing handshake (RFC 6455 §7), keepalive and every deadline are the engine's
+/// ([`Connection`]): this type moves bytes, keeps one timer for the engine's next deadline, and
+/// closes the stream when the engine says so. After a close frame is received the stream yields
+/// `Message::Close` and then ends; when the peer breaks the protocol, the connection is failed
+/// with the right status code (RFC 6455 §7.1.7) and the error is returned once the stream is
+/// closed.
+///
+/// # Splitting
+///
+/// Reading and writing share one stream, and a stream keeps one waker per direction: when a
+/// reader task writes (a pong, a close reply, the queue it flushes before waiting) it would take
+/// the writer task's place. So every stream operation here is polled with a waker that wakes
+/// both the task receiving and the task sending, each registered by its own side. Neither half
+/// can miss its wake-up, whether the halves come from [`split`](Self::split) or from
+/// `StreamExt::split`. Pongs and close replies go out while only the reader is polled.
+///
+/// # Cancel safety
+///
+/// Each method below may be dropped at an `.await` (in `tokio::select!`, say):
+///
+/// - [`recv`](Self::recv) is cancel safe: a message is taken from the engine only when it is
+///   returned, so dropping it loses nothing; the next call picks up where it stopped.
+/// - [`send`](Self::send) queues the message at its first poll, before any wait: once polled,
+///   dropping it leaves the message queued (it is written by the next `send`, `flush` or
+///   `recv`); dropped before its first poll, nothing was queued. Never half a message.
+/// - [`feed`](Self::feed) and [`send_fragment`](Self::send_fragment) first wait for room below the
+///   high-water mark: dropped while waiting, the message was not queued (and is dropped with the
+///   future: keep a clone of a message that must not be lost); once they return, it is queued.
+/// - [`flush`](Self::flush) may be dropped at any time: what it did not write stays queued.
+/// - [`close`](Self::close) queues the close frame at its first poll; dropped later, the closing
+///   handshake goes on: keep calling `recv` until `None` to finish it.
 pub struct WebSocket<S> {
+    inner: Inner<S>,
+    /// The wakers of the task receiving and the task sending.
+    wakers: Arc<IoWakers>,
+    /// Wakes both of them: the waker every stream operation and the timer are polled with.
+    io_waker: Waker,
+}
+
+/// The receiving and the sending task, each registered by its own side.
+#[derive(Default)]
+struct IoWakers {
+    reader: AtomicWaker,
+    writer: AtomicWaker,
+}
+
+impl Wake for IoWakers {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.reader.wake();
+        self.writer.wake();
+    }
+}
+
+/// The connection, its stream and the one timer.
+struct Inner<S> {
     stream: S,
     conn: Connection,
-    close_timeout: Duration,
     high_water: usize,
     read_chunk: usize,
-    phase: Phase,
-    /// An error to return once the connection has been closed.
-    pending_error: Option<Error>,
-    /// Set when a close frame has been sent: the peer must finish the handshake by then.
-    close_deadline: Option<Pin<Box<Sleep>>>,
-    /// The peer has closed its side of the stream.
-    read_eof: bool,
-    write_shut: bool,
     /// Bytes were handed to the stream but its flush has not completed. A TLS stream accepts
     /// plaintext into its own buffer and may still owe the socket the records; without this flag
     /// an empty transmit queue would look like "nothing to do" and the data would sit there.
     unflushed: bool,
-    keepalive: Option<Keepalive>,
+    /// Sleeps until the engine's next deadline. Created on first use: a connection without
+    /// timers never needs it.
+    timer: Option<Pin<Box<Sleep>>>,
     /// Set by a [`Server`](crate::Server): its graceful shutdown closes this connection with 1001.
     shutdown: Option<Shutdown>,
-}
-
-/// Keepalive pings (see [`Config::keepalive_interval`]). Input of any kind proves the peer alive.
-#[derive(Debug)]
-struct Keepalive {
-    interval: Duration,
-    timeout: Duration,
-    last_input: Instant,
-    /// When the outstanding keepalive ping was sent.
-    ping_sent: Option<Instant>,
-    /// Created on first use: a connection that never waits for input never needs it.
-    timer: Option<Pin<Box<Sleep>>>,
 }
 
 /// A server's shutdown signal, as a connection sees it.
@@ -82,21 +112,10 @@ struct Shutdown {
     signal: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
-/// What the timers say when the connection is about to wait for input.
-enum Idle {
-    /// Nothing due: wait.
-    Wait,
-    /// Something was queued (a ping, a close frame): go round again to write it.
-    Queued,
-    /// The peer did not answer a keepalive ping in time.
-    Dead,
-}
-
 impl<S> std::fmt::Debug for WebSocket<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebSocket")
-            .field("conn", &self.conn)
-            .field("phase", &self.phase)
+            .field("conn", &self.inner.conn)
             .finish_non_exhaustive()
     }
 }
@@ -113,31 +132,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         deflate: Option<PerMessageDeflate>,
     ) -> Self {
         let mut conn = match role {
-            Role::Client => Connection::with_mask_keys(role, config.protocol.clone(), Box::new(rand::random)),
-            Role::Server => Connection::new(role, config.protocol.clone()),
+            // RFC 6455 §10.3: mask keys from the operating system's random source.
+            Role::Client => Connection::client(config.protocol.clone(), Box::new(rand::random)),
+            Role::Server => Connection::server(config.protocol.clone()),
         };
         conn.set_deflate(deflate);
-        conn.receive(leftover);
+        if !leftover.is_empty() {
+            conn.receive(leftover);
+        }
+        // The engine never reads a clock: it learns the time here, then at its deadlines.
+        conn.handle_timeout(Instant::now().into_std());
+
+        let wakers = Arc::new(IoWakers::default());
         WebSocket {
-            stream,
-            conn,
-            close_timeout: config.close_timeout,
-            high_water: config.write_buffer_high_water,
-            read_chunk: config.read_chunk_size,
-            phase: Phase::Active,
-            pending_error: None,
-            close_deadline: None,
-            read_eof: false,
-            write_shut: false,
-            unflushed: false,
-            keepalive: config.keepalive_interval.map(|interval| Keepalive {
-                interval,
-                timeout: config.keepalive_timeout,
-                last_input: Instant::now(),
-                ping_sent: None,
+            inner: Inner {
+                stream,
+                conn,
+                high_water: config.write_buffer_high_water,
+                read_chunk: config.read_chunk_size,
+                unflushed: false,
                 timer: None,
-            }),
-            shutdown: None,
+                shutdown: None,
+            },
+            io_waker: Waker::from(Arc::clone(&wakers)),
+            wakers,
         }
     }
 
@@ -146,22 +164,50 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     pub(crate) fn set_shutdown(&mut self, shutdown: &crate::server::ShutdownSignal) {
         let signal = Box::pin(shutdown.token.clone().cancelled_owned());
         let flag = std::sync::Arc::clone(&shutdown.flag);
-        self.shutdown = Some(Shutdown { flag, signal });
+        self.inner.shutdown = Some(Shutdown { flag, signal });
+    }
+
+    /// Splits the connection into a sending half (a [`Sink`]) and a receiving half (a
+    /// [`Stream`]) for two tasks, in the order of [`futures_util::StreamExt::split`], so code
+    /// written for that keeps working. Both halves are woken correctly whoever writes to the
+    /// stream (see *Splitting* on [`WebSocket`]); no lock is held across an `await`. Pings are
+    /// answered and close frames replied to while only the reader is polled.
+    /// [`WebSocketReader::reunite`] puts them back together.
+    ///
+    /// ```no_run
+    /// # async fn demo(ws: sockeye::WebSocket<tokio::net::TcpStream>) {
+    /// let (mut writer, mut reader) = ws.split();
+    /// tokio::spawn(async move {
+    ///     while let Some(Ok(message)) = reader.recv().await {
+    ///         println!("{message:?}");
+    ///     }
+    /// });
+    /// writer.send("hello").await.unwrap();
+    /// # }
+    /// ```
+    pub fn split(self) -> (WebSocketWriter<S>, WebSocketReader<S>) {
+        let shared = Arc::new(Mutex::new(self));
+        (
+            WebSocketWriter {
+                shared: Arc::clone(&shared),
+            },
+            WebSocketReader { shared },
+        )
     }
 
     /// The next message: `None` once the connection is closed. Received pings are answered, and
-    /// a received close frame is answered and returned as `Message::Close`, before the end.
+    /// a received close frame is answered and returned as `Message::Close`, before the end. Cancel
+    /// safe.
     pub async fn recv(&mut self) -> Option<Result<Message, Error>> {
         poll_fn(|cx| self.poll_recv(cx)).await
     }
 
-    /// Sends a message and flushes it, waiting while the socket is busy.
+    /// Sends a message and flushes it, waiting while the socket is busy. The message is queued at
+    /// the first poll (see *Cancel safety* on [`WebSocket`]).
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        if self.check_shutdown() {
-            poll_fn(|cx| self.poll_write_out(cx)).await?;
-        }
-        self.conn.send(message.into())?;
-        poll_fn(|cx| self.poll_write_out(cx)).await
+        let queued = self.inner.queue(message.into());
+        poll_fn(|cx| self.poll_write_out(cx)).await?;
+        queued
     }
 
     /// Queues a message if the write buffer is below its high-water mark, without waiting:
@@ -170,25 +216,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// `send`, `flush` or receive. [`Message`] clones are cheap (the payload is shared), so keep a
     /// clone if the message must not be lost.
     pub fn try_send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        self.check_shutdown();
-        if self.conn.transmit().len() >= self.high_water {
-            return Err(Error::WriteBufferFull);
-        }
-        Ok(self.conn.send(message.into())?)
+        self.inner.try_send(message.into())
     }
 
     /// Bytes queued for the peer and not yet handed to the socket (like a browser's
     /// `bufferedAmount`).
-    pub fn buffered_amount(&mut self) -> usize {
-        self.conn.transmit().len()
+    pub fn buffered_amount(&self) -> usize {
+        self.inner.conn.transmit_len()
     }
 
     /// Queues a message without flushing (see the batching note on [`WebSocket`]). Waits first if
     /// the queue is over the high-water mark.
     pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
         poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-        self.conn.send(message.into())?;
-        Ok(())
+        Ok(self.inner.conn.send(message.into())?)
     }
 
     /// Sends many messages and flushes them: the fastest way to push a burst. Messages are
@@ -213,12 +254,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         let mut messages = messages.into_iter().peekable();
         while messages.peek().is_some() {
             poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-            for message in messages.by_ref() {
-                self.conn.send(message.into())?;
-                if self.conn.transmit().len() >= self.high_water {
-                    break;
-                }
-            }
+            self.inner.queue_batch(&mut messages)?;
         }
         self.flush().await
     }
@@ -226,8 +262,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Sends one fragment of a message (RFC 6455 §5.4); see [`Connection::send_fragment`].
     pub async fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
         poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-        self.conn.send_fragment(kind, payload, fin)?;
-        Ok(())
+        Ok(self.inner.conn.send_fragment(kind, payload, fin)?)
     }
 
     /// Writes everything queued.
@@ -236,16 +271,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     }
 
     /// Closes the connection: sends a close frame (`None`: without a status code), waits up to
-    /// [`Config::close_timeout`] for the peer's reply, discarding any messages still arriving, and
-    /// closes the stream. Returns the peer's close frame, if one came.
+    /// [`ProtocolConfig::close_timeout`](crate::ProtocolConfig::close_timeout) for the peer's
+    /// reply, discarding any messages still arriving, and closes the stream. Returns the peer's
+    /// close frame, if one came.
     pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<Option<CloseFrame>, Error> {
-        self.conn.close(frame)?;
+        self.inner.conn.close(frame)?;
         let mut reply = None;
         while let Some(item) = self.recv().await {
             match item {
                 Ok(Message::Close(frame)) => reply = frame,
                 Ok(_) => {}
-                Err(Error::Timeout(_)) | Err(Error::AbnormalClosure) => break,
+                Err(e) if e.timeout().is_some() => break,
+                Err(Error::WebSocket(sockeye_proto::Error::AbnormalClosure)) => break,
                 Err(e) => return Err(e),
             }
         }
@@ -254,135 +291,200 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// The underlying stream.
     pub fn get_ref(&self) -> &S {
-        &self.stream
+        &self.inner.stream
     }
 
     /// The protocol engine, for inspection (state, buffered bytes).
     pub fn connection(&self) -> &Connection {
-        &self.conn
+        &self.inner.conn
     }
 
     /// Polls for the next message; the engine of [`recv`](Self::recv) and the `Stream` impl.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
-        loop {
-            if self.phase == Phase::Done {
-                return Poll::Ready(None);
+        self.wakers.reader.register(cx.waker());
+        let mut io = Context::from_waker(&self.io_waker);
+        let result = self.inner.poll_recv(&mut io);
+        if result.is_ready() && self.inner.conn.transport() == Transport::Closed {
+            // A sender waiting for room must learn that there will be none.
+            self.wakers.writer.wake();
+        }
+        result
+    }
+
+    /// Writes everything queued, then flushes the stream (the sending side).
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.wakers.writer.register(cx.waker());
+        let mut io = Context::from_waker(&self.io_waker);
+        self.inner.poll_write_out(&mut io)
+    }
+
+    /// Waits until the write queue is below the high-water mark (the sending side).
+    fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.wakers.writer.register(cx.waker());
+        let mut io = Context::from_waker(&self.io_waker);
+        self.inner.poll_below_high_water(&mut io)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
+    /// Queues a message for `send`: once the server is shutting down, the close frame (1001) is
+    /// queued instead and the message refused.
+    fn queue(&mut self, message: Message) -> Result<(), Error> {
+        self.check_shutdown();
+        Ok(self.conn.send(message)?)
+    }
+
+    fn try_send(&mut self, message: Message) -> Result<(), Error> {
+        self.check_shutdown();
+        if self.conn.transmit_len() >= self.high_water {
+            return Err(Error::WriteBufferFull);
+        }
+        Ok(self.conn.send(message)?)
+    }
+
+    /// Queues messages until the queue reaches the high-water mark or they run out.
+    fn queue_batch<I: Iterator<Item = impl Into<Message>>>(&mut self, messages: &mut I) -> Result<(), Error> {
+        for message in messages.by_ref() {
+            self.conn.send(message.into())?;
+            if self.conn.transmit_len() >= self.high_water {
+                break;
             }
+        }
+        Ok(())
+    }
+
+    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
+        loop {
             match self.conn.poll_message() {
                 Ok(Some(message)) => {
                     if matches!(message, Message::Close(_)) {
-                        // Send the close reply now, even if the application stops polling.
-                        let _ = self.poll_write_out(cx);
+                        // Send the close reply (and, as a server, close the stream) now, even if
+                        // the application stops polling.
+                        // A failure here ends the stream at the next receive; the close frame
+                        // is what the application must see first.
+                        let _ = self.poll_transport(cx);
                     }
                     return Poll::Ready(Some(Ok(message)));
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    // The engine queued a close frame; report the error once the close is done.
-                    self.pending_error = Some(e.into());
-                    continue;
-                }
+                // A protocol error is kept by the engine and reported once the stream is closed,
+                // after the close frame that explains it has gone out (§7.1.7).
+                Ok(None) | Err(_) => {}
             }
-            // Out of buffered input: write what is queued (replies, pongs, close frames) before
-            // waiting for more. Pending is fine: the waker is registered for both directions.
-            let mut write_blocked = false;
-            if !self.conn.transmit().is_empty() || self.unflushed {
-                match self.poll_write_out(cx) {
-                    Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(self.finish_with(e)))),
-                    Poll::Ready(Ok(())) => {}
-                    Poll::Pending => write_blocked = true,
-                }
-            }
-            if self.conn.close_state() != CloseState::Open
-                && let Some(result) = ready!(self.poll_closing(cx))
-            {
-                return Poll::Ready(result);
+            let write_blocked = match self.poll_transport(cx) {
+                Poll::Ready(Some(end)) => return Poll::Ready(end.err().map(Err)),
+                Poll::Ready(None) => false,
+                Poll::Pending => true,
+            };
+            if self.conn.transport() == Transport::Closed {
+                return Poll::Ready(None);
             }
             // Backpressure on input: while our output is over the high-water mark (a peer that
             // sends pings but does not read the pongs, say), read nothing more.
-            let filled = if write_blocked && self.conn.transmit().len() >= self.high_water {
+            let filled = if write_blocked && self.conn.transmit_len() >= self.high_water {
                 Poll::Pending
             } else {
                 self.poll_fill(cx)
             };
             match filled {
                 Poll::Ready(Ok(0)) => {
-                    self.read_eof = true;
-                    let abnormal = self.conn.receive_eof().is_some();
-                    let error = self
-                        .pending_error
-                        .take()
-                        .or(abnormal.then_some(Error::AbnormalClosure));
-                    self.phase = Phase::Done;
-                    return Poll::Ready(error.map(Err));
+                    self.conn.receive_eof();
                 }
-                Poll::Ready(Ok(_)) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(self.finish_with(e.into())))),
-                // About to wait: the only time timers and the shutdown signal are looked at, so
-                // the busy path pays nothing for them, and the moment to give back empty buffers.
-                Poll::Pending => match self.poll_idle(cx) {
-                    Idle::Wait if !write_blocked => {
+                Poll::Ready(Ok(_)) => self.conn.note_input(),
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(self.end_with(e.into())))),
+                // About to wait: the only time the timer and the shutdown signal are looked at,
+                // so the busy path pays nothing for them, and the moment to give back empty
+                // buffers.
+                Poll::Pending => {
+                    if self.poll_shutdown_signal(cx) || self.poll_timer(cx) {
+                        continue;
+                    }
+                    if !write_blocked {
                         self.conn.release_idle_buffers();
-                        return Poll::Pending;
                     }
-                    Idle::Wait => return Poll::Pending,
-                    Idle::Queued => {}
-                    Idle::Dead => {
-                        self.phase = Phase::Done;
-                        return Poll::Ready(Some(Err(Error::Timeout("keepalive"))));
-                    }
-                },
+                    return Poll::Pending;
+                }
             }
         }
     }
 
-    /// Checks the server's shutdown signal and the keepalive timer before waiting for input.
-    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Idle {
+    /// Does what the engine asks of the stream (RFC 6455 §7.1.1). `Ready(None)`: carry on
+    /// reading; `Ready(Some(result))`: the stream is closed, with the error to report, if any;
+    /// `Pending`: writing is blocked.
+    fn poll_transport(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(), Error>>> {
+        match self.conn.transport() {
+            Transport::ShutdownWrite => {
+                if let Err(e) = ready!(self.poll_write_out(cx)) {
+                    return Poll::Ready(Some(Err(self.end_with(e))));
+                }
+                // Best effort: the peer may be gone already.
+                let _ = ready!(Pin::new(&mut self.stream).poll_shutdown(cx));
+                self.conn.write_shut_down();
+                Poll::Ready(None)
+            }
+            Transport::Finish => {
+                if let Err(e) = ready!(self.poll_write_out(cx)) {
+                    return Poll::Ready(Some(Err(self.end_with(e))));
+                }
+                let _ = ready!(Pin::new(&mut self.stream).poll_shutdown(cx));
+                self.conn.transport_closed();
+                Poll::Ready(Some(self.conn.take_error().map_or(Ok(()), |e| Err(e.into()))))
+            }
+            Transport::Abort => {
+                self.conn.transport_closed();
+                Poll::Ready(Some(self.conn.take_error().map_or(Ok(()), |e| Err(e.into()))))
+            }
+            Transport::Closed => Poll::Ready(None),
+            // Open: write what is queued (replies, pongs, close frames) before waiting for more.
+            // Pending is fine: the waker is registered for both directions.
+            _ if !self.conn.transmit().is_empty() || self.unflushed => match self.poll_write_out(cx) {
+                Poll::Ready(Err(e)) => Poll::Ready(Some(Err(self.end_with(e)))),
+                Poll::Ready(Ok(())) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            },
+            _ => Poll::Ready(None),
+        }
+    }
+
+    /// The stream failed: the connection is over. The engine's own error, if it had one (the
+    /// violation that failed the connection), explains more than the stream's.
+    fn end_with(&mut self, error: Error) -> Error {
+        self.conn.transport_closed();
+        self.conn.take_error().map_or(error, Error::from)
+    }
+
+    /// The engine's one timer: sleeps until its next deadline, and when that passes tells the
+    /// engine the time. Returns whether it did (there may be a ping or a close to act on).
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.conn.poll_timeout() else {
+            return false;
+        };
+        let deadline = Instant::from_std(deadline);
+        let timer = match &mut self.timer {
+            Some(timer) => {
+                if timer.deadline() != deadline {
+                    timer.as_mut().reset(deadline);
+                }
+                timer
+            }
+            None => self.timer.insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        if timer.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        // tokio's clock, so that tests can pause and advance it.
+        self.conn.handle_timeout(Instant::now().into_std());
+        true
+    }
+
+    /// Whether the server's shutdown signal fired (close 1001 is then queued).
+    fn poll_shutdown_signal(&mut self, cx: &mut Context<'_>) -> bool {
         if let Some(shutdown) = &mut self.shutdown
             && shutdown.signal.as_mut().poll(cx).is_ready()
         {
             self.shutdown = None;
-            if self.begin_going_away() {
-                return Idle::Queued;
-            }
+            return self.begin_going_away();
         }
-        if self.conn.close_state() != CloseState::Open {
-            return Idle::Wait;
-        }
-        let Some(keepalive) = &mut self.keepalive else {
-            return Idle::Wait;
-        };
-        let timer = keepalive.timer.get_or_insert_with(|| {
-            Box::pin(tokio::time::sleep_until(
-                keepalive.last_input + keepalive.interval,
-            ))
-        });
-        loop {
-            if timer.as_mut().poll(cx).is_pending() {
-                return Idle::Wait;
-            }
-            let now = Instant::now();
-            match keepalive.ping_sent {
-                None if keepalive.last_input + keepalive.interval > now => {
-                    // Input arrived since the timer was set: push it back.
-                    timer.as_mut().reset(keepalive.last_input + keepalive.interval);
-                }
-                None => {
-                    keepalive.ping_sent = Some(now);
-                    timer.as_mut().reset(now + keepalive.timeout);
-                    // Cannot fail: the connection is open and the payload is short.
-                    let _ = self
-                        .conn
-                        .send(Message::Ping(Bytes::from_static(b"sockeye keepalive")));
-                    return Idle::Queued;
-                }
-                Some(sent) if keepalive.last_input >= sent => {
-                    keepalive.ping_sent = None;
-                    timer.as_mut().reset(keepalive.last_input + keepalive.interval);
-                }
-                Some(_) => return Idle::Dead,
-            }
-        }
+        false
     }
 
     /// Once the server is shutting down, queues close 1001 (after which sends fail with
@@ -408,54 +510,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         self.conn.close(Some(frame)).is_ok()
     }
 
-    /// While closing: enforce the deadline, and once the handshake is done close the transport
-    /// (§7.1.1: the server closes TCP first; the client waits for it). `Ready(Some(..))` ends the
-    /// stream with that result; `Ready(None)` means keep reading.
-    fn poll_closing(&mut self, cx: &mut Context<'_>) -> Poll<Option<Option<Result<Message, Error>>>> {
-        let timeout = self.close_timeout;
-        let deadline = self
-            .close_deadline
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        if deadline.as_mut().poll(cx).is_ready() {
-            self.phase = Phase::Done;
-            // A finished handshake whose server never closed TCP is no error: we close it.
-            let timed_out = (!self.conn.is_closed()).then_some(Error::Timeout("close"));
-            return Poll::Ready(Some(self.pending_error.take().or(timed_out).map(Err)));
-        }
-        if !self.conn.is_closed() {
-            return Poll::Ready(None);
-        }
-        if let Err(e) = ready!(self.poll_write_out(cx)) {
-            return Poll::Ready(Some(Some(Err(self.finish_with(e)))));
-        }
-        if self.conn.role() == Role::Server || self.read_eof {
-            if !self.write_shut {
-                // Best effort: the peer may already be gone.
-                let _ = ready!(Pin::new(&mut self.stream).poll_shutdown(cx));
-                self.write_shut = true;
-            }
-            self.phase = Phase::Done;
-            return Poll::Ready(Some(self.pending_error.take().map(Err)));
-        }
-        // A client waits for the server's FIN: keep reading.
-        Poll::Ready(None)
-    }
-
     /// Reads once from the stream into the engine's buffer.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         let buf = self.conn.read_buffer();
         if buf.capacity() - buf.len() < self.read_chunk / 4 {
             buf.reserve(self.read_chunk);
         }
-        let result = ready!(tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, buf));
-        if let (Some(keepalive), Ok(1..)) = (&mut self.keepalive, &result) {
-            keepalive.last_input = Instant::now();
-        }
-        Poll::Ready(result)
+        tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, buf)
     }
 
     /// Writes everything queued, then flushes the stream.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        if matches!(self.conn.transport(), Transport::Abort | Transport::Closed) {
+            return Poll::Ready(Err(Error::closed()));
+        }
         while !self.conn.transmit().is_empty() {
             self.unflushed = true;
             let n = ready!(tokio_util::io::poll_write_buf(
@@ -474,15 +542,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// Waits until the write queue is below the high-water mark (backpressure).
     fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        if self.check_shutdown() || self.conn.transmit().len() >= self.high_water {
+        if self.check_shutdown() || self.conn.transmit_len() >= self.high_water {
             ready!(self.poll_write_out(cx))?;
         }
         Poll::Ready(Ok(()))
-    }
-
-    fn finish_with(&mut self, error: Error) -> Error {
-        self.phase = Phase::Done;
-        self.pending_error.take().unwrap_or(error)
     }
 }
 
@@ -502,7 +565,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
     }
 
     fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), Error> {
-        Ok(self.get_mut().conn.send(message)?)
+        Ok(self.get_mut().inner.conn.send(message)?)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
@@ -513,11 +576,162 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
     /// peer's reply arrives on the receiving side, which then ends.
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         let this = self.get_mut();
-        if this.conn.close_state() == CloseState::Open {
-            this.conn
+        if this.inner.conn.close_state() == CloseState::Open {
+            this.inner
+                .conn
                 .close(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")))?;
         }
         this.poll_write_out(cx)
+    }
+}
+
+/// The receiving half of a [`WebSocket`], from [`WebSocket::split`].
+pub struct WebSocketReader<S> {
+    shared: Arc<Mutex<WebSocket<S>>>,
+}
+
+/// The sending half of a [`WebSocket`], from [`WebSocket::split`].
+pub struct WebSocketWriter<S> {
+    shared: Arc<Mutex<WebSocket<S>>>,
+}
+
+/// Locks the connection for one poll; the lock is never held across an `await`. A panic in the
+/// other half while it held the lock leaves the connection as consistent as any poll does, so a
+/// poisoned lock is taken as is.
+fn lock<S>(shared: &Mutex<WebSocket<S>>) -> MutexGuard<'_, WebSocket<S>> {
+    shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<S> std::fmt::Debug for WebSocketReader<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSocketReader").finish_non_exhaustive()
+    }
+}
+
+impl<S> std::fmt::Debug for WebSocketWriter<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSocketWriter").finish_non_exhaustive()
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketReader<S> {
+    /// The next message; see [`WebSocket::recv`]. Cancel safe.
+    pub async fn recv(&mut self) -> Option<Result<Message, Error>> {
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Polls for the next message; see [`WebSocket::poll_recv`].
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
+        lock(&self.shared).poll_recv(cx)
+    }
+
+    /// Puts the halves back together. Fails, handing them back, if they come from different
+    /// connections.
+    #[allow(clippy::result_large_err)]
+    pub fn reunite(self, writer: WebSocketWriter<S>) -> Result<WebSocket<S>, (Self, WebSocketWriter<S>)> {
+        if !Arc::ptr_eq(&self.shared, &writer.shared) {
+            return Err((self, writer));
+        }
+        drop(writer);
+        match Arc::try_unwrap(self.shared) {
+            Ok(mutex) => Ok(mutex
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)),
+            // Unreachable: the writer was the only other owner and has been dropped.
+            Err(shared) => Err((
+                WebSocketReader {
+                    shared: Arc::clone(&shared),
+                },
+                WebSocketWriter { shared },
+            )),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocketReader<S> {
+    type Item = Result<Message, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_recv(cx)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
+    /// Sends a message and flushes it; see [`WebSocket::send`] (same cancel safety).
+    pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
+        let queued = lock(&self.shared).inner.queue(message.into());
+        self.flush().await?;
+        queued
+    }
+
+    /// Queues a message without flushing, waiting first for room below the high-water mark; see
+    /// [`WebSocket::feed`].
+    pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
+        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
+        Ok(lock(&self.shared).inner.conn.send(message.into())?)
+    }
+
+    /// Queues a message if there is room, without waiting; see [`WebSocket::try_send`].
+    pub fn try_send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
+        lock(&self.shared).inner.try_send(message.into())
+    }
+
+    /// Sends many messages and flushes them; see [`WebSocket::send_batch`].
+    pub async fn send_batch<I>(&mut self, messages: I) -> Result<(), Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Message>,
+    {
+        let mut messages = messages.into_iter().peekable();
+        while messages.peek().is_some() {
+            poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
+            lock(&self.shared).inner.queue_batch(&mut messages)?;
+        }
+        self.flush().await
+    }
+
+    /// Sends one fragment of a message; see [`WebSocket::send_fragment`].
+    pub async fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
+        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
+        Ok(lock(&self.shared).inner.conn.send_fragment(kind, payload, fin)?)
+    }
+
+    /// Writes everything queued.
+    pub async fn flush(&mut self) -> Result<(), Error> {
+        poll_fn(|cx| lock(&self.shared).poll_write_out(cx)).await
+    }
+
+    /// Sends a close frame (`None`: without a status code) and flushes it. The peer's reply
+    /// arrives at the reader, which then ends: keep receiving until `None` to finish the
+    /// closing handshake.
+    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
+        lock(&self.shared).inner.conn.close(frame)?;
+        self.flush().await
+    }
+
+    /// Bytes queued for the peer and not yet handed to the socket.
+    pub fn buffered_amount(&self) -> usize {
+        lock(&self.shared).buffered_amount()
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocketWriter<S> {
+    type Error = Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Pin::new(&mut *lock(&self.shared)).poll_ready(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), Error> {
+        Pin::new(&mut *lock(&self.shared)).start_send(message)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Pin::new(&mut *lock(&self.shared)).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Pin::new(&mut *lock(&self.shared)).poll_close(cx)
     }
 }
 
@@ -529,6 +743,6 @@ pub(crate) async fn with_deadline<T>(
 ) -> Result<T, Error> {
     match tokio::time::timeout(limit, fut).await {
         Ok(result) => result,
-        Err(_) => Err(Error::Timeout(what)),
+        Err(_) => Err(Error::timed_out(what)),
     }
 }

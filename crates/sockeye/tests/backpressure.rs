@@ -25,15 +25,13 @@ fn heap_in_use() -> isize {
 const HIGH_WATER: usize = 256 << 10;
 
 fn config() -> Config {
-    Config {
-        write_buffer_high_water: HIGH_WATER,
-        // Uncompressed: what is queued is what would be sent.
-        protocol: ProtocolConfig {
+    Config::builder()
+        .write_buffer_high_water(HIGH_WATER)
+        .protocol(ProtocolConfig {
             deflate: None,
             ..Default::default()
-        },
-        ..Config::default()
-    }
+        })
+        .build()
 }
 
 /// Completes the opening handshake on a raw socket that will then misbehave.

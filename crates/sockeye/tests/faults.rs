@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use sockeye::{CloseCode, CloseFrame, Config, Error, Message, Role, WebSocket};
+use sockeye::{CloseCode, CloseFrame, Config, Error, Message, ProtocolError, Role, WebSocket};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
 /// What a [`Faulty`] stream does wrong.
@@ -103,11 +103,10 @@ fn messages() -> Vec<Message> {
 }
 
 fn config() -> Config {
-    Config {
-        close_timeout: Duration::from_millis(300),
-        handshake_timeout: Duration::from_secs(2),
-        ..Config::default()
-    }
+    Config::builder()
+        .close_timeout(Duration::from_millis(300))
+        .handshake_timeout(Duration::from_secs(2))
+        .build()
 }
 
 /// An echo server on one end of a pipe; returns how its connection ended.
@@ -130,7 +129,7 @@ async fn echo_client(stream: Faulty) -> Result<(), Error> {
         match ws.recv().await {
             Some(Ok(got)) => assert_eq!(got, m, "a message changed in transit"),
             Some(Err(e)) => return Err(e),
-            None => return Err(Error::Closed),
+            None => return Err(ProtocolError::Closed.into()),
         }
     }
     ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "done"))).await?;
@@ -155,7 +154,10 @@ async fn run(client: Faults, server: Faults) -> (Result<(), Error>, Result<(), E
 fn is_transport_error(e: &Error) -> bool {
     matches!(
         e,
-        Error::Io(_) | Error::AbnormalClosure | Error::Timeout(_) | Error::Closed
+        Error::Io(_)
+            | Error::WebSocket(
+                ProtocolError::AbnormalClosure | ProtocolError::Timeout(_) | ProtocolError::Closed
+            )
     )
 }
 
@@ -205,7 +207,7 @@ async fn a_read_or_write_failing_at_any_point_ends_in_a_defined_error() {
                 if let Err(e) = result {
                     failures_seen += 1;
                     assert!(
-                        is_transport_error(e) || matches!(e, Error::Handshake(_)),
+                        is_transport_error(e) || e.handshake_error().is_some(),
                         "fault {client:?}/{server:?} gave an unexpected error: {e:?}"
                     );
                 }
@@ -283,7 +285,7 @@ async fn a_reset_mid_handshake_or_mid_frame_is_reported_and_releases_the_socket(
     drop(peer);
     let seen = finished(server).await;
     assert!(
-        matches!(&seen[..], [Ok(Message::Text(t)), Err(Error::AbnormalClosure)] if t == "ok"),
+        matches!(&seen[..], [Ok(Message::Text(t)), Err(Error::WebSocket(ProtocolError::AbnormalClosure))] if t == "ok"),
         "{seen:?}"
     );
 }
@@ -339,7 +341,10 @@ async fn a_peer_that_vanishes_mid_conversation_is_1006_and_the_wrapper_role_is_k
     assert_eq!(server.recv().await.unwrap().unwrap(), Message::text("one"));
     drop(client);
     let err = server.recv().await.unwrap().unwrap_err();
-    assert!(matches!(err, Error::AbnormalClosure), "{err:?}");
+    assert!(
+        matches!(err, Error::WebSocket(ProtocolError::AbnormalClosure)),
+        "{err:?}"
+    );
     assert_eq!(err.close_code(), Some(CloseCode::ABNORMAL));
     assert!(server.recv().await.is_none());
 }

@@ -52,10 +52,7 @@ async fn echo_server(config: Config, tls: Option<&ServerTls>) -> Echo {
 }
 
 fn config(version: HttpVersion) -> Config {
-    Config {
-        http_version: version,
-        ..Config::default()
-    }
+    Config::builder().http_version(version).build()
 }
 
 /// Echoes text and binary messages of sizes around the frame-length boundaries, then closes 1000.
@@ -140,10 +137,7 @@ fn trusting(cert: &str, version: HttpVersion) -> Config {
     .unwrap()
     .build()
     .unwrap();
-    Config {
-        tls_client: Some(tls),
-        ..config(version)
-    }
+    config(version).to_builder().tls_client(Some(tls)).build()
 }
 
 #[tokio::test]
@@ -151,14 +145,7 @@ async fn wss_uses_h2_by_alpn_and_falls_back_when_the_server_does_not() {
     let (cert, key) = certificate();
     let tls = ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
     let h2 = echo_server(Config::default(), Some(&tls)).await;
-    let h1_only = echo_server(
-        Config {
-            accept_http2: false,
-            ..Config::default()
-        },
-        Some(&tls),
-    )
-    .await;
+    let h1_only = echo_server(Config::builder().accept_http2(false).build(), Some(&tls)).await;
     for version in [HttpVersion::Http2Preferred, HttpVersion::Http2Only] {
         let url = format!("wss://localhost:{}/", h2.addr.port());
         let (mut ws, _) = sockeye::connect_with(url.as_str(), &trusting(&cert, version))
@@ -181,7 +168,9 @@ async fn wss_uses_h2_by_alpn_and_falls_back_when_the_server_does_not() {
     assert!(
         matches!(
             refused,
-            Err(Error::Handshake(HandshakeError::Http2Unavailable(_)))
+            Err(Error::WebSocket(sockeye::ProtocolError::Handshake(
+                HandshakeError::Http2Unavailable(_)
+            )))
         ),
         "{refused:?}"
     );
@@ -201,19 +190,14 @@ async fn http1_clients_are_unaffected_and_http2_can_be_turned_off() {
     let server = echo_server(Config::default(), None).await;
     let (mut ws, _) = sockeye::connect(format!("ws://{}/", server.addr)).await.unwrap();
     exchange(&mut ws).await;
-    let off = echo_server(
-        Config {
-            accept_http2: false,
-            ..Config::default()
-        },
-        None,
-    )
-    .await;
+    let off = echo_server(Config::builder().accept_http2(false).build(), None).await;
     let refused = sockeye::connect_with(format!("ws://{}/", off.addr), &config(HttpVersion::Http2Only)).await;
     assert!(
         matches!(
             refused,
-            Err(Error::Handshake(HandshakeError::Http2Unavailable(_)))
+            Err(Error::WebSocket(sockeye::ProtocolError::Handshake(
+                HandshakeError::Http2Unavailable(_)
+            )))
         ),
         "{refused:?}"
     );
@@ -369,19 +353,12 @@ async fn hyper_and_axum_serve_websockets_over_http2() {
 /// socket behind the others until one ends.
 #[tokio::test]
 async fn a_full_connection_makes_the_client_open_another() {
-    let server = echo_server(
-        Config {
-            http2_max_concurrent_streams: 3,
-            ..Config::default()
-        },
-        None,
-    )
-    .await;
+    let server = echo_server(Config::builder().http2_max_concurrent_streams(3).build(), None).await;
     let url = format!("ws://{}/", server.addr);
-    let config = Config {
-        handshake_timeout: std::time::Duration::from_secs(2),
-        ..config(HttpVersion::Http2Only)
-    };
+    let config = config(HttpVersion::Http2Only)
+        .to_builder()
+        .handshake_timeout(std::time::Duration::from_secs(2))
+        .build();
     let mut sockets = Vec::new();
     for _ in 0..7 {
         sockets.push(sockeye::connect_with(url.as_str(), &config).await.unwrap().0);
@@ -422,14 +399,7 @@ fn extended_connect(addr: SocketAddr) -> http::Request<()> {
 /// a connection over the limit is sent away (GOAWAY) without a WebSocket, and closed.
 #[tokio::test]
 async fn http2_connections_and_streams_count_against_the_limit() {
-    let server = echo_server(
-        Config {
-            max_connections: 2,
-            ..Config::default()
-        },
-        None,
-    )
-    .await;
+    let server = echo_server(Config::builder().max_connections(2).build(), None).await;
     // One connection and its one WebSocket: both permits.
     let (mut first, _) =
         sockeye::connect_with(format!("ws://{}/", server.addr), &config(HttpVersion::Http2Only))
@@ -464,10 +434,9 @@ async fn http2_connections_and_streams_count_against_the_limit() {
 #[tokio::test]
 async fn an_http2_connection_without_websockets_is_closed_after_the_handshake_timeout() {
     let server = echo_server(
-        Config {
-            handshake_timeout: std::time::Duration::from_millis(300),
-            ..Config::default()
-        },
+        Config::builder()
+            .handshake_timeout(std::time::Duration::from_millis(300))
+            .build(),
         None,
     )
     .await;

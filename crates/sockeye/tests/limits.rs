@@ -89,11 +89,10 @@ async fn raw_upgraded(url: &str) -> TcpStream {
 
 #[tokio::test]
 async fn keepalive_pings_an_idle_peer_and_drops_a_dead_one() {
-    let config = Config {
-        keepalive_interval: Some(Duration::from_millis(100)),
-        keepalive_timeout: Duration::from_millis(200),
-        ..Config::default()
-    };
+    let config = Config::builder()
+        .keepalive(Some(Duration::from_millis(100)))
+        .keepalive_timeout(Duration::from_millis(200))
+        .build();
     let server = Server::bind("127.0.0.1:0", config).await.unwrap();
     let url = format!("ws://{}/", server.local_addr().unwrap());
     let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
@@ -110,10 +109,7 @@ async fn keepalive_pings_an_idle_peer_and_drops_a_dead_one() {
     }));
 
     // A live client (keepalive off on its side) answers the server's pings and stays connected.
-    let quiet = Config {
-        keepalive_interval: None,
-        ..Config::default()
-    };
+    let quiet = Config::builder().keepalive(None).build();
     let (mut client, _) = sockeye::connect_with(url.as_str(), &quiet).await.unwrap();
     let mut pings = 0;
     let until = Instant::now() + Duration::from_millis(700);
@@ -130,7 +126,10 @@ async fn keepalive_pings_an_idle_peer_and_drops_a_dead_one() {
         .await
         .unwrap()
         .unwrap();
-    assert!(matches!(last, Some(Err(Error::Timeout("keepalive")))), "{last:?}");
+    assert!(
+        matches!(&last, Some(Err(e)) if e.timeout() == Some("keepalive")),
+        "{last:?}"
+    );
     assert!(
         elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(2),
         "{elapsed:?}"
@@ -141,15 +140,14 @@ async fn keepalive_pings_an_idle_peer_and_drops_a_dead_one() {
 
 #[tokio::test]
 async fn over_the_connection_limit_clients_get_503_until_a_slot_frees() {
-    let (url, _shutdown, live, _task) = echo_server(Config {
-        max_connections: 2,
-        ..Config::default()
-    })
-    .await;
+    let (url, _shutdown, live, _task) = echo_server(Config::builder().max_connections(2).build()).await;
     let (mut a, _) = sockeye::connect(url.as_str()).await.unwrap();
     let (_b, _) = sockeye::connect(url.as_str()).await.unwrap();
     match sockeye::connect(url.as_str()).await {
-        Err(Error::Handshake(HandshakeError::Rejected { status: 503, .. })) => {}
+        Err(Error::WebSocket(sockeye::ProtocolError::Handshake(HandshakeError::Rejected {
+            status: 503,
+            ..
+        }))) => {}
         other => panic!("expected 503, got {other:?}"),
     }
     // The refused client did not take a slot; a closed one gives its slot back.
@@ -162,10 +160,9 @@ async fn over_the_connection_limit_clients_get_503_until_a_slot_frees() {
 
 #[tokio::test]
 async fn graceful_shutdown_closes_every_connection_with_1001_and_leaks_no_task() {
-    let config = Config {
-        shutdown_timeout: Duration::from_millis(500),
-        ..Config::default()
-    };
+    let config = Config::builder()
+        .shutdown_timeout(Duration::from_millis(500))
+        .build();
     let (url, shutdown, live, task) = echo_server(config).await;
     let mut clients = Vec::new();
     for _ in 0..3 {
@@ -213,11 +210,10 @@ async fn try_send_reports_a_full_buffer_send_waits_and_nothing_is_lost() {
         deflate: None,
         ..Default::default()
     };
-    let config = Config {
-        write_buffer_high_water: high_water,
-        protocol,
-        ..Config::default()
-    };
+    let config = Config::builder()
+        .write_buffer_high_water(high_water)
+        .protocol(protocol)
+        .build();
     let server = Server::bind("127.0.0.1:0", config).await.unwrap();
     let url = format!("ws://{}/", server.local_addr().unwrap());
     let (report_tx, report) = tokio::sync::oneshot::channel();
@@ -303,11 +299,7 @@ async fn handshake_size_and_header_count_limits_answer_431() {
         max_handshake_headers: 16,
         ..Default::default()
     };
-    let (url, _shutdown, _live, _task) = echo_server(Config {
-        protocol,
-        ..Config::default()
-    })
-    .await;
+    let (url, _shutdown, _live, _task) = echo_server(Config::builder().protocol(protocol).build()).await;
     let big = format!("{UPGRADE}X-Big: {}\r\n\r\n", "a".repeat(3000));
     let reply = raw_reply(&url, big.as_bytes()).await;
     assert!(
@@ -336,15 +328,9 @@ async fn message_and_frame_limits_close_with_1009_before_the_memory_is_spent() {
         deflate: None,
         ..Default::default()
     };
-    let server = Server::bind(
-        "127.0.0.1:0",
-        Config {
-            protocol,
-            ..Config::default()
-        },
-    )
-    .await
-    .unwrap();
+    let server = Server::bind("127.0.0.1:0", Config::builder().protocol(protocol).build())
+        .await
+        .unwrap();
     let url = format!("ws://{}/", server.local_addr().unwrap());
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(server.serve(move |mut ws, _| {
@@ -387,7 +373,7 @@ async fn expect_too_big(
     );
     let err = seen.recv().await.unwrap().unwrap_err();
     assert!(
-        matches!(err, Error::Protocol(ProtocolViolation::MessageTooBig { size: s, limit: l }) if s == size && l == limit),
+        matches!(err.protocol_violation(), Some(&ProtocolViolation::MessageTooBig { size: s, limit: l }) if s == size && l == limit),
         "{err:?}"
     );
 }

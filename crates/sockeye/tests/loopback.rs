@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use futures_util::{SinkExt, StreamExt};
 use http::{Response, StatusCode};
 use sockeye::{
-    Bytes, CloseCode, CloseFrame, Config, DataKind, Error, HandshakeError, Message, ProtocolViolation, Server,
+    Bytes, CloseCode, CloseFrame, Config, DataKind, Error, HandshakeError, Message, ProtocolError,
+    ProtocolViolation, Server,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -109,10 +110,7 @@ fn burst_message(i: u32) -> Message {
 async fn send_batch_delivers_every_message_in_order_across_high_water_marks() {
     const COUNT: u32 = 3_000;
     // A small high-water mark: the batch is written out, and waits for the reader, many times.
-    let config = Config {
-        write_buffer_high_water: 4096,
-        ..Config::default()
-    };
+    let config = Config::builder().write_buffer_high_water(4096).build();
     let server = Server::bind("127.0.0.1:0", config).await.unwrap();
     let addr = server.local_addr().unwrap();
     tokio::spawn(server.serve(|mut ws, _| async move {
@@ -136,7 +134,9 @@ async fn split_halves_work_from_two_tasks() {
         for i in 0..200 {
             sink.send(Message::text(format!("m{i}"))).await.unwrap();
         }
-        sink.close().await.unwrap();
+        // The Sink's close: 1000, flushed; the reader sees the reply.
+        SinkExt::close(&mut sink).await.unwrap();
+
     });
     let mut got = Vec::new();
     while let Some(item) = stream.next().await {
@@ -192,7 +192,10 @@ async fn server_decides_subprotocol_and_refusals() {
         .body(())
         .unwrap();
     match sockeye::connect(request).await {
-        Err(Error::Handshake(HandshakeError::Rejected { status: 403, .. })) => {}
+        Err(Error::WebSocket(sockeye::ProtocolError::Handshake(HandshakeError::Rejected {
+            status: 403,
+            ..
+        }))) => {}
         other => panic!("expected a 403 refusal, got {other:?}"),
     }
 }
@@ -249,7 +252,9 @@ async fn wrong_version_gets_426_with_the_supported_version() {
     assert!(text.contains("sec-websocket-version: 13\r\n"));
     assert!(matches!(
         seen[..],
-        [Err(Error::Handshake(HandshakeError::UnsupportedVersion))]
+        [Err(Error::WebSocket(sockeye::ProtocolError::Handshake(
+            HandshakeError::UnsupportedVersion
+        )))]
     ));
 }
 
@@ -261,10 +266,9 @@ async fn bytes_after_the_handshake_are_kept_and_violations_close_with_1002() {
     bytes.extend_from_slice(&[0x81, 0x01, b'x']);
     let (out, seen) = raw_exchange(
         &bytes,
-        Config {
-            close_timeout: Duration::from_millis(300),
-            ..Config::default()
-        },
+        Config::builder()
+            .close_timeout(Duration::from_millis(300))
+            .build(),
         false,
     )
     .await;
@@ -273,7 +277,12 @@ async fn bytes_after_the_handshake_are_kept_and_violations_close_with_1002() {
     assert_eq!(&out[head_end..], &[0x88, 0x02, 0x03, 0xEA]);
     assert!(matches!(&seen[0], Ok(Message::Text(t)) if t == "hi"));
     assert!(
-        matches!(&seen[1], Err(Error::Protocol(ProtocolViolation::UnmaskedFrame))),
+        matches!(
+            &seen[1],
+            Err(Error::WebSocket(ProtocolError::Protocol(
+                ProtocolViolation::UnmaskedFrame
+            )))
+        ),
         "{seen:?}"
     );
     assert_eq!(seen.len(), 2);
@@ -282,18 +291,20 @@ async fn bytes_after_the_handshake_are_kept_and_violations_close_with_1002() {
 #[tokio::test]
 async fn a_peer_that_vanishes_is_an_abnormal_closure() {
     let (_, seen) = raw_exchange(UPGRADE.as_bytes(), Config::default(), true).await;
-    assert!(matches!(seen[..], [Err(Error::AbnormalClosure)]), "{seen:?}");
+    assert!(
+        matches!(seen[..], [Err(Error::WebSocket(ProtocolError::AbnormalClosure))]),
+        "{seen:?}"
+    );
 }
 
 #[tokio::test]
 async fn handshake_and_close_timeouts() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let config = Config {
-        handshake_timeout: Duration::from_millis(200),
-        close_timeout: Duration::from_millis(200),
-        ..Config::default()
-    };
+    let config = Config::builder()
+        .handshake_timeout(Duration::from_millis(200))
+        .close_timeout(Duration::from_millis(200))
+        .build();
     let server = tokio::spawn(async move {
         // A slowloris: connects, sends half a request, then nothing.
         let (stream, _) = listener.accept().await.unwrap();
@@ -301,7 +312,7 @@ async fn handshake_and_close_timeouts() {
         let err = sockeye::accept_with(stream, &config, |_, r| Ok(r))
             .await
             .unwrap_err();
-        assert!(matches!(err, Error::Timeout("handshake")), "{err:?}");
+        assert!(matches!(err.timeout(), Some("handshake")), "{err:?}");
         assert!(started.elapsed() < Duration::from_secs(2));
         // A peer that never answers our close frame.
         let (stream, _) = listener.accept().await.unwrap();
@@ -322,11 +333,15 @@ async fn handshake_and_close_timeouts() {
 async fn bad_urls_and_refused_connections_are_clear_errors() {
     assert!(matches!(
         sockeye::connect("http//nope").await,
-        Err(Error::Handshake(HandshakeError::InvalidUrl(_)))
+        Err(Error::WebSocket(sockeye::ProtocolError::Handshake(
+            HandshakeError::InvalidUrl(_)
+        )))
     ));
     assert!(matches!(
         sockeye::connect("ftp://127.0.0.1/").await,
-        Err(Error::Handshake(HandshakeError::InvalidUrl(_)))
+        Err(Error::WebSocket(sockeye::ProtocolError::Handshake(
+            HandshakeError::InvalidUrl(_)
+        )))
     ));
     // Bind and drop a listener to find a port nobody listens on.
     let port = TcpListener::bind("127.0.0.1:0")
@@ -356,13 +371,12 @@ async fn permessage_deflate_is_negotiated_by_default_and_can_be_refused() {
     ws.close(None).await.unwrap();
 
     // A client configured without it offers nothing.
-    let config = Config {
-        protocol: sockeye::ProtocolConfig {
+    let config = Config::builder()
+        .protocol(sockeye::ProtocolConfig {
             deflate: None,
             ..Default::default()
-        },
-        ..Default::default()
-    };
+        })
+        .build();
     let (ws, response) = sockeye::connect_with(format!("ws://{addr}/"), &config)
         .await
         .unwrap();

@@ -79,10 +79,7 @@ async fn connect(
     url: String,
     tls: &ClientTlsOptions,
 ) -> Result<sockeye::WebSocket<sockeye::MaybeTlsStream>, Error> {
-    let config = Config {
-        tls_client: Some(tls.build()?),
-        ..Config::default()
-    };
+    let config = Config::builder().tls_client(Some(tls.build()?)).build();
     let (mut ws, _) = sockeye::connect_with(url, &config).await?;
     // With TLS 1.3 a server's refusal of the client certificate arrives after the client's
     // handshake completes, so a round trip is part of "connected".

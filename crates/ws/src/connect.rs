@@ -5,7 +5,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use sockeye::{Bytes, CloseCode, CloseFrame, Message};
 use tokio::sync::mpsc;
 
@@ -97,7 +97,7 @@ async fn session(
         tokio::select! {
             line = lines.recv() => match line {
                 None => {
-                    let _ = sink.close().await;
+                    let _ = sink.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
                     drain(&mut stream).await;
                     return Ended::InputClosed;
                 }

@@ -1,6 +1,6 @@
 //! `cat` and `listen`: websocat-style pipes between stdin/stdout and one connection.
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use sockeye::{CloseCode, CloseFrame, MaybeTlsStream, Message, WebSocket};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -80,7 +80,7 @@ async fn pump(ws: WebSocket<MaybeTlsStream>, opts: &PipeOpts, prefix: &str) -> R
                 None => {
                     stdin_open = false;
                     if !opts.no_close {
-                        sink.close().await?;
+                        sink.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await?;
                     }
                 }
             },
@@ -89,7 +89,7 @@ async fn pump(ws: WebSocket<MaybeTlsStream>, opts: &PipeOpts, prefix: &str) -> R
                     println!("{}", escape(m.as_payload()));
                     received += 1;
                     if opts.max_messages.is_some_and(|n| received >= n) {
-                        sink.close().await?;
+                        sink.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await?;
                         stdin_open = false;
                     }
                 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use sockeye::{CloseCode, CloseFrame, Message};
 use tokio::sync::mpsc;
 

@@ -68,7 +68,7 @@ fn main() {
             frame.extend_from_slice(&key);
             frame.extend((0..64u8).map(|i| i ^ key[usize::from(i) % 4]));
             let batch: Vec<u8> = frame.iter().copied().cycle().take(frame.len() * 1000).collect();
-            let mut server = Connection::new(Role::Server, Config::default());
+            let mut server = Connection::server(Config::default());
             if run {
                 for _ in 0..100 {
                     server.receive(&batch);
@@ -86,9 +86,9 @@ fn main() {
                 client_max_window_bits: 15,
             };
             let config = DeflateConfig::default();
-            let mut client = Connection::new(Role::Client, Config::default());
+            let mut client = Connection::client(Config::default(), sockeye_proto::frame::insecure_mask_keys_for_tests(1));
             client.set_deflate(Some(PerMessageDeflate::new(Role::Client, params, &config)));
-            let mut server = Connection::new(Role::Server, Config::default());
+            let mut server = Connection::server(Config::default());
             server.set_deflate(Some(PerMessageDeflate::new(Role::Server, params, &config)));
             if run {
                 for i in 0..1000 {

@@ -1,5 +1,20 @@
 //! Payload masking, RFC 6455 §5.3: `out[i] = in[i] ^ key[i % 4]`.
 
+/// Mask keys from a fixed-seed generator (xorshift32): the same keys on every run, which tests
+/// and benchmarks want and which RFC 6455 §10.3 forbids on a real connection (an attacker who can
+/// predict the keys can make a client's frames look like anything to a proxy). Never use it
+/// outside tests; give a client the operating system's random source instead.
+pub fn insecure_mask_keys_for_tests(seed: u32) -> crate::MaskKeySource {
+    // xorshift32 never leaves zero: start from a non-zero state.
+    let mut state = if seed == 0 { 0x9E37_79B9 } else { seed };
+    Box::new(move || {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state.to_ne_bytes()
+    })
+}
+
 /// XORs `buf` with the masking `key`, starting at position `offset` of the payload.
 ///
 /// `offset` lets a payload be unmasked piece by piece as it arrives: call it with the number of payload

@@ -19,7 +19,7 @@ mod close;
 mod mask;
 
 pub use close::{CloseCode, CloseFrame};
-pub use mask::apply_mask;
+pub use mask::{apply_mask, insecure_mask_keys_for_tests};
 
 use crate::error::ProtocolViolation;
 

@@ -1,0 +1,416 @@
+//! Splitting a connection between a reader task and a writer task (issue 13 §1), and the cancel
+//! safety that `WebSocket`'s docs promise, each claim with a test.
+//!
+//! The defect these guard against: the reader flushes the shared write queue while waiting for
+//! input, and a stream keeps one write waker, so the reader's registration replaced the writer's
+//! and a writer blocked on a full socket was never woken again.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use rand::{Rng, SeedableRng};
+use sockeye::{Config, Message, Role, WebSocket};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Uncompressed, so that what is sent is what fills the pipe, and without keepalive noise.
+fn config() -> Config {
+    Config::builder().deflate(None).keepalive(None).build()
+}
+
+/// A client WebSocket over one end of an in-memory pipe with a small buffer; the other end is raw.
+fn duplex_client(buffer: usize) -> (WebSocket<DuplexStream>, DuplexStream) {
+    let (ours, theirs) = tokio::io::duplex(buffer);
+    (WebSocket::from_upgraded(ours, Role::Client, &config(), &[], None), theirs)
+}
+
+/// A client WebSocket over loopback TCP; the server's end is raw.
+async fn tcp_client() -> (WebSocket<TcpStream>, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let connect = TcpStream::connect(listener.local_addr().unwrap());
+    let (ours, (theirs, _)) = tokio::join!(connect, async { listener.accept().await.unwrap() });
+    (WebSocket::from_upgraded(ours.unwrap(), Role::Client, &config(), &[], None), theirs)
+}
+
+/// An unmasked server frame, as the raw peer sends it.
+fn server_text(text: &str) -> Vec<u8> {
+    assert!(text.len() <= 125);
+    [&[0x81, text.len() as u8][..], text.as_bytes()].concat()
+}
+
+const TOTAL: usize = 4 << 20;
+const CHUNK: usize = 64 << 10;
+
+/// The reproduction: the writer sends 4 MiB while the peer reads nothing; the peer sends one
+/// frame, which wakes the reader (whose next poll flushes the shared queue); then the peer drains
+/// everything. The writer must finish.
+async fn writer_finishes_after_the_reader_flushed<W, R, P>(mut writer: W, mut reader: R, mut peer: P)
+where
+    W: SinkLike + Send + 'static,
+    R: futures_util::Stream<Item = Result<Message, sockeye::Error>> + Unpin + Send + 'static,
+    P: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let writing = tokio::spawn(async move {
+        for _ in 0..TOTAL / CHUNK {
+            writer.send_message(Message::binary(vec![7u8; CHUNK])).await.unwrap();
+        }
+    });
+    let reading = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while let Some(item) = reader.next().await {
+            // The peer finally drops the connection without a close frame: 1006 at the end.
+            got.push(item.map_err(|e| e.kind()));
+        }
+        got
+    });
+    // Let the writer fill the pipe and block.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!writing.is_finished(), "the writer should be blocked on a full pipe");
+    peer.write_all(&server_text("wake")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Now drain everything the client sent.
+    let mut drained = 0usize;
+    let mut buf = vec![0u8; 256 << 10];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while drained < TOTAL {
+        let n = tokio::time::timeout_at(deadline, peer.read(&mut buf))
+            .await
+            .expect("the writer stopped sending: it was never woken")
+            .unwrap();
+        assert_ne!(n, 0);
+        drained += n;
+    }
+    tokio::time::timeout(Duration::from_secs(10), writing)
+        .await
+        .expect("the writer's send never completed")
+        .unwrap();
+    drop(peer);
+    let got = tokio::time::timeout(Duration::from_secs(10), reading).await.unwrap().unwrap();
+    assert_eq!(got.first(), Some(&Ok(Message::text("wake"))));
+}
+
+/// The sending half, whichever split made it.
+trait SinkLike {
+    fn send_message(&mut self, m: Message) -> impl Future<Output = Result<(), sockeye::Error>> + Send;
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> SinkLike for sockeye::WebSocketWriter<S> {
+    fn send_message(&mut self, m: Message) -> impl Future<Output = Result<(), sockeye::Error>> + Send {
+        self.send(m)
+    }
+}
+
+struct FuturesSink<S>(futures_util::stream::SplitSink<WebSocket<S>, Message>);
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> SinkLike for FuturesSink<S> {
+    fn send_message(&mut self, m: Message) -> impl Future<Output = Result<(), sockeye::Error>> + Send {
+        self.0.send(m)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_split_over_duplex() {
+    let (ws, peer) = duplex_client(64 << 10);
+    let (writer, reader) = ws.split();
+    writer_finishes_after_the_reader_flushed(writer, reader, peer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_split_over_tcp() {
+    let (ws, peer) = tcp_client().await;
+    let (writer, reader) = ws.split();
+    writer_finishes_after_the_reader_flushed(writer, reader, peer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn futures_split_over_duplex() {
+    let (ws, peer) = duplex_client(64 << 10);
+    let (sink, stream) = StreamExt::split(ws);
+    writer_finishes_after_the_reader_flushed(FuturesSink(sink), stream, peer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn futures_split_over_tcp() {
+    let (ws, peer) = tcp_client().await;
+    let (sink, stream) = StreamExt::split(ws);
+    writer_finishes_after_the_reader_flushed(FuturesSink(sink), stream, peer).await;
+}
+
+/// An echo peer (a server WebSocket) that alternately stalls and drains.
+async fn stalling_echo(stream: DuplexStream, seed: u64) {
+    let mut ws = WebSocket::from_upgraded(stream, Role::Server, &config(), &[], None);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    while let Some(Ok(m)) = ws.recv().await {
+        if !m.is_data() {
+            continue;
+        }
+        if rng.random_bool(0.2) {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(1..4))).await;
+        }
+        if ws.feed(m).await.is_err() {
+            return;
+        }
+        if rng.random_bool(0.5) && ws.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Two tasks, random message sizes, a peer that stalls and drains: every message comes back, in
+/// order, and neither half hangs. Many seeds, each short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stress_two_tasks_random_sizes_stalling_peer() {
+    const RUNS: u64 = 100;
+    for seed in 0..RUNS {
+        let (ours, theirs) = tokio::io::duplex(8 << 10);
+        let peer = tokio::spawn(stalling_echo(theirs, seed));
+        let ws = WebSocket::from_upgraded(ours, Role::Client, &config(), &[], None);
+        let (mut writer, mut reader) = ws.split();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
+        let count = rng.random_range(20..80);
+        let sizes: Vec<usize> = (0..count)
+            .map(|_| match rng.random_range(0..10) {
+                0..=5 => rng.random_range(0..126),
+                6..=8 => rng.random_range(126..8_000),
+                _ => rng.random_range(8_000..100_000),
+            })
+            .collect();
+        let expected: Vec<Message> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Message::binary(vec![i as u8; n]))
+            .collect();
+        let to_send = expected.clone();
+        let writing = tokio::spawn(async move {
+            for m in to_send {
+                writer.send(m).await.unwrap();
+            }
+            writer
+        });
+        let reading = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while got.len() < count {
+                match reader.recv().await {
+                    Some(Ok(m)) if m.is_data() => got.push(m),
+                    Some(Ok(_)) => {}
+                    other => panic!("seed {seed}: the reader ended early: {other:?}"),
+                }
+            }
+            (reader, got)
+        });
+        let run = async {
+            let writer = writing.await.unwrap();
+            let (reader, got) = reading.await.unwrap();
+            (writer, reader, got)
+        };
+        let (writer, reader, got) = tokio::time::timeout(Duration::from_secs(20), run)
+            .await
+            .unwrap_or_else(|_| panic!("seed {seed}: a half hung"));
+        assert!(got == expected, "seed {seed}: messages differ");
+        let mut ws = reader.reunite(writer).map_err(|_| ()).unwrap();
+        ws.close(None).await.unwrap();
+        peer.await.unwrap();
+    }
+}
+
+/// Pings are answered and a close is replied to while only the reader is polled (the writer
+/// half sits idle).
+#[tokio::test]
+async fn the_reader_alone_answers_pings_and_closes() {
+    let (ws, mut peer) = duplex_client(64 << 10);
+    let (_writer, mut reader) = ws.split();
+    let reading = tokio::spawn(async move {
+        let mut got = Vec::new();
+        while let Some(item) = reader.recv().await {
+            got.push(item.unwrap());
+        }
+        got
+    });
+    // A ping, then a close 1000 from the "server".
+    peer.write_all(&[0x89, 0x02, b'h', b'i']).await.unwrap();
+    peer.write_all(&[0x88, 0x02, 0x03, 0xE8]).await.unwrap();
+    // The pong and the close reply arrive (masked client frames: 2 + 4 + payload bytes each).
+    let mut head = [0u8; 8];
+    peer.read_exact(&mut head).await.unwrap();
+    assert_eq!(head[0], 0x8A, "a pong");
+    let mut close = [0u8; 8];
+    peer.read_exact(&mut close).await.unwrap();
+    assert_eq!(close[0], 0x88, "the close reply");
+    drop(peer);
+    let got = tokio::time::timeout(Duration::from_secs(5), reading).await.unwrap().unwrap();
+    assert_eq!(got.len(), 2, "{got:?}");
+}
+
+/// A sender waiting for room learns when the connection ends instead of waiting for ever.
+#[tokio::test]
+async fn a_blocked_writer_is_released_when_the_reader_sees_the_end() {
+    let (ws, peer) = duplex_client(16 << 10);
+    let (mut writer, mut reader) = ws.split();
+    let writing = tokio::spawn(async move {
+        loop {
+            if let Err(e) = writer.send(Message::binary(vec![0u8; 64 << 10])).await {
+                return e;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The peer goes away without reading.
+    drop(peer);
+    while reader.recv().await.is_some() {}
+    let err = tokio::time::timeout(Duration::from_secs(5), writing)
+        .await
+        .expect("the writer hung")
+        .unwrap();
+    assert!(
+        matches!(err.kind(), sockeye::ErrorKind::Io | sockeye::ErrorKind::Closed),
+        "{err:?}"
+    );
+}
+
+// ------------------------------------------------------------------------------ cancel safety
+
+/// `recv` dropped at an await point loses nothing: every message arrives, in order.
+#[tokio::test]
+async fn recv_is_cancel_safe() {
+    let (mut ws, mut peer) = duplex_client(64 << 10);
+    let sending = tokio::spawn(async move {
+        for i in 0..200u32 {
+            peer.write_all(&server_text(&i.to_string())).await.unwrap();
+            if i % 7 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        peer
+    });
+    let mut got = Vec::new();
+    let mut cancelled = 0;
+    while got.len() < 200 {
+        tokio::select! {
+            item = ws.recv() => got.push(item.unwrap().unwrap()),
+            () = tokio::time::sleep(Duration::from_micros(200)) => cancelled += 1,
+        }
+    }
+    let expected: Vec<Message> = (0..200u32).map(|i| Message::text(i.to_string())).collect();
+    assert_eq!(got, expected);
+    assert!(cancelled > 0, "the test never cancelled a recv");
+    drop(sending.await.unwrap());
+}
+
+/// Fills the pipe and the write queue past the high-water mark of a client whose peer does not
+/// read; returns the bytes the peer must later drain.
+async fn fill_until_blocked(ws: &mut WebSocket<DuplexStream>) {
+    let big = Message::binary(vec![1u8; 256 << 10]);
+    while tokio::time::timeout(Duration::from_millis(20), ws.feed(big.clone()))
+        .await
+        .is_ok()
+    {}
+}
+
+/// Reads client frames from the raw peer until `want` data messages (unfragmented, as this
+/// client sends them) have arrived; returns their payloads.
+async fn read_messages(peer: &mut DuplexStream, want: usize) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while out.len() < want {
+        let mut head = [0u8; 2];
+        peer.read_exact(&mut head).await.unwrap();
+        let len = match head[1] & 0x7F {
+            126 => usize::from(peer.read_u16().await.unwrap()),
+            127 => peer.read_u64().await.unwrap() as usize,
+            n => usize::from(n),
+        };
+        let mut key = [0u8; 4];
+        peer.read_exact(&mut key).await.unwrap();
+        let mut payload = vec![0u8; len];
+        peer.read_exact(&mut payload).await.unwrap();
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b ^= key[i % 4];
+        }
+        if head[0] & 0x0F != 0x8 {
+            out.push(payload);
+        }
+    }
+    out
+}
+
+/// `send` queues its message at the first poll: dropped while waiting for the socket, the
+/// message stays queued whole and goes out with the next flush.
+#[tokio::test]
+async fn send_dropped_after_its_first_poll_leaves_the_message_queued() {
+    let (mut ws, mut peer) = duplex_client(16 << 10);
+    let message = Message::binary(vec![9u8; 100_000]);
+    let cancelled = tokio::time::timeout(Duration::from_millis(20), ws.send(message.clone())).await;
+    assert!(cancelled.is_err(), "the send should have been waiting on the full pipe");
+    assert!(ws.buffered_amount() > 0, "the message is still queued");
+    let draining = tokio::spawn(async move { read_messages(&mut peer, 1).await });
+    ws.flush().await.unwrap();
+    assert_eq!(draining.await.unwrap(), vec![message.as_payload().to_vec()]);
+}
+
+/// `feed` waits for room first: dropped while waiting, the message was not queued.
+#[tokio::test]
+async fn feed_dropped_while_waiting_for_room_queues_nothing() {
+    let (mut ws, mut peer) = duplex_client(16 << 10);
+    fill_until_blocked(&mut ws).await;
+    let before = ws.buffered_amount();
+    let marker = Message::binary(Bytes::from_static(b"never sent"));
+    let cancelled = tokio::time::timeout(Duration::from_millis(20), ws.feed(marker)).await;
+    assert!(cancelled.is_err(), "feed should have been waiting for room");
+    assert!(ws.buffered_amount() <= before, "nothing was added");
+    // Everything queued arrives, and the marker is not among it.
+    let queued = before.div_ceil(256 << 10) + 1;
+    let draining = tokio::spawn(async move {
+        let mut all = Vec::new();
+        loop {
+            let got = read_messages(&mut peer, 1).await.remove(0);
+            let last = got == b"last";
+            all.push(got);
+            if last {
+                return all;
+            }
+        }
+    });
+    ws.send(Message::binary(Bytes::from_static(b"last"))).await.unwrap();
+    let all = tokio::time::timeout(Duration::from_secs(10), draining).await.unwrap().unwrap();
+
+    assert!(all.iter().all(|m| m != b"never sent"));
+    assert!(all.len() >= queued.min(2));
+}
+
+/// `flush` dropped at any point leaves the rest queued; a later flush writes it.
+#[tokio::test]
+async fn flush_dropped_midway_loses_nothing() {
+    let (mut ws, mut peer) = duplex_client(16 << 10);
+    let messages: Vec<Message> = (0..8u8).map(|i| Message::binary(vec![i; 40_000])).collect();
+    for m in &messages {
+        ws.feed(m.clone()).await.unwrap();
+    }
+    assert!(tokio::time::timeout(Duration::from_millis(20), ws.flush()).await.is_err());
+    let draining = tokio::spawn(async move { read_messages(&mut peer, 8).await });
+    ws.flush().await.unwrap();
+    let got = draining.await.unwrap();
+    let want: Vec<Vec<u8>> = messages.iter().map(|m| m.as_payload().to_vec()).collect();
+    assert!(got == want);
+}
+
+/// `close` queues the close frame at its first poll; dropped later, the handshake goes on and
+/// `recv` finishes it.
+#[tokio::test]
+async fn close_dropped_early_still_closes() {
+    let (mut ws, mut peer) = duplex_client(64 << 10);
+    let cancelled = tokio::time::timeout(Duration::from_millis(20), ws.close(None)).await;
+    assert!(cancelled.is_err(), "close waits for the peer's reply");
+    assert_eq!(ws.connection().close_state(), sockeye::proto::CloseState::Closing);
+    // The peer sees our close and answers it, then closes TCP (as a server does).
+    let mut frame = [0u8; 6];
+    peer.read_exact(&mut frame).await.unwrap();
+    assert_eq!(frame[0], 0x88);
+    peer.write_all(&[0x88, 0x00]).await.unwrap();
+    drop(peer);
+    let mut rest = Vec::new();
+    while let Some(item) = ws.recv().await {
+        rest.push(item);
+    }
+    assert!(matches!(rest[..], [Ok(Message::Close(None))]), "{rest:?}");
+}
