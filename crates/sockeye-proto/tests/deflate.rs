@@ -167,6 +167,26 @@ fn a_deflate_bomb_is_refused_with_1009_and_garbage_with_1007() {
     assert_eq!(err, Error::Protocol(ProtocolViolation::InvalidUtf8));
 }
 
+/// Regression (issue 13): `max_message_size: usize::MAX` ("no limit") made the inflater compute
+/// `limit + 1`, a panic in debug builds (and one-byte buffer growth in release).
+#[test]
+fn compressed_messages_inflate_with_no_size_limit() {
+    let config = Config {
+        max_message_size: usize::MAX,
+        max_frame_size: usize::MAX,
+        ..Config::default()
+    };
+    let (state, _) = server_accept(&config, &parse_extensions(["permessage-deflate"]).unwrap()).unwrap();
+    let mut s = Connection::new(Role::Server, config);
+    s.set_deflate(Some(state));
+    let text = "a message with no size limit, ".repeat(1 << 15);
+    let z = deflated(text.as_bytes());
+    let (a, b) = z.split_at(z.len() / 3);
+    let mut bytes = client_frame(false, 0x4, OpCode::Text, a);
+    bytes.extend(client_frame(true, 0, OpCode::Continuation, b));
+    assert_eq!(drain(&mut s, &bytes).unwrap(), vec![Message::text(text)]);
+}
+
 #[test]
 fn window_bits_8_is_accepted_and_messages_go_uncompressed() {
     let client = DeflateConfig {

@@ -355,10 +355,7 @@ impl PerMessageDeflate {
         let mut consumed = 0;
         loop {
             if out.len() == out.capacity() {
-                // Grow geometrically (amortised copies) but never past the limit plus one byte,
-                // the byte that detects excess: a bomb cannot make us allocate more.
-                let wanted = (out.capacity() * 2).max(out.len() + (input.len() * 4).clamp(1024, 256 << 10));
-                let target = wanted.min(limit + 1).max(out.len() + 1);
+                let target = grow_target(out.len(), out.capacity(), input.len(), limit);
                 out.reserve_exact(target - out.len());
             }
             let (in_before, out_before) = (d.total_in(), out.len());
@@ -387,6 +384,17 @@ impl PerMessageDeflate {
             }
         }
     }
+}
+
+/// The capacity to give the inflate buffer when it is full: geometric growth (amortised copies),
+/// but never past the limit plus one byte, the byte that detects excess, so a bomb cannot make us
+/// allocate more; always at least one byte more than `len`. Every step saturates: the limit may be
+/// `usize::MAX` ("no limit"), and `limit + 1` must then not wrap to 0, which would grow the buffer
+/// one byte per call into zlib.
+fn grow_target(len: usize, capacity: usize, input_len: usize, limit: usize) -> usize {
+    let step = input_len.saturating_mul(4).clamp(1024, 256 << 10);
+    let wanted = capacity.saturating_mul(2).max(len.saturating_add(step));
+    wanted.min(limit.saturating_add(1)).max(len.saturating_add(1))
 }
 
 #[cfg(test)]
@@ -522,6 +530,53 @@ mod tests {
             ProtocolViolation::MessageTooBig { limit: 1048576, .. }
         ));
         assert!(out.capacity() <= (1 << 20) + 1, "capacity {}", out.capacity());
+    }
+
+    /// Regression (issue 13): with `limit == usize::MAX`, `limit + 1` panicked in debug builds and
+    /// wrapped to 0 in release, where the buffer then grew one byte per call into zlib (~50×
+    /// slower).
+    #[test]
+    fn buffer_growth_saturates_at_an_unbounded_limit() {
+        assert_eq!(grow_target(0, 0, 100, usize::MAX), 1024);
+        assert_eq!(grow_target(1 << 20, 1 << 20, 10, usize::MAX), 2 << 20);
+        assert_eq!(grow_target(5000, 5000, 100, usize::MAX), 10_000);
+        assert_eq!(grow_target(0, 0, 1 << 20, usize::MAX), 256 << 10);
+        let huge = usize::MAX / 2 + 1;
+        assert_eq!(grow_target(huge, huge, usize::MAX, usize::MAX), usize::MAX);
+        // A real limit still caps the buffer at one byte past it.
+        assert_eq!(grow_target(0, 0, 100, 10), 11);
+        assert_eq!(grow_target(11, 11, 100, 10), 12);
+    }
+
+    /// Inflating 1 MiB with no limit (`usize::MAX`) works, and as fast as with a real limit.
+    #[test]
+    fn inflation_without_a_limit_runs_at_full_speed() {
+        let (mut client, mut server) = pair(TAKEOVER_15);
+        let message: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8 ^ (i >> 12) as u8).collect();
+        let z = client.compress(&message).unwrap();
+        let fastest = |limit: usize| {
+            (0..3)
+                .map(|_| {
+                    let mut out = Vec::new();
+                    let started = std::time::Instant::now();
+                    let mut server = PerMessageDeflate::new(Role::Server, TAKEOVER_15, &DeflateConfig::default());
+                    server.inflate(&z, true, &mut out, limit).unwrap();
+                    let took = started.elapsed();
+                    assert!(out == message, "inflated {} bytes", out.len());
+                    took
+                })
+                .min()
+                .unwrap()
+        };
+        let bounded = fastest(64 << 20);
+        let unbounded = fastest(usize::MAX);
+        assert!(
+            unbounded <= bounded * 4 + std::time::Duration::from_millis(20),
+            "1 MiB inflated in {unbounded:?} without a limit, {bounded:?} with one"
+        );
+        let mut out = Vec::new();
+        server.inflate(&z, true, &mut out, usize::MAX).unwrap();
+        assert!(out == message);
     }
 
     #[test]
