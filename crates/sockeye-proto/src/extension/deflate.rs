@@ -111,10 +111,12 @@ impl Parsed {
     }
 }
 
-/// A window size: 1*DIGIT between 8 and 15, with no leading zero (§7.1.2.1).
+/// A window size: 1*DIGIT between 8 and 15, with no leading zero (§7.1.2.1). Digits only: Rust's
+/// integer parser also takes a leading `+`.
 fn window_bits(value: &str) -> Result<u8, String> {
+    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
     match value.parse::<u8>() {
-        Ok(bits @ 8..=15) if !value.starts_with('0') => Ok(bits),
+        Ok(bits @ 8..=15) if digits && !value.starts_with('0') => Ok(bits),
         _ => Err(format!("window bits {value:?} outside 8..15")),
     }
 }
@@ -454,6 +456,8 @@ mod tests {
             "permessage-deflate; server_max_window_bits=16",
             "permessage-deflate; server_max_window_bits",
             "permessage-deflate; server_max_window_bits=010",
+            "permessage-deflate; server_max_window_bits=+10",
+            "permessage-deflate; client_max_window_bits=\"+9\"",
             "permessage-deflate; client_no_context_takeover=1",
             "permessage-deflate; unknown",
             "permessage-deflate; client_no_context_takeover; client_no_context_takeover",
@@ -490,6 +494,7 @@ mod tests {
             "permessage-deflate",
             "permessage-deflate; server_max_window_bits=12; client_max_window_bits",
             "permessage-deflate; server_max_window_bits=12; bogus",
+            "permessage-deflate; server_max_window_bits=+12",
         ] {
             assert!(c.accept_response(&offer(bad)[0]).is_err(), "{bad}");
         }
