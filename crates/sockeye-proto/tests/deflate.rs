@@ -7,7 +7,7 @@ mod common;
 
 use common::{client_frame, drain};
 use proptest::prelude::*;
-use sockeye_proto::extension::deflate::{DeflateConfig, PerMessageDeflate};
+use sockeye_proto::extension::deflate::DeflateConfig;
 use sockeye_proto::extension::{client_accept, parse_extensions, server_accept};
 use sockeye_proto::frame::OpCode;
 use sockeye_proto::{Config, Connection, Error, Message, ProtocolViolation, Role};
@@ -263,10 +263,4 @@ proptest! {
             Err(e) => prop_assert!(matches!(e.close_code().map(|c| c.0), Some(1007 | 1002 | 1009)), "{:?}", e),
         }
     }
-}
-
-#[test]
-fn the_stand_in_type_is_the_real_one_here() {
-    // Keeps the import honest: with the feature on, the state type is the real compressor.
-    let _ = std::mem::size_of::<PerMessageDeflate>();
 }

@@ -286,15 +286,13 @@ impl PerMessageDeflate {
     }
 
     /// Compresses one whole message (§7.2.1): sync flush, then drop the trailing `00 00 FF FF`.
+    ///
+    /// `input` is never empty: the connection compresses only what
+    /// [`should_compress`](Self::should_compress) accepts, and that refuses empty messages, which
+    /// then cost no payload at all. (A compressor that has just sync-flushed emits nothing for
+    /// empty input, and an empty payload with RSV1 is not DEFLATE data.)
     pub(crate) fn compress(&mut self, input: &[u8]) -> Result<Vec<u8>, String> {
-        if input.is_empty() {
-            // RFC 7692 §7.2.3.6: an empty stored block, 0x00 once the tail is removed. A compressor
-            // that has just sync-flushed emits nothing for empty input, and an empty payload is
-            // not DEFLATE data: the peer's inflater would take the tail for a block header and
-            // fail on the next message (found by the round-trip property test). The stream stays
-            // byte-aligned, so the compressor's state needs no update.
-            return Ok(vec![0x00]);
-        }
+        debug_assert!(!input.is_empty(), "empty messages are sent uncompressed");
         let (level, bits) = (self.level, self.compress_bits);
         let c = self
             .deflater
@@ -584,10 +582,17 @@ mod tests {
         assert!(out == message);
     }
 
+    /// Empty messages bypass compression even with no threshold, and the compressed messages
+    /// around them stay in step.
     #[test]
-    fn an_empty_message_between_others_keeps_the_stream_in_step() {
+    fn empty_messages_are_never_compressed() {
         let (mut client, mut server) = pair(TAKEOVER_15);
+        assert!(!server.should_compress(0));
+        assert!(server.should_compress(1));
         for m in [&b"hello hello hello"[..], b"", b"", b"hello again, hello"] {
+            if !server.should_compress(m.len()) {
+                continue;
+            }
             let z = server.compress(m).unwrap();
             assert!(!z.is_empty(), "a compressed payload is never empty");
             let mut out = Vec::new();
@@ -617,7 +622,8 @@ mod tests {
         ) {
             let params = DeflateParams { server_no_context_takeover: snct, client_no_context_takeover: cnct, server_max_window_bits: sbits, client_max_window_bits: cbits };
             let (mut client, mut server) = pair(params);
-            for m in &messages {
+            // Empty messages go uncompressed (`should_compress`), as the connection sends them.
+            for m in messages.iter().filter(|m| !m.is_empty()) {
                 let z = client.compress(m).unwrap();
                 let at = cut.index(z.len() + 1);
                 let mut out = Vec::new();
@@ -631,11 +637,18 @@ mod tests {
             }
         }
 
+        /// Arbitrary input inflates, or fails as undecodable (1007) or too big (1009): never a
+        /// panic, never past the limit.
         #[test]
         fn truncated_or_corrupt_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200)) {
             let (_, mut server) = pair(TAKEOVER_15);
             let mut out = Vec::new();
-            let _ = server.inflate(&data, true, &mut out, 1 << 16);
+            match server.inflate(&data, true, &mut out, 1 << 16) {
+                Ok(()) => prop_assert!(out.len() <= 1 << 16),
+                Err(ProtocolViolation::Decompression(_)) => {}
+                Err(ProtocolViolation::MessageTooBig { limit, .. }) => prop_assert_eq!(limit, 1 << 16),
+                Err(other) => prop_assert!(false, "unexpected {:?}", other),
+            }
         }
     }
 }
