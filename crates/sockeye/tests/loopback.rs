@@ -253,6 +253,28 @@ async fn wrong_version_gets_426_with_the_supported_version() {
     ));
 }
 
+/// Regression (issue 13): a second `Sec-WebSocket-Key` was accepted. RFC 6455 §11.3.1 allows one;
+/// the 400 names the header. HTTP/1.0 is a 505.
+#[tokio::test]
+async fn a_repeated_key_gets_400_naming_it_and_http_1_0_gets_505() {
+    let twice = UPGRADE.replace("\r\n\r\n", "\r\nSec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n\r\n");
+    let (out, seen) = raw_exchange(twice.as_bytes(), Config::default(), false).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+    assert!(text.ends_with("duplicate Sec-WebSocket-Key header\n"), "{text}");
+    assert!(
+        matches!(&seen[..], [Err(Error::Handshake(HandshakeError::MalformedHttp(why)))] if why == "duplicate Sec-WebSocket-Key header"),
+        "{seen:?}"
+    );
+    let (out, seen) = raw_exchange(UPGRADE.replace("HTTP/1.1", "HTTP/1.0").as_bytes(), Config::default(), false).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 505 HTTP Version Not Supported\r\n"), "{text}");
+    assert!(matches!(
+        seen[..],
+        [Err(Error::Handshake(HandshakeError::UnsupportedHttpVersion))]
+    ));
+}
+
 #[tokio::test]
 async fn bytes_after_the_handshake_are_kept_and_violations_close_with_1002() {
     // The upgrade request and, in the same write, a masked "hi" and then an unmasked frame.

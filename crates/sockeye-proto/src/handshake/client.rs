@@ -8,7 +8,8 @@ use http::header::{
 use http::{HeaderValue, Request, Response, StatusCode};
 
 use super::{
-    accept_key, check_parsed, header_has_token, header_list, to_header_map, url_target, write_headers,
+    accept_key, check_parsed, header_has_token, header_list, single_header, to_header_map, url_target,
+    write_headers,
 };
 use crate::config::Config;
 use crate::error::HandshakeError;
@@ -104,7 +105,8 @@ impl ClientHandshake {
         if !header_has_token(&headers, &CONNECTION, "upgrade") {
             return Err(HandshakeError::MissingHeader("Connection: Upgrade"));
         }
-        match headers.get(SEC_WEBSOCKET_ACCEPT) {
+        // §11.3.3: it "MUST NOT appear more than once in an HTTP response".
+        match single_header(&headers, &SEC_WEBSOCKET_ACCEPT, "Sec-WebSocket-Accept")? {
             Some(v) if v.as_bytes() == accept_key(self.key.as_bytes()).as_bytes() => {}
             Some(_) => return Err(HandshakeError::AcceptMismatch),
             None => return Err(HandshakeError::MissingHeader("Sec-WebSocket-Accept")),
@@ -254,6 +256,31 @@ mod tests {
                 limit: c.max_handshake_size
             }
         );
+    }
+
+    /// Regression (issue 13): a second `Sec-WebSocket-Accept` was ignored (§11.3.3: "MUST NOT
+    /// appear more than once in an HTTP response"); list headers may still be split.
+    #[test]
+    fn refuses_a_repeated_accept_header() {
+        let hs = handshake();
+        let c = Config::default();
+        for extra in [
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n",
+            "sec-websocket-accept: AAAA\r\n",
+        ] {
+            let err = hs.parse_response(response(extra).as_bytes(), &c).unwrap_err();
+            assert_eq!(
+                err,
+                HandshakeError::MalformedHttp("duplicate Sec-WebSocket-Accept header".into())
+            );
+            assert_eq!(
+                err.to_string(),
+                "malformed HTTP: duplicate Sec-WebSocket-Accept header"
+            );
+        }
+        let split = response("Connection: Upgrade\r\nUpgrade: websocket\r\n")
+            .replace("Connection: keep-alive, upgrade", "Connection: keep-alive");
+        assert!(hs.parse_response(split.as_bytes(), &c).unwrap().is_some());
     }
 
     #[test]

@@ -82,6 +82,54 @@ fn url_target(uri: &http::Uri) -> Result<(bool, &str, u16), crate::HandshakeErro
     Ok((secure, host, if secure { 443 } else { 80 }))
 }
 
+/// The value of a header that may appear only once (`Host`, RFC 9112 §3.2; `Sec-WebSocket-Key`,
+/// `-Version` and `-Accept`, RFC 6455 §11.3; `Origin`, RFC 6454 §7.3): `None` when absent, and an
+/// error that names the header when it appears on more than one field line. List headers
+/// (`Connection`, `Upgrade`, `Sec-WebSocket-Protocol`, `Sec-WebSocket-Extensions`) may repeat and
+/// are read with [`header_list`].
+fn single_header<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+    display: &'static str,
+) -> Result<Option<&'a http::HeaderValue>, crate::HandshakeError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(crate::HandshakeError::MalformedHttp(format!(
+            "duplicate {display} header"
+        )));
+    }
+    Ok(first)
+}
+
+/// The port of an authority (`host`, `host:port`, `[v6]:port`, with or without `user@`): `None`
+/// when it has none or an empty one (RFC 3986 §3.2.3), an error naming it unless it is 1*DIGIT
+/// of at most 65535. ([`http::Uri::port_u16`] answers `None` for a bad port, and a URL that names
+/// one must not fall back to the default.)
+fn authority_port(authority: &str) -> Result<Option<u16>, String> {
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let port = match hostport.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((_, "")) => None,
+            Some((_, after)) => Some(
+                after
+                    .strip_prefix(':')
+                    .ok_or_else(|| format!("{after:?} after the IPv6 address"))?,
+            ),
+            None => return Err("unclosed '[' in the host".into()),
+        },
+        None => hostport.rsplit_once(':').map(|(_, port)| port),
+    };
+    match port {
+        None | Some("") => Ok(None),
+        Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => p
+            .parse::<u16>()
+            .map(Some)
+            .map_err(|_| format!("port {p} is out of range (0 to 65535)")),
+        Some(p) => Err(format!("port {p:?} is not a number")),
+    }
+}
+
 /// Copies parsed header slots into a [`HeaderMap`].
 fn to_header_map(parsed: &[httparse::Header<'_>]) -> Result<HeaderMap, crate::HandshakeError> {
     let mut map = HeaderMap::with_capacity(parsed.len());
