@@ -415,3 +415,49 @@ async fn permessage_deflate_is_negotiated_by_default_and_can_be_refused() {
     ws.send("plain").await.unwrap();
     assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("plain"));
 }
+
+/// Regression (issue 13): a port that is not a number, or over 65535, fell back to port 80 and
+/// a connection was opened. Now the URL is refused first: the "proxy" below, through which any
+/// connection would go, sees none.
+#[tokio::test]
+async fn an_invalid_port_is_refused_before_any_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = sockeye::proxy::Proxy::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+    let config = Config {
+        proxy: sockeye::proxy::ProxyConfig::Url(proxy),
+        handshake_timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
+    for (url, port) in [
+        ("ws://127.0.0.1:99999/", "99999"),
+        ("ws://127.0.0.1:8008x/", "8008x"),
+        ("ws://127.0.0.1:abc/", "abc"),
+        ("wss://localhost:65536/", "65536"),
+    ] {
+        let err = sockeye::connect_with(url, &config).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Handshake(HandshakeError::InvalidUrl(why)) if why.contains(port)),
+            "{url}: {err:?}"
+        );
+        assert!(err.to_string().contains(port), "{err}");
+    }
+    let err = sockeye::connect_with("ftp://127.0.0.1/", &config).await.unwrap_err();
+    assert!(err.to_string().contains("ws://, wss://, http:// or https://"), "{err}");
+    let accepted = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
+    assert!(accepted.is_err(), "a connection was opened: {accepted:?}");
+}
+
+/// Regression (issue 13): the client compared schemes with case (`WS://` was refused, RFC 3986
+/// §3.1 says case-insensitive); `http://` is `ws://`, as in browsers' WebSocket constructor.
+#[tokio::test]
+async fn schemes_are_case_insensitive_and_http_means_ws() {
+    let addr = echo_server("127.0.0.1:0").await;
+    for scheme in ["WS", "Ws", "http", "HTTP"] {
+        let (mut ws, _) = sockeye::connect(format!("{scheme}://{addr}/echo"))
+            .await
+            .unwrap_or_else(|e| panic!("{scheme}: {e}"));
+        ws.send("hi").await.unwrap();
+        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("hi"));
+        ws.close(None).await.unwrap();
+    }
+}

@@ -23,7 +23,8 @@ pub struct ClientHandshake {
 }
 
 impl ClientHandshake {
-    /// Prepares the request for `request.uri()` (scheme `ws`, `wss`, `http` or `https`, with a host).
+    /// Prepares the request for `request.uri()`, a URL as [`url_target`](super::url_target) reads
+    /// it (scheme `ws`, `wss`, `http` or `https` in any case, a host, a valid port if any).
     ///
     /// Adds `Host` (unless set), `Upgrade`, `Connection`, `Sec-WebSocket-Version: 13` and a
     /// `Sec-WebSocket-Key` made from `nonce`, which must be 16 random bytes chosen for this
@@ -39,12 +40,7 @@ impl ClientHandshake {
     /// assert!(text.contains("host: example.com\r\n"));
     /// ```
     pub fn new(mut request: Request<()>, nonce: [u8; 16]) -> Result<Self, HandshakeError> {
-        let uri = request.uri();
-        let (_, host, default_port) = url_target(uri)?;
-        let host = match uri.port_u16() {
-            Some(p) if p != default_port => format!("{host}:{p}"),
-            _ => host.to_string(),
-        };
+        let host = url_target(request.uri())?.authority();
         let key = base64::engine::general_purpose::STANDARD.encode(nonce);
         let headers = request.headers_mut();
         if !headers.contains_key(HOST) {
@@ -288,5 +284,20 @@ mod tests {
         let bad = |uri: &str| ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16]).unwrap_err();
         assert!(matches!(bad("ftp://x/"), HandshakeError::InvalidUrl(_)));
         assert!(matches!(bad("/just/a/path"), HandshakeError::InvalidUrl(_)));
+        // Regression (issue 13): these became `Host: 127.0.0.1`, port 80.
+        for port in ["99999", "8008x", "abc"] {
+            let err = bad(&format!("ws://127.0.0.1:{port}/"));
+            assert!(
+                matches!(&err, HandshakeError::InvalidUrl(why) if why.contains(port)),
+                "{port}: {err:?}"
+            );
+        }
+        let host = |uri: &str| {
+            let hs = ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16]).unwrap();
+            hs.request().headers()[HOST].to_str().unwrap().to_string()
+        };
+        assert_eq!(host("WSS://h:443/"), "h");
+        assert_eq!(host("Ws://h:8080/"), "h:8080");
+        assert_eq!(host("https://[::1]:80/"), "[::1]:80");
     }
 }

@@ -78,15 +78,12 @@ impl ClientHello {
 /// ```
 pub fn extended_connect_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
     let uri = request.uri();
-    let (secure, host, default_port) = url_target(uri)?;
-    let scheme = if secure { "https" } else { "http" };
+    let target = url_target(uri)?;
+    let scheme = if target.secure { "https" } else { "http" };
     // RFC 9113 §8.3.1: `:authority` replaces `Host`; one the caller set wins over the URL's.
     let authority = match request.headers().get(HOST).and_then(|h| h.to_str().ok()) {
         Some(host) => host.to_string(),
-        None => match uri.port_u16() {
-            Some(port) if port != default_port => format!("{host}:{port}"),
-            _ => host.to_string(),
-        },
+        None => target.authority(),
     };
     let path = match uri.path_and_query().map(|p| p.as_str()) {
         None | Some("") => "/",
@@ -257,7 +254,7 @@ mod tests {
         assert_eq!(request.headers()["sec-websocket-protocol"], "chat");
         let default_port = extended_connect_request(Request::get("WSS://h:443/x").body(()).unwrap()).unwrap();
         assert_eq!(default_port.uri(), "https://h/x");
-        for bad in ["ftp://h/", "/relative"] {
+        for bad in ["ftp://h/", "/relative", "ws://h:99999/", "ws://h:80x/"] {
             let request = Request::get(bad).body(()).unwrap();
             assert!(matches!(
                 extended_connect_request(request),
