@@ -33,9 +33,14 @@ impl Error {
         }
     }
 
-    /// Whether the peer is at fault (a protocol violation or a bad handshake from the other side).
+    /// Whether the peer is at fault: a protocol violation, or a handshake the other side got wrong
+    /// or refused (see [`HandshakeError::is_peer_fault`]).
     pub fn is_peer_fault(&self) -> bool {
-        matches!(self, Error::Protocol(_) | Error::Handshake(_))
+        match self {
+            Error::Protocol(_) => true,
+            Error::Handshake(h) => h.is_peer_fault(),
+            Error::Closed | Error::InvalidInput(_) => false,
+        }
     }
 }
 
@@ -203,6 +208,17 @@ impl HandshakeError {
     }
 }
 
+impl HandshakeError {
+    /// Whether the other side is at fault. Not for [`InvalidUrl`](Self::InvalidUrl), the caller's
+    /// mistake, nor for [`Http2Unavailable`](Self::Http2Unavailable): RFC 8441 is optional, and a
+    /// server that does not offer it is within its rights; requiring it is this endpoint's
+    /// configuration (`HttpVersion::Http2Only`). Every other handshake error comes from what the
+    /// peer sent, or its refusal.
+    pub fn is_peer_fault(&self) -> bool {
+        !matches!(self, Self::InvalidUrl(_) | Self::Http2Unavailable(_))
+    }
+}
+
 impl fmt::Display for HandshakeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -238,3 +254,32 @@ impl fmt::Display for HandshakeError {
 }
 
 impl std::error::Error for HandshakeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (issue 13): every handshake error counted as the peer's fault, a bad URL too.
+    #[test]
+    fn local_mistakes_are_not_the_peers_fault() {
+        for local in [
+            HandshakeError::InvalidUrl("ws://h:99999/: port 99999 is out of range".into()),
+            HandshakeError::Http2Unavailable("the server did not choose h2 by ALPN"),
+        ] {
+            assert!(!local.is_peer_fault(), "{local:?}");
+            assert!(!Error::Handshake(local).is_peer_fault());
+        }
+        for peer in [
+            HandshakeError::AcceptMismatch,
+            HandshakeError::MissingHeader("Host"),
+            HandshakeError::Rejected {
+                status: 403,
+                reason: "Forbidden".into(),
+            },
+        ] {
+            assert!(Error::Handshake(peer).is_peer_fault());
+        }
+        assert!(Error::Protocol(ProtocolViolation::InvalidUtf8).is_peer_fault());
+        assert!(!Error::Closed.is_peer_fault() && !Error::InvalidInput("x").is_peer_fault());
+    }
+}

@@ -46,12 +46,15 @@ impl Error {
         }
     }
 
-    /// Whether the peer is at fault.
+    /// Whether the peer is at fault: a protocol violation, a closure without a close frame, or a
+    /// handshake the other side got wrong or refused — not a bad URL or an HTTP/2 requirement the
+    /// server does not meet ([`HandshakeError::is_peer_fault`]).
     pub fn is_peer_fault(&self) -> bool {
-        matches!(
-            self,
-            Error::Protocol(_) | Error::Handshake(_) | Error::AbnormalClosure
-        )
+        match self {
+            Error::Protocol(_) | Error::AbnormalClosure => true,
+            Error::Handshake(h) => h.is_peer_fault(),
+            _ => false,
+        }
     }
 }
 

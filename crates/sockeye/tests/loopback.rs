@@ -440,6 +440,7 @@ async fn an_invalid_port_is_refused_before_any_connection() {
             "{url}: {err:?}"
         );
         assert!(err.to_string().contains(port), "{err}");
+        assert!(!err.is_peer_fault(), "a bad URL is the caller's mistake");
     }
     let err = sockeye::connect_with("ftp://127.0.0.1/", &config).await.unwrap_err();
     assert!(err.to_string().contains("ws://, wss://, http:// or https://"), "{err}");
