@@ -47,6 +47,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Error::Protocol(v) if v.is_local_limit() => write!(f, "{v}"),
             Error::Protocol(v) => write!(f, "peer violated the WebSocket protocol: {v}"),
             Error::Handshake(h) => write!(f, "WebSocket handshake failed: {h}"),
             Error::Closed => f.write_str("the connection is closed; no more messages can be sent"),
@@ -121,6 +122,15 @@ impl ProtocolViolation {
     }
 }
 
+impl ProtocolViolation {
+    /// Whether the peer went past a limit of this endpoint's configuration
+    /// ([`MessageTooBig`](Self::MessageTooBig)) rather than against a rule of RFC 6455: the message
+    /// names the limit and how to raise it, and says nothing of a protocol violation.
+    pub fn is_local_limit(&self) -> bool {
+        matches!(self, Self::MessageTooBig { .. })
+    }
+}
+
 impl fmt::Display for ProtocolViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -136,9 +146,12 @@ impl fmt::Display for ProtocolViolation {
             Self::InvalidUtf8 => f.write_str("invalid UTF-8 in a text message or close reason"),
             Self::CloseFrameTooShort => f.write_str("close frame with a one-byte payload"),
             Self::InvalidCloseCode(c) => write!(f, "close code {c} may not be sent"),
-            Self::MessageTooBig { size, limit } => {
-                write!(f, "message of {size} bytes exceeds the {limit}-byte limit")
-            }
+            // The same variant reports max_frame_size (one frame) and max_message_size.
+            Self::MessageTooBig { size, limit } => write!(
+                f,
+                "message of {size} bytes exceeds this endpoint's limit of {limit} bytes \
+                 (max_message_size, or max_frame_size for one frame: raise it in the Config to accept it)"
+            ),
             Self::Decompression(why) => write!(f, "compressed message could not be inflated: {why}"),
         }
     }
@@ -281,5 +294,25 @@ mod tests {
         }
         assert!(Error::Protocol(ProtocolViolation::InvalidUtf8).is_peer_fault());
         assert!(!Error::Closed.is_peer_fault() && !Error::InvalidInput("x").is_peer_fault());
+    }
+
+    /// Regression (issue 13): a message over our own limit read "peer violated the WebSocket
+    /// protocol: message of N bytes exceeds the L-byte limit".
+    #[test]
+    fn a_message_over_our_limit_names_the_limit_not_a_violation() {
+        let too_big = ProtocolViolation::MessageTooBig {
+            size: 2_000_000,
+            limit: 1 << 20,
+        };
+        assert!(too_big.is_local_limit() && !ProtocolViolation::InvalidUtf8.is_local_limit());
+        assert_eq!(
+            Error::Protocol(too_big).to_string(),
+            "message of 2000000 bytes exceeds this endpoint's limit of 1048576 bytes \
+             (max_message_size, or max_frame_size for one frame: raise it in the Config to accept it)"
+        );
+        assert_eq!(
+            Error::Protocol(ProtocolViolation::InvalidUtf8).to_string(),
+            "peer violated the WebSocket protocol: invalid UTF-8 in a text message or close reason"
+        );
     }
 }

@@ -62,6 +62,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Io(e) => write!(f, "I/O error: {e}"),
+            Error::Protocol(v) if v.is_local_limit() => write!(f, "{v}"),
             Error::Protocol(v) => write!(f, "peer violated the WebSocket protocol: {v}"),
             Error::Handshake(h) => write!(f, "WebSocket handshake failed: {h}"),
             #[cfg(feature = "tls")]
