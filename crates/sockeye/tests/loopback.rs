@@ -257,7 +257,10 @@ async fn wrong_version_gets_426_with_the_supported_version() {
 /// the 400 names the header. HTTP/1.0 is a 505.
 #[tokio::test]
 async fn a_repeated_key_gets_400_naming_it_and_http_1_0_gets_505() {
-    let twice = UPGRADE.replace("\r\n\r\n", "\r\nSec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n\r\n");
+    let twice = UPGRADE.replace(
+        "\r\n\r\n",
+        "\r\nSec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n\r\n",
+    );
     let (out, seen) = raw_exchange(twice.as_bytes(), Config::default(), false).await;
     let text = String::from_utf8_lossy(&out);
     assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
@@ -266,9 +269,17 @@ async fn a_repeated_key_gets_400_naming_it_and_http_1_0_gets_505() {
         matches!(&seen[..], [Err(Error::Handshake(HandshakeError::MalformedHttp(why)))] if why == "duplicate Sec-WebSocket-Key header"),
         "{seen:?}"
     );
-    let (out, seen) = raw_exchange(UPGRADE.replace("HTTP/1.1", "HTTP/1.0").as_bytes(), Config::default(), false).await;
+    let (out, seen) = raw_exchange(
+        UPGRADE.replace("HTTP/1.1", "HTTP/1.0").as_bytes(),
+        Config::default(),
+        false,
+    )
+    .await;
     let text = String::from_utf8_lossy(&out);
-    assert!(text.starts_with("HTTP/1.1 505 HTTP Version Not Supported\r\n"), "{text}");
+    assert!(
+        text.starts_with("HTTP/1.1 505 HTTP Version Not Supported\r\n"),
+        "{text}"
+    );
     assert!(matches!(
         seen[..],
         [Err(Error::Handshake(HandshakeError::UnsupportedHttpVersion))]
@@ -442,8 +453,13 @@ async fn an_invalid_port_is_refused_before_any_connection() {
         assert!(err.to_string().contains(port), "{err}");
         assert!(!err.is_peer_fault(), "a bad URL is the caller's mistake");
     }
-    let err = sockeye::connect_with("ftp://127.0.0.1/", &config).await.unwrap_err();
-    assert!(err.to_string().contains("ws://, wss://, http:// or https://"), "{err}");
+    let err = sockeye::connect_with("ftp://127.0.0.1/", &config)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("ws://, wss://, http:// or https://"),
+        "{err}"
+    );
     let accepted = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
     assert!(accepted.is_err(), "a connection was opened: {accepted:?}");
 }

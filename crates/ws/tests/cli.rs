@@ -168,7 +168,10 @@ fn bad_input_gives_one_clear_line_and_exit_codes() {
         let out = run(args, "");
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = text(&out.stderr);
-        assert!(err.contains("invalid URL") && err.contains("99999"), "{args:?}: {err}");
+        assert!(
+            err.contains("invalid URL") && err.contains("99999"),
+            "{args:?}: {err}"
+        );
     }
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -555,14 +555,17 @@ mod tests {
     #[test]
     fn inflation_without_a_limit_runs_at_full_speed() {
         let (mut client, mut server) = pair(TAKEOVER_15);
-        let message: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8 ^ (i >> 12) as u8).collect();
+        let message: Vec<u8> = (0..1u32 << 20)
+            .map(|i| (i % 251) as u8 ^ (i >> 12) as u8)
+            .collect();
         let z = client.compress(&message).unwrap();
         let fastest = |limit: usize| {
             (0..3)
                 .map(|_| {
                     let mut out = Vec::new();
                     let started = std::time::Instant::now();
-                    let mut server = PerMessageDeflate::new(Role::Server, TAKEOVER_15, &DeflateConfig::default());
+                    let mut server =
+                        PerMessageDeflate::new(Role::Server, TAKEOVER_15, &DeflateConfig::default());
                     server.inflate(&z, true, &mut out, limit).unwrap();
                     let took = started.elapsed();
                     assert!(out == message, "inflated {} bytes", out.len());

@@ -275,7 +275,10 @@ mod tests {
         let offers = parse_extensions(["permessage-deflate"]).unwrap();
         if cfg!(feature = "deflate") {
             assert!(size > 0);
-            assert_eq!(client_offer(&config).as_deref(), Some("permessage-deflate; client_max_window_bits"));
+            assert_eq!(
+                client_offer(&config).as_deref(),
+                Some("permessage-deflate; client_max_window_bits")
+            );
             assert!(server_accept(&config, &offers).is_some());
         } else {
             assert_eq!(size, 0, "the stand-in compiles away");

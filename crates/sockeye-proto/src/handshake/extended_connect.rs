@@ -211,7 +211,8 @@ mod tests {
         );
         let mut protocols = headers(&[("sec-websocket-version", "13"), ("sec-websocket-protocol", "a")]);
         protocols.append("sec-websocket-protocol", HeaderValue::from_static("b"));
-        let hello = ClientHello::from_extended_connect(&Method::CONNECT, Some("websocket"), &protocols).unwrap();
+        let hello =
+            ClientHello::from_extended_connect(&Method::CONNECT, Some("websocket"), &protocols).unwrap();
         assert_eq!(hello.protocols, ["a", "b"]);
     }
 

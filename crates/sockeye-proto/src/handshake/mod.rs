@@ -116,7 +116,11 @@ pub fn url_target(uri: &http::Uri) -> Result<UrlTarget<'_>, crate::HandshakeErro
     let secure = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
         Some("ws" | "http") => false,
         Some("wss" | "https") => true,
-        Some(other) => return Err(invalid(format!("unsupported scheme {other:?} (expected {ACCEPTED})"))),
+        Some(other) => {
+            return Err(invalid(format!(
+                "unsupported scheme {other:?} (expected {ACCEPTED})"
+            )));
+        }
         None => return Err(invalid(format!("no scheme (expected {ACCEPTED})"))),
     };
     let (Some(host), Some(authority)) = (uri.host(), uri.authority()) else {
@@ -233,7 +237,9 @@ mod tests {
     use crate::HandshakeError;
 
     fn target(url: &str) -> Result<(bool, String, u16), HandshakeError> {
-        let uri: http::Uri = url.parse().map_err(|e| HandshakeError::InvalidUrl(format!("{e}")))?;
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| HandshakeError::InvalidUrl(format!("{e}")))?;
         url_target(&uri).map(|t| (t.secure, t.authority(), t.port()))
     }
 
@@ -253,7 +259,10 @@ mod tests {
             let HandshakeError::InvalidUrl(why) = &err else {
                 panic!("{url}: {err:?}");
             };
-            assert!(why.contains(&format!("port {port}")) || why.contains(&format!("port {port:?}")), "{url}: {why}");
+            assert!(
+                why.contains(&format!("port {port}")) || why.contains(&format!("port {port:?}")),
+                "{url}: {why}"
+            );
         }
         assert_eq!(target("ws://h:65535/").unwrap(), (false, "h:65535".into(), 65535));
         assert_eq!(target("ws://h:0080/").unwrap(), (false, "h".into(), 80));
@@ -281,7 +290,10 @@ mod tests {
             assert!(matches!(err, HandshakeError::InvalidUrl(_)), "{url}: {err:?}");
         }
         let err = target("ftp://h/").unwrap_err().to_string();
-        assert!(err.contains("\"ftp\"") && err.contains("ws://, wss://, http:// or https://"), "{err}");
+        assert!(
+            err.contains("\"ftp\"") && err.contains("ws://, wss://, http:// or https://"),
+            "{err}"
+        );
         let err = target("/path").unwrap_err().to_string();
         assert!(err.contains("no scheme"), "{err}");
     }
@@ -290,6 +302,9 @@ mod tests {
     fn the_target_keeps_the_host_for_headers_and_strips_brackets_for_sockets() {
         let uri: http::Uri = "wss://user:pw@[::1]:8443/x".parse().unwrap();
         let t = url_target(&uri).unwrap();
-        assert_eq!((t.host, t.host_name(), t.port(), t.authority()), ("[::1]", "::1", 8443, "[::1]:8443".into()));
+        assert_eq!(
+            (t.host, t.host_name(), t.port(), t.authority()),
+            ("[::1]", "::1", 8443, "[::1]:8443".into())
+        );
     }
 }

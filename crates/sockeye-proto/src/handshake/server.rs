@@ -386,11 +386,18 @@ mod tests {
         ];
         for (extra, name) in cases {
             let err = hello(&add(extra)).unwrap_err();
-            assert_eq!(err, HandshakeError::MalformedHttp(format!("duplicate {name} header")), "{extra}");
+            assert_eq!(
+                err,
+                HandshakeError::MalformedHttp(format!("duplicate {name} header")),
+                "{extra}"
+            );
             assert_eq!(err.status(), 400);
             let text = String::from_utf8(encode_response(&reject_response(&err))).unwrap();
             assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
-            assert!(text.ends_with(&format!("malformed HTTP: duplicate {name} header\n")), "{text}");
+            assert!(
+                text.ends_with(&format!("malformed HTTP: duplicate {name} header\n")),
+                "{text}"
+            );
         }
         // One value, but a list of them: not "a value of 13" (§4.2.1 item 6).
         for versions in ["13, 8", "8, 13", "13,13"] {
@@ -402,7 +409,10 @@ mod tests {
         }
         // List headers may be split over several field lines.
         let split = RFC_REQUEST
-            .replace("Connection: keep-alive, Upgrade", "Connection: keep-alive\r\nConnection: Upgrade")
+            .replace(
+                "Connection: keep-alive, Upgrade",
+                "Connection: keep-alive\r\nConnection: Upgrade",
+            )
             .replace(
                 "Sec-WebSocket-Protocol: chat, superchat",
                 "Sec-WebSocket-Protocol: chat\r\nSec-WebSocket-Protocol: superchat\r\n\
@@ -416,7 +426,15 @@ mod tests {
     /// RFC 9112 §3.2: a `Host` with an invalid value is a 400.
     #[test]
     fn refuses_an_invalid_host() {
-        for host in ["", "a b", "user@server.example.com", "h:99999", "h:8008x", "h:abc", "[::1"] {
+        for host in [
+            "",
+            "a b",
+            "user@server.example.com",
+            "h:99999",
+            "h:8008x",
+            "h:abc",
+            "[::1",
+        ] {
             assert_eq!(
                 hello(&RFC_REQUEST.replace("Host: server.example.com", &format!("Host: {host}"))),
                 Err(HandshakeError::InvalidHeader("Host")),
@@ -448,7 +466,10 @@ mod tests {
         // A broken request line is malformed, whatever version it ends with.
         for bad in ["GET /a b HTTP/1.1", "GET / HTTX/1.1", "GET / HTTP/1.1x"] {
             let text = RFC_REQUEST.replace("GET /chat?x=1 HTTP/1.1", bad);
-            assert!(matches!(hello(&text), Err(HandshakeError::MalformedHttp(_))), "{bad}");
+            assert!(
+                matches!(hello(&text), Err(HandshakeError::MalformedHttp(_))),
+                "{bad}"
+            );
         }
     }
 
