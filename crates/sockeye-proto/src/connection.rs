@@ -629,8 +629,12 @@ impl Connection {
             frame.processed = available;
         }
         if available < frame.len {
-            // Make room for the rest of the frame in one allocation.
-            self.read_buf.reserve(frame.len - self.read_buf.len());
+            // Make room for the rest of the frame in one allocation, up to a bound: the length is
+            // the peer's claim, and with the limits lifted it may be anything up to 2^63.
+            const MAX_UPFRONT: usize = 16 << 20;
+            self.read_buf
+                .reserve((frame.len - self.read_buf.len()).min(MAX_UPFRONT));
+
             self.incoming = Some(frame);
             return Ok(None);
         }

@@ -44,18 +44,21 @@ impl Error {
         }
     }
 
-    /// Whether the peer is at fault (a protocol violation or a bad handshake from the other side).
+    /// Whether the peer is at fault: a protocol violation, or a handshake the other side got wrong
+    /// or refused (see [`HandshakeError::is_peer_fault`]).
     pub fn is_peer_fault(&self) -> bool {
-        matches!(
-            self,
-            Error::Protocol(_) | Error::Handshake(_) | Error::AbnormalClosure
-        )
+        match self {
+            Error::Protocol(_) | Error::AbnormalClosure => true,
+            Error::Handshake(h) => h.is_peer_fault(),
+            _ => false,
+        }
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Error::Protocol(v) if v.is_local_limit() => write!(f, "{v}"),
             Error::Protocol(v) => write!(f, "peer violated the WebSocket protocol: {v}"),
             Error::Handshake(h) => write!(f, "WebSocket handshake failed: {h}"),
             Error::AbnormalClosure => f.write_str("peer closed the connection without a close frame (1006)"),
@@ -134,6 +137,15 @@ impl ProtocolViolation {
     }
 }
 
+impl ProtocolViolation {
+    /// Whether the peer went past a limit of this endpoint's configuration
+    /// ([`MessageTooBig`](Self::MessageTooBig)) rather than against a rule of RFC 6455: the message
+    /// names the limit and how to raise it, and says nothing of a protocol violation.
+    pub fn is_local_limit(&self) -> bool {
+        matches!(self, Self::MessageTooBig { .. })
+    }
+}
+
 impl fmt::Display for ProtocolViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -149,9 +161,12 @@ impl fmt::Display for ProtocolViolation {
             Self::InvalidUtf8 => f.write_str("invalid UTF-8 in a text message or close reason"),
             Self::CloseFrameTooShort => f.write_str("close frame with a one-byte payload"),
             Self::InvalidCloseCode(c) => write!(f, "close code {c} may not be sent"),
-            Self::MessageTooBig { size, limit } => {
-                write!(f, "message of {size} bytes exceeds the {limit}-byte limit")
-            }
+            // The same variant reports max_frame_size (one frame) and max_message_size.
+            Self::MessageTooBig { size, limit } => write!(
+                f,
+                "message of {size} bytes exceeds this endpoint's limit of {limit} bytes \
+                 (max_message_size, or max_frame_size for one frame: raise it in the Config to accept it)"
+            ),
             Self::Decompression(why) => write!(f, "compressed message could not be inflated: {why}"),
         }
     }
@@ -221,6 +236,17 @@ impl HandshakeError {
     }
 }
 
+impl HandshakeError {
+    /// Whether the other side is at fault. Not for [`InvalidUrl`](Self::InvalidUrl), the caller's
+    /// mistake, nor for [`Http2Unavailable`](Self::Http2Unavailable): RFC 8441 is optional, and a
+    /// server that does not offer it is within its rights; requiring it is this endpoint's
+    /// configuration (`HttpVersion::Http2Only`). Every other handshake error comes from what the
+    /// peer sent, or its refusal.
+    pub fn is_peer_fault(&self) -> bool {
+        !matches!(self, Self::InvalidUrl(_) | Self::Http2Unavailable(_))
+    }
+}
+
 impl fmt::Display for HandshakeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -256,3 +282,52 @@ impl fmt::Display for HandshakeError {
 }
 
 impl std::error::Error for HandshakeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (issue 13): every handshake error counted as the peer's fault, a bad URL too.
+    #[test]
+    fn local_mistakes_are_not_the_peers_fault() {
+        for local in [
+            HandshakeError::InvalidUrl("ws://h:99999/: port 99999 is out of range".into()),
+            HandshakeError::Http2Unavailable("the server did not choose h2 by ALPN"),
+        ] {
+            assert!(!local.is_peer_fault(), "{local:?}");
+            assert!(!Error::Handshake(local).is_peer_fault());
+        }
+        for peer in [
+            HandshakeError::AcceptMismatch,
+            HandshakeError::MissingHeader("Host"),
+            HandshakeError::Rejected {
+                status: 403,
+                reason: "Forbidden".into(),
+            },
+        ] {
+            assert!(Error::Handshake(peer).is_peer_fault());
+        }
+        assert!(Error::Protocol(ProtocolViolation::InvalidUtf8).is_peer_fault());
+        assert!(!Error::Closed.is_peer_fault() && !Error::InvalidInput("x").is_peer_fault());
+    }
+
+    /// Regression (issue 13): a message over our own limit read "peer violated the WebSocket
+    /// protocol: message of N bytes exceeds the L-byte limit".
+    #[test]
+    fn a_message_over_our_limit_names_the_limit_not_a_violation() {
+        let too_big = ProtocolViolation::MessageTooBig {
+            size: 2_000_000,
+            limit: 1 << 20,
+        };
+        assert!(too_big.is_local_limit() && !ProtocolViolation::InvalidUtf8.is_local_limit());
+        assert_eq!(
+            Error::Protocol(too_big).to_string(),
+            "message of 2000000 bytes exceeds this endpoint's limit of 1048576 bytes \
+             (max_message_size, or max_frame_size for one frame: raise it in the Config to accept it)"
+        );
+        assert_eq!(
+            Error::Protocol(ProtocolViolation::InvalidUtf8).to_string(),
+            "peer violated the WebSocket protocol: invalid UTF-8 in a text message or close reason"
+        );
+    }
+}

@@ -44,7 +44,9 @@ impl Utf8Validator {
         if self.partial_len > 0 {
             let have = usize::from(self.partial_len);
             let want = sequence_len(self.partial[0]);
-            let take = (want - have).min(data.len());
+            // `have < want`: a complete sequence is never kept. Saturating all the same, so that a
+            // broken invariant ends in InvalidUtf8 below rather than an overflow.
+            let take = want.saturating_sub(have).min(data.len());
             self.partial[have..have + take].copy_from_slice(&data[..take]);
             match simdutf8::compat::from_utf8(&self.partial[..have + take]) {
                 Ok(_) => self.partial_len = 0,

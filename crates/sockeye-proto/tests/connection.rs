@@ -479,3 +479,23 @@ proptest! {
         }
     }
 }
+
+/// A frame header claiming 2^62 bytes, with every limit lifted, costs no more than a bounded
+/// reservation: the length is the peer's claim, not something to allocate up front.
+#[test]
+fn a_huge_claimed_length_is_not_allocated_up_front() {
+    let mut config = Config::default();
+    config.max_frame_size = usize::MAX;
+    config.max_message_size = usize::MAX;
+    let mut s = Connection::server(config);
+    let mut frame = vec![0x82, 0xFF];
+    frame.extend_from_slice(&(1u64 << 62).to_be_bytes());
+    frame.extend_from_slice(&[1, 2, 3, 4, 5]);
+    s.receive(&frame);
+    assert_eq!(s.poll_message(), Ok(None));
+    assert!(
+        s.read_buffer().capacity() <= 32 << 20,
+        "{}",
+        s.read_buffer().capacity()
+    );
+}

@@ -5,7 +5,7 @@ use http::header::SEC_WEBSOCKET_EXTENSIONS;
 use http::{HeaderValue, Request, Response, Uri};
 use sockeye_proto::Role;
 use sockeye_proto::extension;
-use sockeye_proto::handshake::ClientHandshake;
+use sockeye_proto::handshake::{ClientHandshake, url_target};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -60,6 +60,11 @@ impl IntoClientRequest for Request<()> {
 
 /// Connects to a `ws://` URL with the default [`Config`].
 ///
+/// URLs: `ws://` and `wss://`, schemes in any case (RFC 3986 §3.1). As in the WHATWG WebSocket
+/// constructor (what browsers do), `http://` is taken as `ws://` and `https://` as `wss://`. Any
+/// other scheme, no host, or a port that is not a number from 0 to 65535 is
+/// [`HandshakeError::InvalidUrl`] before any connection is attempted.
+///
 /// ```no_run
 /// # async fn run() -> Result<(), sockeye::Error> {
 /// let (mut ws, _response) = sockeye::connect("ws://127.0.0.1:8008/").await?;
@@ -85,17 +90,10 @@ pub async fn connect_with(
     config: &Config,
 ) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
     let request = request.into_client_request()?;
-    let uri = request.uri();
-    let (tls, port) = match uri.scheme_str() {
-        Some("ws" | "http") => (false, uri.port_u16().unwrap_or(80)),
-        Some("wss" | "https") => (true, uri.port_u16().unwrap_or(443)),
-        _ => return Err(HandshakeError::InvalidUrl(format!("{uri}: expected a ws:// or wss:// URL")).into()),
-    };
-    let host = uri
-        .host()
-        .ok_or_else(|| HandshakeError::InvalidUrl(format!("{uri}: no host")))?;
-    // `Uri::host` keeps the brackets of an IPv6 literal.
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    // Checked before anything is opened: scheme (any case), host, and a port that is a number.
+    let target = url_target(request.uri())?;
+    let (tls, port) = (target.secure, target.port());
+    let host = target.host_name().to_string();
     with_deadline(config.handshake_timeout, "handshake", async {
         let proxy = match &config.proxy {
             ProxyConfig::Direct => None,

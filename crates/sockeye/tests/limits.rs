@@ -376,4 +376,12 @@ async fn expect_too_big(
         matches!(err.protocol_violation(), Some(&ProtocolViolation::MessageTooBig { size: s, limit: l }) if s == size && l == limit),
         "{err:?}"
     );
+    // Our limit, not the peer's violation (issue 13).
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "message of {size} bytes exceeds this endpoint's limit of {limit} bytes"
+        )) && text.contains("max_message_size"),
+        "{text}"
+    );
 }

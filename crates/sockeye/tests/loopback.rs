@@ -136,7 +136,6 @@ async fn split_halves_work_from_two_tasks() {
         }
         // The Sink's close: 1000, flushed; the reader sees the reply.
         SinkExt::close(&mut sink).await.unwrap();
-
     });
     let mut got = Vec::new();
     while let Some(item) = stream.next().await {
@@ -254,6 +253,41 @@ async fn wrong_version_gets_426_with_the_supported_version() {
         seen[..],
         [Err(Error::WebSocket(sockeye::ProtocolError::Handshake(
             HandshakeError::UnsupportedVersion
+        )))]
+    ));
+}
+
+/// Regression (issue 13): a second `Sec-WebSocket-Key` was accepted. RFC 6455 §11.3.1 allows one;
+/// the 400 names the header. HTTP/1.0 is a 505.
+#[tokio::test]
+async fn a_repeated_key_gets_400_naming_it_and_http_1_0_gets_505() {
+    let twice = UPGRADE.replace(
+        "\r\n\r\n",
+        "\r\nSec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n\r\n",
+    );
+    let (out, seen) = raw_exchange(twice.as_bytes(), Config::default(), false).await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+    assert!(text.ends_with("duplicate Sec-WebSocket-Key header\n"), "{text}");
+    assert!(
+        matches!(&seen[..], [Err(Error::WebSocket(sockeye::ProtocolError::Handshake(HandshakeError::MalformedHttp(why))))] if why == "duplicate Sec-WebSocket-Key header"),
+        "{seen:?}"
+    );
+    let (out, seen) = raw_exchange(
+        UPGRADE.replace("HTTP/1.1", "HTTP/1.0").as_bytes(),
+        Config::default(),
+        false,
+    )
+    .await;
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.starts_with("HTTP/1.1 505 HTTP Version Not Supported\r\n"),
+        "{text}"
+    );
+    assert!(matches!(
+        seen[..],
+        [Err(Error::WebSocket(sockeye::ProtocolError::Handshake(
+            HandshakeError::UnsupportedHttpVersion
         )))]
     ));
 }
@@ -406,4 +440,55 @@ async fn permessage_deflate_is_negotiated_by_default_and_can_be_refused() {
     assert!(!ws.connection().is_deflate_enabled());
     ws.send("plain").await.unwrap();
     assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("plain"));
+}
+
+/// Regression (issue 13): a port that is not a number, or over 65535, fell back to port 80 and
+/// a connection was opened. Now the URL is refused first: the "proxy" below, through which any
+/// connection would go, sees none.
+#[tokio::test]
+async fn an_invalid_port_is_refused_before_any_connection() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = sockeye::proxy::Proxy::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+    let config = Config::builder()
+        .proxy(sockeye::proxy::ProxyConfig::Url(proxy))
+        .handshake_timeout(Duration::from_secs(2))
+        .build();
+    for (url, port) in [
+        ("ws://127.0.0.1:99999/", "99999"),
+        ("ws://127.0.0.1:8008x/", "8008x"),
+        ("ws://127.0.0.1:abc/", "abc"),
+        ("wss://localhost:65536/", "65536"),
+    ] {
+        let err = sockeye::connect_with(url, &config).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::WebSocket(sockeye::ProtocolError::Handshake(HandshakeError::InvalidUrl(why))) if why.contains(port)),
+            "{url}: {err:?}"
+        );
+        assert!(err.to_string().contains(port), "{err}");
+        assert!(!err.is_peer_fault(), "a bad URL is the caller's mistake");
+    }
+    let err = sockeye::connect_with("ftp://127.0.0.1/", &config)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("ws://, wss://, http:// or https://"),
+        "{err}"
+    );
+    let accepted = tokio::time::timeout(Duration::from_millis(300), listener.accept()).await;
+    assert!(accepted.is_err(), "a connection was opened: {accepted:?}");
+}
+
+/// Regression (issue 13): the client compared schemes with case (`WS://` was refused, RFC 3986
+/// §3.1 says case-insensitive); `http://` is `ws://`, as in browsers' WebSocket constructor.
+#[tokio::test]
+async fn schemes_are_case_insensitive_and_http_means_ws() {
+    let addr = echo_server("127.0.0.1:0").await;
+    for scheme in ["WS", "Ws", "http", "HTTP"] {
+        let (mut ws, _) = sockeye::connect(format!("{scheme}://{addr}/echo"))
+            .await
+            .unwrap_or_else(|e| panic!("{scheme}: {e}"));
+        ws.send("hi").await.unwrap();
+        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("hi"));
+        ws.close(None).await.unwrap();
+    }
 }

@@ -23,7 +23,10 @@ fn config() -> Config {
 /// A client WebSocket over one end of an in-memory pipe with a small buffer; the other end is raw.
 fn duplex_client(buffer: usize) -> (WebSocket<DuplexStream>, DuplexStream) {
     let (ours, theirs) = tokio::io::duplex(buffer);
-    (WebSocket::from_upgraded(ours, Role::Client, &config(), &[], None), theirs)
+    (
+        WebSocket::from_upgraded(ours, Role::Client, &config(), &[], None),
+        theirs,
+    )
 }
 
 /// A client WebSocket over loopback TCP; the server's end is raw.
@@ -31,7 +34,10 @@ async fn tcp_client() -> (WebSocket<TcpStream>, TcpStream) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let connect = TcpStream::connect(listener.local_addr().unwrap());
     let (ours, (theirs, _)) = tokio::join!(connect, async { listener.accept().await.unwrap() });
-    (WebSocket::from_upgraded(ours.unwrap(), Role::Client, &config(), &[], None), theirs)
+    (
+        WebSocket::from_upgraded(ours.unwrap(), Role::Client, &config(), &[], None),
+        theirs,
+    )
 }
 
 /// An unmasked server frame, as the raw peer sends it.
@@ -54,7 +60,10 @@ where
 {
     let writing = tokio::spawn(async move {
         for _ in 0..TOTAL / CHUNK {
-            writer.send_message(Message::binary(vec![7u8; CHUNK])).await.unwrap();
+            writer
+                .send_message(Message::binary(vec![7u8; CHUNK]))
+                .await
+                .unwrap();
         }
     });
     let reading = tokio::spawn(async move {
@@ -67,7 +76,10 @@ where
     });
     // Let the writer fill the pipe and block.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!writing.is_finished(), "the writer should be blocked on a full pipe");
+    assert!(
+        !writing.is_finished(),
+        "the writer should be blocked on a full pipe"
+    );
     peer.write_all(&server_text("wake")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Now drain everything the client sent.
@@ -87,7 +99,10 @@ where
         .expect("the writer's send never completed")
         .unwrap();
     drop(peer);
-    let got = tokio::time::timeout(Duration::from_secs(10), reading).await.unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), reading)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.first(), Some(&Ok(Message::text("wake"))));
 }
 
@@ -239,7 +254,10 @@ async fn the_reader_alone_answers_pings_and_closes() {
     peer.read_exact(&mut close).await.unwrap();
     assert_eq!(close[0], 0x88, "the close reply");
     drop(peer);
-    let got = tokio::time::timeout(Duration::from_secs(5), reading).await.unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), reading)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.len(), 2, "{got:?}");
 }
 
@@ -341,7 +359,10 @@ async fn send_dropped_after_its_first_poll_leaves_the_message_queued() {
     let (mut ws, mut peer) = duplex_client(16 << 10);
     let message = Message::binary(vec![9u8; 100_000]);
     let cancelled = tokio::time::timeout(Duration::from_millis(20), ws.send(message.clone())).await;
-    assert!(cancelled.is_err(), "the send should have been waiting on the full pipe");
+    assert!(
+        cancelled.is_err(),
+        "the send should have been waiting on the full pipe"
+    );
     assert!(ws.buffered_amount() > 0, "the message is still queued");
     let draining = tokio::spawn(async move { read_messages(&mut peer, 1).await });
     ws.flush().await.unwrap();
@@ -371,8 +392,13 @@ async fn feed_dropped_while_waiting_for_room_queues_nothing() {
             }
         }
     });
-    ws.send(Message::binary(Bytes::from_static(b"last"))).await.unwrap();
-    let all = tokio::time::timeout(Duration::from_secs(10), draining).await.unwrap().unwrap();
+    ws.send(Message::binary(Bytes::from_static(b"last")))
+        .await
+        .unwrap();
+    let all = tokio::time::timeout(Duration::from_secs(10), draining)
+        .await
+        .unwrap()
+        .unwrap();
 
     assert!(all.iter().all(|m| m != b"never sent"));
     assert!(all.len() >= queued.min(2));
@@ -386,7 +412,11 @@ async fn flush_dropped_midway_loses_nothing() {
     for m in &messages {
         ws.feed(m.clone()).await.unwrap();
     }
-    assert!(tokio::time::timeout(Duration::from_millis(20), ws.flush()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(20), ws.flush())
+            .await
+            .is_err()
+    );
     let draining = tokio::spawn(async move { read_messages(&mut peer, 8).await });
     ws.flush().await.unwrap();
     let got = draining.await.unwrap();

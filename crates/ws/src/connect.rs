@@ -6,7 +6,8 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use sockeye::{Bytes, CloseCode, CloseFrame, Message};
+use sockeye::proto::handshake::url_target;
+use sockeye::{Bytes, CloseCode, CloseFrame, IntoClientRequest, Message};
 use tokio::sync::mpsc;
 
 use crate::Failure;
@@ -68,21 +69,29 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
     }
 }
 
-/// The handshake request: the URL, `-H` headers and `--subprotocol`.
+/// The handshake request: the URL, `-H` headers and `--subprotocol`. The URL is read as
+/// `sockeye::connect` reads it, here, so that an invalid one fails at once instead of being
+/// retried.
 fn request(args: &ConnectArgs) -> Result<http::Request<()>, Failure> {
-    let mut builder = http::Request::get(args.client.url.as_str());
+    let mut request = args.client.url.as_str().into_client_request()?;
+    url_target(request.uri()).map_err(sockeye::Error::from)?;
+    let headers = request.headers_mut();
     for header in &args.headers {
         let Some((name, value)) = header.split_once(':') else {
             return Err(Failure::new(format!("-H {header:?}: expected \"Name: value\"")));
         };
-        builder = builder.header(name.trim(), value.trim());
+        let name = http::HeaderName::try_from(name.trim())
+            .map_err(|e| Failure::new(format!("-H {header:?}: {e}")))?;
+        let value = http::HeaderValue::try_from(value.trim())
+            .map_err(|e| Failure::new(format!("-H {header:?}: {e}")))?;
+        headers.append(name, value);
     }
     if let Some(p) = &args.subprotocol {
-        builder = builder.header("sec-websocket-protocol", p.as_str());
+        let value = http::HeaderValue::try_from(p.as_str())
+            .map_err(|e| Failure::new(format!("--subprotocol {p:?}: {e}")))?;
+        headers.append("sec-websocket-protocol", value);
     }
-    builder
-        .body(())
-        .map_err(|e| Failure::new(format!("bad request: {e}")))
+    Ok(request)
 }
 
 async fn session(

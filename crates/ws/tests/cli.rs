@@ -160,6 +160,19 @@ fn bad_input_gives_one_clear_line_and_exit_codes() {
     let err = text(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("invalid URL"), "{err}");
+    // Regression (issue 13): an invalid port fell back to 80 (`connect` retried it for ever).
+    for args in [
+        &["cat", "ws://127.0.0.1:99999/"][..],
+        &["connect", "ws://127.0.0.1:99999/"],
+    ] {
+        let out = run(args, "");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("invalid URL") && err.contains("99999"),
+            "{args:?}: {err}"
+        );
+    }
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

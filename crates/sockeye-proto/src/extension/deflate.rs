@@ -111,10 +111,12 @@ impl Parsed {
     }
 }
 
-/// A window size: 1*DIGIT between 8 and 15, with no leading zero (§7.1.2.1).
+/// A window size: 1*DIGIT between 8 and 15, with no leading zero (§7.1.2.1). Digits only: Rust's
+/// integer parser also takes a leading `+`.
 fn window_bits(value: &str) -> Result<u8, String> {
+    let digits = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
     match value.parse::<u8>() {
-        Ok(bits @ 8..=15) if !value.starts_with('0') => Ok(bits),
+        Ok(bits @ 8..=15) if digits && !value.starts_with('0') => Ok(bits),
         _ => Err(format!("window bits {value:?} outside 8..15")),
     }
 }
@@ -284,15 +286,13 @@ impl PerMessageDeflate {
     }
 
     /// Compresses one whole message (§7.2.1): sync flush, then drop the trailing `00 00 FF FF`.
+    ///
+    /// `input` is never empty: the connection compresses only what
+    /// [`should_compress`](Self::should_compress) accepts, and that refuses empty messages, which
+    /// then cost no payload at all. (A compressor that has just sync-flushed emits nothing for
+    /// empty input, and an empty payload with RSV1 is not DEFLATE data.)
     pub(crate) fn compress(&mut self, input: &[u8]) -> Result<Vec<u8>, String> {
-        if input.is_empty() {
-            // RFC 7692 §7.2.3.6: an empty stored block, 0x00 once the tail is removed. A compressor
-            // that has just sync-flushed emits nothing for empty input, and an empty payload is
-            // not DEFLATE data: the peer's inflater would take the tail for a block header and
-            // fail on the next message (found by the round-trip property test). The stream stays
-            // byte-aligned, so the compressor's state needs no update.
-            return Ok(vec![0x00]);
-        }
+        debug_assert!(!input.is_empty(), "empty messages are sent uncompressed");
         let (level, bits) = (self.level, self.compress_bits);
         let c = self
             .deflater
@@ -355,10 +355,7 @@ impl PerMessageDeflate {
         let mut consumed = 0;
         loop {
             if out.len() == out.capacity() {
-                // Grow geometrically (amortised copies) but never past the limit plus one byte,
-                // the byte that detects excess: a bomb cannot make us allocate more.
-                let wanted = (out.capacity() * 2).max(out.len() + (input.len() * 4).clamp(1024, 256 << 10));
-                let target = wanted.min(limit + 1).max(out.len() + 1);
+                let target = grow_target(out.len(), out.capacity(), input.len(), limit);
                 out.reserve_exact(target - out.len());
             }
             let (in_before, out_before) = (d.total_in(), out.len());
@@ -387,6 +384,17 @@ impl PerMessageDeflate {
             }
         }
     }
+}
+
+/// The capacity to give the inflate buffer when it is full: geometric growth (amortised copies),
+/// but never past the limit plus one byte, the byte that detects excess, so a bomb cannot make us
+/// allocate more; always at least one byte more than `len`. Every step saturates: the limit may be
+/// `usize::MAX` ("no limit"), and `limit + 1` must then not wrap to 0, which would grow the buffer
+/// one byte per call into zlib.
+fn grow_target(len: usize, capacity: usize, input_len: usize, limit: usize) -> usize {
+    let step = input_len.saturating_mul(4).clamp(1024, 256 << 10);
+    let wanted = capacity.saturating_mul(2).max(len.saturating_add(step));
+    wanted.min(limit.saturating_add(1)).max(len.saturating_add(1))
 }
 
 #[cfg(test)]
@@ -446,6 +454,8 @@ mod tests {
             "permessage-deflate; server_max_window_bits=16",
             "permessage-deflate; server_max_window_bits",
             "permessage-deflate; server_max_window_bits=010",
+            "permessage-deflate; server_max_window_bits=+10",
+            "permessage-deflate; client_max_window_bits=\"+9\"",
             "permessage-deflate; client_no_context_takeover=1",
             "permessage-deflate; unknown",
             "permessage-deflate; client_no_context_takeover; client_no_context_takeover",
@@ -482,6 +492,7 @@ mod tests {
             "permessage-deflate",
             "permessage-deflate; server_max_window_bits=12; client_max_window_bits",
             "permessage-deflate; server_max_window_bits=12; bogus",
+            "permessage-deflate; server_max_window_bits=+12",
         ] {
             assert!(c.accept_response(&offer(bad)[0]).is_err(), "{bad}");
         }
@@ -524,10 +535,67 @@ mod tests {
         assert!(out.capacity() <= (1 << 20) + 1, "capacity {}", out.capacity());
     }
 
+    /// Regression (issue 13): with `limit == usize::MAX`, `limit + 1` panicked in debug builds and
+    /// wrapped to 0 in release, where the buffer then grew one byte per call into zlib (~50×
+    /// slower).
     #[test]
-    fn an_empty_message_between_others_keeps_the_stream_in_step() {
+    fn buffer_growth_saturates_at_an_unbounded_limit() {
+        assert_eq!(grow_target(0, 0, 100, usize::MAX), 1024);
+        assert_eq!(grow_target(1 << 20, 1 << 20, 10, usize::MAX), 2 << 20);
+        assert_eq!(grow_target(5000, 5000, 100, usize::MAX), 10_000);
+        assert_eq!(grow_target(0, 0, 1 << 20, usize::MAX), 256 << 10);
+        let huge = usize::MAX / 2 + 1;
+        assert_eq!(grow_target(huge, huge, usize::MAX, usize::MAX), usize::MAX);
+        // A real limit still caps the buffer at one byte past it.
+        assert_eq!(grow_target(0, 0, 100, 10), 11);
+        assert_eq!(grow_target(11, 11, 100, 10), 12);
+    }
+
+    /// Inflating 1 MiB with no limit (`usize::MAX`) works, and as fast as with a real limit.
+    #[test]
+    fn inflation_without_a_limit_runs_at_full_speed() {
         let (mut client, mut server) = pair(TAKEOVER_15);
+        let message: Vec<u8> = (0..1u32 << 20)
+            .map(|i| (i % 251) as u8 ^ (i >> 12) as u8)
+            .collect();
+        let z = client.compress(&message).unwrap();
+        let fastest = |limit: usize| {
+            (0..3)
+                .map(|_| {
+                    let mut out = Vec::new();
+                    let started = std::time::Instant::now();
+                    let mut server =
+                        PerMessageDeflate::new(Role::Server, TAKEOVER_15, &DeflateConfig::default());
+                    server.inflate(&z, true, &mut out, limit).unwrap();
+                    let took = started.elapsed();
+                    assert!(out == message, "inflated {} bytes", out.len());
+                    took
+                })
+                .min()
+                .unwrap()
+        };
+        let bounded = fastest(64 << 20);
+        let unbounded = fastest(usize::MAX);
+        assert!(
+            unbounded <= bounded * 4 + std::time::Duration::from_millis(20),
+            "1 MiB inflated in {unbounded:?} without a limit, {bounded:?} with one"
+        );
+        let mut out = Vec::new();
+        server.inflate(&z, true, &mut out, usize::MAX).unwrap();
+        assert!(out == message);
+    }
+
+    /// Empty messages bypass compression even with no threshold, and the compressed messages
+    /// around them stay in step.
+    #[test]
+    fn empty_messages_are_never_compressed() {
+        let (mut client, mut server) = pair(TAKEOVER_15);
+        assert!(!server.should_compress(0));
+        assert!(server.should_compress(1));
         for m in [&b"hello hello hello"[..], b"", b"", b"hello again, hello"] {
+            if !server.should_compress(m.len()) {
+                continue;
+            }
             let z = server.compress(m).unwrap();
             assert!(!z.is_empty(), "a compressed payload is never empty");
             let mut out = Vec::new();
@@ -557,7 +625,8 @@ mod tests {
         ) {
             let params = DeflateParams { server_no_context_takeover: snct, client_no_context_takeover: cnct, server_max_window_bits: sbits, client_max_window_bits: cbits };
             let (mut client, mut server) = pair(params);
-            for m in &messages {
+            // Empty messages go uncompressed (`should_compress`), as the connection sends them.
+            for m in messages.iter().filter(|m| !m.is_empty()) {
                 let z = client.compress(m).unwrap();
                 let at = cut.index(z.len() + 1);
                 let mut out = Vec::new();
@@ -571,11 +640,18 @@ mod tests {
             }
         }
 
+        /// Arbitrary input inflates, or fails as undecodable (1007) or too big (1009): never a
+        /// panic, never past the limit.
         #[test]
         fn truncated_or_corrupt_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200)) {
             let (_, mut server) = pair(TAKEOVER_15);
             let mut out = Vec::new();
-            let _ = server.inflate(&data, true, &mut out, 1 << 16);
+            match server.inflate(&data, true, &mut out, 1 << 16) {
+                Ok(()) => prop_assert!(out.len() <= 1 << 16),
+                Err(ProtocolViolation::Decompression(_)) => {}
+                Err(ProtocolViolation::MessageTooBig { limit, .. }) => prop_assert_eq!(limit, 1 << 16),
+                Err(other) => prop_assert!(false, "unexpected {:?}", other),
+            }
         }
     }
 }

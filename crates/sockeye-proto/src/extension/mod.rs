@@ -265,6 +265,28 @@ mod tests {
         );
     }
 
+    /// With `deflate` off the state is the uninhabited stand-in: the connection's
+    /// `Option<PerMessageDeflate>` takes no space, and nothing is offered or accepted. With it on,
+    /// the state is the real compressor. Run under both feature sets.
+    #[test]
+    fn the_deflate_state_follows_the_feature() {
+        let size = std::mem::size_of::<Option<deflate::PerMessageDeflate>>();
+        let config = crate::Config::default();
+        let offers = parse_extensions(["permessage-deflate"]).unwrap();
+        if cfg!(feature = "deflate") {
+            assert!(size > 0);
+            assert_eq!(
+                client_offer(&config).as_deref(),
+                Some("permessage-deflate; client_max_window_bits")
+            );
+            assert!(server_accept(&config, &offers).is_some());
+        } else {
+            assert_eq!(size, 0, "the stand-in compiles away");
+            assert_eq!(client_offer(&config), None);
+            assert!(server_accept(&config, &offers).is_none());
+        }
+    }
+
     #[test]
     fn rejects_bad_grammar() {
         for bad in [

@@ -8,7 +8,8 @@ use http::header::{
 use http::{HeaderValue, Request, Response, StatusCode};
 
 use super::{
-    accept_key, check_parsed, header_has_token, header_list, to_header_map, url_target, write_headers,
+    accept_key, check_parsed, header_has_token, header_list, single_header, to_header_map, url_target,
+    write_headers,
 };
 use crate::config::Config;
 use crate::error::HandshakeError;
@@ -22,7 +23,8 @@ pub struct ClientHandshake {
 }
 
 impl ClientHandshake {
-    /// Prepares the request for `request.uri()` (scheme `ws`, `wss`, `http` or `https`, with a host).
+    /// Prepares the request for `request.uri()`, a URL as [`url_target`](super::url_target) reads
+    /// it (scheme `ws`, `wss`, `http` or `https` in any case, a host, a valid port if any).
     ///
     /// Adds `Host` (unless set), `Upgrade`, `Connection`, `Sec-WebSocket-Version: 13` and a
     /// `Sec-WebSocket-Key` made from `nonce`, which must be 16 random bytes chosen for this
@@ -38,12 +40,7 @@ impl ClientHandshake {
     /// assert!(text.contains("host: example.com\r\n"));
     /// ```
     pub fn new(mut request: Request<()>, nonce: [u8; 16]) -> Result<Self, HandshakeError> {
-        let uri = request.uri();
-        let (_, host, default_port) = url_target(uri)?;
-        let host = match uri.port_u16() {
-            Some(p) if p != default_port => format!("{host}:{p}"),
-            _ => host.to_string(),
-        };
+        let host = url_target(request.uri())?.authority();
         let key = base64::engine::general_purpose::STANDARD.encode(nonce);
         let headers = request.headers_mut();
         if !headers.contains_key(HOST) {
@@ -104,7 +101,8 @@ impl ClientHandshake {
         if !header_has_token(&headers, &CONNECTION, "upgrade") {
             return Err(HandshakeError::MissingHeader("Connection: Upgrade"));
         }
-        match headers.get(SEC_WEBSOCKET_ACCEPT) {
+        // §11.3.3: it "MUST NOT appear more than once in an HTTP response".
+        match single_header(&headers, &SEC_WEBSOCKET_ACCEPT, "Sec-WebSocket-Accept")? {
             Some(v) if v.as_bytes() == accept_key(self.key.as_bytes()).as_bytes() => {}
             Some(_) => return Err(HandshakeError::AcceptMismatch),
             None => return Err(HandshakeError::MissingHeader("Sec-WebSocket-Accept")),
@@ -256,10 +254,50 @@ mod tests {
         );
     }
 
+    /// Regression (issue 13): a second `Sec-WebSocket-Accept` was ignored (§11.3.3: "MUST NOT
+    /// appear more than once in an HTTP response"); list headers may still be split.
+    #[test]
+    fn refuses_a_repeated_accept_header() {
+        let hs = handshake();
+        let c = Config::default();
+        for extra in [
+            "Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n",
+            "sec-websocket-accept: AAAA\r\n",
+        ] {
+            let err = hs.parse_response(response(extra).as_bytes(), &c).unwrap_err();
+            assert_eq!(
+                err,
+                HandshakeError::MalformedHttp("duplicate Sec-WebSocket-Accept header".into())
+            );
+            assert_eq!(
+                err.to_string(),
+                "malformed HTTP: duplicate Sec-WebSocket-Accept header"
+            );
+        }
+        let split = response("Connection: Upgrade\r\nUpgrade: websocket\r\n")
+            .replace("Connection: keep-alive, upgrade", "Connection: keep-alive");
+        assert!(hs.parse_response(split.as_bytes(), &c).unwrap().is_some());
+    }
+
     #[test]
     fn rejects_urls_it_cannot_use() {
         let bad = |uri: &str| ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16]).unwrap_err();
         assert!(matches!(bad("ftp://x/"), HandshakeError::InvalidUrl(_)));
         assert!(matches!(bad("/just/a/path"), HandshakeError::InvalidUrl(_)));
+        // Regression (issue 13): these became `Host: 127.0.0.1`, port 80.
+        for port in ["99999", "8008x", "abc"] {
+            let err = bad(&format!("ws://127.0.0.1:{port}/"));
+            assert!(
+                matches!(&err, HandshakeError::InvalidUrl(why) if why.contains(port)),
+                "{port}: {err:?}"
+            );
+        }
+        let host = |uri: &str| {
+            let hs = ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16]).unwrap();
+            hs.request().headers()[HOST].to_str().unwrap().to_string()
+        };
+        assert_eq!(host("WSS://h:443/"), "h");
+        assert_eq!(host("Ws://h:8080/"), "h:8080");
+        assert_eq!(host("https://[::1]:80/"), "[::1]:80");
     }
 }

@@ -10,13 +10,13 @@
 //! HTTP/2 layer (h2, hyper) carries it.
 
 use http::header::{
-    CONNECTION, HOST, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, TE, TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, HOST, ORIGIN, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION, TE, TRANSFER_ENCODING, UPGRADE,
 };
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
 
 use super::client::check_negotiated;
-use super::server::{ClientHello, offered_extension_list, offered_protocols};
-use super::{header_has_token, url_target};
+use super::server::{ClientHello, check_websocket_version, offered_extension_list, offered_protocols};
+use super::{single_header, url_target};
 use crate::error::HandshakeError;
 
 /// The value of `:protocol` that asks for a WebSocket (RFC 8441 §5).
@@ -24,9 +24,11 @@ pub const WEBSOCKET_PROTOCOL: &str = "websocket";
 
 impl ClientHello {
     /// Checks an HTTP/2 request as a WebSocket request (RFC 8441 §4–5): `CONNECT` (else
-    /// [`HandshakeError::MethodNotConnect`], 405), `:protocol` `websocket` (else 400) and
-    /// `Sec-WebSocket-Version: 13` (else 426, RFC 6455 §4.4). `protocol` is the request's
-    /// `:protocol` pseudo-header, which HTTP/2 libraries keep apart from the headers.
+    /// [`HandshakeError::MethodNotConnect`], 405), `:protocol` `websocket` (else 400) and one
+    /// `Sec-WebSocket-Version: 13` (else 426, RFC 6455 §4.4). `Sec-WebSocket-Version` and `Origin`
+    /// may appear only once (400 naming the header). `protocol` is the request's `:protocol`
+    /// pseudo-header, which HTTP/2 libraries keep apart from the headers; the HTTP/2 layer checks
+    /// `:authority`, which replaces `Host`.
     ///
     /// ```
     /// use sockeye_proto::handshake::ClientHello;
@@ -48,9 +50,9 @@ impl ClientHello {
         if !protocol.is_some_and(|p| p.eq_ignore_ascii_case(WEBSOCKET_PROTOCOL)) {
             return Err(HandshakeError::MissingHeader(":protocol: websocket"));
         }
-        if !header_has_token(headers, &SEC_WEBSOCKET_VERSION, "13") {
-            return Err(HandshakeError::UnsupportedVersion);
-        }
+        let version = single_header(headers, &SEC_WEBSOCKET_VERSION, "Sec-WebSocket-Version")?;
+        single_header(headers, &ORIGIN, "Origin")?;
+        check_websocket_version(version)?;
         Ok(ClientHello {
             key: String::new(),
             protocols: offered_protocols(headers),
@@ -76,15 +78,12 @@ impl ClientHello {
 /// ```
 pub fn extended_connect_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
     let uri = request.uri();
-    let (secure, host, default_port) = url_target(uri)?;
-    let scheme = if secure { "https" } else { "http" };
+    let target = url_target(uri)?;
+    let scheme = if target.secure { "https" } else { "http" };
     // RFC 9113 §8.3.1: `:authority` replaces `Host`; one the caller set wins over the URL's.
     let authority = match request.headers().get(HOST).and_then(|h| h.to_str().ok()) {
         Some(host) => host.to_string(),
-        None => match uri.port_u16() {
-            Some(port) if port != default_port => format!("{host}:{port}"),
-            _ => host.to_string(),
-        },
+        None => target.authority(),
     };
     let path = match uri.path_and_query().map(|p| p.as_str()) {
         None | Some("") => "/",
@@ -188,6 +187,35 @@ mod tests {
         assert_eq!(statuses, [405, 400, 426]);
     }
 
+    /// Regression (issue 13): over HTTP/2 too, `Sec-WebSocket-Version` and `Origin` may appear
+    /// once, and the version is exactly 13.
+    #[test]
+    fn server_refuses_repeated_singular_headers() {
+        let mut twice = headers(&[("sec-websocket-version", "13"), ("origin", "https://a.example")]);
+        twice.append("sec-websocket-version", HeaderValue::from_static("13"));
+        let mut origins = headers(&[("sec-websocket-version", "13"), ("origin", "https://a.example")]);
+        origins.append("origin", HeaderValue::from_static("https://b.example"));
+        for (headers, name) in [(&twice, "Sec-WebSocket-Version"), (&origins, "Origin")] {
+            assert_eq!(
+                ClientHello::from_extended_connect(&Method::CONNECT, Some("websocket"), headers),
+                Err(HandshakeError::MalformedHttp(format!("duplicate {name} header")))
+            );
+        }
+        assert_eq!(
+            ClientHello::from_extended_connect(
+                &Method::CONNECT,
+                Some("websocket"),
+                &headers(&[("sec-websocket-version", "8, 13")])
+            ),
+            Err(HandshakeError::UnsupportedVersion)
+        );
+        let mut protocols = headers(&[("sec-websocket-version", "13"), ("sec-websocket-protocol", "a")]);
+        protocols.append("sec-websocket-protocol", HeaderValue::from_static("b"));
+        let hello =
+            ClientHello::from_extended_connect(&Method::CONNECT, Some("websocket"), &protocols).unwrap();
+        assert_eq!(hello.protocols, ["a", "b"]);
+    }
+
     #[test]
     fn server_reads_offers_and_answers_200_without_upgrade_headers() {
         let request = headers(&[
@@ -227,7 +255,7 @@ mod tests {
         assert_eq!(request.headers()["sec-websocket-protocol"], "chat");
         let default_port = extended_connect_request(Request::get("WSS://h:443/x").body(()).unwrap()).unwrap();
         assert_eq!(default_port.uri(), "https://h/x");
-        for bad in ["ftp://h/", "/relative"] {
+        for bad in ["ftp://h/", "/relative", "ws://h:99999/", "ws://h:80x/"] {
             let request = Request::get(bad).body(()).unwrap();
             assert!(matches!(
                 extended_connect_request(request),

@@ -2,12 +2,14 @@
 
 use base64::Engine as _;
 use http::header::{
-    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS,
+    CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS,
     SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION, UPGRADE,
 };
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version};
 
-use super::{accept_key, check_parsed, header_has_token, header_list, to_header_map, write_headers};
+use super::{
+    accept_key, check_parsed, header_has_token, header_list, single_header, to_header_map, write_headers,
+};
 use crate::config::Config;
 use crate::error::HandshakeError;
 use crate::extension::{ExtensionOffer, parse_extensions};
@@ -21,7 +23,12 @@ use crate::extension::{ExtensionOffer, parse_extensions};
 pub fn parse_request(buf: &[u8], config: &Config) -> Result<Option<(Request<()>, usize)>, HandshakeError> {
     let mut slots = vec![httparse::EMPTY_HEADER; config.max_handshake_headers];
     let mut parsed = httparse::Request::new(&mut slots);
-    let Some(n) = check_parsed(parsed.parse(buf), buf.len(), config)? else {
+    let status = parsed.parse(buf);
+    if matches!(status, Err(httparse::Error::Version)) && names_another_http_version(buf) {
+        // httparse knows HTTP/1.0 and 1.1 only; any other version is a 505 too, not a 400.
+        return Err(HandshakeError::UnsupportedHttpVersion);
+    }
+    let Some(n) = check_parsed(status, buf.len(), config)? else {
         return Ok(None);
     };
     let method = Method::from_bytes(parsed.method.unwrap_or("").as_bytes())
@@ -43,6 +50,39 @@ pub fn parse_request(buf: &[u8], config: &Config) -> Result<Option<(Request<()>,
     Ok(Some((request, n)))
 }
 
+/// Whether the request line (complete or not) ends in a well-formed `HTTP/x[.y]` other than
+/// HTTP/1.0 and HTTP/1.1 (`HTTP/2.0`, `HTTP/0.9`). A line that ends in `HTTP/1.1` but failed the
+/// version check is malformed elsewhere (a space in the target), not of another version.
+fn names_another_http_version(buf: &[u8]) -> bool {
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let Some(version) = line
+        .rsplit(|&b| b == b' ')
+        .next()
+        .and_then(|v| v.strip_prefix(b"HTTP/"))
+    else {
+        return false;
+    };
+    let well_formed = match version {
+        [major] => major.is_ascii_digit(),
+        [major, b'.', minor] => major.is_ascii_digit() && minor.is_ascii_digit(),
+        _ => false,
+    };
+    well_formed && version != b"1.0" && version != b"1.1"
+}
+
+/// Whether a `Host` value is a valid `uri-host [":" port]` (RFC 9112 §3.2, RFC 9110 §7.2): an
+/// authority without user information and with a port, if any, of at most 65535.
+fn is_valid_host(value: &HeaderValue) -> bool {
+    let Ok(text) = value.to_str() else {
+        return false;
+    };
+    !text.is_empty()
+        && !text.contains('@')
+        && text.parse::<http::uri::Authority>().is_ok()
+        && super::authority_port(text).is_ok()
+}
+
 /// What a valid WebSocket upgrade request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientHello {
@@ -58,9 +98,12 @@ pub struct ClientHello {
 }
 
 impl ClientHello {
-    /// Checks that `request` is a WebSocket upgrade (§4.2.1): `GET`, HTTP/1.1, a `Host`,
-    /// `Upgrade: websocket`, `Connection: Upgrade`, `Sec-WebSocket-Version: 13` and a key of 16
-    /// base64-encoded bytes. Header names and tokens are compared without regard to case.
+    /// Checks that `request` is a WebSocket upgrade (§4.2.1): `GET`, HTTP/1.1 or later (else 505),
+    /// one valid `Host` (RFC 9112 §3.2), `Upgrade: websocket`, `Connection: Upgrade`, one
+    /// `Sec-WebSocket-Version: 13` and one key of 16 base64-encoded bytes. `Host`,
+    /// `Sec-WebSocket-Key`, `Sec-WebSocket-Version` and `Origin` may appear only once (RFC 6455
+    /// §11.3, RFC 6454 §7.3): a repeated one is a 400 that names it. Header names and tokens are
+    /// compared without regard to case.
     pub fn from_request<B>(request: &Request<B>) -> Result<ClientHello, HandshakeError> {
         Self::from_head(request.method(), request.version(), request.headers())
     }
@@ -78,8 +121,14 @@ impl ClientHello {
         if version < Version::HTTP_11 {
             return Err(HandshakeError::UnsupportedHttpVersion);
         }
-        if !headers.contains_key(HOST) {
-            return Err(HandshakeError::MissingHeader("Host"));
+        let host = single_header(headers, &HOST, "Host")?;
+        let key = single_header(headers, &SEC_WEBSOCKET_KEY, "Sec-WebSocket-Key")?;
+        let ws_version = single_header(headers, &SEC_WEBSOCKET_VERSION, "Sec-WebSocket-Version")?;
+        single_header(headers, &ORIGIN, "Origin")?;
+        match host {
+            None => return Err(HandshakeError::MissingHeader("Host")),
+            Some(host) if !is_valid_host(host) => return Err(HandshakeError::InvalidHeader("Host")),
+            Some(_) => {}
         }
         if !header_has_token(headers, &UPGRADE, "websocket") {
             return Err(HandshakeError::MissingHeader("Upgrade: websocket"));
@@ -87,11 +136,8 @@ impl ClientHello {
         if !header_has_token(headers, &CONNECTION, "upgrade") {
             return Err(HandshakeError::MissingHeader("Connection: Upgrade"));
         }
-        // §4.4: any other version gets 426 with the versions we speak.
-        if !header_has_token(headers, &SEC_WEBSOCKET_VERSION, "13") {
-            return Err(HandshakeError::UnsupportedVersion);
-        }
-        let key = match headers.get(SEC_WEBSOCKET_KEY).map(|k| k.to_str()) {
+        check_websocket_version(ws_version)?;
+        let key = match key.map(|k| k.to_str()) {
             Some(Ok(k)) => k.trim(),
             Some(Err(_)) => return Err(HandshakeError::InvalidHeader("Sec-WebSocket-Key")),
             None => return Err(HandshakeError::MissingHeader("Sec-WebSocket-Key")),
@@ -136,6 +182,15 @@ impl ClientHello {
             h.insert(SEC_WEBSOCKET_ACCEPT, v);
         }
         response
+    }
+}
+
+/// §4.4: `Sec-WebSocket-Version` must be exactly `13` (one value, §4.2.1 item 6); anything else,
+/// or none, gets 426 with the versions we speak.
+pub(super) fn check_websocket_version(value: Option<&HeaderValue>) -> Result<(), HandshakeError> {
+    match value.map(|v| v.as_bytes().trim_ascii()) {
+        Some(b"13") => Ok(()),
+        _ => Err(HandshakeError::UnsupportedVersion),
     }
 }
 
@@ -314,6 +369,108 @@ mod tests {
         assert!(text.starts_with("HTTP/1.1 426 Upgrade Required\r\n"), "{text}");
         assert!(text.contains("sec-websocket-version: 13\r\n"));
         assert!(text.contains("content-length: "));
+    }
+
+    /// Regression (issue 13): a repeated `Sec-WebSocket-Key` (or other singular header) was
+    /// accepted, the first value winning.
+    #[test]
+    fn refuses_repeated_singular_headers_and_names_them() {
+        let add = |extra: &str| RFC_REQUEST.replace("\r\n\r\n", &format!("\r\n{extra}\r\n\r\n"));
+        let cases = [
+            ("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Key"),
+            ("sec-websocket-key: AAAAAAAAAAAAAAAAAAAAAA==", "Sec-WebSocket-Key"),
+            ("Host: other.example.com", "Host"),
+            ("Host: server.example.com", "Host"),
+            ("Sec-WebSocket-Version: 13", "Sec-WebSocket-Version"),
+            ("Origin: http://evil.example", "Origin"),
+        ];
+        for (extra, name) in cases {
+            let err = hello(&add(extra)).unwrap_err();
+            assert_eq!(
+                err,
+                HandshakeError::MalformedHttp(format!("duplicate {name} header")),
+                "{extra}"
+            );
+            assert_eq!(err.status(), 400);
+            let text = String::from_utf8(encode_response(&reject_response(&err))).unwrap();
+            assert!(text.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{text}");
+            assert!(
+                text.ends_with(&format!("malformed HTTP: duplicate {name} header\n")),
+                "{text}"
+            );
+        }
+        // One value, but a list of them: not "a value of 13" (§4.2.1 item 6).
+        for versions in ["13, 8", "8, 13", "13,13"] {
+            assert_eq!(
+                hello(&RFC_REQUEST.replace("Version: 13", &format!("Version: {versions}"))),
+                Err(HandshakeError::UnsupportedVersion),
+                "{versions}"
+            );
+        }
+        // List headers may be split over several field lines.
+        let split = RFC_REQUEST
+            .replace(
+                "Connection: keep-alive, Upgrade",
+                "Connection: keep-alive\r\nConnection: Upgrade",
+            )
+            .replace(
+                "Sec-WebSocket-Protocol: chat, superchat",
+                "Sec-WebSocket-Protocol: chat\r\nSec-WebSocket-Protocol: superchat\r\n\
+                 Sec-WebSocket-Extensions: x-a\r\nSec-WebSocket-Extensions: x-b\r\nUpgrade: websocket",
+            );
+        let hello = hello(&split).unwrap();
+        assert_eq!(hello.protocols, ["chat", "superchat"]);
+        assert_eq!(hello.extensions.len(), 2);
+    }
+
+    /// RFC 9112 §3.2: a `Host` with an invalid value is a 400.
+    #[test]
+    fn refuses_an_invalid_host() {
+        for host in [
+            "",
+            "a b",
+            "user@server.example.com",
+            "h:99999",
+            "h:8008x",
+            "h:abc",
+            "[::1",
+        ] {
+            assert_eq!(
+                hello(&RFC_REQUEST.replace("Host: server.example.com", &format!("Host: {host}"))),
+                Err(HandshakeError::InvalidHeader("Host")),
+                "{host:?}"
+            );
+        }
+        for host in ["h:8080", "[::1]:8080", "[::1]", "127.0.0.1", "h:"] {
+            assert!(
+                hello(&RFC_REQUEST.replace("Host: server.example.com", &format!("Host: {host}"))).is_ok(),
+                "{host:?}"
+            );
+        }
+    }
+
+    /// HTTP/1.0 was already a 505; versions httparse does not know were a 400 ("malformed").
+    #[test]
+    fn other_http_versions_are_505() {
+        for version in ["HTTP/1.0", "HTTP/2.0", "HTTP/0.9", "HTTP/3", "HTTP/1.2"] {
+            let text = RFC_REQUEST.replace("HTTP/1.1", version);
+            let err = hello(&text).unwrap_err();
+            assert_eq!(err, HandshakeError::UnsupportedHttpVersion, "{version}");
+            assert_eq!(err.status(), 505);
+        }
+        // Incomplete, but already of another version.
+        assert_eq!(
+            parse_request(b"GET / HTTP/2", &Config::default()).unwrap_err(),
+            HandshakeError::UnsupportedHttpVersion
+        );
+        // A broken request line is malformed, whatever version it ends with.
+        for bad in ["GET /a b HTTP/1.1", "GET / HTTX/1.1", "GET / HTTP/1.1x"] {
+            let text = RFC_REQUEST.replace("GET /chat?x=1 HTTP/1.1", bad);
+            assert!(
+                matches!(hello(&text), Err(HandshakeError::MalformedHttp(_))),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,253 @@
+//! The engine's timers and transport rule on simulated time: two connections joined by a `Pair`
+//! that carries bytes between them, and a clock that only moves when a test moves it. Nothing
+//! here sleeps or reads a real clock, so every case is fast and deterministic.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use sockeye_proto::frame::insecure_mask_keys_for_tests;
+use sockeye_proto::{CloseCode, CloseFrame, CloseState, Config, Connection, Error, Message, Transport};
+
+const INTERVAL: Duration = Duration::from_secs(30);
+const ANSWER: Duration = Duration::from_secs(10);
+const CLOSE: Duration = Duration::from_secs(2);
+
+fn config(keepalive: bool) -> Config {
+    let mut c = Config::default();
+    c.keepalive_interval = keepalive.then_some(INTERVAL);
+    c.keepalive_timeout = ANSWER;
+    c.close_timeout = CLOSE;
+    c
+}
+
+/// A client and a server on a simulated clock. `deliver` moves what each queued to the other;
+/// `tick` advances the clock and fires whatever is due, the way an I/O layer would.
+struct Pair {
+    client: Connection,
+    server: Connection,
+    now: Instant,
+    /// Messages each side received, in order.
+    at_client: Vec<Message>,
+    at_server: Vec<Message>,
+}
+
+impl Pair {
+    fn new(client_keepalive: bool, server_keepalive: bool) -> Pair {
+        let now = Instant::now();
+        let mut client = Connection::client(config(client_keepalive), insecure_mask_keys_for_tests(7));
+        let mut server = Connection::server(config(server_keepalive));
+        client.handle_timeout(now);
+        server.handle_timeout(now);
+        Pair {
+            client,
+            server,
+            now,
+            at_client: Vec::new(),
+            at_server: Vec::new(),
+        }
+    }
+
+    /// Carries queued bytes both ways until neither side has anything to send.
+    fn deliver(&mut self) {
+        loop {
+            let to_server = self.client.transmit_bytes();
+            let to_client = self.server.transmit_bytes();
+            if to_server.is_empty() && to_client.is_empty() {
+                return;
+            }
+            if !to_server.is_empty() && self.server.transport() != Transport::Closed {
+                self.server.receive(&to_server);
+                while let Ok(Some(m)) = self.server.poll_message() {
+                    self.at_server.push(m);
+                }
+            }
+            if !to_client.is_empty() && self.client.transport() != Transport::Closed {
+                self.client.receive(&to_client);
+                while let Ok(Some(m)) = self.client.poll_message() {
+                    self.at_client.push(m);
+                }
+            }
+        }
+    }
+
+    /// Moves the clock forward by `by`, stopping at every deadline on the way (as a timer would)
+    /// and delivering what each one queued when `deliver` is set.
+    fn advance(&mut self, by: Duration, deliver: bool) {
+        let end = self.now + by;
+        loop {
+            let next = [self.client.poll_timeout(), self.server.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            match next {
+                Some(at) if at <= end => {
+                    self.now = self.now.max(at);
+                    self.client.handle_timeout(self.now);
+                    self.server.handle_timeout(self.now);
+                    if deliver {
+                        self.deliver();
+                    }
+                }
+                _ => break,
+            }
+        }
+        self.now = end;
+    }
+}
+
+fn pings(messages: &[Message]) -> usize {
+    messages.iter().filter(|m| matches!(m, Message::Ping(_))).count()
+}
+
+#[test]
+fn without_keepalive_an_open_connection_has_no_timer() {
+    let p = Pair::new(false, false);
+    assert_eq!(p.client.poll_timeout(), None);
+    assert_eq!(p.server.poll_timeout(), None);
+}
+
+#[test]
+fn an_idle_connection_is_pinged_once_per_interval_and_stays_open() {
+    let mut p = Pair::new(false, true);
+    // The first look finds no input since the start: a ping after one interval.
+    assert_eq!(p.server.poll_timeout(), Some(p.now + INTERVAL));
+    p.advance(INTERVAL * 10, true);
+    // A live peer answers every ping (auto-pong); pings keep coming, one per one or two intervals.
+    let sent = pings(&p.at_client);
+    assert!((5..=10).contains(&sent), "{sent} pings in ten intervals");
+    assert!(p.at_server.iter().all(|m| matches!(m, Message::Pong(_))));
+    assert_eq!(p.server.close_state(), CloseState::Open);
+    assert_eq!(p.server.transport(), Transport::Open);
+}
+
+#[test]
+fn traffic_keeps_a_connection_from_being_pinged() {
+    let mut p = Pair::new(false, true);
+    for _ in 0..20 {
+        p.client.send(Message::text("still here")).unwrap();
+        p.deliver();
+        p.advance(INTERVAL / 2, true);
+    }
+    assert_eq!(pings(&p.at_client), 0);
+    assert_eq!(p.at_server.len(), 20);
+}
+
+#[test]
+fn a_peer_that_does_not_answer_is_declared_dead() {
+    let mut p = Pair::new(false, true);
+    // Deliver nothing: the client never sees the ping.
+    p.advance(INTERVAL, false);
+    let ping_at = p.now;
+    assert!(!p.server.transmit_bytes().is_empty(), "the keepalive ping");
+    assert_eq!(p.server.poll_timeout(), Some(ping_at + ANSWER));
+    p.advance(ANSWER - Duration::from_millis(1), false);
+    assert_eq!(p.server.transport(), Transport::Open, "not before the deadline");
+    p.advance(Duration::from_millis(1), false);
+    assert_eq!(p.server.transport(), Transport::Abort);
+    assert_eq!(p.server.take_error(), Some(Error::Timeout("keepalive")));
+    assert_eq!(p.server.poll_timeout(), None);
+    p.server.transport_closed();
+    assert_eq!(p.server.transport(), Transport::Closed);
+}
+
+#[test]
+fn any_input_answers_a_keepalive_ping() {
+    let mut p = Pair::new(false, true);
+    p.advance(INTERVAL, false);
+    let _ping = p.server.transmit_bytes();
+    // Instead of a pong, a data message arrives before the deadline.
+    p.advance(ANSWER / 2, false);
+    p.client.send(Message::text("busy")).unwrap();
+    p.deliver();
+    p.advance(ANSWER, true);
+    assert_eq!(p.server.transport(), Transport::Open);
+    assert_eq!(p.server.take_error(), None);
+}
+
+#[test]
+fn a_clean_close_started_by_the_client() {
+    let mut p = Pair::new(true, true);
+    p.client
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
+        .unwrap();
+    assert_eq!(p.client.close_state(), CloseState::Closing);
+    p.deliver();
+    // §7.1.1: the server closes the transport first, the client waits for it.
+    assert_eq!(p.server.transport(), Transport::Finish);
+    assert_eq!(p.client.transport(), Transport::Open);
+    assert!(p.client.is_closed() && p.server.is_closed());
+    p.server.transport_closed();
+    assert_eq!(p.client.receive_eof(), None, "a finished handshake");
+    assert_eq!(p.client.transport(), Transport::Finish);
+    p.client.transport_closed();
+    assert_eq!(p.client.take_error(), None);
+    assert_eq!(p.server.take_error(), None);
+}
+
+#[test]
+fn a_client_whose_server_never_closes_tcp_gives_up_without_error() {
+    let mut p = Pair::new(false, false);
+    p.server.close(None).unwrap();
+    p.deliver();
+    assert_eq!(
+        p.client.transport(),
+        Transport::Open,
+        "waits for the server's FIN"
+    );
+    p.advance(CLOSE, false);
+    assert_eq!(p.client.transport(), Transport::Abort);
+    assert_eq!(p.client.take_error(), None, "the handshake itself finished");
+}
+
+#[test]
+fn a_close_that_is_never_answered_times_out() {
+    let mut p = Pair::new(false, false);
+    p.client.close(None).unwrap();
+    let _lost = p.client.transmit_bytes();
+    p.advance(CLOSE - Duration::from_millis(1), false);
+    assert_eq!(p.client.transport(), Transport::Open);
+    p.advance(Duration::from_millis(1), false);
+    assert_eq!(p.client.transport(), Transport::Abort);
+    assert_eq!(p.client.take_error(), Some(Error::Timeout("close")));
+}
+
+#[test]
+fn a_failed_connection_shuts_down_writing_then_waits_for_the_fin() {
+    let mut p = Pair::new(false, false);
+    // A masked frame from the server: the client fails the connection (§5.1, §7.1.7).
+    p.client.receive(&[0x81, 0x81, 1, 2, 3, 4, b'x' ^ 1]);
+    assert!(matches!(p.client.poll_message(), Err(Error::Protocol(_))));
+    assert_eq!(p.client.transport(), Transport::ShutdownWrite);
+    let close = p.client.transmit_bytes();
+    assert_eq!(close[0], 0x88, "the close frame goes out first");
+    p.client.write_shut_down();
+    assert_eq!(p.client.transport(), Transport::Open);
+    // Whatever still arrives is discarded.
+    p.client.receive(&[0x81, 0x02, b'h', b'i']);
+    assert_eq!(p.client.poll_message(), Ok(None));
+    p.advance(CLOSE, false);
+    assert_eq!(p.client.transport(), Transport::Abort);
+    assert!(matches!(p.client.take_error(), Some(Error::Protocol(_))));
+}
+
+#[test]
+fn eof_without_a_close_frame_is_abnormal() {
+    let mut p = Pair::new(true, true);
+    assert_eq!(p.server.receive_eof(), Some(CloseCode::ABNORMAL));
+    assert_eq!(p.server.transport(), Transport::Finish);
+    assert_eq!(p.server.take_error(), Some(Error::AbnormalClosure));
+    assert_eq!(p.server.send(Message::text("late")), Err(Error::Closed));
+}
+
+#[test]
+fn a_timer_started_between_ticks_is_due_at_once() {
+    let mut p = Pair::new(false, false);
+    p.advance(Duration::from_secs(3600), false);
+    // Closing an hour later: the deadline starts at the next tick, not an hour ago.
+    p.client.close(None).unwrap();
+    let due = p.client.poll_timeout().unwrap();
+    assert!(due <= p.now, "due at once, so that the I/O layer passes the time");
+    p.client.handle_timeout(p.now);
+    assert_eq!(p.client.poll_timeout(), Some(p.now + CLOSE));
+    assert_eq!(p.client.transport(), Transport::Open);
+}
