@@ -48,7 +48,7 @@ struct Side {
 
 impl Side {
     fn new(role: Role, input: &Input) -> Side {
-        let config = Config { max_message_size: 1 << 20, ..Config::default() };
+        let config = { let mut c = Config::default(); c.max_message_size = 1 << 20; c };
         let mut conn = match role {
             Role::Server => Connection::server(config),
             Role::Client => Connection::client(config, sockeye_proto::frame::insecure_mask_keys_for_tests(1)),

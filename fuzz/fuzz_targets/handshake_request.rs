@@ -8,7 +8,7 @@ use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reje
 use sockeye_proto::{Config, extension};
 
 fuzz_target!(|data: &[u8]| {
-    let config = Config { max_handshake_size: 4096, max_handshake_headers: 32, ..Config::default() };
+    let config = { let mut c = Config::default(); c.max_handshake_size = 4096; c.max_handshake_headers = 32; c };
     let (request, n) = match parse_request(data, &config) {
         Ok(Some(parsed)) => parsed,
         Ok(None) => {

@@ -8,7 +8,7 @@ use sockeye_proto::handshake::ClientHandshake;
 use sockeye_proto::{Config, extension};
 
 fuzz_target!(|data: &[u8]| {
-    let config = Config { max_handshake_size: 4096, max_handshake_headers: 32, ..Config::default() };
+    let config = { let mut c = Config::default(); c.max_handshake_size = 4096; c.max_handshake_headers = 32; c };
     let mut request = http::Request::get("ws://example.com/chat")
         .header("sec-websocket-protocol", "chat, superchat")
         .body(())

@@ -30,7 +30,7 @@ struct Input {
 const LIMIT: usize = 64 << 10;
 
 fuzz_target!(|input: Input| {
-    let config = Config { max_message_size: LIMIT, max_frame_size: LIMIT, ..Config::default() };
+    let config = { let mut c = Config::default(); c.max_message_size = LIMIT; c.max_frame_size = LIMIT; c };
     let mut server = Connection::server(config);
     server.set_deflate(Some(input.negotiated.state(Role::Server)));
     for frame in input.frames {

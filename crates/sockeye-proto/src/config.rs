@@ -5,10 +5,15 @@ use std::time::Duration;
 /// Settings of a [`Connection`](crate::Connection) and of the handshake parsers.
 ///
 /// ```
-/// let config = sockeye_proto::Config { max_message_size: 1 << 20, ..Default::default() };
+/// let mut config = sockeye_proto::Config::default();
+/// config.max_message_size = 1 << 20;
 /// assert!(config.auto_pong);
 /// ```
+///
+/// New settings may be added in any release (the struct is `#[non_exhaustive]`): start from
+/// `Config::default()` and change fields; the `sockeye` crate's `Config::builder` sets them too.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Config {
     /// The largest message accepted, in bytes, after reassembly and decompression; a larger one is
     /// refused with close code 1009 as soon as its size is known, before the memory is spent.

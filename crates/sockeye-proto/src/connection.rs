@@ -864,7 +864,6 @@ impl Connection {
     }
 
     /// Takes everything waiting to be written as one contiguous buffer (a convenience for tests and
-
     /// simple I/O layers; [`transmit`](Self::transmit) avoids the copy).
     pub fn transmit_bytes(&mut self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.transmit.len());

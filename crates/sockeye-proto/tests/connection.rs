@@ -56,9 +56,10 @@ fn reassembles_fragments_with_interleaved_control_frames() {
 
 #[test]
 fn auto_pong_can_be_turned_off() {
-    let mut s = Connection::server(Config {
-        auto_pong: false,
-        ..Config::default()
+    let mut s = Connection::server({
+        let mut c = Config::default();
+        c.auto_pong = false;
+        c
     });
     let got = drain(&mut s, &client_frame(true, 0, OpCode::Ping, b"x")).unwrap();
     assert_eq!(got, vec![Message::Ping("x".into())]);
@@ -69,9 +70,10 @@ fn auto_pong_can_be_turned_off() {
 /// no panic.
 #[test]
 fn violations_fail_the_connection_with_the_right_code() {
-    let too_big = Config {
-        max_message_size: 10,
-        ..Config::default()
+    let too_big = {
+        let mut c = Config::default();
+        c.max_message_size = 10;
+        c
     };
     let cases: Vec<(Config, Vec<u8>, ProtocolViolation, u16)> = vec![
         (
@@ -466,8 +468,8 @@ proptest! {
     fn arbitrary_input_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400), client in any::<bool>()) {
         let role = if client { Role::Client } else { Role::Server };
         let mut conn = match role {
-            Role::Server => Connection::server(Config { max_message_size: 200, ..Config::default() }),
-            Role::Client => Connection::client(Config { max_message_size: 200, ..Config::default() }, sockeye_proto::frame::insecure_mask_keys_for_tests(1)),
+            Role::Server => Connection::server({ let mut c = Config::default(); c.max_message_size = 200; c }),
+            Role::Client => Connection::client({ let mut c = Config::default(); c.max_message_size = 200; c }, sockeye_proto::frame::insecure_mask_keys_for_tests(1)),
         };
         conn.receive(&bytes);
         for _ in 0..bytes.len() + 2 {

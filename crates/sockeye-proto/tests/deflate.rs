@@ -14,13 +14,15 @@ use sockeye_proto::{Config, Connection, Error, Message, ProtocolViolation};
 
 /// A client and a server that negotiated `client` offer against `server` config.
 fn negotiated(client: DeflateConfig, server: DeflateConfig) -> (Connection, Connection) {
-    let cc = Config {
-        deflate: Some(client),
-        ..Config::default()
+    let cc = {
+        let mut c = Config::default();
+        c.deflate = Some(client);
+        c
     };
-    let sc = Config {
-        deflate: Some(server),
-        ..Config::default()
+    let sc = {
+        let mut c = Config::default();
+        c.deflate = Some(server);
+        c
     };
     let offer = sockeye_proto::extension::client_offer(&cc).unwrap();
     let (server_state, response) = server_accept(&sc, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
@@ -135,13 +137,15 @@ fn rsv1_rules() {
 #[test]
 fn a_deflate_bomb_is_refused_with_1009_and_garbage_with_1007() {
     let (_, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
-    let mut s_small = Connection::server(Config {
-        max_message_size: 1 << 20,
-        ..Config::default()
+    let mut s_small = Connection::server({
+        let mut c = Config::default();
+        c.max_message_size = 1 << 20;
+        c
     });
-    let sc = Config {
-        max_message_size: 1 << 20,
-        ..Config::default()
+    let sc = {
+        let mut c = Config::default();
+        c.max_message_size = 1 << 20;
+        c
     };
     let (state, _) = server_accept(&sc, &parse_extensions(["permessage-deflate"]).unwrap()).unwrap();
     s_small.set_deflate(Some(state));
@@ -168,10 +172,11 @@ fn a_deflate_bomb_is_refused_with_1009_and_garbage_with_1007() {
 /// `limit + 1`, a panic in debug builds (and one-byte buffer growth in release).
 #[test]
 fn compressed_messages_inflate_with_no_size_limit() {
-    let config = Config {
-        max_message_size: usize::MAX,
-        max_frame_size: usize::MAX,
-        ..Config::default()
+    let config = {
+        let mut c = Config::default();
+        c.max_message_size = usize::MAX;
+        c.max_frame_size = usize::MAX;
+        c
     };
     let (state, _) = server_accept(&config, &parse_extensions(["permessage-deflate"]).unwrap()).unwrap();
     let mut s = Connection::server(config);

@@ -355,20 +355,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
 
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
         loop {
-            match self.conn.poll_message() {
-                Ok(Some(message)) => {
-                    if matches!(message, Message::Close(_)) {
-                        // Send the close reply (and, as a server, close the stream) now, even if
-                        // the application stops polling.
-                        // A failure here ends the stream at the next receive; the close frame
-                        // is what the application must see first.
-                        let _ = self.poll_transport(cx);
-                    }
-                    return Poll::Ready(Some(Ok(message)));
+            // A protocol error is kept by the engine and reported once the stream is closed,
+            // after the close frame that explains it has gone out (§7.1.7).
+            if let Ok(Some(message)) = self.conn.poll_message() {
+                if matches!(message, Message::Close(_)) {
+                    // Send the close reply (and, as a server, close the stream) now, even if the
+                    // application stops polling. A failure here ends the stream at the next
+                    // receive; the close frame is what the application must see first.
+                    let _ = self.poll_transport(cx);
                 }
-                // A protocol error is kept by the engine and reported once the stream is closed,
-                // after the close frame that explains it has gone out (§7.1.7).
-                Ok(None) | Err(_) => {}
+                return Poll::Ready(Some(Ok(message)));
             }
             let write_blocked = match self.poll_transport(cx) {
                 Poll::Ready(Some(end)) => return Poll::Ready(end.err().map(Err)),

@@ -27,9 +27,10 @@ const HIGH_WATER: usize = 256 << 10;
 fn config() -> Config {
     Config::builder()
         .write_buffer_high_water(HIGH_WATER)
-        .protocol(ProtocolConfig {
-            deflate: None,
-            ..Default::default()
+        .protocol({
+            let mut c = ProtocolConfig::default();
+            c.deflate = None;
+            c
         })
         .build()
 }

@@ -206,9 +206,10 @@ async fn graceful_shutdown_closes_every_connection_with_1001_and_leaks_no_task()
 async fn try_send_reports_a_full_buffer_send_waits_and_nothing_is_lost() {
     let high_water = 64 << 10;
     // Uncompressed, so that the bytes queued are the bytes sent.
-    let protocol = ProtocolConfig {
-        deflate: None,
-        ..Default::default()
+    let protocol = {
+        let mut c = ProtocolConfig::default();
+        c.deflate = None;
+        c
     };
     let config = Config::builder()
         .write_buffer_high_water(high_water)
@@ -294,10 +295,11 @@ async fn raw_reply(url: &str, request: &[u8]) -> Vec<u8> {
 
 #[tokio::test]
 async fn handshake_size_and_header_count_limits_answer_431() {
-    let protocol = ProtocolConfig {
-        max_handshake_size: 2048,
-        max_handshake_headers: 16,
-        ..Default::default()
+    let protocol = {
+        let mut c = ProtocolConfig::default();
+        c.max_handshake_size = 2048;
+        c.max_handshake_headers = 16;
+        c
     };
     let (url, _shutdown, _live, _task) = echo_server(Config::builder().protocol(protocol).build()).await;
     let big = format!("{UPGRADE}X-Big: {}\r\n\r\n", "a".repeat(3000));
@@ -322,11 +324,12 @@ async fn handshake_size_and_header_count_limits_answer_431() {
 async fn message_and_frame_limits_close_with_1009_before_the_memory_is_spent() {
     // Uncompressed, so that frame sizes on the wire are the sizes sent (inflated sizes are limited
     // the same way; see the engine's deflate tests).
-    let protocol = ProtocolConfig {
-        max_message_size: 1000,
-        max_frame_size: 600,
-        deflate: None,
-        ..Default::default()
+    let protocol = {
+        let mut c = ProtocolConfig::default();
+        c.max_message_size = 1000;
+        c.max_frame_size = 600;
+        c.deflate = None;
+        c
     };
     let server = Server::bind("127.0.0.1:0", Config::builder().protocol(protocol).build())
         .await

@@ -405,12 +405,7 @@ async fn permessage_deflate_is_negotiated_by_default_and_can_be_refused() {
     ws.close(None).await.unwrap();
 
     // A client configured without it offers nothing.
-    let config = Config::builder()
-        .protocol(sockeye::ProtocolConfig {
-            deflate: None,
-            ..Default::default()
-        })
-        .build();
+    let config = Config::builder().deflate(None).build();
     let (ws, response) = sockeye::connect_with(format!("ws://{addr}/"), &config)
         .await
         .unwrap();
