@@ -55,16 +55,19 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
 {
-    accept_buffered(stream, BytesMut::with_capacity(1024), config, decide).await
+    accept_buffered(stream, BytesMut::with_capacity(1024), config, decide)
+        .await
+        .map(|(ws, _request)| ws)
 }
 
-/// [`accept_with`] on a stream whose first bytes were already read into `buf`.
+/// [`accept_with`] on a stream whose first bytes were already read into `buf`; the request is
+/// handed back with the connection (moved, not copied).
 pub(crate) async fn accept_buffered<S, F>(
     mut stream: S,
     mut buf: BytesMut,
     config: &Config,
     decide: F,
-) -> Result<WebSocket<S>, Error>
+) -> Result<(WebSocket<S>, Request<()>), Error>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
@@ -94,13 +97,8 @@ where
                 let deflate = kept_deflate(deflate, &response);
                 stream.write_all(&encode_response(&response)).await?;
                 stream.flush().await?;
-                Ok(WebSocket::from_upgraded(
-                    stream,
-                    Role::Server,
-                    config,
-                    &buf[n..],
-                    deflate,
-                ))
+                let ws = WebSocket::from_upgraded(stream, Role::Server, config, &buf[n..], deflate);
+                Ok((ws, request))
             }
             Err(refusal) => {
                 let status = refusal.status();
@@ -240,7 +238,7 @@ impl Server {
     /// been dropped at [`Config::shutdown_timeout`]), or when the listener fails for good.
     pub async fn serve<H, Fut>(self, handler: H) -> std::io::Result<()>
     where
-        H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+        H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.serve_requests(move |ws, _request, peer| handler(ws, peer))
@@ -350,13 +348,8 @@ impl Server {
                     let _ = accept_buffered(stream, head, &config, |_, _| Err(service_unavailable())).await;
                     return;
                 };
-                let mut request = None;
-                let accepted = accept_buffered(stream, head, &config, |req, response| {
-                    request = Some(req.clone());
-                    Ok(response)
-                })
-                .await;
-                if let (Ok(mut ws), Some(request)) = (accepted, request) {
+                let accepted = accept_buffered(stream, head, &config, |_, response| Ok(response)).await;
+                if let Ok((mut ws, request)) = accepted {
                     ws.set_shutdown(&shutdown);
                     handler(ws, request, peer).await;
                 }

@@ -393,3 +393,21 @@ async fn permessage_deflate_is_negotiated_by_default_and_can_be_refused() {
     ws.send("plain").await.unwrap();
     assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("plain"));
 }
+
+#[tokio::test]
+async fn serve_takes_the_same_handlers_as_serve_requests() {
+    // A handler that is `Send` and `Clone` but not `Sync` (a `Cell`): `serve_requests` always took
+    // one, and `serve`, which only drops the request, takes one too.
+    let calls = std::cell::Cell::new(0u32);
+    let server = Server::bind("127.0.0.1:0", Config::default()).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve(move |mut ws, _| {
+        let calls = calls.clone();
+        async move {
+            calls.set(calls.get() + 1);
+            let _ = ws.send(format!("call {}", calls.get())).await;
+        }
+    }));
+    let (mut ws, _) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
+    assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("call 1"));
+}
