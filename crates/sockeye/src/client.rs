@@ -6,11 +6,12 @@ use http::{HeaderValue, Request, Response, Uri};
 use sockeye_proto::Role;
 use sockeye_proto::extension;
 use sockeye_proto::handshake::ClientHandshake;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::head::{HeadError, read_head};
 use crate::proxy::{Proxy, ProxyConfig};
 use crate::stream::MaybeTlsStream;
 use crate::websocket::{WebSocket, with_deadline};
@@ -261,18 +262,25 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(&handshake.encode_request()).await?;
     stream.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);
-    loop {
-        if stream.read_buf(&mut buf).await? == 0 {
+    let limit = config.protocol.max_handshake_size;
+    let read = read_head(&mut stream, &mut buf, limit, |buf| {
+        handshake.parse_response(buf, &config.protocol)
+    })
+    .await;
+    let (response, leftover) = match read {
+        Ok(read) => read,
+        Err(HeadError::Parse(e)) => return Err(e.into()),
+        Err(HeadError::TooLarge) => return Err(HandshakeError::HeadTooLarge { limit }.into()),
+        Err(HeadError::Eof) => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "the server closed the connection during the handshake",
             )
             .into());
         }
-        if let Some((response, n)) = handshake.parse_response(&buf, &config.protocol)? {
-            let deflate = extension::client_accept(&config.protocol, response.headers())?;
-            let ws = WebSocket::from_upgraded(stream, Role::Client, config, &buf[n..], deflate);
-            return Ok((ws, response));
-        }
-    }
+        Err(HeadError::Io(e)) => return Err(e.into()),
+    };
+    let deflate = extension::client_accept(&config.protocol, response.headers())?;
+    let ws = WebSocket::from_upgraded(stream, Role::Client, config, leftover, deflate);
+    Ok((ws, response))
 }

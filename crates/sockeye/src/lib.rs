@@ -53,6 +53,7 @@
 mod client;
 mod config;
 mod error;
+mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
 pub mod proxy;

@@ -20,6 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::error::Error;
+use crate::head::{HeadError, read_head};
 
 /// Which proxy a client connects through.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -235,32 +236,37 @@ impl Proxy {
         // Read the response head byte-exactly: whatever follows it belongs to the tunnel, and a
         // proxy sends nothing more until we speak.
         let mut head = BytesMut::with_capacity(512);
-        loop {
-            if head.len() > 16 << 10 {
-                return Err(ProxyError::Malformed("response head over 16 KiB").into());
-            }
-            if tcp.read_buf(&mut head).await? == 0 {
-                return Err(ProxyError::Malformed("closed before answering CONNECT").into());
-            }
+        let read = read_head(tcp, &mut head, 16 << 10, |buf| {
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut response = httparse::Response::new(&mut headers);
-            match response.parse(&head) {
+            match response.parse(buf) {
                 Ok(httparse::Status::Complete(n)) => {
                     let status = response.code.unwrap_or(0);
-                    if !(200..300).contains(&status) {
-                        // A refusal may carry a body (tinyproxy sends an HTML page); it is not read.
-                        let reason = response.reason.unwrap_or("").to_string();
-                        return Err(ProxyError::Refused { status, reason }.into());
-                    }
-                    if n != head.len() {
-                        return Err(ProxyError::Malformed("data after the CONNECT response").into());
-                    }
-                    return Ok(());
+                    let reason = response.reason.unwrap_or("").to_string();
+                    Ok(Some(((status, reason), n)))
                 }
-                Ok(httparse::Status::Partial) => {}
-                Err(_) => return Err(ProxyError::Malformed("unparsable CONNECT response").into()),
+                Ok(httparse::Status::Partial) => Ok(None),
+                Err(_) => Err(ProxyError::Malformed("unparsable CONNECT response")),
             }
+        })
+        .await;
+        let ((status, reason), leftover) = match read {
+            Ok(read) => read,
+            Err(HeadError::Parse(e)) => return Err(e.into()),
+            Err(HeadError::TooLarge) => return Err(ProxyError::Malformed("response head over 16 KiB").into()),
+            Err(HeadError::Eof) => {
+                return Err(ProxyError::Malformed("closed before answering CONNECT").into());
+            }
+            Err(HeadError::Io(e)) => return Err(e.into()),
+        };
+        if !(200..300).contains(&status) {
+            // A refusal may carry a body (tinyproxy sends an HTML page); it is not read.
+            return Err(ProxyError::Refused { status, reason }.into());
         }
+        if !leftover.is_empty() {
+            return Err(ProxyError::Malformed("data after the CONNECT response").into());
+        }
+        Ok(())
     }
 
     async fn socks5_connect(&self, tcp: &mut TcpStream, host: &str, port: u16) -> Result<(), Error> {

@@ -11,7 +11,7 @@ use sockeye_proto::extension;
 use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
 use sockeye_proto::{HandshakeError, Role};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::head::{HeadError, read_head};
 use crate::stream::MaybeTlsStream;
 use crate::websocket::{WebSocket, with_deadline};
 
@@ -73,19 +74,25 @@ where
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
 {
     with_deadline(config.handshake_timeout, "handshake", async {
-        let (request, n) = loop {
-            match parse_request(&buf, &config.protocol) {
-                Ok(Some(parsed)) => break parsed,
-                Ok(None) => {}
-                Err(e) => return refuse(&mut stream, e).await,
+        let limit = config.protocol.max_handshake_size;
+        let read = read_head(&mut stream, &mut buf, limit, |buf| {
+            parse_request(buf, &config.protocol)
+        })
+        .await;
+        let (request, leftover) = match read {
+            Ok(read) => read,
+            Err(HeadError::Parse(e)) => return refuse(&mut stream, e).await,
+            Err(HeadError::TooLarge) => {
+                return refuse(&mut stream, HandshakeError::HeadTooLarge { limit }).await;
             }
-            if stream.read_buf(&mut buf).await? == 0 {
+            Err(HeadError::Eof) => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     "the client closed the connection during the handshake",
                 )
                 .into());
             }
+            Err(HeadError::Io(e)) => return Err(e.into()),
         };
         let hello = match ClientHello::from_request(&request) {
             Ok(hello) => hello,
@@ -97,7 +104,7 @@ where
                 let deflate = kept_deflate(deflate, &response);
                 stream.write_all(&encode_response(&response)).await?;
                 stream.flush().await?;
-                let ws = WebSocket::from_upgraded(stream, Role::Server, config, &buf[n..], deflate);
+                let ws = WebSocket::from_upgraded(stream, Role::Server, config, leftover, deflate);
                 Ok((ws, request))
             }
             Err(refusal) => {
