@@ -70,8 +70,9 @@ pub struct Config {
     /// Which HTTP version a client opens WebSockets over. Default [`HttpVersion::Http1`].
     pub http_version: HttpVersion,
     /// The proxy clients connect through. Default
-    /// [`ProxyConfig::Environment`](crate::proxy::ProxyConfig): `HTTPS_PROXY` / `HTTP_PROXY` /
-    /// `ALL_PROXY` and `NO_PROXY`, as curl reads them.
+    /// [`ProxyConfig::Environment`](crate::proxy::ProxyConfig): `https_proxy` / `HTTPS_PROXY` for
+    /// `wss://`, `http_proxy` (never `HTTP_PROXY`) for `ws://`, then `all_proxy` / `ALL_PROXY`,
+    /// minus `no_proxy` / `NO_PROXY`: as curl reads them, lower case first (see [`proxy`](crate::proxy)).
     pub proxy: crate::proxy::ProxyConfig,
 }
 

@@ -1,8 +1,15 @@
 //! Client connections through proxies: HTTP `CONNECT` (RFC 9110 §9.3.6) with optional basic
 //! authentication, and SOCKS5 (RFC 1928) with or without username/password authentication
 //! (RFC 1929). Chosen per connection by [`Config::proxy`](crate::Config::proxy): none, a URL, or
-//! the environment (`HTTPS_PROXY` for `wss://`, `HTTP_PROXY` for `ws://`, then `ALL_PROXY`, each
-//! also in lower case, minus the hosts in `NO_PROXY`).
+//! the environment, read as curl reads it:
+//!
+//! - `wss://`: `https_proxy`, else `HTTPS_PROXY`;
+//! - `ws://`: `http_proxy` only — never `HTTP_PROXY`, which a CGI program finds set from a request's
+//!   `Proxy:` header ("httpoxy", CVE-2016-5385), so curl ignores it and so does Sockeye;
+//! - then, for either, `all_proxy`, else `ALL_PROXY`;
+//! - minus the hosts in `no_proxy`, else `NO_PROXY`.
+//!
+//! The lower-case name wins when both are set; an empty variable counts as unset.
 //!
 //! ```
 //! use sockeye::proxy::{Proxy, ProxyConfig};
@@ -193,16 +200,19 @@ impl Proxy {
         host: &str,
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<Proxy>, ProxyError> {
-        let get = |name: &str| {
-            var(name)
-                .or_else(|| var(&name.to_ascii_lowercase()))
-                .filter(|v| !v.trim().is_empty())
+        let one = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        // Lower case first, as curl does.
+        let either = |lower: &str, upper: &str| one(lower).or_else(|| one(upper));
+        let specific = if secure {
+            either("https_proxy", "HTTPS_PROXY")
+        } else {
+            // Never `HTTP_PROXY` (httpoxy, see the module docs).
+            one("http_proxy")
         };
-        let specific = if secure { "HTTPS_PROXY" } else { "HTTP_PROXY" };
-        let Some(url) = get(specific).or_else(|| get("ALL_PROXY")) else {
+        let Some(url) = specific.or_else(|| either("all_proxy", "ALL_PROXY")) else {
             return Ok(None);
         };
-        if get("NO_PROXY").is_some_and(|list| no_proxy_matches(&list, host)) {
+        if either("no_proxy", "NO_PROXY").is_some_and(|list| no_proxy_matches(&list, host)) {
             return Ok(None);
         }
         Proxy::parse(url.trim()).map(Some)
@@ -474,5 +484,55 @@ mod tests {
             None
         );
         assert_eq!(Proxy::from_lookup(true, "x", env(&[])).unwrap(), None);
+    }
+
+    /// curl's reading of the environment: lower case first; `HTTP_PROXY` never (httpoxy).
+    #[test]
+    fn environment_is_read_as_curl_reads_it() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let pick = |secure, vars: &'static [(&'static str, &'static str)]| {
+            Proxy::from_lookup(secure, "example.com", env(vars))
+                .unwrap()
+                .map(|p| p.host)
+        };
+        // ws:// reads http_proxy, and ignores HTTP_PROXY even when nothing else is set.
+        let both = &[("HTTP_PROXY", "http://upper"), ("http_proxy", "http://lower")];
+        assert_eq!(pick(false, both).as_deref(), Some("lower"));
+        assert_eq!(pick(false, &[("HTTP_PROXY", "http://upper")]), None);
+        assert_eq!(
+            pick(
+                false,
+                &[("HTTP_PROXY", "http://upper"), ("ALL_PROXY", "http://all")]
+            )
+            .as_deref(),
+            Some("all")
+        );
+        // wss:// reads both cases of its variable, lower case first.
+        let both = &[("HTTPS_PROXY", "http://upper"), ("https_proxy", "http://lower")];
+        assert_eq!(pick(true, both).as_deref(), Some("lower"));
+        assert_eq!(
+            pick(true, &[("HTTPS_PROXY", "http://upper")]).as_deref(),
+            Some("upper")
+        );
+        // An empty lower-case variable counts as unset.
+        let empty = &[("https_proxy", ""), ("HTTPS_PROXY", "http://upper")];
+        assert_eq!(pick(true, empty).as_deref(), Some("upper"));
+        // all_proxy before ALL_PROXY, for either scheme.
+        let all = &[("ALL_PROXY", "http://upper"), ("all_proxy", "http://lower")];
+        assert_eq!(pick(false, all).as_deref(), Some("lower"));
+        assert_eq!(pick(true, all).as_deref(), Some("lower"));
+        // no_proxy before NO_PROXY.
+        let no = &[
+            ("all_proxy", "http://p"),
+            ("no_proxy", "other.example"),
+            ("NO_PROXY", "example.com"),
+        ];
+        assert_eq!(pick(true, no).as_deref(), Some("p"));
+        assert_eq!(
+            pick(true, &[("all_proxy", "http://p"), ("NO_PROXY", "example.com")]),
+            None
+        );
     }
 }
