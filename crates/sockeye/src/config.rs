@@ -43,8 +43,11 @@ pub struct Config {
     /// the socket is closed. Default 30 s, so a dead peer is found within about a minute.
     pub keepalive_timeout: Duration,
     /// The most connections a [`Server`](crate::Server) handles at once, handshakes included.
-    /// Above it, new clients are answered `503 Service Unavailable` (with `Retry-After`) and
-    /// closed, instead of being left to hang. Default 50,000: an idle Sockeye connection costs
+    /// Above it, new clients are turned away before any task or TLS handshake is spent on them:
+    /// in cleartext they are answered `503 Service Unavailable` (with `Retry-After`; GOAWAY over
+    /// HTTP/2) and closed, instead of being left to hang — up to 64 at a time, the rest closed
+    /// unanswered —; over TLS they are closed unanswered, since answering would cost the TLS
+    /// handshake the limit is there to save. Default 50,000: an idle Sockeye connection costs
     /// about 10 KiB plus the kernel's socket buffers, so the default bounds a flood to well under
     /// a few GiB, and it stays below the file descriptor limits servers are usually given.
     pub max_connections: usize,

@@ -68,7 +68,7 @@ mod websocket;
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
 pub use config::{Config, HttpVersion};
 pub use error::Error;
-pub use server::{Server, ShutdownHandle, accept, accept_with};
+pub use server::{Server, ServerStats, ShutdownHandle, accept, accept_with};
 pub use sockeye_proto::Config as ProtocolConfig;
 pub use sockeye_proto::{
     self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, ProtocolViolation, Role,

@@ -233,3 +233,59 @@ async fn unreadable_pem_is_a_config_error() {
             .is_err()
     );
 }
+
+/// Over `max_connections`, a TLS client is closed before any TLS handshake and without a task:
+/// the limit bounds the work a flood costs, and a TLS handshake is most of it.
+#[tokio::test]
+async fn over_the_limit_tls_clients_are_closed_without_a_handshake_or_a_task() {
+    let ca = ca();
+    let (cert, key) = leaf(&ca, &["localhost"], false);
+    let tls = ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    let server = Server::bind(
+        "127.0.0.1:0",
+        Config {
+            max_connections: 1,
+            ..Config::default()
+        },
+    )
+    .await
+    .unwrap()
+    .with_tls(tls.acceptor());
+    let addr = server.local_addr().unwrap();
+    let stats = server.stats();
+    tokio::spawn(server.serve(|mut ws, _| async move {
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_data() && ws.feed(m).await.is_err() {
+                break;
+            }
+        }
+    }));
+    let url = format!("wss://localhost:{}/", addr.port());
+    let _held = connect(url.clone(), &trusting(&ca)).await.unwrap();
+    let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let before = tasks();
+
+    // A client that has not sent its ClientHello yet is closed at once (it would otherwise be
+    // waited for, in a task of its own, for the whole handshake timeout).
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        tokio::io::AsyncReadExt::read(&mut silent, &mut byte),
+    )
+    .await
+    .expect("closed at once, not after the handshake timeout");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert_eq!(tasks(), before, "no task was spawned for it");
+
+    // A TLS client gets no ServerHello: its handshake ends with the connection, not with a
+    // certificate or protocol error.
+    let started = std::time::Instant::now();
+    match connect(url, &trusting(&ca)).await {
+        Err(Error::Io(_)) => {}
+        other => panic!("expected the connection to be closed, got {other:?}"),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    assert_eq!(tasks(), before);
+    assert_eq!((stats.refused(), stats.handshake_failures()), (2, 0));
+}
