@@ -218,24 +218,34 @@ impl Proxy {
         Proxy::parse(url.trim()).map(Some)
     }
 
-    /// Opens a TCP connection to the proxy and a tunnel through it to `host:port`.
+    /// Opens a TCP connection to the proxy and a tunnel through it to `host:port`. I/O errors
+    /// (the proxy refusing the connection, closing it) name the proxy and the destination.
     pub async fn connect(&self, host: &str, port: u16) -> Result<TcpStream, Error> {
-        let mut tcp = TcpStream::connect((self.host.as_str(), self.port)).await?;
-        match self.kind {
-            ProxyKind::HttpConnect => self.http_connect(&mut tcp, host, port).await?,
-            ProxyKind::Socks5 | ProxyKind::Socks5RemoteDns => {
-                self.socks5_connect(&mut tcp, host, port).await?
-            }
+        let named = |e: std::io::Error, doing: &str| -> Error {
+            let (proxy, target) = (self.authority(), authority(host, port));
+            with_context(e, format_args!("{doing} the proxy {proxy} (for {target})")).into()
+        };
+        let mut tcp = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| named(e, "connecting to"))?;
+        let tunnel = match self.kind {
+            ProxyKind::HttpConnect => self.http_connect(&mut tcp, host, port).await,
+            ProxyKind::Socks5 | ProxyKind::Socks5RemoteDns => self.socks5_connect(&mut tcp, host, port).await,
+        };
+        match tunnel {
+            Ok(()) => Ok(tcp),
+            Err(Error::Io(e)) => Err(named(e, "opening a tunnel through")),
+            Err(e) => Err(e),
         }
-        Ok(tcp)
+    }
+
+    /// `host:port` of the proxy, with an IPv6 address in brackets.
+    pub(crate) fn authority(&self) -> String {
+        authority(&self.host, self.port)
     }
 
     async fn http_connect(&self, tcp: &mut TcpStream, host: &str, port: u16) -> Result<(), Error> {
-        let authority = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
+        let authority = authority(host, port);
         let mut request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
         if let Some((user, password)) = &self.credentials {
             let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
@@ -376,6 +386,21 @@ impl Proxy {
         tcp.read_exact(&mut bound).await?;
         Ok(())
     }
+}
+
+/// `host:port`, with an IPv6 address in brackets.
+pub(crate) fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `e` with `what` in front of its message, and its kind kept (so that `ConnectionRefused` or
+/// `TimedOut` can still be matched on).
+pub(crate) fn with_context(e: std::io::Error, what: std::fmt::Arguments<'_>) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 /// `NO_PROXY`: a comma-separated list of host names (matching the name and its subdomains, with or

@@ -336,9 +336,43 @@ async fn bad_urls_and_refused_connections_are_clear_errors() {
         .unwrap()
         .port();
     match sockeye::connect(format!("ws://127.0.0.1:{port}/")).await {
-        Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
+        Err(Error::Io(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+            // The message says where.
+            assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
+        }
         other => panic!("expected connection refused, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_connection_timeout_names_the_address() {
+    // A listener whose accept queue is full (backlog 0, one connection waiting, never accepted):
+    // the kernel drops further SYNs, so a connection attempt hangs as one to a dead host does.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    while let Ok(Ok(tcp)) = tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+        queued.push(tcp);
+        assert!(queued.len() < 16, "the accept queue never filled");
+    }
+    let config = Config {
+        handshake_timeout: Duration::from_millis(300),
+        proxy: sockeye::proxy::ProxyConfig::Direct,
+        ..Config::default()
+    };
+    let started = Instant::now();
+    match sockeye::connect_with(format!("ws://{addr}/"), &config).await {
+        Err(Error::Io(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+            assert!(e.to_string().contains(&addr.to_string()), "{e}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    drop((listener, queued));
 }
 
 #[tokio::test]

@@ -110,3 +110,40 @@ async fn proxy_refusals_and_broken_answers_are_proxy_errors() {
         }
     }
 }
+
+#[tokio::test]
+async fn connection_errors_name_the_proxy_and_the_destination() {
+    // Bind and drop a listener to find a port nobody listens on.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    match sockeye::connect_with("ws://example.invalid:8080/", &through(closed)).await {
+        Err(Error::Io(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+            let message = e.to_string();
+            assert!(message.contains(&format!("proxy {closed}")), "{message}");
+            assert!(message.contains("example.invalid:8080"), "{message}");
+        }
+        other => panic!("expected connection refused, got {other:?}"),
+    }
+    // A proxy that accepts and never answers: the timeout names both too.
+    let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = Config {
+        handshake_timeout: std::time::Duration::from_millis(300),
+        ..through(silent.local_addr().unwrap())
+    };
+    match sockeye::connect_with("ws://example.invalid:8080/", &config).await {
+        Err(Error::Io(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+            let message = e.to_string();
+            assert!(
+                message.contains(&silent.local_addr().unwrap().to_string()),
+                "{message}"
+            );
+            assert!(message.contains("example.invalid:8080"), "{message}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
