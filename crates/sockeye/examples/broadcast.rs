@@ -39,6 +39,7 @@ pub(crate) async fn serve(server: Server, missed: Arc<Missed>) -> std::io::Resul
             let missed = Arc::clone(&missed);
             async move {
                 let mut inbox = hub.subscribe();
+                let mut skipping = false;
                 loop {
                     tokio::select! {
                         // Waiting for input is also when what `try_send` queued is written.
@@ -53,10 +54,12 @@ pub(crate) async fn serve(server: Server, missed: Arc<Missed>) -> std::io::Resul
                             // Queued without waiting; no flush here, which would wait for a slow
                             // client's socket.
                             Ok(message) => match ws.try_send(message) {
-                                Ok(()) => {}
+                                Ok(()) => skipping = false,
                                 Err(sockeye::Error::WriteBufferFull) => {
-                                    if missed.skipped.fetch_add(1, Ordering::Relaxed) % 1000 == 0 {
-                                        eprintln!("{peer} is slow: skipping its messages");
+                                    missed.skipped.fetch_add(1, Ordering::Relaxed);
+                                    if !skipping {
+                                        eprintln!("{peer} is slow: skipping messages until it catches up");
+                                        skipping = true;
                                     }
                                 }
                                 Err(_) => break,
