@@ -14,7 +14,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = args.next().ok_or("usage: proxy URL [PROXY_URL]")?;
     let proxy = match args.next() {
         Some(proxy) => ProxyConfig::Url(Proxy::parse(&proxy)?),
-        // HTTPS_PROXY / HTTP_PROXY / ALL_PROXY, minus NO_PROXY.
+        // https_proxy / http_proxy / all_proxy, minus no_proxy, as curl reads them.
         None => ProxyConfig::Environment,
     };
     let config = Config::builder().proxy(proxy).build();

@@ -6,12 +6,14 @@ use http::{HeaderValue, Request, Response, Uri};
 use sockeye_proto::Role;
 use sockeye_proto::extension;
 use sockeye_proto::handshake::{ClientHandshake, url_target};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::proxy::{Proxy, ProxyConfig};
+use crate::head::{HeadError, read_head};
+use crate::proxy::{Proxy, ProxyConfig, authority, with_context};
 use crate::stream::MaybeTlsStream;
 use crate::websocket::{WebSocket, with_deadline};
 use sockeye_proto::HandshakeError;
@@ -85,6 +87,11 @@ pub async fn connect(
 /// or opens a tunnel through the proxy [`Config::proxy`] names —, sets `TCP_NODELAY` as
 /// configured, negotiates TLS for `wss://` (SNI and certificate checks against the URL's host,
 /// end to end through a proxy), and performs the handshake, all within `handshake_timeout`.
+///
+/// A connection that cannot be made — refused, unreachable, no answer within the timeout, a host
+/// that does not resolve — is an [`Error::Io`] whose message names the address tried, and the
+/// proxy when there was one (a timeout there has kind `TimedOut`; later in the handshake, it is
+/// an error whose [`Error::timeout`] is `Some("handshake")`).
 pub async fn connect_with(
     request: impl IntoClientRequest,
     config: &Config,
@@ -94,6 +101,9 @@ pub async fn connect_with(
     let target = url_target(request.uri())?;
     let (tls, port) = (target.secure, target.port());
     let host = target.host_name().to_string();
+    // Taken before the overall deadline starts, so that the connection's own deadline (which
+    // names the address) is never later than it.
+    let deadline = Instant::now() + config.handshake_timeout;
     with_deadline(config.handshake_timeout, "handshake", async {
         let proxy = match &config.proxy {
             ProxyConfig::Direct => None,
@@ -109,6 +119,7 @@ pub async fn connect_with(
                     host: &host,
                     port,
                     proxy: proxy.as_ref(),
+                    deadline,
                 },
                 config,
             )
@@ -120,6 +131,7 @@ pub async fn connect_with(
                 host: &host,
                 port,
                 proxy: proxy.as_ref(),
+                deadline,
             },
             config,
             HTTP1_ALPN,
@@ -140,6 +152,8 @@ struct Target<'a> {
     host: &'a str,
     port: u16,
     proxy: Option<&'a Proxy>,
+    /// When the connection (TCP, and the proxy's tunnel) must be up.
+    deadline: Instant,
 }
 
 /// TCP (directly or through the proxy), `TCP_NODELAY`, and TLS for `wss://` offering `alpn`.
@@ -148,15 +162,40 @@ async fn open_transport(
     config: &Config,
     alpn: &[&[u8]],
 ) -> Result<MaybeTlsStream, Error> {
-    let tcp = match target.proxy {
-        Some(proxy) => proxy.connect(target.host, target.port).await?,
-        None => TcpStream::connect((target.host, target.port)).await?,
+    let connecting = async {
+        match target.proxy {
+            Some(proxy) => proxy.connect(target.host, target.port).await,
+            None => TcpStream::connect((target.host, target.port))
+                .await
+                .map_err(|e| with_context(e, format_args!("connecting to {}", target.authority())).into()),
+        }
+    };
+    let tcp = match tokio::time::timeout_at(target.deadline, connecting).await {
+        Ok(tcp) => tcp?,
+        Err(_) => {
+            let (to, within) = (target.authority(), config.handshake_timeout);
+            let message = match target.proxy {
+                Some(proxy) => format!(
+                    "connecting to {to} through the proxy {}: no tunnel within {within:?}",
+                    proxy.authority()
+                ),
+                None => format!("connecting to {to}: no answer within {within:?}"),
+            };
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, message).into());
+        }
     };
     tcp.set_nodelay(config.tcp_nodelay)?;
     if target.tls {
         wrap_tls(tcp, target.host, config, alpn).await
     } else {
         Ok(MaybeTlsStream::Plain(tcp))
+    }
+}
+
+impl Target<'_> {
+    /// `host:port`, with an IPv6 address in brackets.
+    fn authority(&self) -> String {
+        authority(self.host, self.port)
     }
 }
 
@@ -228,10 +267,29 @@ async fn wrap_tls(
     };
     let tls_config = crate::tls::with_alpn(tls_config, alpn);
     let connector = crate::tls::TlsConnector::from(tls_config);
-    let stream = connector
-        .connect(crate::tls::server_name(host)?, tcp)
-        .await
-        .map_err(Error::from)?;
+    let mut handshake = connector.connect(crate::tls::server_name(host)?, tcp);
+    // The server's first bytes are looked at (peeked, left for rustls) before rustls reads them:
+    // a plain HTTP server answers our ClientHello with an HTTP error, which rustls would only
+    // call an invalid record.
+    let mut first_bytes_seen = false;
+    let stream = std::future::poll_fn(|cx| {
+        if !first_bytes_seen && let Some(tcp) = handshake.get_ref() {
+            let mut first = [0u8; 5];
+            let mut first = tokio::io::ReadBuf::new(&mut first);
+            match tcp.poll_peek(cx, &mut first) {
+                std::task::Poll::Ready(Ok(_)) => {
+                    first_bytes_seen = true;
+                    if crate::tls::looks_like_http(first.filled()) {
+                        return std::task::Poll::Ready(Err(crate::tls::TlsError::plain_http_server()));
+                    }
+                }
+                std::task::Poll::Ready(Err(_)) => first_bytes_seen = true,
+                std::task::Poll::Pending => {}
+            }
+        }
+        std::pin::Pin::new(&mut handshake).poll(cx).map_err(Error::from)
+    })
+    .await?;
     Ok(MaybeTlsStream::ClientTls(stream))
 }
 
@@ -259,18 +317,36 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(&handshake.encode_request()).await?;
     stream.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);
-    loop {
-        if stream.read_buf(&mut buf).await? == 0 {
+    let limit = config.protocol.max_handshake_size;
+    let read = read_head(&mut stream, &mut buf, limit, |buf| {
+        // A TLS server answers the request, which it takes for a bad TLS record, with an alert
+        // record (0x15), or a handshake record (0x16) — neither of which is HTTP.
+        if let [0x15 | 0x16, rest @ ..] = buf
+            && rest.first().is_none_or(|&major| major == 3)
+        {
+            return Err(HandshakeError::MalformedHttp(
+                "the server answered with a TLS record: it speaks TLS on this port, so use wss:// \
+                 (not ws://)"
+                    .into(),
+            ));
+        }
+        handshake.parse_response(buf, &config.protocol)
+    })
+    .await;
+    let (response, leftover) = match read {
+        Ok(read) => read,
+        Err(HeadError::Parse(e)) => return Err(e.into()),
+        Err(HeadError::TooLarge) => return Err(HandshakeError::HeadTooLarge { limit }.into()),
+        Err(HeadError::Eof) => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 "the server closed the connection during the handshake",
             )
             .into());
         }
-        if let Some((response, n)) = handshake.parse_response(&buf, &config.protocol)? {
-            let deflate = extension::client_accept(&config.protocol, response.headers())?;
-            let ws = WebSocket::from_upgraded(stream, Role::Client, config, &buf[n..], deflate);
-            return Ok((ws, response));
-        }
-    }
+        Err(HeadError::Io(e)) => return Err(e.into()),
+    };
+    let deflate = extension::client_accept(&config.protocol, response.headers())?;
+    let ws = WebSocket::from_upgraded(stream, Role::Client, config, leftover, deflate);
+    Ok((ws, response))
 }

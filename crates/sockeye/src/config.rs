@@ -38,8 +38,11 @@ pub struct Config {
     /// How much to read from the socket at once. Default 64 KiB (one loopback TCP segment burst).
     pub read_chunk_size: usize,
     /// The most connections a [`Server`](crate::Server) handles at once, handshakes included.
-    /// Above it, new clients are answered `503 Service Unavailable` (with `Retry-After`) and
-    /// closed, instead of being left to hang. Default 50,000: an idle Sockeye connection costs
+    /// Above it, new clients are turned away before any task or TLS handshake is spent on them:
+    /// in cleartext they are answered `503 Service Unavailable` (with `Retry-After`; GOAWAY over
+    /// HTTP/2) and closed, instead of being left to hang — up to 64 at a time, the rest closed
+    /// unanswered —; over TLS they are closed unanswered, since answering would cost the TLS
+    /// handshake the limit is there to save. Default 50,000: an idle Sockeye connection costs
     /// about 10 KiB plus the kernel's socket buffers, so the default bounds a flood to well under
     /// a few GiB, and it stays below the file descriptor limits servers are usually given.
     pub max_connections: usize,
@@ -65,8 +68,9 @@ pub struct Config {
     /// Which HTTP version a client opens WebSockets over. Default [`HttpVersion::Http1`].
     pub http_version: HttpVersion,
     /// The proxy clients connect through. Default
-    /// [`ProxyConfig::Environment`](crate::proxy::ProxyConfig): `HTTPS_PROXY` / `HTTP_PROXY` /
-    /// `ALL_PROXY` and `NO_PROXY`, as curl reads them.
+    /// [`ProxyConfig::Environment`](crate::proxy::ProxyConfig): `https_proxy` / `HTTPS_PROXY` for
+    /// `wss://`, `http_proxy` (never `HTTP_PROXY`) for `ws://`, then `all_proxy` / `ALL_PROXY`,
+    /// minus `no_proxy` / `NO_PROXY`: as curl reads them, lower case first (see [`proxy`](crate::proxy)).
     pub proxy: crate::proxy::ProxyConfig,
 }
 

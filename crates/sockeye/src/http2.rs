@@ -42,7 +42,7 @@ use tokio::task::JoinSet;
 
 use crate::config::{Config, HttpVersion};
 use crate::error::Error;
-use crate::server::{ShutdownSignal, kept_deflate, negotiate, service_unavailable};
+use crate::server::{ServerStats, ShutdownSignal, kept_deflate, negotiate, service_unavailable};
 use crate::stream::MaybeTlsStream;
 use crate::websocket::WebSocket;
 
@@ -321,6 +321,7 @@ pub(crate) struct ServeContext<H> {
     pub(crate) permits: Arc<Semaphore>,
     pub(crate) handler: H,
     pub(crate) peer: SocketAddr,
+    pub(crate) stats: ServerStats,
 }
 
 /// Serves one HTTP/2 connection: each extended CONNECT stream becomes a [`WebSocket`] handed to
@@ -341,10 +342,23 @@ pub(crate) async fn serve_connection<H, Fut>(
     let handshake = server_builder(config).handshake::<_, Bytes>(StreamErrorGuard::new(stream, head));
     let mut connection = match tokio::time::timeout(config.handshake_timeout, handshake).await {
         Ok(Ok(connection)) => connection,
-        _ => return,
+        Ok(Err(e)) => {
+            context
+                .stats
+                .handshake_failed(context.peer, "HTTP/2 connection preface", &e);
+            return;
+        }
+        Err(_) => {
+            let timeout = Error::timed_out("handshake");
+            context
+                .stats
+                .handshake_failed(context.peer, "HTTP/2 connection preface", &timeout);
+            return;
+        }
     };
-    // Over the connection limit: no new streams (GOAWAY); any already sent get 503 for want of
-    // a permit, and the connection ends with them.
+    // Over the connection limit (cleartext only: over TLS such a connection is closed before the
+    // TLS handshake): no new streams (GOAWAY); any already sent get 503 for want of a permit, and
+    // the connection ends with them.
     let mut going_away = !admitted;
     if going_away {
         connection.graceful_shutdown();
@@ -702,11 +716,17 @@ fn accept_stream<H>(
         Ok(hello) => hello,
         Err(e) => {
             refuse(&mut respond, reject_response(&e));
+            let e = Error::from(e);
+            context
+                .stats
+                .handshake_failed(context.peer, "HTTP/2 extended CONNECT", &e);
             return None;
         }
     };
     let Ok(permit) = Arc::clone(&context.permits).try_acquire_owned() else {
         refuse(&mut respond, service_unavailable());
+        context.stats.refused_one();
+        tracing::debug!(peer = %context.peer, "over max_connections: HTTP/2 stream refused");
         return None;
     };
     let config = &context.config;

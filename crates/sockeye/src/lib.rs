@@ -53,6 +53,7 @@
 mod client;
 mod config;
 mod error;
+mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
 pub mod proxy;
@@ -67,7 +68,7 @@ mod websocket;
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
 pub use config::{Config, ConfigBuilder, HttpVersion};
 pub use error::{Error, ErrorKind};
-pub use server::{Server, ShutdownHandle, accept, accept_with};
+pub use server::{Server, ServerStats, ShutdownHandle, accept, accept_with};
 pub use sockeye_proto::Config as ProtocolConfig;
 pub use sockeye_proto::Error as ProtocolError;
 pub use sockeye_proto::{

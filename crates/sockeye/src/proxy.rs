@@ -1,8 +1,15 @@
 //! Client connections through proxies: HTTP `CONNECT` (RFC 9110 §9.3.6) with optional basic
 //! authentication, and SOCKS5 (RFC 1928) with or without username/password authentication
 //! (RFC 1929). Chosen per connection by [`Config::proxy`](crate::Config::proxy): none, a URL, or
-//! the environment (`HTTPS_PROXY` for `wss://`, `HTTP_PROXY` for `ws://`, then `ALL_PROXY`, each
-//! also in lower case, minus the hosts in `NO_PROXY`).
+//! the environment, read as curl reads it:
+//!
+//! - `wss://`: `https_proxy`, else `HTTPS_PROXY`;
+//! - `ws://`: `http_proxy` only — never `HTTP_PROXY`, which a CGI program finds set from a request's
+//!   `Proxy:` header ("httpoxy", CVE-2016-5385), so curl ignores it and so does Sockeye;
+//! - then, for either, `all_proxy`, else `ALL_PROXY`;
+//! - minus the hosts in `no_proxy`, else `NO_PROXY`.
+//!
+//! The lower-case name wins when both are set; an empty variable counts as unset.
 //!
 //! ```
 //! use sockeye::proxy::{Proxy, ProxyConfig};
@@ -20,6 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::error::Error;
+use crate::head::{HeadError, read_head};
 
 /// Which proxy a client connects through.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -192,39 +200,52 @@ impl Proxy {
         host: &str,
         var: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<Proxy>, ProxyError> {
-        let get = |name: &str| {
-            var(name)
-                .or_else(|| var(&name.to_ascii_lowercase()))
-                .filter(|v| !v.trim().is_empty())
+        let one = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        // Lower case first, as curl does.
+        let either = |lower: &str, upper: &str| one(lower).or_else(|| one(upper));
+        let specific = if secure {
+            either("https_proxy", "HTTPS_PROXY")
+        } else {
+            // Never `HTTP_PROXY` (httpoxy, see the module docs).
+            one("http_proxy")
         };
-        let specific = if secure { "HTTPS_PROXY" } else { "HTTP_PROXY" };
-        let Some(url) = get(specific).or_else(|| get("ALL_PROXY")) else {
+        let Some(url) = specific.or_else(|| either("all_proxy", "ALL_PROXY")) else {
             return Ok(None);
         };
-        if get("NO_PROXY").is_some_and(|list| no_proxy_matches(&list, host)) {
+        if either("no_proxy", "NO_PROXY").is_some_and(|list| no_proxy_matches(&list, host)) {
             return Ok(None);
         }
         Proxy::parse(url.trim()).map(Some)
     }
 
-    /// Opens a TCP connection to the proxy and a tunnel through it to `host:port`.
+    /// Opens a TCP connection to the proxy and a tunnel through it to `host:port`. I/O errors
+    /// (the proxy refusing the connection, closing it) name the proxy and the destination.
     pub async fn connect(&self, host: &str, port: u16) -> Result<TcpStream, Error> {
-        let mut tcp = TcpStream::connect((self.host.as_str(), self.port)).await?;
-        match self.kind {
-            ProxyKind::HttpConnect => self.http_connect(&mut tcp, host, port).await?,
-            ProxyKind::Socks5 | ProxyKind::Socks5RemoteDns => {
-                self.socks5_connect(&mut tcp, host, port).await?
-            }
+        let named = |e: std::io::Error, doing: &str| -> Error {
+            let (proxy, target) = (self.authority(), authority(host, port));
+            with_context(e, format_args!("{doing} the proxy {proxy} (for {target})")).into()
+        };
+        let mut tcp = TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| named(e, "connecting to"))?;
+        let tunnel = match self.kind {
+            ProxyKind::HttpConnect => self.http_connect(&mut tcp, host, port).await,
+            ProxyKind::Socks5 | ProxyKind::Socks5RemoteDns => self.socks5_connect(&mut tcp, host, port).await,
+        };
+        match tunnel {
+            Ok(()) => Ok(tcp),
+            Err(Error::Io(e)) => Err(named(e, "opening a tunnel through")),
+            Err(e) => Err(e),
         }
-        Ok(tcp)
+    }
+
+    /// `host:port` of the proxy, with an IPv6 address in brackets.
+    pub(crate) fn authority(&self) -> String {
+        authority(&self.host, self.port)
     }
 
     async fn http_connect(&self, tcp: &mut TcpStream, host: &str, port: u16) -> Result<(), Error> {
-        let authority = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
+        let authority = authority(host, port);
         let mut request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
         if let Some((user, password)) = &self.credentials {
             let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
@@ -235,32 +256,37 @@ impl Proxy {
         // Read the response head byte-exactly: whatever follows it belongs to the tunnel, and a
         // proxy sends nothing more until we speak.
         let mut head = BytesMut::with_capacity(512);
-        loop {
-            if head.len() > 16 << 10 {
-                return Err(ProxyError::Malformed("response head over 16 KiB").into());
-            }
-            if tcp.read_buf(&mut head).await? == 0 {
-                return Err(ProxyError::Malformed("closed before answering CONNECT").into());
-            }
+        let read = read_head(tcp, &mut head, 16 << 10, |buf| {
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut response = httparse::Response::new(&mut headers);
-            match response.parse(&head) {
+            match response.parse(buf) {
                 Ok(httparse::Status::Complete(n)) => {
                     let status = response.code.unwrap_or(0);
-                    if !(200..300).contains(&status) {
-                        // A refusal may carry a body (tinyproxy sends an HTML page); it is not read.
-                        let reason = response.reason.unwrap_or("").to_string();
-                        return Err(ProxyError::Refused { status, reason }.into());
-                    }
-                    if n != head.len() {
-                        return Err(ProxyError::Malformed("data after the CONNECT response").into());
-                    }
-                    return Ok(());
+                    let reason = response.reason.unwrap_or("").to_string();
+                    Ok(Some(((status, reason), n)))
                 }
-                Ok(httparse::Status::Partial) => {}
-                Err(_) => return Err(ProxyError::Malformed("unparsable CONNECT response").into()),
+                Ok(httparse::Status::Partial) => Ok(None),
+                Err(_) => Err(ProxyError::Malformed("unparsable CONNECT response")),
             }
+        })
+        .await;
+        let ((status, reason), leftover) = match read {
+            Ok(read) => read,
+            Err(HeadError::Parse(e)) => return Err(e.into()),
+            Err(HeadError::TooLarge) => return Err(ProxyError::Malformed("response head over 16 KiB").into()),
+            Err(HeadError::Eof) => {
+                return Err(ProxyError::Malformed("closed before answering CONNECT").into());
+            }
+            Err(HeadError::Io(e)) => return Err(e.into()),
+        };
+        if !(200..300).contains(&status) {
+            // A refusal may carry a body (tinyproxy sends an HTML page); it is not read.
+            return Err(ProxyError::Refused { status, reason }.into());
         }
+        if !leftover.is_empty() {
+            return Err(ProxyError::Malformed("data after the CONNECT response").into());
+        }
+        Ok(())
     }
 
     async fn socks5_connect(&self, tcp: &mut TcpStream, host: &str, port: u16) -> Result<(), Error> {
@@ -360,6 +386,21 @@ impl Proxy {
         tcp.read_exact(&mut bound).await?;
         Ok(())
     }
+}
+
+/// `host:port`, with an IPv6 address in brackets.
+pub(crate) fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `e` with `what` in front of its message, and its kind kept (so that `ConnectionRefused` or
+/// `TimedOut` can still be matched on).
+pub(crate) fn with_context(e: std::io::Error, what: std::fmt::Arguments<'_>) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
 /// `NO_PROXY`: a comma-separated list of host names (matching the name and its subdomains, with or
@@ -468,5 +509,55 @@ mod tests {
             None
         );
         assert_eq!(Proxy::from_lookup(true, "x", env(&[])).unwrap(), None);
+    }
+
+    /// curl's reading of the environment: lower case first; `HTTP_PROXY` never (httpoxy).
+    #[test]
+    fn environment_is_read_as_curl_reads_it() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let pick = |secure, vars: &'static [(&'static str, &'static str)]| {
+            Proxy::from_lookup(secure, "example.com", env(vars))
+                .unwrap()
+                .map(|p| p.host)
+        };
+        // ws:// reads http_proxy, and ignores HTTP_PROXY even when nothing else is set.
+        let both = &[("HTTP_PROXY", "http://upper"), ("http_proxy", "http://lower")];
+        assert_eq!(pick(false, both).as_deref(), Some("lower"));
+        assert_eq!(pick(false, &[("HTTP_PROXY", "http://upper")]), None);
+        assert_eq!(
+            pick(
+                false,
+                &[("HTTP_PROXY", "http://upper"), ("ALL_PROXY", "http://all")]
+            )
+            .as_deref(),
+            Some("all")
+        );
+        // wss:// reads both cases of its variable, lower case first.
+        let both = &[("HTTPS_PROXY", "http://upper"), ("https_proxy", "http://lower")];
+        assert_eq!(pick(true, both).as_deref(), Some("lower"));
+        assert_eq!(
+            pick(true, &[("HTTPS_PROXY", "http://upper")]).as_deref(),
+            Some("upper")
+        );
+        // An empty lower-case variable counts as unset.
+        let empty = &[("https_proxy", ""), ("HTTPS_PROXY", "http://upper")];
+        assert_eq!(pick(true, empty).as_deref(), Some("upper"));
+        // all_proxy before ALL_PROXY, for either scheme.
+        let all = &[("ALL_PROXY", "http://upper"), ("all_proxy", "http://lower")];
+        assert_eq!(pick(false, all).as_deref(), Some("lower"));
+        assert_eq!(pick(true, all).as_deref(), Some("lower"));
+        // no_proxy before NO_PROXY.
+        let no = &[
+            ("all_proxy", "http://p"),
+            ("no_proxy", "other.example"),
+            ("NO_PROXY", "example.com"),
+        ];
+        assert_eq!(pick(true, no).as_deref(), Some("p"));
+        assert_eq!(
+            pick(true, &[("all_proxy", "http://p"), ("NO_PROXY", "example.com")]),
+            None
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use http::header::SEC_WEBSOCKET_EXTENSIONS;
@@ -11,7 +11,7 @@ use sockeye_proto::extension;
 use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
 use sockeye_proto::{HandshakeError, Role};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::head::{HeadError, read_head};
 use crate::stream::MaybeTlsStream;
 use crate::websocket::{WebSocket, with_deadline};
 
@@ -55,34 +56,43 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
 {
-    accept_buffered(stream, BytesMut::with_capacity(1024), config, decide).await
+    accept_buffered(stream, BytesMut::with_capacity(1024), config, decide)
+        .await
+        .map(|(ws, _request)| ws)
 }
 
-/// [`accept_with`] on a stream whose first bytes were already read into `buf`.
+/// [`accept_with`] on a stream whose first bytes were already read into `buf`; the request is
+/// handed back with the connection (moved, not copied).
 pub(crate) async fn accept_buffered<S, F>(
     mut stream: S,
     mut buf: BytesMut,
     config: &Config,
     decide: F,
-) -> Result<WebSocket<S>, Error>
+) -> Result<(WebSocket<S>, Request<()>), Error>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
 {
     with_deadline(config.handshake_timeout, "handshake", async {
-        let (request, n) = loop {
-            match parse_request(&buf, &config.protocol) {
-                Ok(Some(parsed)) => break parsed,
-                Ok(None) => {}
-                Err(e) => return refuse(&mut stream, e).await,
+        let limit = config.protocol.max_handshake_size;
+        let read = read_head(&mut stream, &mut buf, limit, |buf| {
+            parse_request(buf, &config.protocol)
+        })
+        .await;
+        let (request, leftover) = match read {
+            Ok(read) => read,
+            Err(HeadError::Parse(e)) => return refuse(&mut stream, e).await,
+            Err(HeadError::TooLarge) => {
+                return refuse(&mut stream, HandshakeError::HeadTooLarge { limit }).await;
             }
-            if stream.read_buf(&mut buf).await? == 0 {
+            Err(HeadError::Eof) => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     "the client closed the connection during the handshake",
                 )
                 .into());
             }
+            Err(HeadError::Io(e)) => return Err(e.into()),
         };
         let hello = match ClientHello::from_request(&request) {
             Ok(hello) => hello,
@@ -94,13 +104,8 @@ where
                 let deflate = kept_deflate(deflate, &response);
                 stream.write_all(&encode_response(&response)).await?;
                 stream.flush().await?;
-                Ok(WebSocket::from_upgraded(
-                    stream,
-                    Role::Server,
-                    config,
-                    &buf[n..],
-                    deflate,
-                ))
+                let ws = WebSocket::from_upgraded(stream, Role::Server, config, leftover, deflate);
+                Ok((ws, request))
             }
             Err(refusal) => {
                 let status = refusal.status();
@@ -182,6 +187,7 @@ pub struct Server {
     listener: TcpListener,
     config: Arc<Config>,
     shutdown: ShutdownSignal,
+    stats: ServerStats,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::TlsAcceptor>,
 }
@@ -208,6 +214,7 @@ impl Server {
             listener,
             config: Arc::new(config),
             shutdown: ShutdownSignal::default(),
+            stats: ServerStats::default(),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -227,20 +234,30 @@ impl Server {
         ShutdownHandle(self.shutdown.clone())
     }
 
+    /// This server's counters (see [`ServerStats`]), readable while it serves. Take them before
+    /// calling [`serve`](Self::serve), which consumes the server.
+    pub fn stats(&self) -> ServerStats {
+        self.stats.clone()
+    }
+
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
     /// Accepts connections until shut down, runs the handshake for each in a new task, and calls
-    /// `handler` with each established connection. Failed handshakes are answered and dropped;
-    /// clients beyond [`Config::max_connections`] are answered `503 Service Unavailable`.
+    /// `handler` with each established connection. Failed handshakes are answered and dropped,
+    /// counted in [`ServerStats::handshake_failures`] and logged at debug level (`tracing`).
+    /// Clients beyond [`Config::max_connections`] are turned away before any task or TLS
+    /// handshake is spent on them: over cleartext HTTP/1.1 they are answered `503 Service
+    /// Unavailable` (over cleartext HTTP/2, GOAWAY), over TLS closed unanswered (see
+    /// [`Config::max_connections`]).
     ///
     /// Returns once a [`ShutdownHandle`] has been used and every connection has finished (or
     /// been dropped at [`Config::shutdown_timeout`]), or when the listener fails for good.
     pub async fn serve<H, Fut>(self, handler: H) -> std::io::Result<()>
     where
-        H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + Sync + 'static,
+        H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.serve_requests(move |ws, _request, peer| handler(ws, peer))
@@ -258,10 +275,12 @@ impl Server {
             listener,
             config,
             shutdown,
+            stats,
             #[cfg(feature = "tls")]
             tls,
         } = self;
         let permits = Arc::new(Semaphore::new(config.max_connections.min(Semaphore::MAX_PERMITS)));
+        let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
         // Offer `h2` by ALPN exactly when HTTP/2 is served.
         #[cfg(feature = "tls")]
         let tls = tls.map(|acceptor| {
@@ -290,13 +309,57 @@ impl Server {
                     return Err(e);
                 }
             };
-            // Held by the connection's task until it ends; none left means over the limit.
-            let permit = Arc::clone(&permits).try_acquire_owned().ok();
-            #[cfg(feature = "http2")]
-            let permits = Arc::clone(&permits);
+            // Taken here, before any task or TLS handshake is spent on the connection, and held
+            // by the connection's task until it ends; none left means over the limit.
+            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                stats.refused_one();
+                #[cfg(feature = "tls")]
+                if tls.is_some() {
+                    // A 503 (or a GOAWAY) would cost a TLS handshake first, the very work the
+                    // limit is there to bound: the connection is closed unanswered.
+                    tracing::debug!(%peer, "over max_connections: closed before the TLS handshake");
+                    continue;
+                }
+                // In cleartext the refusal is cheap; a few are answered at a time, the rest closed.
+                let Ok(slot) = Arc::clone(&refusals).try_acquire_owned() else {
+                    tracing::debug!(%peer, "over max_connections, and refusing too many: closed");
+                    continue;
+                };
+                tracing::debug!(%peer, "over max_connections: refused");
+                #[cfg(feature = "http2")]
+                let context = crate::http2::ServeContext {
+                    config: Arc::clone(&config),
+                    shutdown: shutdown.clone(),
+                    permits: Arc::clone(&permits),
+                    handler: handler.clone(),
+                    peer,
+                    stats: stats.clone(),
+                };
+                let config = Arc::clone(&config);
+                tasks.spawn(Box::pin(async move {
+                    let _slot = slot;
+                    // Cleartext HTTP/2 is sent away with GOAWAY, HTTP/1.1 with 503.
+                    #[allow(unused_mut)]
+                    let mut stream = MaybeTlsStream::Plain(stream);
+                    #[allow(unused_mut)]
+                    let mut head = BytesMut::with_capacity(1024);
+                    #[cfg(feature = "http2")]
+                    if config.accept_http2 && speaks_http2(&mut stream, &mut head, &config).await {
+                        Box::pin(crate::http2::serve_connection(stream, head, false, context)).await;
+                        return;
+                    }
+                    // Read the request before answering, so the client sees the 503 rather than
+                    // a reset.
+                    let _ = accept_buffered(stream, head, &config, |_, _| Err(service_unavailable())).await;
+                }));
+                continue;
+            };
             let config = Arc::clone(&config);
             let handler = handler.clone();
             let shutdown = shutdown.clone();
+            let stats = stats.clone();
+            #[cfg(feature = "http2")]
+            let permits = Arc::clone(&permits);
             #[cfg(feature = "tls")]
             let tls = tls.clone();
             // Boxed: tokio moves a task's future several times (spawn, completion), and a
@@ -305,7 +368,9 @@ impl Server {
             // per HTTP/1.1 connection unboxed once the HTTP/2 branch made it 8.5 KiB, 54,163 boxed;
             // 51,580 before HTTP/2).
             tasks.spawn(Box::pin(async move {
-                if stream.set_nodelay(config.tcp_nodelay).is_err() {
+                let _permit = permit;
+                if let Err(e) = stream.set_nodelay(config.tcp_nodelay) {
+                    stats.handshake_failed(peer, "TCP_NODELAY", &e);
                     return;
                 }
                 #[cfg(feature = "tls")]
@@ -315,7 +380,10 @@ impl Server {
                         let handshake = async { acceptor.accept(stream).await.map_err(Error::from) };
                         match with_deadline(config.handshake_timeout, "handshake", handshake).await {
                             Ok(tls) => MaybeTlsStream::ServerTls(tls),
-                            Err(_) => return,
+                            Err(e) => {
+                                stats.handshake_failed(peer, "TLS handshake", &e);
+                                return;
+                            }
                         }
                     }
                     None => MaybeTlsStream::Plain(stream),
@@ -329,36 +397,26 @@ impl Server {
                 let mut head = BytesMut::with_capacity(1024);
                 #[cfg(feature = "http2")]
                 if config.accept_http2 && speaks_http2(&mut stream, &mut head, &config).await {
-                    // The connection holds its permit, if it got one; each of its WebSockets
-                    // takes one more.
-                    let admitted = permit.is_some();
-                    let _connection_permit = permit;
+                    // The connection holds its permit (`_permit`); each of its WebSockets takes
+                    // one more.
                     let context = crate::http2::ServeContext {
                         config,
                         shutdown,
                         permits,
                         handler,
                         peer,
+                        stats,
                     };
                     // Boxed: keeps the HTTP/2 connection's state out of every connection's task.
-                    Box::pin(crate::http2::serve_connection(stream, head, admitted, context)).await;
+                    Box::pin(crate::http2::serve_connection(stream, head, true, context)).await;
                     return;
                 }
-                let Some(_permit) = permit else {
-                    // Read the request before answering, so the client sees the 503 rather than
-                    // a reset.
-                    let _ = accept_buffered(stream, head, &config, |_, _| Err(service_unavailable())).await;
-                    return;
-                };
-                let mut request = None;
-                let accepted = accept_buffered(stream, head, &config, |req, response| {
-                    request = Some(req.clone());
-                    Ok(response)
-                })
-                .await;
-                if let (Ok(mut ws), Some(request)) = (accepted, request) {
-                    ws.set_shutdown(&shutdown);
-                    handler(ws, request, peer).await;
+                match accept_buffered(stream, head, &config, |_, response| Ok(response)).await {
+                    Ok((mut ws, request)) => {
+                        ws.set_shutdown(&shutdown);
+                        handler(ws, request, peer).await;
+                    }
+                    Err(e) => stats.handshake_failed(peer, "WebSocket handshake", &e),
                 }
             }));
         }
@@ -392,6 +450,66 @@ async fn finish(mut tasks: JoinSet<()>, limit: std::time::Duration) {
     let all_done = async { while tasks.join_next().await.is_some() {} };
     if tokio::time::timeout(limit, all_done).await.is_err() {
         tasks.shutdown().await;
+    }
+}
+
+/// The most clients over [`Config::max_connections`] answered at once (over cleartext; each
+/// refusal lasts until the client's request arrives, within the handshake timeout); beyond them,
+/// clients over the limit are closed unanswered. A courtesy to well-behaved clients that costs a
+/// flood little.
+const MAX_REFUSALS: usize = 64;
+
+/// A [`Server`]'s counters, shared with it: take them with [`Server::stats`] before `serve`, and
+/// read them while it runs (for a metrics endpoint, or tests). Each failure counted here is also
+/// logged at debug level with the peer's address and the reason, through `tracing`.
+///
+/// ```no_run
+/// # async fn run() -> std::io::Result<()> {
+/// let server = sockeye::Server::bind("127.0.0.1:8008", sockeye::Config::default()).await?;
+/// let stats = server.stats();
+/// tokio::spawn(server.serve(|_ws, _peer| async {}));
+/// println!("{} failed handshakes", stats.handshake_failures());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ServerStats(Arc<Counters>);
+
+#[derive(Debug, Default)]
+struct Counters {
+    handshake_failures: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl ServerStats {
+    /// Connections (and HTTP/2 streams) dropped because their handshake failed: the TLS handshake
+    /// (a client that does not trust the certificate, one that speaks no TLS, a timeout), the
+    /// HTTP/1.1 upgrade (a request that is not a valid WebSocket upgrade, answered with its 4xx; a
+    /// client that closes or stalls before its request ends), the HTTP/2 connection preface, or an
+    /// HTTP/2 stream that is not a valid extended CONNECT. Refusals for the connection limit are
+    /// counted in [`refused`](Self::refused) instead.
+    pub fn handshake_failures(&self) -> u64 {
+        self.0.handshake_failures.load(Ordering::Relaxed)
+    }
+
+    /// Connections turned away over [`Config::max_connections`] (answered `503`, sent GOAWAY, or
+    /// closed), and HTTP/2 streams refused for the same reason.
+    pub fn refused(&self) -> u64 {
+        self.0.refused.load(Ordering::Relaxed)
+    }
+
+    /// Counts and logs a failed handshake (`stage`: what was being done).
+    pub(crate) fn handshake_failed(
+        &self,
+        peer: SocketAddr,
+        stage: &'static str,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.0.handshake_failures.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(%peer, stage, %error, "handshake failed");
+    }
+
+    pub(crate) fn refused_one(&self) {
+        self.0.refused.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -55,8 +55,15 @@ pub enum TlsErrorKind {
     NotYetValid,
     /// The certificate was revoked.
     Revoked,
+    /// The server's certificate is a CA certificate (basic constraints `CA:TRUE`), which may
+    /// sign certificates but not be a server's own — what `openssl req -x509` makes unless told
+    /// otherwise. The error's text says how to make a proper one.
+    CaUsedAsEndEntity,
     /// Another problem with a certificate (bad encoding, wrong usage, unsupported algorithm...).
     BadCertificate,
+    /// The server does not speak TLS on this port: it answered the TLS ClientHello in plain HTTP.
+    /// The URL should say `ws://`, not `wss://`.
+    NotTls,
     /// The peer ended the handshake with this alert (e.g. `CertificateRequired` when a server wants a
     /// client certificate, `HandshakeFailure` when no cipher suite or version is shared).
     AlertReceived(String),
@@ -83,7 +90,21 @@ impl fmt::Display for TlsError {
             TlsErrorKind::Expired => "certificate has expired",
             TlsErrorKind::NotYetValid => "certificate is not valid yet",
             TlsErrorKind::Revoked => "certificate was revoked",
+            TlsErrorKind::CaUsedAsEndEntity => {
+                "the server's certificate is a CA certificate (basic constraints CA:TRUE), which \
+                 can sign certificates but cannot be a server's own; give the server a certificate \
+                 with CA:FALSE: one signed by that CA, or a self-signed one such as `openssl req \
+                 -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 365 -keyout \
+                 key.pem -out cert.pem -subj /CN=localhost -addext \
+                 subjectAltName=DNS:localhost,IP:127.0.0.1 -addext \
+                 basicConstraints=critical,CA:FALSE` makes (without that last -addext, openssl \
+                 req -x509 makes CA:TRUE certificates)"
+            }
             TlsErrorKind::BadCertificate => "bad certificate",
+            TlsErrorKind::NotTls => {
+                "the server does not speak TLS on this port (it answered in plain HTTP): use ws:// \
+                 instead of wss://"
+            }
             TlsErrorKind::AlertReceived(_) => "the peer refused the handshake",
             TlsErrorKind::Config => "TLS configuration error",
             TlsErrorKind::Other => "TLS error",
@@ -102,6 +123,14 @@ impl TlsError {
         })
     }
 
+    /// The error for a `wss://` URL whose server answered in plain HTTP.
+    pub(crate) fn plain_http_server() -> Error {
+        Error::Tls(TlsError {
+            kind: TlsErrorKind::NotTls,
+            detail: "the answer to the ClientHello began with \"HTTP/\"".into(),
+        })
+    }
+
     pub(crate) fn from_rustls(e: &rustls::Error) -> TlsError {
         let kind = match e {
             rustls::Error::InvalidCertificate(c) => match c {
@@ -114,6 +143,10 @@ impl TlsError {
                     TlsErrorKind::NotYetValid
                 }
                 CertificateError::Revoked => TlsErrorKind::Revoked,
+                // webpki's `CaUsedAsEndEntity`, which rustls passes on as `Other`.
+                CertificateError::Other(other) if format!("{other:?}").contains("CaUsedAsEndEntity") => {
+                    TlsErrorKind::CaUsedAsEndEntity
+                }
                 _ => TlsErrorKind::BadCertificate,
             },
             rustls::Error::AlertReceived(alert) => TlsErrorKind::AlertReceived(format!("{alert:?}")),
@@ -124,6 +157,12 @@ impl TlsError {
             detail: e.to_string(),
         }
     }
+}
+
+/// Whether the first bytes a server sent (at least one) are the start of an HTTP response, which
+/// no TLS record is (a record starts with its content type, 20 to 24).
+pub(crate) fn looks_like_http(first: &[u8]) -> bool {
+    !first.is_empty() && b"HTTP/".starts_with(&first[..first.len().min(5)])
 }
 
 /// Which root certificates a client trusts.

@@ -191,7 +191,8 @@ impl Upgrade {
     }
 
     /// The response to return now (`101`, or `200` over HTTP/2); `handler` runs in a new task with
-    /// the connection once hyper has switched it (if the switch fails, the handler is not called).
+    /// the connection once hyper has switched it (if the switch fails, the handler is not called
+    /// and the failure is logged at debug level, through `tracing`).
     pub fn on_upgrade<B, F, Fut>(self, handler: F) -> Response<B>
     where
         B: Default,
@@ -200,8 +201,9 @@ impl Upgrade {
     {
         let (response, connection) = self.into_response();
         tokio::spawn(async move {
-            if let Ok(ws) = connection.await {
-                handler(ws).await;
+            match connection.await {
+                Ok(ws) => handler(ws).await,
+                Err(error) => tracing::debug!(%error, "WebSocket upgrade failed; the handler was not called"),
             }
         });
         response

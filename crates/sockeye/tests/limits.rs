@@ -388,3 +388,97 @@ async fn expect_too_big(
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn failed_handshakes_and_refusals_are_counted() {
+    let server = Server::bind(
+        "127.0.0.1:0",
+        Config::builder()
+            .max_connections(1)
+            .handshake_timeout(Duration::from_millis(300))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let stats = server.stats();
+    let url = format!("ws://{}/", server.local_addr().unwrap());
+    tokio::spawn(server.serve(|mut ws, _| async move { while let Some(Ok(_)) = ws.next().await {} }));
+    assert_eq!((stats.handshake_failures(), stats.refused()), (0, 0));
+
+    // Not an upgrade: answered 400, and counted.
+    let reply = raw_reply(&url, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(
+        reply.starts_with(b"HTTP/1.1 400 "),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+    eventually("the 400 is counted", || stats.handshake_failures() == 1).await;
+    // A client that goes away in the middle of its request.
+    let mut tcp = TcpStream::connect(url.trim_start_matches("ws://").trim_end_matches('/'))
+        .await
+        .unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    drop(tcp);
+    eventually("the abandoned handshake is counted", || {
+        stats.handshake_failures() == 2
+    })
+    .await;
+    // A slowloris, cut off at the handshake timeout.
+    let mut slow = TcpStream::connect(url.trim_start_matches("ws://").trim_end_matches('/'))
+        .await
+        .unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+    eventually("the timed-out handshake is counted", || {
+        stats.handshake_failures() == 3
+    })
+    .await;
+
+    // A good client is not counted; one over the limit is refused, not failed.
+    let (_held, _) = sockeye::connect(url.as_str()).await.unwrap();
+    match sockeye::connect(url.as_str()).await {
+        Err(Error::WebSocket(sockeye::ProtocolError::Handshake(HandshakeError::Rejected {
+            status: 503,
+            ..
+        }))) => {}
+        other => panic!("expected 503, got {other:?}"),
+    }
+    eventually("the refusal is counted", || stats.refused() == 1).await;
+    assert_eq!(stats.handshake_failures(), 3);
+    drop(slow);
+}
+
+/// Over the limit, cleartext clients are answered 503 by a bounded number of small tasks (64):
+/// a flood of silent clients beyond that is closed at once, without a task each.
+#[tokio::test]
+async fn a_flood_over_the_limit_costs_a_bounded_number_of_tasks() {
+    let (url, _shutdown, _live, _task) = echo_server(Config::builder().max_connections(1).build()).await;
+    let addr = url.trim_start_matches("ws://").trim_end_matches('/').to_string();
+    let (_held, _) = sockeye::connect(url.as_str()).await.unwrap();
+    let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let before = tasks();
+    // Silent clients: each refusal waits for a request that does not come.
+    let mut silent = Vec::new();
+    for _ in 0..64 {
+        silent.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    eventually("64 refusals wait for their requests", || tasks() == before + 64).await;
+    let mut one_more = TcpStream::connect(&addr).await.unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(2), one_more.read(&mut byte))
+        .await
+        .expect("closed at once");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert_eq!(tasks(), before + 64);
+    // A waiting refusal still answers 503 once its request arrives.
+    silent[0]
+        .write_all(format!("{UPGRADE}\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut reply = Vec::new();
+    silent[0].read_to_end(&mut reply).await.unwrap();
+    assert!(
+        reply.starts_with(b"HTTP/1.1 503 "),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+}

@@ -385,9 +385,42 @@ async fn bad_urls_and_refused_connections_are_clear_errors() {
         .unwrap()
         .port();
     match sockeye::connect(format!("ws://127.0.0.1:{port}/")).await {
-        Err(Error::Io(e)) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
+        Err(Error::Io(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+            // The message says where.
+            assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
+        }
         other => panic!("expected connection refused, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_connection_timeout_names_the_address() {
+    // A listener whose accept queue is full (backlog 0, one connection waiting, never accepted):
+    // the kernel drops further SYNs, so a connection attempt hangs as one to a dead host does.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut queued = Vec::new();
+    while let Ok(Ok(tcp)) = tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+        queued.push(tcp);
+        assert!(queued.len() < 16, "the accept queue never filled");
+    }
+    let config = Config::builder()
+        .handshake_timeout(Duration::from_millis(300))
+        .proxy(sockeye::proxy::ProxyConfig::Direct)
+        .build();
+    let started = Instant::now();
+    match sockeye::connect_with(format!("ws://{addr}/"), &config).await {
+        Err(Error::Io(e)) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+            assert!(e.to_string().contains(&addr.to_string()), "{e}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    drop((listener, queued));
 }
 
 #[tokio::test]
@@ -486,4 +519,22 @@ async fn schemes_are_case_insensitive_and_http_means_ws() {
         assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("hi"));
         ws.close(None).await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn serve_takes_the_same_handlers_as_serve_requests() {
+    // A handler that is `Send` and `Clone` but not `Sync` (a `Cell`): `serve_requests` always took
+    // one, and `serve`, which only drops the request, takes one too.
+    let calls = std::cell::Cell::new(0u32);
+    let server = Server::bind("127.0.0.1:0", Config::default()).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve(move |mut ws, _| {
+        let calls = calls.clone();
+        async move {
+            calls.set(calls.get() + 1);
+            let _ = ws.send(format!("call {}", calls.get())).await;
+        }
+    }));
+    let (mut ws, _) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
+    assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("call 1"));
 }

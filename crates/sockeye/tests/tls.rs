@@ -230,3 +230,147 @@ async fn unreadable_pem_is_a_config_error() {
             .is_err()
     );
 }
+
+/// Over `max_connections`, a TLS client is closed before any TLS handshake and without a task:
+/// the limit bounds the work a flood costs, and a TLS handshake is most of it.
+#[tokio::test]
+async fn over_the_limit_tls_clients_are_closed_without_a_handshake_or_a_task() {
+    let ca = ca();
+    let (cert, key) = leaf(&ca, &["localhost"], false);
+    let tls = ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap();
+    let server = Server::bind("127.0.0.1:0", Config::builder().max_connections(1).build())
+        .await
+        .unwrap()
+        .with_tls(tls.acceptor());
+    let addr = server.local_addr().unwrap();
+    let stats = server.stats();
+    tokio::spawn(server.serve(|mut ws, _| async move {
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_data() && ws.feed(m).await.is_err() {
+                break;
+            }
+        }
+    }));
+    let url = format!("wss://localhost:{}/", addr.port());
+    let _held = connect(url.clone(), &trusting(&ca)).await.unwrap();
+    let tasks = || tokio::runtime::Handle::current().metrics().num_alive_tasks();
+    let before = tasks();
+
+    // A client that has not sent its ClientHello yet is closed at once (it would otherwise be
+    // waited for, in a task of its own, for the whole handshake timeout).
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        tokio::io::AsyncReadExt::read(&mut silent, &mut byte),
+    )
+    .await
+    .expect("closed at once, not after the handshake timeout");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    assert_eq!(tasks(), before, "no task was spawned for it");
+
+    // A TLS client gets no ServerHello: its handshake ends with the connection, not with a
+    // certificate or protocol error.
+    let started = std::time::Instant::now();
+    match connect(url, &trusting(&ca)).await {
+        Err(Error::Io(_)) => {}
+        other => panic!("expected the connection to be closed, got {other:?}"),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    assert_eq!(tasks(), before);
+    assert_eq!((stats.refused(), stats.handshake_failures()), (2, 0));
+}
+
+/// A plain echo server (no TLS) and a TLS one, for the wrong-scheme tests.
+async fn plain_and_tls_servers(ca: &Ca) -> (SocketAddr, SocketAddr) {
+    let plain = Server::bind("127.0.0.1:0", Config::default()).await.unwrap();
+    let plain_addr = plain.local_addr().unwrap();
+    tokio::spawn(plain.serve(|_, _| async {}));
+    let (cert, key) = leaf(ca, &["localhost"], false);
+    let (tls_addr, _) = wss_server(&ServerTls::from_pem(cert.as_bytes(), key.as_bytes()).unwrap()).await;
+    (plain_addr, tls_addr)
+}
+
+#[tokio::test]
+async fn the_wrong_scheme_is_named_in_the_error() {
+    let ca = ca();
+    let (plain, tls) = plain_and_tls_servers(&ca).await;
+    // wss:// to a server without TLS: it answers the ClientHello in plain HTTP.
+    let err = connect(format!("wss://localhost:{}/", plain.port()), &trusting(&ca))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Tls(e) if e.kind == TlsErrorKind::NotTls),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("use ws:// instead of wss://"), "{err}");
+    // ws:// to a TLS server: it answers the request with a TLS alert.
+    let err = sockeye::connect(format!("ws://localhost:{}/", tls.port()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::WebSocket(sockeye::ProtocolError::Handshake(
+                sockeye::HandshakeError::MalformedHttp(_)
+            ))
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("use wss://"), "{err}");
+}
+
+/// A self-signed CA certificate (CA:TRUE, what `openssl req -x509` makes by default) used as the
+/// server's own: the error says so and how to make a proper one — and the way it gives works.
+#[tokio::test]
+async fn a_ca_certificate_used_as_the_server_certificate_is_explained() {
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let key = KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let tls = ServerTls::from_pem(cert.pem().as_bytes(), key.serialize_pem().as_bytes()).unwrap();
+    let (addr, _) = wss_server(&tls).await;
+    let url = format!("wss://localhost:{}/", addr.port());
+    let trusting_it = ClientTlsOptions {
+        roots: Roots::Empty,
+        ..Default::default()
+    }
+    .add_ca_pem(cert.pem().as_bytes())
+    .unwrap();
+    let err = connect(url.clone(), &trusting_it).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Tls(e) if e.kind == TlsErrorKind::CaUsedAsEndEntity),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("CA:FALSE"), "{message}");
+
+    // The openssl command the message gives makes a certificate the client accepts.
+    let command = message
+        .split('`')
+        .find(|part| part.starts_with("openssl req"))
+        .expect("the message gives an openssl command")
+        .to_string();
+    let dir = std::env::temp_dir().join(format!("sockeye-tls-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let made = std::process::Command::new("openssl")
+        .args(command.split_whitespace().skip(1))
+        .current_dir(&dir)
+        .output();
+    match made {
+        Ok(out) if out.status.success() => {
+            tls.reload_pem_files(dir.join("cert.pem"), dir.join("key.pem"))
+                .unwrap();
+            let trusting_it = ClientTlsOptions {
+                roots: Roots::Empty,
+                ..Default::default()
+            }
+            .add_ca_file(dir.join("cert.pem"))
+            .unwrap();
+            connect(url, &trusting_it).await.unwrap();
+        }
+        Ok(out) => panic!("{command}: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => eprintln!("openssl not run ({e}); the command was not checked"),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

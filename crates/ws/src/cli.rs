@@ -233,7 +233,7 @@ pub struct ClientOpts {
     #[arg(long = "disable-hostname-validation", alias = "disable_hostname_validation")]
     pub disable_hostname_validation: bool,
     /// Connect through this proxy: http://[user:pass@]host:port (CONNECT), socks5://… or
-    /// socks5h://… (the proxy resolves names); `none` to ignore HTTPS_PROXY/HTTP_PROXY/ALL_PROXY.
+    /// socks5h://… (the proxy resolves names); `none` to ignore https_proxy/http_proxy/all_proxy.
     #[arg(long)]
     pub proxy: Option<String>,
     /// Open the WebSocket over HTTP/2 (RFC 8441): ALPN h2 for wss://, h2c with prior knowledge

@@ -1,0 +1,86 @@
+//! Reading an HTTP/1.1 head — a request or status line and its headers — off a stream: the
+//! server's handshake, the client's, and a proxy's answer to `CONNECT` all do it the same way.
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Why no head was read.
+#[derive(Debug)]
+pub(crate) enum HeadError<E> {
+    /// The parser refused what was read.
+    Parse(E),
+    /// Still incomplete past the limit.
+    TooLarge,
+    /// The peer closed the connection before the end of the head.
+    Eof,
+    /// Reading failed.
+    Io(std::io::Error),
+}
+
+/// Reads from `stream` into `buf` — which may already hold the start of the head — until `parse`
+/// finds a complete head, and returns what `parse` made of it with the bytes read past the head
+/// (they belong to whatever follows it). `parse` sees everything buffered and returns `None` while
+/// the head is incomplete, or the head's length with its result; an incomplete head longer than
+/// `limit` is an error, so a peer that never ends its head costs at most `limit` bytes (plus one
+/// read).
+pub(crate) async fn read_head<'b, S, T, E>(
+    stream: &mut S,
+    buf: &'b mut BytesMut,
+    limit: usize,
+    mut parse: impl FnMut(&[u8]) -> Result<Option<(T, usize)>, E>,
+) -> Result<(T, &'b [u8]), HeadError<E>>
+where
+    S: AsyncRead + Unpin,
+{
+    loop {
+        if let Some((parsed, n)) = parse(buf).map_err(HeadError::Parse)? {
+            return Ok((parsed, &buf[n..]));
+        }
+        if buf.len() > limit {
+            return Err(HeadError::TooLarge);
+        }
+        match stream.read_buf(buf).await {
+            Ok(0) => return Err(HeadError::Eof),
+            Ok(_) => {}
+            Err(e) => return Err(HeadError::Io(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A head ends at the first blank line.
+    fn blank_line(buf: &[u8]) -> Result<Option<((), usize)>, ()> {
+        Ok(buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| ((), i + 4)))
+    }
+
+    #[tokio::test]
+    async fn returns_the_bytes_after_the_head_and_stops_at_the_limit_or_eof() {
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        tokio::io::AsyncWriteExt::write_all(&mut client, b"ead\r\n\r\nafter")
+            .await
+            .unwrap();
+        let mut buf = BytesMut::from(&b"H"[..]);
+        let ((), rest) = read_head(&mut server, &mut buf, 64, blank_line).await.unwrap();
+        assert_eq!(rest, b"after");
+
+        tokio::io::AsyncWriteExt::write_all(&mut client, &[b'x'; 100])
+            .await
+            .unwrap();
+        let mut buf = BytesMut::new();
+        let err = read_head(&mut server, &mut buf, 64, blank_line)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, HeadError::TooLarge), "{err:?}");
+
+        drop(client);
+        let mut buf = BytesMut::new();
+        let err = read_head(&mut server, &mut buf, 64, blank_line)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, HeadError::Eof), "{err:?}");
+    }
+}
