@@ -12,10 +12,11 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::head::with_deadline;
 use crate::head::{HeadError, read_head};
 use crate::proxy::{Proxy, ProxyConfig, authority, with_context};
 use crate::stream::MaybeTlsStream;
-use crate::websocket::{WebSocket, with_deadline};
+use crate::websocket::WebSocket;
 use sockeye_proto::HandshakeError;
 
 /// Something that can become a handshake request: a URL (`&str`, `String`, [`Uri`]) or a full

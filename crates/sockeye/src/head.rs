@@ -47,6 +47,18 @@ where
     }
 }
 
+/// The deadline helper the handshakes share.
+pub(crate) async fn with_deadline<T>(
+    limit: std::time::Duration,
+    what: &'static str,
+    fut: impl Future<Output = Result<T, crate::Error>>,
+) -> Result<T, crate::Error> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(result) => result,
+        Err(_) => Err(crate::Error::timed_out(what)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

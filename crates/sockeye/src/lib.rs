@@ -58,6 +58,7 @@ mod head;
 pub mod http2;
 pub mod proxy;
 mod server;
+mod split;
 mod stream;
 #[cfg(feature = "tls")]
 pub mod tls;
@@ -75,5 +76,6 @@ pub use sockeye_proto::{
     self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, ProtocolViolation, Role,
     Utf8Bytes,
 };
+pub use split::{WebSocketReader, WebSocketWriter};
 pub use stream::MaybeTlsStream;
-pub use websocket::{WebSocket, WebSocketReader, WebSocketWriter};
+pub use websocket::WebSocket;

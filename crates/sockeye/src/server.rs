@@ -19,9 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::head::with_deadline;
 use crate::head::{HeadError, read_head};
 use crate::stream::MaybeTlsStream;
-use crate::websocket::{WebSocket, with_deadline};
+use crate::websocket::WebSocket;
 
 /// Accepts a WebSocket connection on a stream, with the default [`Config`], whatever the path,
 /// origin or subprotocols.
@@ -572,6 +573,32 @@ impl ShutdownSignal {
 
     pub(crate) fn is_cancelled(&self) -> bool {
         self.flag.load(Ordering::Acquire)
+    }
+
+    /// What one connection watches: the flag on its send path, the token while it waits.
+    pub(crate) fn watch(&self) -> ShutdownWatch {
+        ShutdownWatch {
+            flag: Arc::clone(&self.flag),
+            signal: Box::pin(self.token.clone().cancelled_owned()),
+        }
+    }
+}
+
+/// A server's shutdown signal, as one connection sees it.
+pub(crate) struct ShutdownWatch {
+    flag: Arc<AtomicBool>,
+    signal: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl ShutdownWatch {
+    /// Whether the shutdown has begun (the send path: an atomic load).
+    pub(crate) fn begun(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Whether the shutdown has begun, waking the task when it does (while waiting for input).
+    pub(crate) fn poll_begun(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        self.signal.as_mut().poll(cx).is_ready()
     }
 }
 

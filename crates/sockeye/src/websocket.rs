@@ -2,21 +2,19 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Wake, Waker, ready};
-use std::time::Duration;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker, ready};
 
 use bytes::Bytes;
-use futures_util::task::AtomicWaker;
 use futures_util::{Sink, Stream};
 use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, Role, Transport};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::split::{IoWakers, WebSocketReader, WebSocketWriter};
 
 /// A WebSocket connection over a byte stream `S` (a `TcpStream`, a TLS stream, anything
 /// `AsyncRead + AsyncWrite`).
@@ -39,14 +37,8 @@ use crate::error::Error;
 /// with the right status code (RFC 6455 §7.1.7) and the error is returned once the stream is
 /// closed.
 ///
-/// # Splitting
-///
-/// Reading and writing share one stream, and a stream keeps one waker per direction: when a
-/// reader task writes (a pong, a close reply, the queue it flushes before waiting) it would take
-/// the writer task's place. So every stream operation here is polled with a waker that wakes
-/// both the task receiving and the task sending, each registered by its own side. Neither half
-/// can miss its wake-up, whether the halves come from [`split`](Self::split) or from
-/// `StreamExt::split`. Pongs and close replies go out while only the reader is polled.
+/// Splitting, with [`split`](Self::split) or `StreamExt::split`, is safe: each half is woken by
+/// its own events whoever touches the stream, and the reader alone answers pings and closes.
 ///
 /// # Cancel safety
 ///
@@ -71,24 +63,6 @@ pub struct WebSocket<S> {
     io_waker: Waker,
 }
 
-/// The receiving and the sending task, each registered by its own side.
-#[derive(Default)]
-struct IoWakers {
-    reader: AtomicWaker,
-    writer: AtomicWaker,
-}
-
-impl Wake for IoWakers {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.reader.wake();
-        self.writer.wake();
-    }
-}
-
 /// The connection, its stream and the one timer.
 struct Inner<S> {
     stream: S,
@@ -103,13 +77,7 @@ struct Inner<S> {
     /// timers never needs it.
     timer: Option<Pin<Box<Sleep>>>,
     /// Set by a [`Server`](crate::Server): its graceful shutdown closes this connection with 1001.
-    shutdown: Option<Shutdown>,
-}
-
-/// A server's shutdown signal, as a connection sees it.
-struct Shutdown {
-    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    signal: Pin<Box<WaitForCancellationFutureOwned>>,
+    shutdown: Option<crate::server::ShutdownWatch>,
 }
 
 impl<S> std::fmt::Debug for WebSocket<S> {
@@ -162,9 +130,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Ties this connection to a server's shutdown: once it begins, the connection sends close
     /// 1001 (going away) at its next receive or send, and sends fail.
     pub(crate) fn set_shutdown(&mut self, shutdown: &crate::server::ShutdownSignal) {
-        let signal = Box::pin(shutdown.token.clone().cancelled_owned());
-        let flag = std::sync::Arc::clone(&shutdown.flag);
-        self.inner.shutdown = Some(Shutdown { flag, signal });
+        self.inner.shutdown = Some(shutdown.watch());
     }
 
     /// Splits the connection into a sending half (a [`Sink`]) and a receiving half (a
@@ -186,13 +152,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// # }
     /// ```
     pub fn split(self) -> (WebSocketWriter<S>, WebSocketReader<S>) {
-        let shared = Arc::new(Mutex::new(self));
-        (
-            WebSocketWriter {
-                shared: Arc::clone(&shared),
-            },
-            WebSocketReader { shared },
-        )
+        crate::split::split(self)
     }
 
     /// The next message: `None` once the connection is closed. Received pings are answered, and
@@ -205,7 +165,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Sends a message and flushes it, waiting while the socket is busy. The message is queued at
     /// the first poll (see *Cancel safety* on [`WebSocket`]).
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        let queued = self.inner.queue(message.into());
+        let queued = self.queue(message.into());
         poll_fn(|cx| self.poll_write_out(cx)).await?;
         queued
     }
@@ -216,7 +176,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// `send`, `flush` or receive. [`Message`] clones are cheap (the payload is shared), so keep a
     /// clone if the message must not be lost.
     pub fn try_send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        self.inner.try_send(message.into())
+        self.inner.going_away(None);
+        if self.inner.conn.transmit_len() >= self.inner.high_water {
+            return Err(Error::WriteBufferFull);
+        }
+        self.send_now(message.into())
     }
 
     /// Bytes queued for the peer and not yet handed to the socket (like a browser's
@@ -229,7 +193,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// the queue is over the high-water mark.
     pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
         poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-        Ok(self.inner.conn.send(message.into())?)
+        self.send_now(message.into())
     }
 
     /// Sends many messages and flushes them: the fastest way to push a burst. Messages are
@@ -254,7 +218,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         let mut messages = messages.into_iter().peekable();
         while messages.peek().is_some() {
             poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-            self.inner.queue_batch(&mut messages)?;
+            self.queue_batch(&mut messages)?;
         }
         self.flush().await
     }
@@ -281,8 +245,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             match item {
                 Ok(Message::Close(frame)) => reply = frame,
                 Ok(_) => {}
-                Err(e) if e.timeout().is_some() => break,
-                Err(Error::WebSocket(sockeye_proto::Error::AbnormalClosure)) => break,
+                Err(e) if e.timeout().is_some() || e.kind() == crate::ErrorKind::AbnormalClosure => break,
                 Err(e) => return Err(e),
             }
         }
@@ -311,15 +274,46 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         result
     }
 
+    /// Queues a message, as `send` does before it flushes: once the server is shutting down, the
+    /// close frame (1001) is queued instead and the message refused.
+    pub(crate) fn queue(&mut self, message: Message) -> Result<(), Error> {
+        self.inner.going_away(None);
+        self.send_now(message)
+    }
+
+    /// Queues a message without looking at the high-water mark.
+    pub(crate) fn send_now(&mut self, message: Message) -> Result<(), Error> {
+        Ok(self.inner.conn.send(message)?)
+    }
+
+    /// The engine, for the sending half: what it queues goes out with the next write.
+    pub(crate) fn connection_mut(&mut self) -> &mut Connection {
+        &mut self.inner.conn
+    }
+
+    /// Queues messages until the queue reaches the high-water mark or they run out.
+    pub(crate) fn queue_batch<I: Iterator<Item = impl Into<Message>>>(
+        &mut self,
+        messages: &mut I,
+    ) -> Result<(), Error> {
+        for message in messages.by_ref() {
+            self.send_now(message.into())?;
+            if self.inner.conn.transmit_len() >= self.inner.high_water {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes everything queued, then flushes the stream (the sending side).
-    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+    pub(crate) fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.wakers.writer.register(cx.waker());
         let mut io = Context::from_waker(&self.io_waker);
         self.inner.poll_write_out(&mut io)
     }
 
     /// Waits until the write queue is below the high-water mark (the sending side).
-    fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+    pub(crate) fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.wakers.writer.register(cx.waker());
         let mut io = Context::from_waker(&self.io_waker);
         self.inner.poll_below_high_water(&mut io)
@@ -327,32 +321,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
-    /// Queues a message for `send`: once the server is shutting down, the close frame (1001) is
-    /// queued instead and the message refused.
-    fn queue(&mut self, message: Message) -> Result<(), Error> {
-        self.check_shutdown();
-        Ok(self.conn.send(message)?)
-    }
-
-    fn try_send(&mut self, message: Message) -> Result<(), Error> {
-        self.check_shutdown();
-        if self.conn.transmit_len() >= self.high_water {
-            return Err(Error::WriteBufferFull);
-        }
-        Ok(self.conn.send(message)?)
-    }
-
-    /// Queues messages until the queue reaches the high-water mark or they run out.
-    fn queue_batch<I: Iterator<Item = impl Into<Message>>>(&mut self, messages: &mut I) -> Result<(), Error> {
-        for message in messages.by_ref() {
-            self.conn.send(message.into())?;
-            if self.conn.transmit_len() >= self.high_water {
-                break;
-            }
-        }
-        Ok(())
-    }
-
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
         loop {
             // A protocol error is kept by the engine and reported once the stream is closed,
@@ -391,7 +359,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                 // so the busy path pays nothing for them, and the moment to give back empty
                 // buffers.
                 Poll::Pending => {
-                    if self.poll_shutdown_signal(cx) || self.poll_timer(cx) {
+                    if self.going_away(Some(cx)) || self.poll_timer(cx) {
                         continue;
                     }
                     if !write_blocked {
@@ -408,20 +376,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// `Pending`: writing is blocked.
     fn poll_transport(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(), Error>>> {
         match self.conn.transport() {
-            Transport::ShutdownWrite => {
+            transport @ (Transport::ShutdownWrite | Transport::Finish) => {
                 if let Err(e) = ready!(self.poll_write_out(cx)) {
                     return Poll::Ready(Some(Err(self.end_with(e))));
                 }
                 // Best effort: the peer may be gone already.
                 let _ = ready!(Pin::new(&mut self.stream).poll_shutdown(cx));
-                self.conn.write_shut_down();
-                Poll::Ready(None)
-            }
-            Transport::Finish => {
-                if let Err(e) = ready!(self.poll_write_out(cx)) {
-                    return Poll::Ready(Some(Err(self.end_with(e))));
+                if transport == Transport::ShutdownWrite {
+                    self.conn.write_shut_down();
+                    return Poll::Ready(None);
                 }
-                let _ = ready!(Pin::new(&mut self.stream).poll_shutdown(cx));
                 self.conn.transport_closed();
                 Poll::Ready(Some(self.conn.take_error().map_or(Ok(()), |e| Err(e.into()))))
             }
@@ -472,38 +436,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         true
     }
 
-    /// Whether the server's shutdown signal fired (close 1001 is then queued).
-    fn poll_shutdown_signal(&mut self, cx: &mut Context<'_>) -> bool {
-        if let Some(shutdown) = &mut self.shutdown
-            && shutdown.signal.as_mut().poll(cx).is_ready()
-        {
-            self.shutdown = None;
-            return self.begin_going_away();
-        }
-        false
-    }
-
-    /// Once the server is shutting down, queues close 1001 (after which sends fail with
-    /// `Error::Closed`). Returns whether it did, so that the caller flushes it.
-    fn check_shutdown(&mut self) -> bool {
-        if self
-            .shutdown
-            .as_ref()
-            .is_some_and(|s| s.flag.load(std::sync::atomic::Ordering::Acquire))
-        {
-            self.shutdown = None;
-            return self.begin_going_away();
-        }
-        false
-    }
-
-    /// Starts the closing handshake with 1001 (going away) if the connection is open.
-    fn begin_going_away(&mut self) -> bool {
-        if self.conn.close_state() != CloseState::Open {
+    /// Once the server is shutting down (looked at with `cx` while waiting, else on the send
+    /// path), queues close 1001, after which sends fail with `Error::Closed`. Returns whether it
+    /// did, so that the caller writes it.
+    fn going_away(&mut self, cx: Option<&mut Context<'_>>) -> bool {
+        let begun = match (&mut self.shutdown, cx) {
+            (Some(watch), Some(cx)) => watch.poll_begun(cx),
+            (Some(watch), None) => watch.begun(),
+            (None, _) => false,
+        };
+        if !begun {
             return false;
         }
+        self.shutdown = None;
         let frame = CloseFrame::new(sockeye_proto::CloseCode::GOING_AWAY, "server shutting down");
-        self.conn.close(Some(frame)).is_ok()
+        self.conn.close_state() == CloseState::Open && self.conn.close(Some(frame)).is_ok()
     }
 
     /// Reads once from the stream into the engine's buffer.
@@ -538,7 +485,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
 
     /// Waits until the write queue is below the high-water mark (backpressure).
     fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        if self.check_shutdown() || self.conn.transmit_len() >= self.high_water {
+        if self.going_away(None) || self.conn.transmit_len() >= self.high_water {
             ready!(self.poll_write_out(cx))?;
         }
         Poll::Ready(Ok(()))
@@ -578,167 +525,5 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
                 .close(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")))?;
         }
         this.poll_write_out(cx)
-    }
-}
-
-/// The receiving half of a [`WebSocket`], from [`WebSocket::split`].
-pub struct WebSocketReader<S> {
-    shared: Arc<Mutex<WebSocket<S>>>,
-}
-
-/// The sending half of a [`WebSocket`], from [`WebSocket::split`].
-pub struct WebSocketWriter<S> {
-    shared: Arc<Mutex<WebSocket<S>>>,
-}
-
-/// Locks the connection for one poll; the lock is never held across an `await`. A panic in the
-/// other half while it held the lock leaves the connection as consistent as any poll does, so a
-/// poisoned lock is taken as is.
-fn lock<S>(shared: &Mutex<WebSocket<S>>) -> MutexGuard<'_, WebSocket<S>> {
-    shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl<S> std::fmt::Debug for WebSocketReader<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebSocketReader").finish_non_exhaustive()
-    }
-}
-
-impl<S> std::fmt::Debug for WebSocketWriter<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebSocketWriter").finish_non_exhaustive()
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketReader<S> {
-    /// The next message; see [`WebSocket::recv`]. Cancel safe.
-    pub async fn recv(&mut self) -> Option<Result<Message, Error>> {
-        poll_fn(|cx| self.poll_recv(cx)).await
-    }
-
-    /// Polls for the next message; see [`WebSocket::poll_recv`].
-    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
-        lock(&self.shared).poll_recv(cx)
-    }
-
-    /// Puts the halves back together. Fails, handing them back, if they come from different
-    /// connections.
-    #[allow(clippy::result_large_err)]
-    pub fn reunite(self, writer: WebSocketWriter<S>) -> Result<WebSocket<S>, (Self, WebSocketWriter<S>)> {
-        if !Arc::ptr_eq(&self.shared, &writer.shared) {
-            return Err((self, writer));
-        }
-        drop(writer);
-        match Arc::try_unwrap(self.shared) {
-            Ok(mutex) => Ok(mutex
-                .into_inner()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)),
-            // Unreachable: the writer was the only other owner and has been dropped.
-            Err(shared) => Err((
-                WebSocketReader {
-                    shared: Arc::clone(&shared),
-                },
-                WebSocketWriter { shared },
-            )),
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocketReader<S> {
-    type Item = Result<Message, Error>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.get_mut().poll_recv(cx)
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
-    /// Sends a message and flushes it; see [`WebSocket::send`] (same cancel safety).
-    pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        let queued = lock(&self.shared).inner.queue(message.into());
-        self.flush().await?;
-        queued
-    }
-
-    /// Queues a message without flushing, waiting first for room below the high-water mark; see
-    /// [`WebSocket::feed`].
-    pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
-        Ok(lock(&self.shared).inner.conn.send(message.into())?)
-    }
-
-    /// Queues a message if there is room, without waiting; see [`WebSocket::try_send`].
-    pub fn try_send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        lock(&self.shared).inner.try_send(message.into())
-    }
-
-    /// Sends many messages and flushes them; see [`WebSocket::send_batch`].
-    pub async fn send_batch<I>(&mut self, messages: I) -> Result<(), Error>
-    where
-        I: IntoIterator,
-        I::Item: Into<Message>,
-    {
-        let mut messages = messages.into_iter().peekable();
-        while messages.peek().is_some() {
-            poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
-            lock(&self.shared).inner.queue_batch(&mut messages)?;
-        }
-        self.flush().await
-    }
-
-    /// Sends one fragment of a message; see [`WebSocket::send_fragment`].
-    pub async fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
-        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
-        Ok(lock(&self.shared).inner.conn.send_fragment(kind, payload, fin)?)
-    }
-
-    /// Writes everything queued.
-    pub async fn flush(&mut self) -> Result<(), Error> {
-        poll_fn(|cx| lock(&self.shared).poll_write_out(cx)).await
-    }
-
-    /// Sends a close frame (`None`: without a status code) and flushes it. The peer's reply
-    /// arrives at the reader, which then ends: keep receiving until `None` to finish the
-    /// closing handshake.
-    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
-        lock(&self.shared).inner.conn.close(frame)?;
-        self.flush().await
-    }
-
-    /// Bytes queued for the peer and not yet handed to the socket.
-    pub fn buffered_amount(&self) -> usize {
-        lock(&self.shared).buffered_amount()
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocketWriter<S> {
-    type Error = Error;
-
-    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Pin::new(&mut *lock(&self.shared)).poll_ready(cx)
-    }
-
-    fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), Error> {
-        Pin::new(&mut *lock(&self.shared)).start_send(message)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Pin::new(&mut *lock(&self.shared)).poll_flush(cx)
-    }
-
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        Pin::new(&mut *lock(&self.shared)).poll_close(cx)
-    }
-}
-
-/// The deadline helper the handshakes share.
-pub(crate) async fn with_deadline<T>(
-    limit: Duration,
-    what: &'static str,
-    fut: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(result) => result,
-        Err(_) => Err(Error::timed_out(what)),
     }
 }

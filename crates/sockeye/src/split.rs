@@ -1,0 +1,201 @@
+//! Splitting a [`WebSocket`] between a receiving task and a sending task.
+//!
+//! A stream keeps one waker per direction, and both halves write to it (the reader writes pongs,
+//! close replies and the queue it flushes before waiting). So every stream operation is polled
+//! with one waker that wakes both tasks ([`IoWakers`]), each registered by its own side: neither
+//! half can take the other's wake-up.
+
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake};
+
+use bytes::Bytes;
+use futures_util::task::AtomicWaker;
+use futures_util::{Sink, Stream};
+use sockeye_proto::{CloseFrame, DataKind, Message};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use crate::error::Error;
+use crate::websocket::WebSocket;
+
+/// The receiving and the sending task, each registered by its own side.
+#[derive(Default)]
+pub(crate) struct IoWakers {
+    pub(crate) reader: AtomicWaker,
+    pub(crate) writer: AtomicWaker,
+}
+
+impl Wake for IoWakers {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.reader.wake();
+        self.writer.wake();
+    }
+}
+
+/// The receiving half of a [`WebSocket`], from [`WebSocket::split`].
+pub struct WebSocketReader<S> {
+    shared: Arc<Mutex<WebSocket<S>>>,
+}
+
+/// The two halves of `ws`, sharing it behind a lock taken for one poll at a time.
+pub(crate) fn split<S>(ws: WebSocket<S>) -> (WebSocketWriter<S>, WebSocketReader<S>) {
+    let shared = Arc::new(Mutex::new(ws));
+    (
+        WebSocketWriter {
+            shared: Arc::clone(&shared),
+        },
+        WebSocketReader { shared },
+    )
+}
+
+/// The sending half of a [`WebSocket`], from [`WebSocket::split`].
+pub struct WebSocketWriter<S> {
+    shared: Arc<Mutex<WebSocket<S>>>,
+}
+
+/// Locks the connection for one poll; the lock is never held across an `await`. A panic in the
+/// other half while it held the lock leaves the connection as consistent as any poll does, so a
+/// poisoned lock is taken as is.
+fn lock<S>(shared: &Mutex<WebSocket<S>>) -> MutexGuard<'_, WebSocket<S>> {
+    shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<S> std::fmt::Debug for WebSocketReader<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSocketReader").finish_non_exhaustive()
+    }
+}
+
+impl<S> std::fmt::Debug for WebSocketWriter<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSocketWriter").finish_non_exhaustive()
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketReader<S> {
+    /// The next message; see [`WebSocket::recv`]. Cancel safe.
+    pub async fn recv(&mut self) -> Option<Result<Message, Error>> {
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Polls for the next message; see [`WebSocket::poll_recv`].
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
+        lock(&self.shared).poll_recv(cx)
+    }
+
+    /// Puts the halves back together. Fails, handing them back, if they come from different
+    /// connections.
+    #[allow(clippy::result_large_err)]
+    pub fn reunite(self, writer: WebSocketWriter<S>) -> Result<WebSocket<S>, (Self, WebSocketWriter<S>)> {
+        if !Arc::ptr_eq(&self.shared, &writer.shared) {
+            return Err((self, writer));
+        }
+        drop(writer);
+        match Arc::try_unwrap(self.shared) {
+            Ok(mutex) => Ok(mutex
+                .into_inner()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)),
+            // Unreachable: the writer was the only other owner and has been dropped.
+            Err(shared) => Err((
+                WebSocketReader {
+                    shared: Arc::clone(&shared),
+                },
+                WebSocketWriter { shared },
+            )),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocketReader<S> {
+    type Item = Result<Message, Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().poll_recv(cx)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
+    /// Sends a message and flushes it; see [`WebSocket::send`] (same cancel safety).
+    pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
+        let queued = lock(&self.shared).queue(message.into());
+        self.flush().await?;
+        queued
+    }
+
+    /// Queues a message without flushing, waiting first for room below the high-water mark; see
+    /// [`WebSocket::feed`].
+    pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
+        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
+        lock(&self.shared).send_now(message.into())
+    }
+
+    /// Queues a message if there is room, without waiting; see [`WebSocket::try_send`].
+    pub fn try_send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
+        lock(&self.shared).try_send(message)
+    }
+
+    /// Sends many messages and flushes them; see [`WebSocket::send_batch`].
+    pub async fn send_batch<I>(&mut self, messages: I) -> Result<(), Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Message>,
+    {
+        let mut messages = messages.into_iter().peekable();
+        while messages.peek().is_some() {
+            poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
+            lock(&self.shared).queue_batch(&mut messages)?;
+        }
+        self.flush().await
+    }
+
+    /// Sends one fragment of a message; see [`WebSocket::send_fragment`].
+    pub async fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
+        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
+        Ok(lock(&self.shared)
+            .connection_mut()
+            .send_fragment(kind, payload, fin)?)
+    }
+
+    /// Writes everything queued.
+    pub async fn flush(&mut self) -> Result<(), Error> {
+        poll_fn(|cx| lock(&self.shared).poll_write_out(cx)).await
+    }
+
+    /// Sends a close frame (`None`: without a status code) and flushes it. The peer's reply
+    /// arrives at the reader, which then ends: keep receiving until `None` to finish the
+    /// closing handshake.
+    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
+        lock(&self.shared).connection_mut().close(frame)?;
+        self.flush().await
+    }
+
+    /// Bytes queued for the peer and not yet handed to the socket.
+    pub fn buffered_amount(&self) -> usize {
+        lock(&self.shared).buffered_amount()
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocketWriter<S> {
+    type Error = Error;
+
+    fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Pin::new(&mut *lock(&self.shared)).poll_ready(cx)
+    }
+
+    fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), Error> {
+        Pin::new(&mut *lock(&self.shared)).start_send(message)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Pin::new(&mut *lock(&self.shared)).poll_flush(cx)
+    }
+
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Pin::new(&mut *lock(&self.shared)).poll_close(cx)
+    }
+}
