@@ -206,6 +206,14 @@ impl Connection {
     /// `mask_keys`. RFC 6455 §10.3 requires keys an attacker cannot predict: pass the operating
     /// system's random source (the `sockeye` crate passes `rand::random`), or, in tests only,
     /// [`frame::insecure_mask_keys_for_tests`](crate::frame::insecure_mask_keys_for_tests).
+    ///
+    /// There is no client without a key source: the engine has no randomness of its own, and a
+    /// default generator would be a predictable one (issue 13: `Connection::new` used to mask
+    /// with a fixed seed).
+    ///
+    /// ```compile_fail
+    /// let client = sockeye_proto::Connection::new(sockeye_proto::Role::Client, Default::default());
+    /// ```
     pub fn client(config: Config, mask_keys: MaskKeySource) -> Self {
         Self::with_role(Role::Client, config, Some(mask_keys))
     }
