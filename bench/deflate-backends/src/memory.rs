@@ -4,7 +4,7 @@
 
 use sockeye_proto::extension::deflate::DeflateConfig;
 use sockeye_proto::extension::{client_accept, client_offer, parse_extensions, server_accept};
-use sockeye_proto::{Config, Connection, Message, Role};
+use sockeye_proto::{Config, Connection, Message};
 
 mod counting;
 
@@ -22,8 +22,8 @@ fn main() {
     println!("| negotiation | server connection, idle | after 1 message each way |");
     println!("|---|---|---|");
     for (name, deflate) in cases {
-        let cc = Config { deflate: Some(deflate.clone()), ..Config::default() };
-        let sc = Config { deflate: Some(deflate), ..Config::default() };
+        let cc = { let mut c = Config::default(); c.deflate = Some(deflate.clone()); c };
+        let sc = { let mut c = Config::default(); c.deflate = Some(deflate); c };
         let offer = client_offer(&cc).unwrap();
         let before = counting::live();
         let (state, response) = server_accept(&sc, &parse_extensions([offer.as_str()]).unwrap()).unwrap();

@@ -138,7 +138,7 @@ async fn echo_many(client: &Client, conns: u64, in_flight: u64, size: usize, sec
             ws.flush().await?;
             while let Some(reply) = ws.recv().await {
                 if reply? != payload {
-                    return Err(sockeye::ProtocolError::InvalidInput("the echo differs").into());
+                    return Err(sockeye::Error::from(sockeye::ProtocolError::InvalidInput("the echo differs")));
                 }
                 echoed += 1;
                 if Instant::now() >= deadline {
