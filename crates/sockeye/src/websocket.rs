@@ -2,8 +2,7 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use futures_util::{Sink, Stream};
@@ -14,7 +13,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::split::{IoWakers, WebSocketReader, WebSocketWriter};
+use crate::split::{Side, Wakers, WebSocketReader, WebSocketWriter};
 
 /// A WebSocket connection over a byte stream `S` (a `TcpStream`, a TLS stream, anything
 /// `AsyncRead + AsyncWrite`).
@@ -58,9 +57,7 @@ use crate::split::{IoWakers, WebSocketReader, WebSocketWriter};
 pub struct WebSocket<S> {
     inner: Inner<S>,
     /// The wakers of the task receiving and the task sending.
-    wakers: Arc<IoWakers>,
-    /// Wakes both of them: the waker every stream operation and the timer are polled with.
-    io_waker: Waker,
+    wakers: Wakers,
 }
 
 /// The connection, its stream and the one timer.
@@ -111,7 +108,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         // The engine never reads a clock: it learns the time here, then at its deadlines.
         conn.handle_timeout(Instant::now().into_std());
 
-        let wakers = Arc::new(IoWakers::default());
         WebSocket {
             inner: Inner {
                 stream,
@@ -122,8 +118,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                 timer: None,
                 shutdown: None,
             },
-            io_waker: Waker::from(Arc::clone(&wakers)),
-            wakers,
+            wakers: Wakers::default(),
         }
     }
 
@@ -264,12 +259,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// Polls for the next message; the engine of [`recv`](Self::recv) and the `Stream` impl.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
-        self.wakers.reader.register(cx.waker());
-        let mut io = Context::from_waker(&self.io_waker);
+        // The busy case: a message already buffered needs no I/O, hence no waker.
+        if let Ok(Some(message)) = self.inner.conn.poll_message() {
+            if matches!(message, Message::Close(_)) {
+                // Send the close reply (and, as a server, close the stream) now, even if the
+                // application stops polling. A failure here ends the stream at the next
+                // receive; the close frame is what the application must see first.
+                let mut io = Context::from_waker(self.wakers.select(Side::Reader, cx.waker()));
+                let _ = self.inner.poll_transport(&mut io);
+            }
+            return Poll::Ready(Some(Ok(message)));
+        }
+        let mut io = Context::from_waker(self.wakers.select(Side::Reader, cx.waker()));
         let result = self.inner.poll_recv(&mut io);
         if result.is_ready() && self.inner.conn.transport() == Transport::Closed {
             // A sender waiting for room must learn that there will be none.
-            self.wakers.writer.wake();
+            self.wakers.wake_writer();
         }
         result
     }
@@ -307,41 +312,43 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// Writes everything queued, then flushes the stream (the sending side).
     pub(crate) fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.wakers.writer.register(cx.waker());
-        let mut io = Context::from_waker(&self.io_waker);
+        let mut io = Context::from_waker(self.wakers.select(Side::Writer, cx.waker()));
         self.inner.poll_write_out(&mut io)
     }
 
     /// Waits until the write queue is below the high-water mark (the sending side).
     pub(crate) fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.wakers.writer.register(cx.waker());
-        let mut io = Context::from_waker(&self.io_waker);
-        self.inner.poll_below_high_water(&mut io)
+        if self.inner.going_away(None) || self.inner.conn.transmit_len() >= self.inner.high_water {
+            ready!(self.poll_write_out(cx))?;
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
+        // The caller found nothing buffered: do I/O until a message, the end, or a wait.
         loop {
-            // A protocol error is kept by the engine and reported once the stream is closed,
-            // after the close frame that explains it has gone out (§7.1.7).
-            if let Ok(Some(message)) = self.conn.poll_message() {
-                if matches!(message, Message::Close(_)) {
-                    // Send the close reply (and, as a server, close the stream) now, even if the
-                    // application stops polling. A failure here ends the stream at the next
-                    // receive; the close frame is what the application must see first.
-                    let _ = self.poll_transport(cx);
+            // Open, the busy case, inline: write what is queued (replies, pongs, close frames)
+            // before waiting for more. Pending is fine: the stream wakes us for either direction.
+            let step = if self.conn.transport() == Transport::Open {
+                if self.conn.transmit().is_empty() && !self.unflushed {
+                    Poll::Ready(None)
+                } else {
+                    self.poll_write_out(cx)
+                        .map(|r| r.err().map(|e| Err(self.end_with(e))))
                 }
-                return Poll::Ready(Some(Ok(message)));
-            }
-            let write_blocked = match self.poll_transport(cx) {
+            } else {
+                self.poll_transport(cx)
+            };
+            let write_blocked = match step {
                 Poll::Ready(Some(end)) => return Poll::Ready(end.err().map(Err)),
+                Poll::Ready(None) if self.conn.transport() == Transport::Closed => {
+                    return Poll::Ready(None);
+                }
                 Poll::Ready(None) => false,
                 Poll::Pending => true,
             };
-            if self.conn.transport() == Transport::Closed {
-                return Poll::Ready(None);
-            }
             // Backpressure on input: while our output is over the high-water mark (a peer that
             // sends pings but does not read the pongs, say), read nothing more.
             let filled = if write_blocked && self.conn.transmit_len() >= self.high_water {
@@ -353,7 +360,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                 Poll::Ready(Ok(0)) => {
                     self.conn.receive_eof();
                 }
-                Poll::Ready(Ok(_)) => self.conn.note_input(),
+                Poll::Ready(Ok(_)) => {
+                    self.conn.note_input();
+                    // A protocol error is kept by the engine and reported once the stream is
+                    // closed, after the close frame that explains it has gone out (§7.1.7).
+                    if let Ok(Some(message)) = self.conn.poll_message() {
+                        if matches!(message, Message::Close(_)) {
+                            // As in `WebSocket::poll_recv`: the reply goes out now.
+                            let _ = self.poll_transport(cx);
+                        }
+                        return Poll::Ready(Some(Ok(message)));
+                    }
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(self.end_with(e.into())))),
                 // About to wait: the only time the timer and the shutdown signal are looked at,
                 // so the busy path pays nothing for them, and the moment to give back empty
@@ -394,8 +412,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                 Poll::Ready(Some(self.conn.take_error().map_or(Ok(()), |e| Err(e.into()))))
             }
             Transport::Closed => Poll::Ready(None),
-            // Open: write what is queued (replies, pongs, close frames) before waiting for more.
-            // Pending is fine: the waker is registered for both directions.
+            // Open (after a close frame, from `poll_recv`).
             _ if !self.conn.transmit().is_empty() || self.unflushed => match self.poll_write_out(cx) {
                 Poll::Ready(Err(e)) => Poll::Ready(Some(Err(self.end_with(e)))),
                 Poll::Ready(Ok(())) => Poll::Ready(None),
@@ -480,14 +497,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         }
         ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
         self.unflushed = false;
-        Poll::Ready(Ok(()))
-    }
-
-    /// Waits until the write queue is below the high-water mark (backpressure).
-    fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        if self.going_away(None) || self.conn.transmit_len() >= self.high_water {
-            ready!(self.poll_write_out(cx))?;
-        }
         Poll::Ready(Ok(()))
     }
 }
