@@ -155,7 +155,7 @@ impl ConfigBuilder {
     }
 
     /// permessage-deflate settings, `None` to neither offer nor accept it (default on, see
-    /// [`DeflateConfig`](crate::extension::deflate::DeflateConfig)).
+    /// [`DeflateConfig`](crate::proto::extension::deflate::DeflateConfig)).
     #[cfg(feature = "deflate")]
     pub fn deflate(mut self, deflate: Option<sockeye_proto::extension::deflate::DeflateConfig>) -> Self {
         self.config.protocol.deflate = deflate;
