@@ -29,10 +29,16 @@ fn duplex_client(buffer: usize) -> (WebSocket<DuplexStream>, DuplexStream) {
     )
 }
 
-/// A client WebSocket over loopback TCP; the server's end is raw.
+/// A client WebSocket over loopback TCP; the server's end is raw. Small socket buffers on both
+/// sides, so that 4 MiB cannot hide in the kernel while the peer does not read.
 async fn tcp_client() -> (WebSocket<TcpStream>, TcpStream) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let connect = TcpStream::connect(listener.local_addr().unwrap());
+    let server = tokio::net::TcpSocket::new_v4().unwrap();
+    server.set_recv_buffer_size(64 << 10).unwrap();
+    server.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener: TcpListener = server.listen(16).unwrap();
+    let client = tokio::net::TcpSocket::new_v4().unwrap();
+    client.set_send_buffer_size(64 << 10).unwrap();
+    let connect = client.connect(listener.local_addr().unwrap());
     let (ours, (theirs, _)) = tokio::join!(connect, async { listener.accept().await.unwrap() });
     (
         WebSocket::from_upgraded(ours.unwrap(), Role::Client, &config(), &[], None),
