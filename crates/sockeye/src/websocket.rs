@@ -332,12 +332,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
             // Open, the busy case, inline: write what is queued (replies, pongs, close frames)
             // before waiting for more. Pending is fine: the stream wakes us for either direction.
             let step = if self.conn.transport() == Transport::Open {
-                if self.conn.transmit().is_empty() && !self.unflushed {
-                    Poll::Ready(None)
-                } else {
-                    self.poll_write_out(cx)
-                        .map(|r| r.err().map(|e| Err(self.end_with(e))))
-                }
+                self.poll_write_queued(cx)
             } else {
                 self.poll_transport(cx)
             };
@@ -404,22 +399,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                     self.conn.write_shut_down();
                     return Poll::Ready(None);
                 }
-                self.conn.transport_closed();
-                Poll::Ready(Some(self.conn.take_error().map_or(Ok(()), |e| Err(e.into()))))
+                Poll::Ready(Some(self.close_transport()))
             }
-            Transport::Abort => {
-                self.conn.transport_closed();
-                Poll::Ready(Some(self.conn.take_error().map_or(Ok(()), |e| Err(e.into()))))
-            }
+            Transport::Abort => Poll::Ready(Some(self.close_transport())),
             Transport::Closed => Poll::Ready(None),
-            // Open (after a close frame, from `poll_recv`).
-            _ if !self.conn.transmit().is_empty() || self.unflushed => match self.poll_write_out(cx) {
-                Poll::Ready(Err(e)) => Poll::Ready(Some(Err(self.end_with(e)))),
-                Poll::Ready(Ok(())) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            },
-            _ => Poll::Ready(None),
+            _ => self.poll_write_queued(cx),
         }
+    }
+
+    /// Open: writes what is queued (replies, pongs, close frames). Same answers as
+    /// [`poll_transport`](Self::poll_transport).
+    #[inline]
+    fn poll_write_queued(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(), Error>>> {
+        if self.conn.transmit().is_empty() && !self.unflushed {
+            return Poll::Ready(None);
+        }
+        self.poll_write_out(cx)
+            .map(|r| r.err().map(|e| Err(self.end_with(e))))
+    }
+
+    /// The transport is closed: the result to end the stream with.
+    fn close_transport(&mut self) -> Result<(), Error> {
+        self.conn.transport_closed();
+        self.conn.take_error().map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// The stream failed: the connection is over. The engine's own error, if it had one (the
