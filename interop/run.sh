@@ -19,7 +19,7 @@ bash interop/install.sh
 PY="${HOME}/.cache/sockeye/interop-venv/bin/python"
 
 echo "==> building ws and the examples"
-cargo build --release --quiet -p ws
+cargo build --release --quiet -p sockeye-cli
 cargo build --release --quiet -p sockeye --features axum --example axum --example echo_client
 WS=$ROOT/target/release/ws
 CLIENT=$ROOT/target/release/examples/echo_client

@@ -7,7 +7,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::Failure;
 use crate::cli::{CatArgs, ChatArgs, ListenArgs, PipeOpts};
 use crate::echo::abnormal_close;
-use crate::output::escape;
+use crate::output::{errln, escape, outln};
 use crate::tls::{bind, client_config};
 
 /// Connects to a URL and pipes.
@@ -52,7 +52,7 @@ pub(crate) async fn listen(args: ListenArgs) -> Result<(), Failure> {
         .ok_or_else(|| Failure::new("the server stopped before a client came"))?;
     // Later clients find the channel closed and are turned away.
     drop(rx);
-    eprintln!("ws listen: {peer} connected");
+    errln!("ws listen: {peer} connected");
     let result = pump(ws, &args.pipe, "").await;
     // A graceful stop, not an abort: over HTTP/2 the connection's task still has the stream's
     // last frames (the close, END_STREAM) to write.
@@ -86,7 +86,7 @@ async fn pump(ws: WebSocket<MaybeTlsStream>, opts: &PipeOpts, prefix: &str) -> R
             },
             item = stream.next() => match item {
                 Some(Ok(m @ (Message::Text(_) | Message::Binary(_)))) => {
-                    println!("{}", escape(m.as_payload()));
+                    outln!("{}", escape(m.as_payload()))?;
                     received += 1;
                     if opts.max_messages.is_some_and(|n| received >= n) {
                         sink.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await?;

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 
 use crate::Failure;
 use crate::cli::ConnectArgs;
-use crate::output::escape;
+use crate::output::{errln, escape, outln};
 use crate::tls::client_config;
 
 /// How a session ended.
@@ -36,7 +36,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
             match lines.recv().await {
                 Some(line) if line.trim() == "/start" => started = true,
                 Some(_) => {
-                    eprintln!("stopped: type /start to connect again");
+                    errln!("stopped: type /start to connect again");
                     continue;
                 }
                 None => return Ok(()),
@@ -47,16 +47,16 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
             Ok(connected) => connected,
             Err(e) if args.no_reconnect => return Err(e.into()),
             Err(e) => {
-                eprintln!("connection failed: {e}; retrying in {} ms", backoff.as_millis());
+                errln!("connection failed: {e}; retrying in {} ms", backoff.as_millis());
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(max_wait);
                 continue;
             }
         };
         backoff = Duration::from_millis(100);
-        println!("connected: HTTP/1.1 {}", response.status());
+        outln!("connected: HTTP/1.1 {}", response.status())?;
         for (name, value) in response.headers() {
-            println!("  {name}: {}", escape(value.as_bytes()));
+            outln!("  {name}: {}", escape(value.as_bytes()))?;
         }
         match session(ws, &mut lines, &args).await {
             Ended::Stopped => started = false,
@@ -64,7 +64,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
             Ended::Dropped(why) if args.no_reconnect => {
                 return Err(Failure::new(format!("disconnected: {why}")));
             }
-            Ended::Dropped(why) => eprintln!("disconnected: {why}; reconnecting"),
+            Ended::Dropped(why) => errln!("disconnected: {why}; reconnecting"),
         }
     }
 }
@@ -123,7 +123,7 @@ async fn session(
                 }
             },
             item = stream.next() => match item {
-                Some(Ok(m)) => show(&m),
+                Some(Ok(m)) => { let _ = show(&m); }
                 Some(Err(e)) => return Ended::Dropped(e.to_string()),
                 None => return Ended::Dropped("the connection closed".into()),
             },
@@ -145,23 +145,24 @@ async fn session(
 /// server's close frame, which may carry its own code if it closed at the same moment).
 async fn drain(stream: &mut (impl StreamExt<Item = Result<Message, sockeye::Error>> + Unpin)) {
     while let Some(Ok(m)) = stream.next().await {
-        show(&m);
+        let _ = show(&m);
     }
 }
 
 /// Prints a received message, control characters escaped.
-fn show(m: &Message) {
+fn show(m: &Message) -> Result<(), Failure> {
     match m {
-        Message::Text(_) | Message::Binary(_) => println!("received: {}", escape(m.as_payload())),
-        Message::Pong(_) => println!("pong"),
+        Message::Text(_) | Message::Binary(_) => outln!("received: {}", escape(m.as_payload()))?,
+        Message::Pong(_) => outln!("pong")?,
         Message::Close(frame) => {
             let (code, reason) = frame
                 .as_ref()
                 .map_or((1005, ""), |f| (f.code.0, f.reason.as_str()));
-            println!("closed by the server: {code} {}", escape(reason.as_bytes()));
+            outln!("closed by the server: {code} {}", escape(reason.as_bytes()))?;
         }
         Message::Ping(_) => {}
     }
+    Ok(())
 }
 
 /// Lines typed by the user, read on a thread of their own (line editing blocks): with history and

@@ -7,7 +7,8 @@ use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::{EchoClientArgs, EchoServerArgs};
-use crate::shutdown::serve_until_ctrl_c;
+use crate::interrupt::serve_until_stopped;
+use crate::output::{errln, outln};
 use crate::tls::{bind, client_config};
 
 /// Echoes every message; `-q` silences the per-message log.
@@ -26,7 +27,7 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
                     .and_then(|v| v.to_str().ok());
                 if given != Some(expected.as_str()) {
                     if !quiet {
-                        eprintln!("{peer}: refused: missing or wrong Authorization header");
+                        errln!("{peer}: refused: missing or wrong Authorization header");
                     }
                     let _ = ws
                         .close(Some(CloseFrame::new(CloseCode(4001), "Permission denied")))
@@ -35,7 +36,7 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
                 }
             }
             if !quiet {
-                eprintln!("{peer}: connected ({})", request.uri());
+                errln!("{peer}: connected ({})", request.uri());
             }
             if greet && ws.send("Welcome !").await.is_err() {
                 return;
@@ -45,7 +46,7 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
                 match item {
                     Ok(m) if m.is_data() => {
                         if !quiet {
-                            eprintln!("{peer}: received {} bytes", m.as_payload().len());
+                            errln!("{peer}: received {} bytes", m.as_payload().len());
                         }
                         if ws.feed(m).await.is_err() {
                             break;
@@ -60,7 +61,7 @@ pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
             }
         }
     });
-    serve_until_ctrl_c(serving, shutdown).await
+    serve_until_stopped(serving, shutdown).await
 }
 
 /// Sends a message and counts echoes, or with `-m` only counts; prints the rate every second in
@@ -107,7 +108,7 @@ pub(crate) async fn client(args: EchoClientArgs) -> Result<(), Failure> {
                 None => break,
             },
             _ = ticker.tick() => {
-                println!("messages received: {} per second {} total", total - last, total);
+                outln!("messages received: {} per second {} total", total - last, total)?;
                 last = total;
             }
             _ = tokio::signal::ctrl_c() => {
@@ -117,10 +118,10 @@ pub(crate) async fn client(args: EchoClientArgs) -> Result<(), Failure> {
         }
     }
     let secs = started.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "messages received: {total} total in {secs:.2} s ({:.0} per second)",
         total as f64 / secs.max(1e-9)
-    );
+    )?;
     failure.map_or(Ok(()), Err)
 }
 

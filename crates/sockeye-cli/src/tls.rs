@@ -6,6 +6,7 @@ use sockeye::{Config, Server};
 
 use crate::Failure;
 use crate::cli::{ClientOpts, ServerOpts};
+use crate::output::errln;
 
 /// The client configuration the flags ask for.
 pub(crate) fn client_config(opts: &ClientOpts) -> Result<Config, Failure> {
@@ -70,7 +71,7 @@ pub(crate) async fn bind(
         std::fs::write(pidfile, format!("{}\n", std::process::id()))
             .map_err(|e| Failure::new(format!("{}: {e}", pidfile.display())))?;
     }
-    eprintln!("ws {name}: listening on {scheme}://{}", server.local_addr()?);
+    errln!("ws {name}: listening on {scheme}://{}", server.local_addr()?);
     tracing::info!(name, pid = std::process::id(), "serving");
     Ok(server)
 }

@@ -2,6 +2,28 @@
 
 use clap::{Args, Parser, Subcommand};
 
+/// A positive number (`--count 0` would divide by zero, or "send none" by surprise).
+fn positive<T: std::str::FromStr + PartialOrd + Default>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let n: T = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if n > T::default() {
+        Ok(n)
+    } else {
+        Err("must be at least 1".into())
+    }
+}
+
+/// A `ws://` or `wss://` URL the library can connect to: checked while parsing the command
+/// line, so that a typo is a usage error (exit 2) and never something `connect` retries.
+fn websocket_url(s: &str) -> Result<String, String> {
+    use sockeye::IntoClientRequest;
+    let request = s.into_client_request().map_err(|e| e.to_string())?;
+    sockeye::proto::handshake::url_target(request.uri()).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
+}
+
 /// Sockeye's WebSocket tool.
 #[derive(Debug, Parser)]
 #[command(name = "ws", version, about, propagate_version = true)]
@@ -105,7 +127,7 @@ pub struct SendArgs {
     /// The file to send.
     pub path: std::path::PathBuf,
     /// How long to wait for a receiver's acknowledgement, in seconds.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = positive::<u64>)]
     pub timeout: u64,
 }
 
@@ -115,10 +137,10 @@ pub struct ReceiveArgs {
     #[command(flatten)]
     pub client: ClientOpts,
     /// Directory to write the file into.
-    #[arg(long = "output-dir", alias = "output_dir", default_value = ".")]
+    #[arg(long = "output-dir", default_value = ".")]
     pub output_dir: std::path::PathBuf,
     /// The largest file accepted, in bytes.
-    #[arg(long = "max-size", default_value_t = 1 << 30)]
+    #[arg(long = "max-size", default_value_t = 1 << 30, value_parser = positive::<usize>)]
     pub max_size: usize,
 }
 
@@ -128,7 +150,7 @@ pub struct PingArgs {
     #[command(flatten)]
     pub client: ClientOpts,
     /// Number of pings.
-    #[arg(short = 'c', long, default_value_t = 4)]
+    #[arg(short = 'c', long, default_value_t = 4, value_parser = positive::<u32>)]
     pub count: u32,
     /// Milliseconds between pings.
     #[arg(long = "interval_ms", default_value_t = 1000)]
@@ -141,7 +163,7 @@ pub struct AutorouteArgs {
     #[command(flatten)]
     pub client: ClientOpts,
     /// How many messages to ask for and receive.
-    #[arg(long = "msg_count", default_value_t = 1000)]
+    #[arg(long = "msg_count", default_value_t = 1000, value_parser = positive::<u64>)]
     pub msg_count: u64,
 }
 
@@ -157,19 +179,19 @@ pub struct AutobahnArgs {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Messages pushed in the push test (split across connections).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = positive::<u64>)]
     pub count: u64,
     /// Payload size in bytes.
     #[arg(long, default_value_t = 2)]
     pub size: usize,
     /// Concurrent connections in the push test.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = positive::<usize>)]
     pub connections: usize,
     /// Sequential echoes in the round-trip test.
-    #[arg(long = "round-trips", default_value_t = 1000)]
+    #[arg(long = "round-trips", default_value_t = 1000, value_parser = positive::<usize>)]
     pub round_trips: usize,
     /// Sequential connections in the set-up test.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = positive::<usize>)]
     pub connects: usize,
     /// Negotiate permessage-deflate.
     #[arg(long)]
@@ -182,7 +204,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub http2: bool,
     /// Stop every test after this many seconds, whatever the counts.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = positive::<u64>)]
     pub seconds: u64,
 }
 
@@ -205,13 +227,13 @@ pub struct ServerOpts {
     #[arg(long)]
     pub pidfile: Option<std::path::PathBuf>,
     /// Serve wss:// (needs --cert-file and --key-file).
-    #[arg(long)]
+    #[arg(long, requires_all = ["cert_file", "key_file"])]
     pub tls: bool,
     /// PEM certificate chain for --tls.
-    #[arg(long = "cert-file", alias = "cert_file")]
+    #[arg(long = "cert-file", requires = "tls")]
     pub cert_file: Option<std::path::PathBuf>,
     /// PEM private key for --tls.
-    #[arg(long = "key-file", alias = "key_file")]
+    #[arg(long = "key-file", requires = "tls")]
     pub key_file: Option<std::path::PathBuf>,
 }
 
@@ -219,18 +241,19 @@ pub struct ServerOpts {
 #[derive(Debug, Args, Clone)]
 pub struct ClientOpts {
     /// ws:// or wss:// URL.
+    #[arg(value_parser = websocket_url)]
     pub url: String,
     /// Disable permessage-deflate.
     #[arg(short = 'x', long = "disable_deflate")]
     pub no_deflate: bool,
     /// Trust the CA certificates in this PEM file (besides the system's).
-    #[arg(long = "ca-file", alias = "ca_file")]
+    #[arg(long = "ca-file")]
     pub ca_file: Option<std::path::PathBuf>,
     /// Accept any server certificate (testing only).
-    #[arg(long = "verify_none", alias = "verify-none")]
+    #[arg(long = "verify_none")]
     pub verify_none: bool,
     /// Accept a certificate issued for another host name (testing only).
-    #[arg(long = "disable-hostname-validation", alias = "disable_hostname_validation")]
+    #[arg(long = "disable-hostname-validation")]
     pub disable_hostname_validation: bool,
     /// Connect through this proxy: http://[user:pass@]host:port (CONNECT), socks5://… or
     /// socks5h://… (the proxy resolves names); `none` to ignore https_proxy/http_proxy/all_proxy.
@@ -276,7 +299,7 @@ pub struct EchoClientArgs {
     #[arg(short = 'b', long)]
     pub binary: bool,
     /// Stop after this many received messages (default: run until closed or interrupted).
-    #[arg(long = "msg_count")]
+    #[arg(long = "msg_count", value_parser = positive::<u64>)]
     pub msg_count: Option<u64>,
 }
 
@@ -324,6 +347,6 @@ pub struct PipeOpts {
     #[arg(short = 'n', long = "no-close")]
     pub no_close: bool,
     /// Exit after receiving this many messages.
-    #[arg(long = "max-messages")]
+    #[arg(long = "max-messages", value_parser = positive::<u64>)]
     pub max_messages: Option<u64>,
 }

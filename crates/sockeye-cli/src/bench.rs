@@ -12,6 +12,7 @@ use sockeye::{CloseCode, CloseFrame, Config, Message, Server};
 
 use crate::Failure;
 use crate::cli::BenchArgs;
+use crate::output::outln;
 
 /// One transport under test.
 struct Target {
@@ -33,46 +34,52 @@ pub(crate) async fn run(args: BenchArgs) -> Result<(), Failure> {
             targets.push(start(true, true, &args).await?);
         }
     }
-    println!(
+    outln!(
         "sockeye {} bench: {} messages of {} bytes, {} connection(s), deflate {}",
         env!("CARGO_PKG_VERSION"),
         args.count,
         args.size,
         args.connections,
         if args.deflate { "on" } else { "off" }
-    );
+    )?;
     let mut connect_means = Vec::new();
     for t in &targets {
         let push = push(t, &args, deadline).await?;
         let rtt = round_trips(t, &args, deadline).await?;
         let setup = connects(t, &args, deadline).await?;
         connect_means.push((t.name, setup.0));
-        println!("{}:", t.name);
-        println!(
+        outln!("{}:", t.name)?;
+        outln!(
             "  push     {:>12.0} msgs/s  {:>8.1} MB/s  ({} messages in {:.3} s)",
             push.0 as f64 / push.1,
             push.0 as f64 * args.size as f64 / push.1 / 1e6,
             push.0,
             push.1
-        );
-        println!(
+        )?;
+        outln!(
             "  echo rtt  mean {:>7.1} us  p50 {:>7.1} us  p99 {:>7.1} us  ({} round trips)",
-            rtt.0, rtt.1, rtt.2, rtt.3
-        );
-        println!(
+            rtt.0,
+            rtt.1,
+            rtt.2,
+            rtt.3
+        )?;
+        outln!(
             "  connect   mean {:>7.1} us  p50 {:>7.1} us  p99 {:>7.1} us  ({} connects)",
-            setup.0, setup.1, setup.2, setup.3
-        );
+            setup.0,
+            setup.1,
+            setup.2,
+            setup.3
+        )?;
     }
     let mean = |name: &str| connect_means.iter().find(|(n, _)| *n == name).map(|(_, m)| *m);
     for (h2, h1) in [("ws over h2c", "ws"), ("wss over h2", "wss")] {
         if let (Some(h2_mean), Some(h1_mean)) = (mean(h2), mean(h1))
             && h1_mean > 0.0
         {
-            println!(
+            outln!(
                 "a new socket on the open HTTP/2 connection ({h2}): {:.2} x the time of a new {h1} connection",
                 h2_mean / h1_mean
-            );
+            )?;
         }
     }
     Ok(())

@@ -6,6 +6,7 @@ use sockeye::{Bytes, CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::{AutobahnArgs, AutorouteArgs, PingArgs};
+use crate::output::outln;
 use crate::tls::client_config;
 
 /// Sends `--count` pings, one per interval, and prints each pong's round trip. Fails if any pong
@@ -31,22 +32,22 @@ pub(crate) async fn ping(args: PingArgs) -> Result<(), Failure> {
         match wait.await {
             Ok(Ok(true)) => {
                 answered += 1;
-                println!(
+                outln!(
                     "pong from {}: seq={seq} time={:.3} ms",
                     args.client.url,
                     sent.elapsed().as_secs_f64() * 1e3
-                );
+                )?;
             }
             Ok(Ok(false)) => return Err(Failure::new("the server closed the connection")),
             Ok(Err(e)) => return Err(e),
-            Err(_) => println!("no pong for seq={seq} within 5 s"),
+            Err(_) => outln!("no pong for seq={seq} within 5 s")?,
         }
         if seq < args.count {
             tokio::time::sleep(Duration::from_millis(args.interval_ms)).await;
         }
     }
     let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
-    println!("{} pings, {answered} pongs", args.count);
+    outln!("{} pings, {answered} pongs", args.count)?;
     if answered == args.count {
         Ok(())
     } else {
@@ -71,11 +72,11 @@ pub(crate) async fn autoroute(args: AutorouteArgs) -> Result<(), Failure> {
     }
     let secs = started.elapsed().as_secs_f64();
     let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
-    println!(
+    outln!(
         "received {got} of {} messages in {secs:.3} s ({:.0} per second)",
         args.msg_count,
         got as f64 / secs.max(1e-9)
-    );
+    )?;
     if got == args.msg_count {
         Ok(())
     } else {

@@ -56,7 +56,7 @@ const IDLE: Duration = Duration::from_secs(8);
 /// The exchange of messages, and the whole test.
 const DEADLINE: Duration = Duration::from_secs(20);
 const TOTAL: Duration = Duration::from_secs(28);
-/// The relay's queue per client (crates/ws/src/relay.rs).
+/// The relay's queue per client (crates/sockeye-cli/src/relay.rs).
 const RELAY_QUEUE: usize = 1024;
 const _: () = assert!(2 * WINDOW < RELAY_QUEUE);
 

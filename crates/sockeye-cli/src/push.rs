@@ -4,7 +4,8 @@ use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::PushServerArgs;
-use crate::shutdown::serve_until_ctrl_c;
+use crate::interrupt::serve_until_stopped;
+use crate::output::errln;
 use crate::tls::bind;
 
 /// Pushes `--send_msg` to every client. The path `/N` sends N messages and then closes (1000);
@@ -20,7 +21,7 @@ pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
         async move {
             let limit: Option<u64> = request.uri().path().trim_start_matches('/').parse().ok();
             if !quiet {
-                eprintln!(
+                errln!(
                     "{peer}: connected, pushing {}",
                     limit.map_or("until it leaves".into(), |n| format!("{n} messages"))
                 );
@@ -36,9 +37,9 @@ pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
             // Finishes the closing handshake: 1000 after `/N`, or the reply to a 1001 already sent.
             let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
             if !quiet {
-                eprintln!("{peer}: sent {sent} messages");
+                errln!("{peer}: sent {sent} messages");
             }
         }
     });
-    serve_until_ctrl_c(serving, shutdown).await
+    serve_until_stopped(serving, shutdown).await
 }

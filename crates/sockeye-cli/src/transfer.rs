@@ -6,6 +6,7 @@
 //! size and SHA-256 before writing anything, writes to a temporary file and renames it, so a
 //! corrupt or truncated transfer never leaves a bad file behind. Start `receive` first.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,7 @@ use sockeye::{Bytes, CloseCode, CloseFrame, DataKind, Message};
 
 use crate::Failure;
 use crate::cli::{ReceiveArgs, SendArgs};
+use crate::output::errln;
 use crate::tls::client_config;
 
 const HEADER: &str = "sockeye-file v1";
@@ -54,7 +56,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<(), Failure> {
             break;
         }
     }
-    eprintln!();
+    errln!("");
     let wait = tokio::time::timeout(Duration::from_secs(args.timeout), async {
         while let Some(item) = ws.recv().await {
             if let Message::Text(t) = item?
@@ -75,7 +77,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<(), Failure> {
     });
     match wait.await {
         Ok(Ok(())) => {
-            eprintln!("{name}: {total} bytes delivered, sha256 {digest}");
+            errln!("{name}: {total} bytes delivered, sha256 {digest}");
             let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
             Ok(())
         }
@@ -91,7 +93,7 @@ pub(crate) async fn receive(args: ReceiveArgs) -> Result<(), Failure> {
     let mut config = client_config(&args.client)?;
     config.protocol.max_message_size = args.max_size;
     let (mut ws, _) = sockeye::connect_with(args.client.url.as_str(), &config).await?;
-    eprintln!("waiting for a file on {}", args.client.url);
+    errln!("waiting for a file on {}", args.client.url);
     let mut announced: Option<(usize, String, String)> = None;
     while let Some(item) = ws.recv().await {
         match item? {
@@ -109,7 +111,7 @@ pub(crate) async fn receive(args: ReceiveArgs) -> Result<(), Failure> {
                 }
                 let path = write_atomically(&args.output_dir, &name, &data).await?;
                 ws.send(Message::text(format!("{ACK}\n{got}"))).await?;
-                eprintln!("{}: {size} bytes, sha256 {got}", path.display());
+                errln!("{}: {size} bytes, sha256 {got}", path.display());
                 let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
                 return Ok(());
             }
@@ -149,7 +151,9 @@ fn progress(what: &str, done: usize, total: usize, started: Instant) {
         done as f64 * 100.0 / total as f64
     };
     let rate = mib(done) / started.elapsed().as_secs_f64().max(1e-6);
-    eprint!(
+    // A progress line redrawn in place; a closed stderr is no reason to stop the transfer.
+    let _ = write!(
+        std::io::stderr(),
         "\r{what} {:.1} / {:.1} MiB ({pct:.0}%) {rate:.1} MiB/s",
         mib(done),
         mib(total)

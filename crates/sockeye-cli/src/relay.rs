@@ -10,7 +10,8 @@ use tokio::sync::mpsc;
 
 use crate::Failure;
 use crate::cli::RelayArgs;
-use crate::shutdown::serve_until_ctrl_c;
+use crate::interrupt::serve_until_stopped;
+use crate::output::errln;
 use crate::tls::bind;
 
 /// Messages queued for one client before it counts as too slow and is disconnected (1008): a
@@ -33,7 +34,7 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
             let (tx, mut rx) = mpsc::channel::<Message>(QUEUE);
             lock(&peers).insert(id, tx);
             if !quiet {
-                eprintln!("{addr}: joined ({} connected)", lock(&peers).len());
+                errln!("{addr}: joined ({} connected)", lock(&peers).len());
             }
             let (mut sink, mut stream) = ws.split();
             let writer = tokio::spawn(async move {
@@ -62,18 +63,18 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
                     // Two readers may find the same full queue at once: the one that removes it
                     // reports it.
                     if lock(&peers).remove(&other).is_some() && !quiet {
-                        eprintln!("client {other}: dropped, its queue was full");
+                        errln!("client {other}: dropped, its queue was full");
                     }
                 }
             }
             lock(&peers).remove(&id);
             writer.abort();
             if !quiet {
-                eprintln!("{addr}: left");
+                errln!("{addr}: left");
             }
         }
     });
-    serve_until_ctrl_c(serving, shutdown).await
+    serve_until_stopped(serving, shutdown).await
 }
 
 /// The registry lock; a panic while holding it cannot leave the map half-updated, so a poisoned

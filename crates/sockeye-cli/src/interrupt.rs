@@ -1,0 +1,96 @@
+//! One Ctrl-C listener for the whole process.
+//!
+//! A `tokio::signal::ctrl_c()` future made inside a loop only hears a signal while it is being
+//! polled: a signal that arrives while the loop is busy elsewhere (reading a flood, sleeping in a
+//! backoff, waiting for stdin) is lost, and the user presses Ctrl-C in vain. Here one task listens
+//! from the start for SIGINT and SIGTERM and records the request in a token that every loop, wait
+//! and backoff selects on; a request made before a loop looks is still seen.
+//!
+//! The first signal asks for a clean stop: clients close with 1001 (going away) and wait a moment
+//! for the peer's reply ([`CLOSE_GRACE`]); servers run their graceful shutdown. A second signal
+//! exits at once with 130.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use crate::Failure;
+use crate::output::errln;
+
+/// How long a client interrupted by Ctrl-C waits for the peer's close reply before exiting:
+/// long enough for a close handshake on any sane network, short enough to feel immediate.
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_millis(500);
+
+fn token() -> &'static CancellationToken {
+    static TOKEN: OnceLock<CancellationToken> = OnceLock::new();
+    TOKEN.get_or_init(CancellationToken::new)
+}
+
+/// Starts the listener; call once, inside the runtime, before any work.
+pub(crate) fn listen() {
+    tokio::spawn(async {
+        if next_signal().await.is_err() {
+            return;
+        }
+        tracing::info!("interrupted: closing");
+        token().cancel();
+        if next_signal().await.is_ok() {
+            errln!("ws: interrupted again: exiting now");
+            std::process::exit(130);
+        }
+    });
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM (`kill`, service managers).
+async fn next_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        tokio::select! {
+            _ = interrupt.recv() => Ok(()),
+            _ = terminate.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
+}
+
+/// Resolves once a stop was requested (at once if it already was). Cancel-safe: make it once
+/// outside a hot loop and select on `&mut` of it.
+pub(crate) fn requested() -> WaitForCancellationFutureOwned {
+    token().clone().cancelled_owned()
+}
+
+/// Whether a stop was requested.
+pub(crate) fn is_requested() -> bool {
+    token().is_cancelled()
+}
+
+/// Runs `work` unless a stop is requested first: then [`Failure::interrupted`]. For waits with
+/// nothing to clean up: connecting, backoff sleeps, reading stdin.
+pub(crate) async fn unless_interrupted<T>(work: impl Future<Output = T>) -> Result<T, Failure> {
+    tokio::select! {
+        biased;
+        _ = requested() => Err(Failure::interrupted()),
+        done = work => Ok(done),
+    }
+}
+
+/// Runs a server future to its end; a stop request starts the server's graceful shutdown
+/// (every connection closed with 1001, bounded by `Config::shutdown_timeout`), after which the
+/// future ends. A server stopped so exits 0: stopping is how a server's work ends.
+pub(crate) async fn serve_until_stopped(
+    serving: impl Future<Output = std::io::Result<()>>,
+    shutdown: sockeye::ShutdownHandle,
+) -> Result<(), Failure> {
+    tokio::spawn(async move {
+        requested().await;
+        shutdown.shutdown();
+    });
+    serving.await.map_err(Failure::from)
+}
