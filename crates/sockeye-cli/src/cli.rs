@@ -80,24 +80,21 @@ pub enum Command {
 pub struct ConnectArgs {
     #[command(flatten)]
     pub client: ClientOpts,
-    /// Extra request header, "Name: value" (repeatable).
-    #[arg(short = 'H', long = "header")]
-    pub headers: Vec<String>,
     /// Send lines as binary messages.
     #[arg(short = 'b', long)]
     pub binary: bool,
-    /// Subprotocol to ask for.
-    #[arg(long)]
-    pub subprotocol: Option<String>,
-    /// Send a ping every this many seconds (0: never).
-    #[arg(long = "ping_interval", default_value_t = 0)]
-    pub ping_interval: u64,
     /// Do not reconnect when the connection drops.
     #[arg(short = 'd', long = "disable_automatic_reconnection")]
     pub no_reconnect: bool,
     /// The longest wait between reconnection attempts, in milliseconds.
-    #[arg(long = "max_wait", default_value_t = 10_000)]
+    #[arg(long = "max_wait", default_value_t = 10_000, value_parser = positive::<u64>)]
     pub max_wait: u64,
+    /// Do not print the handshake response's headers.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Show gzip-compressed messages decompressed.
+    #[arg(short = 'g', long)]
+    pub gunzip: bool,
 }
 
 /// `chat`.
@@ -170,9 +167,12 @@ pub struct AutorouteArgs {
 /// `autobahn`.
 #[derive(Debug, Args)]
 pub struct AutobahnArgs {
-    /// The fuzzingserver's base URL.
-    #[arg(long, default_value = "ws://127.0.0.1:9001")]
+    /// The fuzzingserver's base URL (a flag, as in IXWebSocket).
+    #[arg(long, default_value = "ws://127.0.0.1:9001", value_parser = websocket_url)]
     pub url: String,
+    /// Give up when the server does not answer within this many seconds.
+    #[arg(long, default_value_t = 10, value_parser = positive::<u64>)]
+    pub timeout: u64,
 }
 
 /// `bench`.
@@ -243,14 +243,32 @@ pub struct ClientOpts {
     /// ws:// or wss:// URL.
     #[arg(value_parser = websocket_url)]
     pub url: String,
+    /// Extra request header, "Name: value" (repeatable).
+    #[arg(short = 'H', long = "header")]
+    pub headers: Vec<String>,
+    /// Subprotocol to ask for (Sec-WebSocket-Protocol); repeat to offer several.
+    #[arg(long = "subprotocol", visible_alias = "protocol")]
+    pub subprotocols: Vec<String>,
+    /// Ping after this many idle seconds and give up on a peer silent as long again; 0: never.
+    #[arg(long = "ping_interval", default_value_t = 30)]
+    pub ping_interval: u64,
+    /// Give up connecting (DNS, TCP, proxy, TLS and the handshake) after this many seconds.
+    #[arg(long, default_value_t = 10, value_parser = positive::<u64>)]
+    pub timeout: u64,
     /// Disable permessage-deflate.
     #[arg(short = 'x', long = "disable_deflate")]
     pub no_deflate: bool,
     /// Trust the CA certificates in this PEM file (besides the system's).
     #[arg(long = "ca-file")]
     pub ca_file: Option<std::path::PathBuf>,
+    /// Present this PEM certificate chain when the server asks (mutual TLS); needs --key-file.
+    #[arg(long = "cert-file", requires = "key_file")]
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The PEM private key of --cert-file.
+    #[arg(long = "key-file", requires = "cert_file")]
+    pub key_file: Option<std::path::PathBuf>,
     /// Accept any server certificate (testing only).
-    #[arg(long = "verify_none")]
+    #[arg(short = 'k', long = "verify_none", visible_alias = "insecure")]
     pub verify_none: bool,
     /// Accept a certificate issued for another host name (testing only).
     #[arg(long = "disable-hostname-validation")]
@@ -263,6 +281,27 @@ pub struct ClientOpts {
     /// for ws://; fails if the server does not offer it.
     #[arg(long)]
     pub http2: bool,
+}
+
+impl ClientOpts {
+    /// The defaults of every flag, for `url`.
+    pub(crate) fn for_url(url: String, timeout: u64) -> ClientOpts {
+        ClientOpts {
+            url,
+            headers: Vec::new(),
+            subprotocols: Vec::new(),
+            ping_interval: 30,
+            timeout,
+            no_deflate: false,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            verify_none: false,
+            disable_hostname_validation: false,
+            proxy: None,
+            http2: false,
+        }
+    }
 }
 
 /// `echo_server`.
@@ -314,6 +353,9 @@ pub struct PushServerArgs {
     /// Quiet: no per-connection log.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Do not answer pings.
+    #[arg(short = 'p', long = "disable_pong")]
+    pub no_pong: bool,
 }
 
 /// `cat`.
@@ -332,21 +374,35 @@ pub struct ListenArgs {
     pub server: ServerOpts,
     #[command(flatten)]
     pub pipe: PipeOpts,
+    /// Serve every client at once: stdin lines go to all, every client's messages to stdout.
+    /// (Default: one client at a time; the next waits, connected, until the current one leaves.)
+    #[arg(long, conflicts_with = "oneshot")]
+    pub broadcast: bool,
+    /// Serve one client, then exit; others are turned away with 1013 (try again later).
+    #[arg(long)]
+    pub oneshot: bool,
 }
 
 /// What the pipes do with lines and messages.
 #[derive(Debug, Args, Clone)]
 pub struct PipeOpts {
-    /// Send stdin lines as binary messages (default: text).
+    /// Binary mode: stdin is sent in chunks as binary messages, and messages are written to
+    /// stdout byte for byte, with no newline added (a binary-safe pipe).
     #[arg(short = 'b', long, conflicts_with = "text")]
     pub binary: bool,
-    /// Send stdin lines as text messages (the default).
+    /// Text mode (the default): stdin lines are text messages, one message is printed per line.
     #[arg(short = 't', long)]
     pub text: bool,
+    /// Print messages as they are, without escaping control characters (text mode).
+    #[arg(short = 'r', long, conflicts_with = "binary")]
+    pub raw: bool,
     /// Keep receiving after stdin ends (default: close the connection at end of input).
-    #[arg(short = 'n', long = "no-close")]
+    #[arg(short = 'n', long = "no-close", conflicts_with = "exit_on_eof")]
     pub no_close: bool,
-    /// Exit after receiving this many messages.
+    /// At the end of stdin, close and exit at once, without printing what is still in flight.
+    #[arg(short = 'E', long = "exit-on-eof")]
+    pub exit_on_eof: bool,
+    /// Exit after printing exactly this many messages.
     #[arg(long = "max-messages", value_parser = positive::<u64>)]
     pub max_messages: Option<u64>,
 }

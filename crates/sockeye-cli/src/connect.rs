@@ -1,19 +1,29 @@
 //! `connect`: an interactive client. Lines typed become messages; `/stop` closes the connection
-//! and `/start` opens it again; dropped connections are re-opened with exponential backoff
-//! (100 ms doubling up to `--max_wait`) unless `-d`. Line editing when stdin is a terminal.
+//! and `/start` opens it again. A connection that drops is re-opened after a backoff (100 ms
+//! doubling up to `--max_wait`) that applies to every reconnection, however the connection
+//! ended, and resets only after a connection that stayed up; a refusal that would only repeat
+//! (an HTTP 4xx answer, a close with 1002/1003/1007–1010 or an application code 4000–4999)
+//! stops with a message instead. Ctrl-C, Ctrl-D and `/stop` work at any moment: while connected,
+//! while connecting and during a backoff; lines typed while disconnected are not sent later.
 
-use std::io::IsTerminal;
-use std::time::Duration;
+use std::io::Read;
+use std::pin::pin;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use sockeye::proto::handshake::url_target;
-use sockeye::{Bytes, CloseCode, CloseFrame, IntoClientRequest, Message};
-use tokio::sync::mpsc;
+use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::ConnectArgs;
-use crate::output::{errln, escape, outln};
-use crate::tls::client_config;
+use crate::client::{Client, connect, line_message};
+use crate::console::Console;
+use crate::interrupt::{self, CLOSE_GRACE};
+use crate::output::escape;
+
+/// The first wait before reconnecting; it doubles up to `--max_wait`.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// A connection that stayed up this long was healthy: the next wait starts again from the first.
+const HEALTHY: Duration = Duration::from_secs(10);
 
 /// How a session ended.
 enum Ended {
@@ -21,172 +31,286 @@ enum Ended {
     Stopped,
     /// Input ended (Ctrl-D, end of a pipe).
     InputClosed,
+    /// Ctrl-C.
+    Interrupted,
+    /// The server closed the connection with this frame (we did not ask).
+    ClosedByServer(Option<CloseFrame>),
     /// The connection was lost.
     Dropped(String),
 }
 
+/// What the user did while no connection was open.
+enum Waited {
+    /// The wait (backoff, connection attempt) finished.
+    Done,
+    /// `/stop`.
+    Stopped,
+    /// Ctrl-D or the end of a pipe.
+    InputClosed,
+}
+
 pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
-    let config = client_config(&args.client)?;
-    let mut lines = input_lines();
-    let max_wait = Duration::from_millis(args.max_wait.max(100));
-    let mut backoff = Duration::from_millis(100);
+    let mut console = Console::start("ws> ");
+    let max_wait = Duration::from_millis(args.max_wait).max(FIRST_BACKOFF);
+    let mut backoff = FIRST_BACKOFF;
     let mut started = true;
+    let mut first = true;
     loop {
         if !started {
-            match lines.recv().await {
-                Some(line) if line.trim() == "/start" => started = true,
-                Some(_) => {
-                    errln!("stopped: type /start to connect again");
-                    continue;
-                }
-                None => return Ok(()),
+            match wait_for_start(&mut console).await? {
+                Waited::Done => started = true,
+                Waited::InputClosed => return Ok(()),
+                Waited::Stopped => continue,
             }
         }
-        let request = request(&args)?;
-        let (ws, response) = match sockeye::connect_with(request, &config).await {
-            Ok(connected) => connected,
-            Err(e) if args.no_reconnect => return Err(e.into()),
-            Err(e) => {
-                errln!("connection failed: {e}; retrying in {} ms", backoff.as_millis());
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(max_wait);
+        let connecting = pin!(connect(&args.client));
+        let (attempt, waited) = while_disconnected(&mut console, connecting, !first).await?;
+        match waited {
+            Waited::Done => {}
+            Waited::Stopped => {
+                started = false;
+                console.print("stopped: type /start to connect again".into())?;
                 continue;
             }
-        };
-        backoff = Duration::from_millis(100);
-        outln!("connected: HTTP/1.1 {}", response.status())?;
-        for (name, value) in response.headers() {
-            outln!("  {name}: {}", escape(value.as_bytes()))?;
+            Waited::InputClosed => return Ok(()),
         }
-        match session(ws, &mut lines, &args).await {
-            Ended::Stopped => started = false,
-            Ended::InputClosed => return Ok(()),
-            Ended::Dropped(why) if args.no_reconnect => {
-                return Err(Failure::new(format!("disconnected: {why}")));
-            }
-            Ended::Dropped(why) => errln!("disconnected: {why}; reconnecting"),
-        }
-    }
-}
-
-/// The handshake request: the URL, `-H` headers and `--subprotocol`. The URL is read as
-/// `sockeye::connect` reads it, here, so that an invalid one fails at once instead of being
-/// retried.
-fn request(args: &ConnectArgs) -> Result<http::Request<()>, Failure> {
-    let mut request = args.client.url.as_str().into_client_request()?;
-    url_target(request.uri()).map_err(sockeye::Error::from)?;
-    let headers = request.headers_mut();
-    for header in &args.headers {
-        let Some((name, value)) = header.split_once(':') else {
-            return Err(Failure::new(format!("-H {header:?}: expected \"Name: value\"")));
-        };
-        let name = http::HeaderName::try_from(name.trim())
-            .map_err(|e| Failure::new(format!("-H {header:?}: {e}")))?;
-        let value = http::HeaderValue::try_from(value.trim())
-            .map_err(|e| Failure::new(format!("-H {header:?}: {e}")))?;
-        headers.append(name, value);
-    }
-    if let Some(p) = &args.subprotocol {
-        let value = http::HeaderValue::try_from(p.as_str())
-            .map_err(|e| Failure::new(format!("--subprotocol {p:?}: {e}")))?;
-        headers.append("sec-websocket-protocol", value);
-    }
-    Ok(request)
-}
-
-async fn session(
-    ws: sockeye::WebSocket<sockeye::MaybeTlsStream>,
-    lines: &mut mpsc::Receiver<String>,
-    args: &ConnectArgs,
-) -> Ended {
-    let (mut sink, mut stream) = ws.split();
-    let period = Duration::from_secs(args.ping_interval.max(1));
-    let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    loop {
-        tokio::select! {
-            line = lines.recv() => match line {
-                None => {
-                    let _ = sink.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
-                    drain(&mut stream).await;
-                    return Ended::InputClosed;
-                }
-                Some(line) if line.trim() == "/stop" => {
-                    let _ = sink.send(Message::Close(Some(CloseFrame::new(CloseCode::NORMAL, "")))).await;
-                    drain(&mut stream).await;
-                    return Ended::Stopped;
-                }
-                Some(line) => {
-                    let message = if args.binary { Message::binary(line.into_bytes()) } else { Message::text(line) };
-                    if let Err(e) = sink.send(message).await {
-                        return Ended::Dropped(e.to_string());
+        first = false;
+        let why = match attempt {
+            Some(Ok((ws, response))) => {
+                let since = Instant::now();
+                show_response(&console, &response, args.quiet)?;
+                match session(ws, &mut console, &args).await? {
+                    Ended::Stopped => {
+                        started = false;
+                        continue;
+                    }
+                    Ended::InputClosed => return Ok(()),
+                    Ended::Interrupted => return Err(Failure::interrupted()),
+                    Ended::ClosedByServer(frame) => {
+                        let code = frame.as_ref().map_or(1005, |f| f.code.0);
+                        if final_close(code) {
+                            return Err(Failure::new(format!(
+                                "the server closed the connection with {code} {}; not reconnecting: it would refuse again",
+                                frame
+                                    .as_ref()
+                                    .map_or(String::new(), |f| escape(f.reason.as_bytes()))
+                            )));
+                        }
+                        if args.no_reconnect {
+                            return if code == 1000 || code == 1001 {
+                                Ok(())
+                            } else {
+                                Err(Failure::new(format!(
+                                    "the server closed the connection with {code}"
+                                )))
+                            };
+                        }
+                        if since.elapsed() >= HEALTHY {
+                            backoff = FIRST_BACKOFF;
+                        }
+                        format!("closed by the server ({code})")
+                    }
+                    Ended::Dropped(why) if args.no_reconnect => {
+                        return Err(Failure::new(format!("disconnected: {why}")));
+                    }
+                    Ended::Dropped(why) => {
+                        if since.elapsed() >= HEALTHY {
+                            backoff = FIRST_BACKOFF;
+                        }
+                        why
                     }
                 }
-            },
-            item = stream.next() => match item {
-                Some(Ok(m)) => { let _ = show(&m); }
-                Some(Err(e)) => return Ended::Dropped(e.to_string()),
-                None => return Ended::Dropped("the connection closed".into()),
-            },
-            _ = tokio::signal::ctrl_c() => {
-                let _ = sink.send(Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "")))).await;
-                drain(&mut stream).await;
-                return Ended::InputClosed;
             }
-            _ = pings.tick(), if args.ping_interval > 0 => {
-                if let Err(e) = sink.send(Message::Ping(Bytes::from_static(b"ws"))).await {
-                    return Ended::Dropped(e.to_string());
+            Some(Err(failure)) => {
+                if args.no_reconnect || failure.exit_code != 1 || refused_for_good(&failure) {
+                    return Err(failure);
                 }
+                format!("connection failed: {failure}")
             }
+            None => unreachable_wait(),
+        };
+        errln_console(
+            &console,
+            format!(
+                "{why}; reconnecting in {} ms (Ctrl-C to stop)",
+                backoff.as_millis()
+            ),
+        )?;
+        let sleep = pin!(tokio::time::sleep(backoff));
+        match while_disconnected(&mut console, sleep, true).await?.1 {
+            Waited::Done => {}
+            Waited::Stopped => {
+                started = false;
+                console.print("stopped: type /start to connect again".into())?;
+            }
+            Waited::InputClosed => return Ok(()),
+        }
+        backoff = (backoff * 2).min(max_wait);
+    }
+}
+
+/// Never: `while_disconnected` only returns `None` with a wait that was not `Done`.
+fn unreachable_wait() -> String {
+    String::from("the connection attempt was abandoned")
+}
+
+/// Runs `work` (a connection attempt or a backoff sleep) while listening to the user: Ctrl-C
+/// ends everything (exit 130), Ctrl-D ends it cleanly, `/stop` abandons the attempt, and a line
+/// typed now is not kept for later (it would be sent to a connection the user did not see open).
+///
+/// Without `read_input` (the first connection), input is left waiting: lines piped in before
+/// the connection opens are sent once it does.
+async fn while_disconnected<T>(
+    console: &mut Console,
+    mut work: std::pin::Pin<&mut impl Future<Output = T>>,
+    read_input: bool,
+) -> Result<(Option<T>, Waited), Failure> {
+    let mut stop = pin!(interrupt::requested());
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => return Err(Failure::interrupted()),
+            done = &mut work => return Ok((Some(done), Waited::Done)),
+            line = console.next_line(), if read_input => match line {
+                None => return Ok((None, Waited::InputClosed)),
+                Some(line) if line.trim() == "/stop" => return Ok((None, Waited::Stopped)),
+                Some(_) => console.print("not connected: line not sent".into())?,
+            },
         }
     }
 }
 
-/// Reads until the closing handshake ends, still showing what was in flight (messages, and the
-/// server's close frame, which may carry its own code if it closed at the same moment).
-async fn drain(stream: &mut (impl StreamExt<Item = Result<Message, sockeye::Error>> + Unpin)) {
-    while let Some(Ok(m)) = stream.next().await {
-        let _ = show(&m);
+/// After `/stop`: waits for `/start`.
+async fn wait_for_start(console: &mut Console) -> Result<Waited, Failure> {
+    let mut stop = pin!(interrupt::requested());
+    tokio::select! {
+        biased;
+        _ = &mut stop => Err(Failure::interrupted()),
+        line = console.next_line() => match line {
+            None => Ok(Waited::InputClosed),
+            Some(line) if line.trim() == "/start" => Ok(Waited::Done),
+            Some(_) => {
+                console.print("stopped: type /start to connect again".into())?;
+                Ok(Waited::Stopped)
+            }
+        },
     }
 }
 
-/// Prints a received message, control characters escaped.
-fn show(m: &Message) -> Result<(), Failure> {
-    match m {
-        Message::Text(_) | Message::Binary(_) => outln!("received: {}", escape(m.as_payload()))?,
-        Message::Pong(_) => outln!("pong")?,
-        Message::Close(frame) => {
-            let (code, reason) = frame
-                .as_ref()
-                .map_or((1005, ""), |f| (f.code.0, f.reason.as_str()));
-            outln!("closed by the server: {code} {}", escape(reason.as_bytes()))?;
+fn show_response(console: &Console, response: &http::Response<()>, quiet: bool) -> Result<(), Failure> {
+    console.print(format!(
+        "connected: {:?} {}",
+        response.version(),
+        response.status()
+    ))?;
+    if !quiet {
+        for (name, value) in response.headers() {
+            console.print(format!("  {name}: {}", escape(value.as_bytes())))?;
         }
-        Message::Ping(_) => {}
     }
     Ok(())
 }
 
-/// Lines typed by the user, read on a thread of their own (line editing blocks): with history and
-/// editing on a terminal, plain lines from a pipe. The channel closes at end of input.
-fn input_lines() -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel(64);
-    std::thread::spawn(move || {
-        if std::io::stdin().is_terminal()
-            && let Ok(mut editor) = rustyline::DefaultEditor::new()
-        {
-            while let Ok(line) = editor.readline("ws> ") {
-                let _ = editor.add_history_entry(line.as_str());
-                if tx.blocking_send(line).is_err() {
-                    return;
+/// A close code that says the server will not take this client as it is: reconnecting would
+/// only be refused again. Protocol and policy errors, and the application range (RFC 6455
+/// §7.4.2), where servers put their own refusals (4001 for a missing authorization in
+/// IXWebSocket's servers, 4003 forbidden, …).
+fn final_close(code: u16) -> bool {
+    matches!(code, 1002 | 1003 | 1007 | 1008 | 1009 | 1010 | 4000..=4999)
+}
+
+/// A handshake answered with a 4xx status other than 408 (timeout) and 429 (too many requests):
+/// the request itself is refused (unauthorized, forbidden, no such path) and will be again.
+fn refused_for_good(failure: &Failure) -> bool {
+    failure
+        .refused_status
+        .is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429)
+}
+
+fn errln_console(console: &Console, line: String) -> Result<(), Failure> {
+    console.print(line)
+}
+
+async fn session(ws: Client, console: &mut Console, args: &ConnectArgs) -> Result<Ended, Failure> {
+    let (mut writer, mut reader) = ws.split();
+    let mut stop = pin!(interrupt::requested());
+    // Set once we sent a close: the close that comes back is the reply, not the server's idea.
+    let mut we_closed: Option<Ended> = None;
+    let mut server_close: Option<Option<CloseFrame>> = None;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop, if we_closed.is_none() => {
+                let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                    let _ = writer.send(Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "")))).await;
+                    while let Some(Ok(_)) = reader.next().await {}
+                }).await;
+                return Ok(Ended::Interrupted);
+            }
+            item = reader.next() => match item {
+                Some(Ok(Message::Close(frame))) => {
+                    let (code, reason) = frame.as_ref().map_or((1005, String::new()), |f| (f.code.0, escape(f.reason.as_bytes())));
+                    if we_closed.is_some() && code == 1000 {
+                        console.print(format!("closed: {code} {reason}"))?;
+                    } else {
+                        console.print(format!("closed by the server: {code} {reason}"))?;
+                        server_close = Some(frame);
+                    }
+                }
+                Some(Ok(m)) => show(console, &m, args.gunzip)?,
+                Some(Err(e)) => {
+                    return Ok(match (we_closed, server_close) {
+                        (Some(ended), _) => ended,
+                        (None, Some(frame)) => Ended::ClosedByServer(frame),
+                        (None, None) => Ended::Dropped(e.to_string()),
+                    });
+                }
+                None => {
+                    return Ok(match (we_closed, server_close) {
+                        (Some(ended), _) => ended,
+                        (None, Some(frame)) => Ended::ClosedByServer(frame),
+                        (None, None) => Ended::Dropped("the connection closed without a close frame".into()),
+                    });
+                }
+            },
+            line = console.next_line(), if we_closed.is_none() => match line {
+                None => {
+                    let _ = writer.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
+                    we_closed = Some(Ended::InputClosed);
+                }
+                Some(line) if line.trim() == "/stop" => {
+                    let _ = writer.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
+                    we_closed = Some(Ended::Stopped);
+                }
+                Some(line) if line.trim() == "/start" => console.print("already connected".into())?,
+                Some(line) => {
+                    if let Err(e) = writer.send(line_message(line, args.binary)).await {
+                        return Ok(Ended::Dropped(e.to_string()));
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Prints a received message, control characters escaped; with `-g`, a gzip-compressed message
+/// is shown decompressed.
+fn show(console: &Console, m: &Message, gunzip: bool) -> Result<(), Failure> {
+    match m {
+        Message::Text(_) | Message::Binary(_) => {
+            let payload = m.as_payload();
+            if gunzip && payload.starts_with(&[0x1f, 0x8b]) {
+                let mut plain = Vec::new();
+                if flate2::read::MultiGzDecoder::new(&payload[..])
+                    .read_to_end(&mut plain)
+                    .is_ok()
+                {
+                    return console.print(format!("received (gunzipped): {}", escape(&plain)));
                 }
             }
-            return;
+            console.print(format!("received: {}", escape(payload)))
         }
-        for line in std::io::stdin().lines() {
-            let Ok(line) = line else { return };
-            if tx.blocking_send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
+        Message::Pong(_) => console.print("pong".into()),
+        Message::Ping(_) | Message::Close(_) => Ok(()),
+    }
 }

@@ -36,8 +36,7 @@ pub(crate) fn listen() {
         tracing::info!("interrupted: closing");
         token().cancel();
         if next_signal().await.is_ok() {
-            errln!("ws: interrupted again: exiting now");
-            std::process::exit(130);
+            exit_now();
         }
     });
 }
@@ -66,11 +65,6 @@ pub(crate) fn requested() -> WaitForCancellationFutureOwned {
     token().clone().cancelled_owned()
 }
 
-/// Whether a stop was requested.
-pub(crate) fn is_requested() -> bool {
-    token().is_cancelled()
-}
-
 /// Runs `work` unless a stop is requested first: then [`Failure::interrupted`]. For waits with
 /// nothing to clean up: connecting, backoff sleeps, reading stdin.
 pub(crate) async fn unless_interrupted<T>(work: impl Future<Output = T>) -> Result<T, Failure> {
@@ -93,4 +87,19 @@ pub(crate) async fn serve_until_stopped(
         shutdown.shutdown();
     });
     serving.await.map_err(Failure::from)
+}
+
+/// Requests a stop as a signal would (Ctrl-C read as a key by the line editor).
+pub(crate) fn request() {
+    if token().is_cancelled() {
+        exit_now();
+    }
+    token().cancel();
+}
+
+/// The second Ctrl-C: the user does not want to wait for a clean close.
+fn exit_now() -> ! {
+    crate::console::restore_terminal();
+    errln!("ws: interrupted again: exiting now");
+    std::process::exit(130);
 }

@@ -11,7 +11,9 @@
 
 mod bench;
 mod cli;
+mod client;
 mod connect;
+mod console;
 mod echo;
 mod interrupt;
 mod output;
@@ -153,6 +155,8 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
 pub struct Failure {
     message: String,
     exit_code: u8,
+    /// The HTTP status of a refused handshake, for callers deciding whether to retry.
+    refused_status: Option<u16>,
 }
 
 impl std::fmt::Display for Failure {
@@ -163,7 +167,14 @@ impl std::fmt::Display for Failure {
 
 impl From<sockeye::Error> for Failure {
     fn from(e: sockeye::Error) -> Self {
-        Failure::new(e.to_string())
+        let refused_status = match e.handshake_error() {
+            Some(sockeye::HandshakeError::Rejected { status, .. }) => Some(*status),
+            _ => None,
+        };
+        Failure {
+            refused_status,
+            ..Failure::new(e.to_string())
+        }
     }
 }
 
@@ -179,6 +190,7 @@ impl Failure {
         Failure {
             message: what.into(),
             exit_code: 1,
+            refused_status: None,
         }
     }
 
@@ -187,6 +199,7 @@ impl Failure {
         Failure {
             message: what.into(),
             exit_code: 2,
+            refused_status: None,
         }
     }
 
@@ -196,6 +209,7 @@ impl Failure {
         Failure {
             message: String::new(),
             exit_code: 130,
+            refused_status: None,
         }
     }
 
@@ -204,6 +218,7 @@ impl Failure {
         Failure {
             message: String::new(),
             exit_code: 0,
+            refused_status: None,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `push_server`: as fast as each client reads.
 
+use futures_util::FutureExt;
 use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
@@ -8,11 +9,26 @@ use crate::interrupt::serve_until_stopped;
 use crate::output::errln;
 use crate::tls::bind;
 
+/// Messages pushed between two looks at the client's side of the connection.
+const LOOK_EVERY: u64 = 4096;
+
+/// Reads what the client sent, without waiting: true once it closed (or the connection failed).
+fn client_left(ws: &mut sockeye::WebSocket<sockeye::MaybeTlsStream>) -> bool {
+    loop {
+        match ws.recv().now_or_never() {
+            None => return false,
+            Some(Some(Ok(Message::Close(_)))) | Some(None) | Some(Some(Err(_))) => return true,
+            Some(Some(Ok(_))) => {}
+        }
+    }
+}
+
 /// Pushes `--send_msg` to every client. The path `/N` sends N messages and then closes (1000);
 /// any other path pushes until the client goes away. `feed` waits at the write high-water mark,
 /// so a slow client slows its pusher instead of growing memory.
 pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
-    let server = bind(&args.server, |_| {}, "push_server").await?;
+    let no_pong = args.no_pong;
+    let server = bind(&args.server, |c| c.protocol.auto_pong = !no_pong, "push_server").await?;
     let message = Message::text(args.send_msg);
     let quiet = args.quiet;
     let shutdown = server.shutdown_handle();
@@ -33,6 +49,11 @@ pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
                     break;
                 }
                 sent += 1;
+                // Writing never reads: look at what the client sent now and then, or its close
+                // (Ctrl-C, --max-messages) would wait behind a flood that never stops.
+                if sent % LOOK_EVERY == 0 && client_left(&mut ws) {
+                    break;
+                }
             }
             // Finishes the closing handshake: 1000 after `/N`, or the reply to a 1001 already sent.
             let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;

@@ -1,5 +1,7 @@
 //! Turning the TLS and compression flags into library configuration.
 
+use std::time::Duration;
+
 use sockeye::proxy::{Proxy, ProxyConfig};
 use sockeye::tls::{ClientTlsOptions, ServerTls, TlsAcceptor};
 use sockeye::{Config, Server};
@@ -17,23 +19,51 @@ pub(crate) fn client_config(opts: &ClientOpts) -> Result<Config, Failure> {
     if opts.http2 {
         config.http_version = sockeye::HttpVersion::Http2Only;
     }
+    config.handshake_timeout = Duration::from_secs(opts.timeout);
+    config.protocol.keepalive_interval =
+        (opts.ping_interval > 0).then(|| Duration::from_secs(opts.ping_interval));
+    if opts.ping_interval > 0 {
+        config.protocol.keepalive_timeout = Duration::from_secs(opts.ping_interval);
+    }
     config.proxy = match opts.proxy.as_deref() {
         None => ProxyConfig::Environment,
         Some("none") => ProxyConfig::Direct,
-        Some(url) => ProxyConfig::Url(Proxy::parse(url).map_err(sockeye::Error::from)?),
+        Some(url) => {
+            ProxyConfig::Url(Proxy::parse(url).map_err(|e| Failure::usage(format!("--proxy {url}: {e}")))?)
+        }
     };
-    if opts.url.starts_with("wss://") {
+    if opts
+        .url
+        .get(..6)
+        .is_some_and(|s| s.eq_ignore_ascii_case("wss://"))
+        || opts
+            .url
+            .get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+    {
         let mut tls = ClientTlsOptions {
             danger_accept_invalid_certs: opts.verify_none,
             danger_skip_hostname_verification: opts.disable_hostname_validation,
             ..Default::default()
         };
         if let Some(ca) = &opts.ca_file {
-            tls = tls.add_ca_file(ca)?;
+            tls = tls.add_ca_file(ca).map_err(|e| usage_file("--ca-file", ca, e))?;
+        }
+        if let (Some(cert), Some(key)) = (&opts.cert_file, &opts.key_file) {
+            let chain = std::fs::read(cert).map_err(|e| usage_file("--cert-file", cert, e))?;
+            let key_pem = std::fs::read(key).map_err(|e| usage_file("--key-file", key, e))?;
+            tls = tls
+                .identity_pem(&chain, &key_pem)
+                .map_err(|e| usage_file("--cert-file/--key-file", cert, e))?;
         }
         config.tls_client = Some(tls.build()?);
     }
     Ok(config)
+}
+
+/// A file named on the command line that cannot be used: a usage error naming flag and file.
+fn usage_file(flag: &str, path: &std::path::Path, e: impl std::fmt::Display) -> Failure {
+    Failure::usage(format!("{flag} {}: {e}", path.display()))
 }
 
 /// The server configuration and, with `--tls`, the acceptor.
@@ -46,7 +76,11 @@ pub(crate) fn server_config(opts: &ServerOpts) -> Result<(Config, Option<TlsAcce
         let (Some(cert), Some(key)) = (&opts.cert_file, &opts.key_file) else {
             return Err(Failure::new("--tls needs --cert-file and --key-file"));
         };
-        Some(ServerTls::from_pem_files(cert, key)?.acceptor())
+        Some(
+            ServerTls::from_pem_files(cert, key)
+                .map_err(|e| usage_file("--cert-file/--key-file", cert, e))?
+                .acceptor(),
+        )
     } else {
         None
     };

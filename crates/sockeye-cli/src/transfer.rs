@@ -11,10 +11,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use sockeye::{Bytes, CloseCode, CloseFrame, DataKind, Message};
+use sockeye::{Bytes, DataKind, Message};
 
 use crate::Failure;
 use crate::cli::{ReceiveArgs, SendArgs};
+use crate::client::{Client, close_interrupted, close_normally, connect, request};
+use crate::interrupt::unless_interrupted;
 use crate::output::errln;
 use crate::tls::client_config;
 
@@ -32,8 +34,24 @@ pub(crate) async fn send(args: SendArgs) -> Result<(), Failure> {
         .and_then(|n| n.to_str())
         .ok_or_else(|| Failure::new(format!("{}: not a file name", args.path.display())))?;
     let digest = hex(&Sha256::digest(&data));
-    let config = client_config(&args.client)?;
-    let (mut ws, _) = sockeye::connect_with(args.client.url.as_str(), &config).await?;
+    let (mut ws, _) = connect(&args.client).await?;
+    match unless_interrupted(upload(&mut ws, &args, data, &digest, name)).await {
+        Ok(done) => done,
+        Err(interrupted) => {
+            close_interrupted(&mut ws).await;
+            Err(interrupted)
+        }
+    }
+}
+
+/// Announces, sends and waits for the receiver's acknowledgement.
+async fn upload(
+    ws: &mut Client,
+    args: &SendArgs,
+    data: Vec<u8>,
+    digest: &str,
+    name: &str,
+) -> Result<(), Failure> {
     ws.send(Message::text(format!(
         "{HEADER}\n{}\n{digest}\n{name}",
         data.len()
@@ -78,7 +96,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<(), Failure> {
     match wait.await {
         Ok(Ok(())) => {
             errln!("{name}: {total} bytes delivered, sha256 {digest}");
-            let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
+            close_normally(ws).await;
             Ok(())
         }
         Ok(Err(e)) => Err(e),
@@ -92,8 +110,20 @@ pub(crate) async fn send(args: SendArgs) -> Result<(), Failure> {
 pub(crate) async fn receive(args: ReceiveArgs) -> Result<(), Failure> {
     let mut config = client_config(&args.client)?;
     config.protocol.max_message_size = args.max_size;
-    let (mut ws, _) = sockeye::connect_with(args.client.url.as_str(), &config).await?;
+    let request = request(&args.client, &args.client.url)?;
+    let (mut ws, _) = unless_interrupted(sockeye::connect_with(request, &config)).await??;
     errln!("waiting for a file on {}", args.client.url);
+    match unless_interrupted(download(&mut ws, &args)).await {
+        Ok(done) => done,
+        Err(interrupted) => {
+            close_interrupted(&mut ws).await;
+            Err(interrupted)
+        }
+    }
+}
+
+/// Waits for an announcement and its file, checks and writes it, and acknowledges.
+async fn download(ws: &mut Client, args: &ReceiveArgs) -> Result<(), Failure> {
     let mut announced: Option<(usize, String, String)> = None;
     while let Some(item) = ws.recv().await {
         match item? {
@@ -112,7 +142,7 @@ pub(crate) async fn receive(args: ReceiveArgs) -> Result<(), Failure> {
                 let path = write_atomically(&args.output_dir, &name, &data).await?;
                 ws.send(Message::text(format!("{ACK}\n{got}"))).await?;
                 errln!("{}: {size} bytes, sha256 {got}", path.display());
-                let _ = ws.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
+                close_normally(ws).await;
                 return Ok(());
             }
             _ => {}

@@ -1,0 +1,104 @@
+//! Connecting as the client flags say (URL, `-H`, `--subprotocol`, TLS, proxy, `--timeout`,
+//! `--ping_interval`), interruptible by Ctrl-C, and closing as cleanly as the user's patience
+//! allows.
+
+use std::time::Duration;
+
+use sockeye::{CloseCode, CloseFrame, IntoClientRequest, MaybeTlsStream, Message, WebSocket};
+
+use crate::Failure;
+use crate::cli::ClientOpts;
+use crate::interrupt::{CLOSE_GRACE, unless_interrupted};
+use crate::tls::client_config;
+
+/// A connected client.
+pub(crate) type Client = WebSocket<MaybeTlsStream>;
+
+/// The handshake request for `url`: `-H` headers and `--subprotocol`s added.
+pub(crate) fn request(opts: &ClientOpts, url: &str) -> Result<http::Request<()>, Failure> {
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let headers = request.headers_mut();
+    for header in &opts.headers {
+        let Some((name, value)) = header.split_once(':') else {
+            return Err(Failure::usage(format!("-H {header:?}: expected \"Name: value\"")));
+        };
+        let name = http::HeaderName::try_from(name.trim())
+            .map_err(|e| Failure::usage(format!("-H {header:?}: {e}")))?;
+        let value = http::HeaderValue::try_from(value.trim())
+            .map_err(|e| Failure::usage(format!("-H {header:?}: {e}")))?;
+        headers.append(name, value);
+    }
+    if !opts.subprotocols.is_empty() {
+        let list = opts.subprotocols.join(", ");
+        let value = http::HeaderValue::try_from(list.as_str())
+            .map_err(|e| Failure::usage(format!("--subprotocol {list:?}: {e}")))?;
+        headers.insert("sec-websocket-protocol", value);
+    }
+    Ok(request)
+}
+
+/// Connects to the URL of the flags.
+pub(crate) async fn connect(opts: &ClientOpts) -> Result<(Client, http::Response<()>), Failure> {
+    connect_to(opts, &opts.url).await
+}
+
+/// Connects to `url` with the flags' configuration; the whole set-up (DNS, TCP, proxy, TLS,
+/// handshake) is bounded by `--timeout`, and Ctrl-C abandons it (exit 130).
+pub(crate) async fn connect_to(
+    opts: &ClientOpts,
+    url: &str,
+) -> Result<(Client, http::Response<()>), Failure> {
+    let config = client_config(opts)?;
+    let request = request(opts, url)?;
+    match unless_interrupted(sockeye::connect_with(request, &config)).await? {
+        Ok(connected) => Ok(connected),
+        Err(e) if e.timeout().is_some() => Err(Failure::new(format!(
+            "{url}: no WebSocket handshake within {} s ({e}); --timeout sets the limit",
+            opts.timeout
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The close a user's Ctrl-C sends: 1001 (going away), then the peer's reply is awaited for at
+/// most [`CLOSE_GRACE`], messages still in flight discarded.
+pub(crate) async fn close_interrupted(ws: &mut Client) {
+    let frame = CloseFrame::new(CloseCode::GOING_AWAY, "");
+    let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
+}
+
+/// Closes normally (1000) and waits for the reply, bounded by the close timeout of the
+/// library's configuration.
+pub(crate) async fn close_normally(ws: &mut Client) -> Option<CloseFrame> {
+    ws.close(Some(CloseFrame::new(CloseCode::NORMAL, "")))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// How long to wait for the first message where one is expected (`autoroute`, `autobahn`):
+/// the same `--timeout`.
+pub(crate) fn reply_timeout(opts: &ClientOpts) -> Duration {
+    Duration::from_secs(opts.timeout)
+}
+
+/// A close from the peer that scripts should treat as failure: any code but 1000 and 1001.
+pub(crate) fn abnormal_close(frame: Option<&CloseFrame>) -> Option<Failure> {
+    match frame {
+        Some(f) if f.code != CloseCode::NORMAL && f.code != CloseCode::GOING_AWAY => Some(Failure::new(
+            format!("the server closed the connection with {} {}", f.code, f.reason),
+        )),
+        _ => None,
+    }
+}
+
+/// A data message from a line the user typed or piped.
+pub(crate) fn line_message(line: String, binary: bool) -> Message {
+    if binary {
+        Message::binary(line.into_bytes())
+    } else {
+        Message::text(line)
+    }
+}
