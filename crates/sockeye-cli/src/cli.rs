@@ -124,8 +124,8 @@ pub struct SendArgs {
     /// The file to send.
     pub path: std::path::PathBuf,
     /// How long to wait for a receiver's acknowledgement, in seconds.
-    #[arg(long, default_value_t = 60, value_parser = positive::<u64>)]
-    pub timeout: u64,
+    #[arg(long = "ack-timeout", default_value_t = 60, value_parser = positive::<u64>)]
+    pub ack_timeout: u64,
 }
 
 /// `receive`.

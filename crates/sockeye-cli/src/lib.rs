@@ -222,3 +222,35 @@ impl Failure {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::command;
+
+    #[test]
+    fn every_sub_command_is_well_formed() {
+        // clap's own checks (unique names, valid requires/conflicts), for every sub-command,
+        // with the second spellings added.
+        command().debug_assert();
+    }
+
+    #[test]
+    fn every_long_flag_takes_both_spellings() {
+        let cmd = command();
+        for sub in cmd.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if !long.contains(['_', '-']) {
+                    continue;
+                }
+                let other = super::swap_separator(long);
+                let aliases = arg.get_all_aliases().unwrap_or_default();
+                assert!(
+                    aliases.contains(&other.as_str()),
+                    "{} --{long}: no alias --{other}",
+                    sub.get_name()
+                );
+            }
+        }
+    }
+}

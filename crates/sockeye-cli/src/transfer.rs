@@ -75,7 +75,7 @@ async fn upload(
         }
     }
     errln!("");
-    let wait = tokio::time::timeout(Duration::from_secs(args.timeout), async {
+    let wait = tokio::time::timeout(Duration::from_secs(args.ack_timeout), async {
         while let Some(item) = ws.recv().await {
             if let Message::Text(t) = item?
                 && let Some(acked) = t.strip_prefix(&format!("{ACK}\n"))
@@ -102,7 +102,7 @@ async fn upload(
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Failure::new(format!(
             "no receiver acknowledged within {} s",
-            args.timeout
+            args.ack_timeout
         ))),
     }
 }

@@ -155,18 +155,19 @@ fn listen_pipes_to_cat() {
 
 #[test]
 fn bad_input_gives_one_clear_line_and_exit_codes() {
+    // A bad URL is a usage error (2), reported while parsing: the first line says what is wrong.
     let out = run(&["cat", "nope://x"], "");
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("invalid URL"), "{err}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(first.contains("invalid URL") && first.contains("nope"), "{err}");
     // Regression (issue 13): an invalid port fell back to 80 (`connect` retried it for ever).
     for args in [
         &["cat", "ws://127.0.0.1:99999/"][..],
         &["connect", "ws://127.0.0.1:99999/"],
     ] {
         let out = run(args, "");
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = text(&out.stderr);
         assert!(
             err.contains("invalid URL") && err.contains("99999"),
@@ -186,7 +187,7 @@ fn bad_input_gives_one_clear_line_and_exit_codes() {
     let out = run(&["cat"], "");
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
     let out = run(&["echo_server", "--tls"], "");
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--cert-file"), "{}", text(&out.stderr));
     let out = run(&["--version"], "");
     assert!(out.status.success() && text(&out.stdout).starts_with("ws "));
