@@ -3,7 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 
 /// A positive number (`--count 0` would divide by zero, or "send none" by surprise).
-fn positive<T: std::str::FromStr + PartialOrd + Default>(s: &str) -> Result<T, String>
+pub(crate) fn positive<T: std::str::FromStr + PartialOrd + Default>(s: &str) -> Result<T, String>
 where
     T::Err: std::fmt::Display,
 {
@@ -73,6 +73,16 @@ pub enum Command {
     Connect(ConnectArgs),
     /// Chat through a broadcast server: your lines go out as "USER: line".
     Chat(ChatArgs),
+    /// HTTP/HTTPS client: fetch a URL, body to stdout (curl's flags: -d, -F, -H, -I, -L, -o, -O).
+    Curl(crate::curl::CurlArgs),
+    /// Static file server for a directory (GET and HEAD, gzip, TLS, or redirect everything).
+    Httpd(crate::httpd::HttpdArgs),
+    /// Resolve a host name with the system resolver and print its addresses.
+    Dnslookup(crate::dnslookup::DnslookupArgs),
+    /// Compress a file to FILE.gz (or stdin to stdout), readable by the system's gunzip.
+    Gzip(crate::gzip::GzipArgs),
+    /// Decompress FILE.gz to FILE (or stdin to stdout), the system's gzip files included.
+    Gunzip(crate::gzip::GunzipArgs),
 }
 
 /// `connect`.

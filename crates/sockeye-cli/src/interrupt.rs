@@ -65,6 +65,11 @@ pub(crate) fn requested() -> WaitForCancellationFutureOwned {
     token().clone().cancelled_owned()
 }
 
+/// Whether a stop was requested (for loops doing blocking work between awaits).
+pub(crate) fn is_requested() -> bool {
+    token().is_cancelled()
+}
+
 /// Runs `work` unless a stop is requested first: then [`Failure::interrupted`]. For waits with
 /// nothing to clean up: connecting, backoff sleeps, reading stdin.
 pub(crate) async fn unless_interrupted<T>(work: impl Future<Output = T>) -> Result<T, Failure> {

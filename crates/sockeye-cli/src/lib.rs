@@ -14,7 +14,11 @@ mod cli;
 mod client;
 mod connect;
 mod console;
+mod curl;
+mod dnslookup;
 mod echo;
+mod gzip;
+mod httpd;
 mod interrupt;
 mod output;
 mod pipe;
@@ -147,6 +151,11 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Autobahn(args) => tools::autobahn(args).await,
         Command::Connect(args) => connect::run(args).await,
         Command::Chat(args) => pipe::chat(args).await,
+        Command::Curl(args) => curl::run(args).await,
+        Command::Httpd(args) => httpd::run(args).await,
+        Command::Dnslookup(args) => dnslookup::run(args).await,
+        Command::Gzip(args) => gzip::gzip(args).await,
+        Command::Gunzip(args) => gzip::gunzip(args).await,
     }
 }
 

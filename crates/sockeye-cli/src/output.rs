@@ -30,14 +30,6 @@ pub(crate) fn stdout_line(args: fmt::Arguments<'_>) -> Result<(), Failure> {
         .map_err(stdout_error)
 }
 
-/// Writes bytes to stdout as they are (binary pipes): no separator, no escaping.
-pub(crate) fn stdout_raw(bytes: &[u8], flush: bool) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    out.write_all(bytes)
-        .and_then(|()| if flush { out.flush() } else { Ok(()) })
-        .map_err(stdout_error)
-}
-
 /// Flushes stdout (before a prompt, before exiting).
 pub(crate) fn flush_stdout() -> Result<(), Failure> {
     std::io::stdout().flush().map_err(stdout_error)

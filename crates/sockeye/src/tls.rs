@@ -223,6 +223,13 @@ impl ClientTlsOptions {
 
     /// The rustls configuration, with ALPN `http/1.1` (RFC 6455 runs over HTTP/1.1).
     pub fn build(&self) -> Result<Arc<ClientConfig>, Error> {
+        self.build_with_provider(provider())
+    }
+
+    /// [`build`](Self::build) with another crypto provider: aws-lc-rs's with fewer cipher
+    /// suites, say (`rustls::crypto::aws_lc_rs::default_provider()` with `cipher_suites`
+    /// filtered). Certificates are verified with the same provider.
+    pub fn build_with_provider(&self, provider: Arc<CryptoProvider>) -> Result<Arc<ClientConfig>, Error> {
         let mut roots = RootCertStore::empty();
         match self.roots {
             Roots::Platform => {
@@ -239,15 +246,15 @@ impl ClientTlsOptions {
                 .add(ca.clone())
                 .map_err(|e| TlsError::config(format!("bad CA certificate: {e}")))?;
         }
-        let builder = ClientConfig::builder_with_provider(provider())
+        let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::config(e.to_string()))?;
         let builder = if self.danger_accept_invalid_certs {
             builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider())))
+                .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider.clone())))
         } else if self.danger_skip_hostname_verification {
-            let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
                 .build()
                 .map_err(|e| TlsError::config(e.to_string()))?;
             builder
