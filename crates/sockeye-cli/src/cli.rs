@@ -26,11 +26,28 @@ fn websocket_url(s: &str) -> Result<String, String> {
 
 /// Sockeye's WebSocket tool.
 #[derive(Debug, Parser)]
-#[command(name = "ws", version, about, propagate_version = true)]
+#[command(
+    name = "ws",
+    version,
+    about,
+    propagate_version = true,
+    after_help = "Examples:
+  ws echo_server &                      then: echo hello | ws cat ws://127.0.0.1:8008/
+  ws push_server -q &                   then: ws echo_client -m ws://127.0.0.1:8008/
+  ws connect wss://example.com/socket   interactive; /stop, /start, Ctrl-D
+
+Every long flag is accepted with '_' or '-' (--send_msg, --send-msg).
+
+Exit codes: 0 success (also: a server stopped by Ctrl-C, or stdout closed by its reader),
+  1 the work failed, 2 usage, 130 a client stopped by Ctrl-C or SIGTERM."
+)]
 pub struct Cli {
     /// Log what happens to stderr (-v: connections and errors, -vv: more). Quiet by default.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Append the log to this file instead of stderr (at least -v's level).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub logfile: Option<std::path::PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -41,37 +58,137 @@ pub struct Cli {
 pub enum Command {
     /// Echo every message back to its sender.
     #[command(name = "echo_server")]
+    #[command(after_help = "Examples:
+  ws echo_server --port 8008
+  ws echo_server -q --tls --cert-file cert.pem --key-file key.pem
+  ws echo_server --http_authorization_header 'Bearer s3cret'
+
+Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
+  listen (address in use, bad certificate files), 2 usage.")]
     EchoServer(EchoServerArgs),
     /// Send a message and count the echoes (or, with -m, only count what arrives).
     #[command(name = "echo_client")]
+    #[command(after_help = "Examples:
+  ws echo_client -m ws://127.0.0.1:8008/          count what a push_server sends
+  ws echo_client --send_msg ping --msg_count 1000 ws://127.0.0.1:8008/
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     EchoClient(EchoClientArgs),
     /// Push a message to every client as fast as it reads (path /N: N messages, then close).
     #[command(name = "push_server")]
+    #[command(after_help = "Examples:
+  ws push_server -q --send_msg yo                    then: ws echo_client -m ws://127.0.0.1:8008/
+  ws push_server -q --port 9000                      ws://127.0.0.1:9000/1000 pushes 1000 and closes
+
+Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
+  listen (address in use, bad certificate files), 2 usage.")]
     PushServer(PushServerArgs),
-    /// Pipe: stdin lines become messages, messages are printed one per line.
+    /// Pipe stdin and stdout through a WebSocket (websocat style): lines, or raw bytes with -b.
+    #[command(after_help = "Examples:
+  echo hello | ws cat ws://127.0.0.1:8008/
+  head -c 10M /dev/urandom | ws cat -b ws://127.0.0.1:8008/ > back.bin
+  ws cat -n --max-messages 3 -H 'Authorization: Bearer k' wss://example.com/feed
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     Cat(CatArgs),
-    /// Pipe, server side: accept one client; its messages go to stdout, stdin lines to it.
+    /// Pipe, server side: serve clients one at a time (or all at once); stdin to them, theirs to stdout.
+    #[command(after_help = "Examples:
+  ws listen --port 9000                  one client at a time; stdin lines go to it
+  ws listen --broadcast -n --port 9000   every client at once; keep going after stdin ends
+  ws listen -b --oneshot > upload.bin    receive one client's bytes
+
+Exit codes: 0 done (stdin ended, the client left, --max-messages reached, or Ctrl-C),
+  1 cannot listen or a client failed, 2 usage.")]
     Listen(ListenArgs),
     /// Benchmark Sockeye against itself on loopback: push rate, round trips, connection set-up.
+    #[command(after_help = "Examples:
+  ws bench
+  ws bench --count 5000000 --connections 4 --no-tls
+  ws bench --deflate --http2 --seconds 10
+
+Exit codes: 0 done, 1 a scenario failed, 2 usage, 130 interrupted.")]
     Bench(BenchArgs),
     /// Relay every message to every other connected client.
     #[command(name = "broadcast_server")]
+    #[command(after_help = "Examples:
+  ws broadcast_server --port 8008          then: ws chat ws://127.0.0.1:8008/ alice
+  ws broadcast_server -q --tls --cert-file cert.pem --key-file key.pem
+
+Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
+  listen (address in use, bad certificate files), 2 usage.")]
     BroadcastServer(RelayArgs),
     /// The relay that `send` and `receive` meet at (a broadcast server for large messages).
+    #[command(after_help = "Examples:
+  ws transfer --port 8008
+  ws receive ws://127.0.0.1:8008/ --output-dir in/     (first)
+  ws send ws://127.0.0.1:8008/ big.iso
+
+Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
+  listen (address in use, bad certificate files), 2 usage.")]
     Transfer(RelayArgs),
     /// Send a file through a relay to the clients running `receive`.
+    #[command(after_help = "Examples:
+  ws send ws://127.0.0.1:8008/ big.iso
+  ws send --ack-timeout 300 wss://relay.example/ backup.tar
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     Send(SendArgs),
     /// Receive one file through a relay, check it, and write it under the sender's file name.
+    #[command(after_help = "Examples:
+  ws receive ws://127.0.0.1:8008/ --output-dir downloads/
+  ws receive --max-size 4294967296 wss://relay.example/
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     Receive(ReceiveArgs),
     /// Send pings and print the round-trip time of each pong.
+    #[command(after_help = "Examples:
+  ws ping ws://127.0.0.1:8008/
+  ws ping --count 100 --interval_ms 10 wss://example.com/
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     Ping(PingArgs),
     /// Connect to URL/N, receive N messages, print the rate.
+    #[command(after_help = "Examples:
+  ws autoroute --msg_count 5000000 ws://127.0.0.1:8008/      against ws push_server
+  ws autoroute --msg_count 1000 'ws://127.0.0.1:8008/?token=x'  connects to /1000?token=x
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     Autoroute(AutorouteArgs),
     /// Run Autobahn|Testsuite's fuzzingserver cases as a client.
+    #[command(after_help = "Examples:
+  wstest -m fuzzingserver -s fuzzingserver.json &   (Autobahn|Testsuite)
+  ws autobahn --url ws://127.0.0.1:9001
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     Autobahn(AutobahnArgs),
     /// Interactive client: type messages; /stop and /start; reconnects with backoff unless -d.
+    #[command(after_help = "Examples:
+  ws connect ws://127.0.0.1:8008/
+  ws connect -H 'Authorization: Bearer k' --subprotocol chat wss://example.com/ws
+  printf 'one\\ntwo\\n' | ws connect -d ws://127.0.0.1:8008/
+
+Type a line to send it; /stop closes the connection and /start opens it again; Ctrl-D ends,
+Ctrl-C too (twice: at once). A dropped connection is re-opened after 100 ms, doubling up to
+--max_wait; a server that refuses (HTTP 4xx, close codes 1002-1010 or 4000-4999) is not
+retried.
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     Connect(ConnectArgs),
     /// Chat through a broadcast server: your lines go out as "USER: line".
+    #[command(after_help = "Examples:
+  ws broadcast_server &
+  ws chat ws://127.0.0.1:8008/ alice
+
+Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
+  timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]
     Chat(ChatArgs),
     /// HTTP/HTTPS client: fetch a URL, body to stdout (curl's flags: -d, -F, -H, -I, -L, -o, -O).
     Curl(crate::curl::CurlArgs),
@@ -83,6 +200,10 @@ pub enum Command {
     Gzip(crate::gzip::GzipArgs),
     /// Decompress FILE.gz to FILE (or stdin to stdout), the system's gzip files included.
     Gunzip(crate::gzip::GunzipArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(crate::docs::CompletionsArgs),
+    /// Print the man page (or write one page per sub-command with --dir).
+    Man(crate::docs::ManArgs),
 }
 
 /// `connect`.

@@ -16,6 +16,7 @@ mod connect;
 mod console;
 mod curl;
 mod dnslookup;
+mod docs;
 mod echo;
 mod gzip;
 mod httpd;
@@ -97,16 +98,9 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             };
         }
     };
-    if cli.verbose > 0 {
-        let level = if cli.verbose == 1 {
-            tracing::Level::INFO
-        } else {
-            tracing::Level::DEBUG
-        };
-        tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_max_level(level)
-            .init();
+    if let Err(failure) = start_logging(cli.verbose, cli.logfile.as_deref()) {
+        errln!("ws: {}", failure.message);
+        return ExitCode::from(failure.exit_code);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -134,6 +128,35 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     }
 }
 
+/// `-v`/`-vv` log to stderr; `--logfile` appends the log to a file instead, at `-v`'s level at
+/// least (asking for a log file is asking for a log).
+fn start_logging(verbose: u8, logfile: Option<&std::path::Path>) -> Result<(), Failure> {
+    let level = match (verbose, logfile.is_some()) {
+        (0, false) => return Ok(()),
+        (0 | 1, _) => tracing::Level::INFO,
+        _ => tracing::Level::DEBUG,
+    };
+    match logfile {
+        None => tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(level)
+            .init(),
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| Failure::usage(format!("--logfile {}: {e}", path.display())))?;
+            tracing_subscriber::fmt()
+                .with_writer(std::sync::Mutex::new(file))
+                .with_ansi(false)
+                .with_max_level(level)
+                .init();
+        }
+    }
+    Ok(())
+}
+
 async fn dispatch(command: Command) -> Result<(), Failure> {
     match command {
         Command::EchoServer(args) => echo::server(args).await,
@@ -155,6 +178,8 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Httpd(args) => httpd::run(args).await,
         Command::Dnslookup(args) => dnslookup::run(args).await,
         Command::Gzip(args) => gzip::gzip(args).await,
+        Command::Completions(args) => docs::completions(args),
+        Command::Man(args) => docs::man(args),
         Command::Gunzip(args) => gzip::gunzip(args).await,
     }
 }
@@ -233,6 +258,7 @@ impl Failure {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::command;
 
@@ -241,6 +267,48 @@ mod tests {
         // clap's own checks (unique names, valid requires/conflicts), for every sub-command,
         // with the second spellings added.
         command().debug_assert();
+    }
+
+    #[test]
+    fn completions_and_man_pages_cover_every_sub_command() {
+        let names: Vec<String> = command()
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .collect();
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut command(), "ws", &mut out);
+            let script = String::from_utf8_lossy(&out);
+            for name in &names {
+                assert!(script.contains(name.as_str()), "{shell}: no {name}");
+            }
+        }
+        let mut page = Vec::new();
+        clap_mangen::Man::new(command()).render(&mut page).unwrap();
+        let page = String::from_utf8_lossy(&page);
+        assert!(page.contains(".TH ws 1"), "{page}");
+        for name in &names {
+            assert!(page.contains(name.as_str()), "man page: no {name}");
+        }
+    }
+
+    #[test]
+    fn every_sub_command_help_ends_with_examples_and_exit_codes() {
+        for sub in command().get_subcommands() {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let after = sub.get_after_help().map(|h| h.to_string()).unwrap_or_default();
+            let examples = after.split_once("Examples:\n").map_or(0, |(_, rest)| {
+                rest.lines().take_while(|l| l.starts_with("  ")).count()
+            });
+            assert!(examples >= 2, "{}: two examples or more: {after}", sub.get_name());
+            assert!(after.contains("Exit codes:"), "{}: {after}", sub.get_name());
+        }
     }
 
     #[test]
