@@ -16,6 +16,7 @@ mod echo;
 mod interrupt;
 mod output;
 mod pipe;
+mod proxy_server;
 mod push;
 mod relay;
 mod tls;
@@ -145,6 +146,7 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Autobahn(args) => tools::autobahn(args).await,
         Command::Connect(args) => connect::run(args).await,
         Command::Chat(args) => pipe::chat(args).await,
+        Command::ProxyServer(args) => proxy_server::server(args).await,
     }
 }
 
