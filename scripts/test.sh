@@ -23,8 +23,23 @@ step "fuzz targets: build, then run each for 20 s (bash fuzz/run.sh for the 10-m
 bash fuzz/run.sh 20
 step "soak: 500 connections for 20 s (bash scripts/soak.sh for 10,000 connections, 10 minutes)"
 bash scripts/soak.sh 500 20
+step "Autobahn|Testsuite sections 1-10 through ws proxy_server (beside the benchmarks' smoke run)"
+bash conformance/install-wstest.sh
+cargo build --release --quiet -p sockeye-cli
+mkdir -p target/autobahn
+# About 15 s of wstest (one core at most); the smoke run's figures are not judged, so sharing the
+# machine with it costs nothing.
+bash conformance/proxy.sh --no-build >target/autobahn/run-proxy.out 2>&1 &
+PROXY_RUN=$!
 step "benchmarks: build the harness and peers, and a short run of every scenario (figures not judged)"
 bash bench/run.sh --smoke
+PROXY_RC=0
+wait "$PROXY_RUN" || PROXY_RC=$?
+cat target/autobahn/run-proxy.out
+if [ "$PROXY_RC" != 0 ]; then
+  echo "Autobahn through ws proxy_server failed (exit $PROXY_RC)" >&2
+  exit 1
+fi
 # Both roles of one transport at once: wstest is single-threaded Python and this uses both cores.
 autobahn_pair() { # name, run.sh options...
   local name="$1"; shift

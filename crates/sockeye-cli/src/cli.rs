@@ -17,7 +17,7 @@ where
 
 /// A `ws://` or `wss://` URL the library can connect to: checked while parsing the command
 /// line, so that a typo is a usage error (exit 2) and never something `connect` retries.
-fn websocket_url(s: &str) -> Result<String, String> {
+pub(crate) fn websocket_url(s: &str) -> Result<String, String> {
     use sockeye::IntoClientRequest;
     let request = s.into_client_request().map_err(|e| e.to_string())?;
     sockeye::proto::handshake::url_target(request.uri()).map_err(|e| e.to_string())?;
@@ -204,6 +204,9 @@ Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, 
     Completions(crate::docs::CompletionsArgs),
     /// Print the man page (or write one page per sub-command with --dir).
     Man(crate::docs::ManArgs),
+    /// Reverse proxy: forward each client to --remote_host, or by its Host header (--config_path).
+    #[command(name = "proxy_server", after_help = crate::proxy_server::AFTER_HELP)]
+    ProxyServer(crate::proxy_server::ProxyServerArgs),
 }
 
 /// `connect`.

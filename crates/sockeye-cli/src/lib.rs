@@ -23,6 +23,7 @@ mod httpd;
 mod interrupt;
 mod output;
 mod pipe;
+mod proxy_server;
 mod push;
 mod relay;
 mod tls;
@@ -181,6 +182,7 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Completions(args) => docs::completions(args),
         Command::Man(args) => docs::man(args),
         Command::Gunzip(args) => gzip::gunzip(args).await,
+        Command::ProxyServer(args) => proxy_server::server(args).await,
     }
 }
 
