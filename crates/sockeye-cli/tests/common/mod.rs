@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The binary under test.
-pub fn ws() -> Command {
+pub(crate) fn ws() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ws"))
 }
 
 /// The binary for a flooding server: a release build when `WS_FLOOD_BIN` names one.
-pub fn flood_bin() -> String {
+pub(crate) fn flood_bin() -> String {
     std::env::var("WS_FLOOD_BIN")
         .ok()
         .filter(|p| !p.is_empty())
@@ -21,7 +21,7 @@ pub fn flood_bin() -> String {
 }
 
 /// A free port on 127.0.0.1 (bound to port 0, then released).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -29,16 +29,16 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Everything a pipe delivered so far, filled by a thread.
 #[derive(Clone, Default)]
-pub struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
-    pub fn drain(mut from: impl Read + Send + 'static) -> Captured {
+    pub(crate) fn drain(mut from: impl Read + Send + 'static) -> Captured {
         let captured = Captured::default();
         let sink = captured.clone();
         std::thread::spawn(move || {
@@ -53,24 +53,24 @@ impl Captured {
         captured
     }
 
-    pub fn bytes(&self) -> Vec<u8> {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
         self.0.lock().unwrap().clone()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().unwrap().len()
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         text(&self.0.lock().unwrap())
     }
 
-    pub fn count(&self, pattern: &str) -> usize {
+    pub(crate) fn count(&self, pattern: &str) -> usize {
         self.text().matches(pattern).count()
     }
 
     /// Waits until `pattern` occurs at least `times` times; false at the deadline.
-    pub fn wait_for(&self, pattern: &str, times: usize, timeout: Duration) -> bool {
+    pub(crate) fn wait_for(&self, pattern: &str, times: usize, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             if self.count(pattern) >= times {
@@ -84,7 +84,7 @@ impl Captured {
     }
 
     /// Waits until at least `n` bytes arrived; false at the deadline.
-    pub fn wait_len(&self, n: usize, timeout: Duration) -> bool {
+    pub(crate) fn wait_len(&self, n: usize, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while self.len() < n {
             if Instant::now() >= deadline {
@@ -97,21 +97,21 @@ impl Captured {
 }
 
 /// A started process, its piped stdout and stderr captured; killed by PID when dropped.
-pub struct Proc {
-    pub child: Child,
-    pub stdin: Option<ChildStdin>,
-    pub out: Captured,
-    pub err: Captured,
+pub(crate) struct Proc {
+    pub(crate) child: Child,
+    pub(crate) stdin: Option<ChildStdin>,
+    pub(crate) out: Captured,
+    pub(crate) err: Captured,
 }
 
 impl Proc {
     /// Spawns `cmd` as configured (stdio not set by the caller: stdin piped, stdout and stderr
     /// piped and captured).
-    pub fn spawn(mut cmd: Command) -> Proc {
+    pub(crate) fn spawn(mut cmd: Command) -> Proc {
         Proc::spawn_with(&mut cmd)
     }
 
-    pub fn spawn_with(cmd: &mut Command) -> Proc {
+    pub(crate) fn spawn_with(cmd: &mut Command) -> Proc {
         let mut child = cmd.spawn().unwrap();
         let stdin = child.stdin.take();
         let out = child.stdout.take().map(Captured::drain).unwrap_or_default();
@@ -125,7 +125,7 @@ impl Proc {
     }
 
     /// A `ws` client: stdin piped (kept open), stdout and stderr captured.
-    pub fn client(args: &[&str]) -> Proc {
+    pub(crate) fn client(args: &[&str]) -> Proc {
         let mut cmd = ws();
         cmd.args(args)
             .stdin(Stdio::piped())
@@ -134,12 +134,12 @@ impl Proc {
         Proc::spawn_with(&mut cmd)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Waits for the exit; `None` at the deadline (the process is left running).
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -153,7 +153,7 @@ impl Proc {
     }
 
     /// Waits for the exit and for the output pipes to be read to their end (bounded).
-    pub fn finish(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) fn finish(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let status = self.wait_exit(timeout)?;
         // The reader threads get what is left in the pipes.
         std::thread::sleep(Duration::from_millis(30));
@@ -169,7 +169,7 @@ impl Drop for Proc {
 }
 
 /// Sends SIGINT to `pid` as a user's Ctrl-C would (`kill -INT PID`).
-pub fn sigint(pid: u32) {
+pub(crate) fn sigint(pid: u32) {
     let status = Command::new("kill")
         .args(["-INT", &pid.to_string()])
         .status()
@@ -178,34 +178,34 @@ pub fn sigint(pid: u32) {
 }
 
 /// Sends SIGKILL to `pid`.
-pub fn sigkill(pid: u32) {
+pub(crate) fn sigkill(pid: u32) {
     let _ = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status();
 }
 
 /// A server sub-command on a port; returned once it says it is listening.
-pub struct Server {
-    pub proc: Proc,
-    pub port: u16,
+pub(crate) struct Server {
+    pub(crate) proc: Proc,
+    pub(crate) port: u16,
 }
 
 impl Server {
     /// `ws ARGS --port P` on a free port.
-    pub fn start(args: &[&str]) -> Server {
+    pub(crate) fn start(args: &[&str]) -> Server {
         Server::start_bin(env!("CARGO_BIN_EXE_ws"), args, free_port())
     }
 
     /// The flooding server's binary (`WS_FLOOD_BIN` or the one under test).
-    pub fn start_flood(args: &[&str]) -> Server {
+    pub(crate) fn start_flood(args: &[&str]) -> Server {
         Server::start_bin(&flood_bin(), args, free_port())
     }
 
-    pub fn start_on(args: &[&str], port: u16) -> Server {
+    pub(crate) fn start_on(args: &[&str], port: u16) -> Server {
         Server::start_bin(env!("CARGO_BIN_EXE_ws"), args, port)
     }
 
-    pub fn start_bin(bin: &str, args: &[&str], port: u16) -> Server {
+    pub(crate) fn start_bin(bin: &str, args: &[&str], port: u16) -> Server {
         let mut cmd = Command::new(bin);
         cmd.args(args)
             .args(["--port", &port.to_string()])
@@ -221,13 +221,13 @@ impl Server {
         Server { proc, port }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("ws://127.0.0.1:{}{path}", self.port)
     }
 }
 
 /// Percentiles of durations, in milliseconds, for a report line.
-pub fn distribution(times: &mut [Duration]) -> String {
+pub(crate) fn distribution(times: &mut [Duration]) -> String {
     if times.is_empty() {
         return "no samples".into();
     }
