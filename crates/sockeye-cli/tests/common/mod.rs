@@ -53,6 +53,11 @@ impl Captured {
         captured
     }
 
+    /// Appends bytes read elsewhere (a pseudo-terminal's master).
+    pub(crate) fn push(&self, bytes: &[u8]) {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+    }
+
     pub(crate) fn bytes(&self) -> Vec<u8> {
         self.0.lock().unwrap().clone()
     }
