@@ -68,7 +68,9 @@ fn interrupt(proc: &mut Proc) -> (Duration, Option<i32>) {
 fn flood_stdin(mut stdin: std::process::ChildStdin, binary: bool) {
     std::thread::spawn(move || {
         let chunk: Vec<u8> = if binary {
-            (0..65536u32).map(|i| (i.wrapping_mul(2654435761) >> 7) as u8).collect()
+            (0..65536u32)
+                .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+                .collect()
         } else {
             b"a line of text flooding the relay\n".repeat(2000)
         };
@@ -90,7 +92,13 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
             let out = c.out.text();
             let total = out
                 .lines()
-                .find_map(|l| l.strip_prefix("messages received: ")?.split(" total in").next()?.parse::<u64>().ok())
+                .find_map(|l| {
+                    l.strip_prefix("messages received: ")?
+                        .split(" total in")
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
                 .unwrap_or(0);
             assert!(total > 0, "echo_client received nothing before SIGINT: {out}");
             note = format!("{total} messages");
@@ -108,7 +116,11 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
         }
         Scenario::CatOpenStdin => {
             let mut c = Proc::client(&["cat", &url]);
-            assert!(c.out.wait_len(1000, Duration::from_secs(5)), "cat printed nothing: {}", c.err.text());
+            assert!(
+                c.out.wait_len(1000, Duration::from_secs(5)),
+                "cat printed nothing: {}",
+                c.err.text()
+            );
             std::thread::sleep(Duration::from_millis(100));
             interrupt(&mut c)
         }
@@ -154,7 +166,11 @@ fn server_sample(scenario: Scenario) -> Sample {
             let mut server = Server::start(&["echo_server", "-q"]);
             let mut c = Proc::client(&["cat", "-b", &server.url("/")]);
             flood_stdin(c.stdin.take().unwrap(), true);
-            assert!(c.out.wait_len(1 << 20, Duration::from_secs(10)), "no echo: {}", c.err.text());
+            assert!(
+                c.out.wait_len(1 << 20, Duration::from_secs(10)),
+                "no echo: {}",
+                c.err.text()
+            );
             note = format!("{} bytes echoed", c.out.len());
             interrupt(&mut server.proc)
         }
@@ -196,7 +212,11 @@ fn sigint_ends_every_long_running_command_within_one_second() {
     // The flood rate, for the record (the assertion is about the exit time).
     {
         let mut c = Proc::client(&["echo_client", "-m", &push.url("/")]);
-        assert!(c.out.wait_for("per second", 1, Duration::from_secs(5)), "{}", c.err.text());
+        assert!(
+            c.out.wait_for("per second", 1, Duration::from_secs(5)),
+            "{}",
+            c.err.text()
+        );
         let rate = c.out.text().lines().next().unwrap_or_default().to_string();
         let _ = interrupt(&mut c);
         eprintln!("flood rate ({}): {rate}", common::flood_bin());
@@ -233,7 +253,12 @@ fn sigint_ends_every_long_running_command_within_one_second() {
             .filter(|s| std::mem::discriminant(&s.scenario) == std::mem::discriminant(&scenario))
             .collect();
         let mut times: Vec<Duration> = mine.iter().map(|s| s.took).collect();
-        let notes: Vec<&str> = mine.iter().map(|s| s.note.as_str()).filter(|n| !n.is_empty()).take(2).collect();
+        let notes: Vec<&str> = mine
+            .iter()
+            .map(|s| s.note.as_str())
+            .filter(|n| !n.is_empty())
+            .take(2)
+            .collect();
         eprintln!("{scenario:?}: {} {notes:?}", distribution(&mut times));
         let expected = match scenario {
             Scenario::EchoServerUnderBinaryFlood | Scenario::PushServer | Scenario::BroadcastServer => 0,
@@ -252,5 +277,10 @@ fn sigint_ends_every_long_running_command_within_one_second() {
     }
     let mut all: Vec<Duration> = samples.iter().map(|s| s.took).collect();
     eprintln!("all: {}", distribution(&mut all));
-    assert!(failures.is_empty(), "{} of {SIGNALS} SIGINTs:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {SIGNALS} SIGINTs:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

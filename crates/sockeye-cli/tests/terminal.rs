@@ -156,7 +156,10 @@ fn ctrl_c_exits_130_within_a_second_under_a_flood_and_in_backoff() {
     let (code, took) = t.exit(Duration::from_secs(5));
     eprintln!("Ctrl-C under a flood: exit {code:?} after {took:?}");
     assert_eq!(code, Some(130), "screen:\n{}", t.tail());
-    assert!(took < Duration::from_secs(1), "Ctrl-C under a flood took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "Ctrl-C under a flood took {took:?}"
+    );
 
     let nobody = format!("ws://127.0.0.1:{}/", free_port());
     let mut t = Pty::ws(&["connect", &nobody]);
@@ -203,14 +206,20 @@ fn stty_after(args: &[&str], keys: Option<&[u8]>, expected_code: i32) -> Vec<Str
     let script = format!(
         "{} {}; echo \"ws exited $?\"; stty -a",
         env!("CARGO_BIN_EXE_ws"),
-        args.iter().map(|a| format!("'{a}'")).collect::<Vec<_>>().join(" ")
+        args.iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     let mut t = Pty::spawn("sh", &["-c", &script]);
     t.expect("ws> ", 1, Duration::from_secs(5));
     t.expect("connected: HTTP/1.1 101", 1, Duration::from_secs(5));
     if let Some(keys) = keys {
         std::thread::sleep(Duration::from_millis(100));
-        assert!(!t.local_flags().contains(LocalFlags::ICANON), "raw mode while ws runs");
+        assert!(
+            !t.local_flags().contains(LocalFlags::ICANON),
+            "raw mode while ws runs"
+        );
         t.type_keys(keys);
     }
     t.expect(&format!("ws exited {expected_code}"), 1, Duration::from_secs(5));
@@ -223,12 +232,15 @@ fn stty_after(args: &[&str], keys: Option<&[u8]>, expected_code: i32) -> Vec<Str
         .collect()
 }
 
+/// How `ws` ends: a name, its arguments, the keys typed (none: it ends by itself), the exit code.
+type Case<'a> = (&'a str, Vec<&'a str>, Option<&'a [u8]>, i32);
+
 #[test]
 fn the_terminal_is_back_in_cooked_mode_after_connect_exits() {
     let echo = Server::start(&["echo_server", "-q"]);
     let refusing = Server::start(&["echo_server", "-q", "--http_authorization_header", "Bearer k"]);
     let (url, refused) = (echo.url("/"), refusing.url("/"));
-    let cases: [(&str, Vec<&str>, Option<&[u8]>, i32); 3] = [
+    let cases: [Case<'_>; 3] = [
         ("Ctrl-D", vec!["connect", &url], Some(CTRL_D), 0),
         ("Ctrl-C", vec!["connect", &url], Some(CTRL_C), 130),
         // Ends by itself (refused: not reconnecting) while the editor waits for a line.
@@ -256,13 +268,19 @@ fn chat_prompts_with_the_user_name_and_shows_what_others_say() {
     std::thread::sleep(Duration::from_millis(300));
     t.type_line("hi everyone");
     assert!(
-        listener.out.wait_for("alice: hi everyone\n", 1, Duration::from_secs(5)),
+        listener
+            .out
+            .wait_for("alice: hi everyone\n", 1, Duration::from_secs(5)),
         "the other client heard: {:?}",
         listener.out.text()
     );
     let bob = Proc::client(&["cat", &relay.url("/")]);
     std::thread::sleep(Duration::from_millis(300));
-    bob.stdin.as_ref().unwrap().write_all(b"bob: hello alice\n").unwrap();
+    bob.stdin
+        .as_ref()
+        .unwrap()
+        .write_all(b"bob: hello alice\n")
+        .unwrap();
     t.expect("bob: hello alice", 1, Duration::from_secs(5));
     t.type_keys(CTRL_D);
     assert_eq!(t.exit(Duration::from_secs(3)).0, Some(0), "screen:\n{}", t.tail());

@@ -102,7 +102,10 @@ fn closes_quietly(args: &[&str], stdin_open: bool) -> String {
         "{args:?} after its stdout was closed: {status:?} {err}"
     );
     assert!(!err.contains("panicked"), "{args:?}: {err}");
-    format!("{args:?}: exit 0 {:.0} ms after the close", closed.elapsed().as_secs_f64() * 1e3)
+    format!(
+        "{args:?}: exit 0 {:.0} ms after the close",
+        closed.elapsed().as_secs_f64() * 1e3
+    )
 }
 
 #[test]
@@ -114,18 +117,30 @@ fn a_closed_stdout_ends_every_printing_command_with_exit_0() {
         (vec!["cat".into(), "-n".into(), push_url.clone()], false),
         (vec!["echo_client".into(), "-m".into(), push_url.clone()], false),
         (
-            ["ping", "--count", "50", "--interval_ms", "1", &echo_url].map(String::from).to_vec(),
+            ["ping", "--count", "50", "--interval_ms", "1", &echo_url]
+                .map(String::from)
+                .to_vec(),
             false,
         ),
         // Long enough that the closed pipe is met while pinging.
         (
-            ["ping", "--count", "100000", "--interval_ms", "1", &echo_url].map(String::from).to_vec(),
+            ["ping", "--count", "100000", "--interval_ms", "1", &echo_url]
+                .map(String::from)
+                .to_vec(),
             false,
         ),
         (vec!["connect".into(), push_url.clone()], true),
         (
             [
-                "bench", "--count", "1000", "--round-trips", "10", "--connects", "2", "--seconds", "5",
+                "bench",
+                "--count",
+                "1000",
+                "--round-trips",
+                "10",
+                "--connects",
+                "2",
+                "--seconds",
+                "5",
                 "--no-tls",
             ]
             .map(String::from)
@@ -199,7 +214,10 @@ fn zeros_non_numbers_and_negative_numbers_are_usage_errors_naming_the_flag() {
         (vec!["connect", "--timeout", "0", u], "--timeout"),
         (vec!["autobahn", "--timeout", "0", "--url", u], "--timeout"),
         (vec!["receive", "--max-size", "0", u], "--max-size"),
-        (vec!["send", "--ack-timeout", "0", u, "/dev/null"], "--ack-timeout"),
+        (
+            vec!["send", "--ack-timeout", "0", u, "/dev/null"],
+            "--ack-timeout",
+        ),
         // Not numbers.
         (vec!["bench", "--count", "many"], "--count"),
         (vec!["ping", "--count", "x", u], "--count"),
@@ -241,25 +259,70 @@ fn a_negative_number_after_a_space_is_a_usage_error_naming_the_flag() {
 fn both_spellings_of_flags_and_sub_commands_work() {
     let push = Server::start(&["push_server", "-q", "--send-msg", "dash"]);
     let ran = run(&["cat", "-n", "--max_messages", "2", &push.url("/")], "");
-    assert_eq!((ran.code, ran.out()), (Some(0), "dash\ndash\n".into()), "{}", ran.stderr);
+    assert_eq!(
+        (ran.code, ran.out()),
+        (Some(0), "dash\ndash\n".into()),
+        "{}",
+        ran.stderr
+    );
     let ran = run(&["cat", "-n", "--max-messages", "1", &push.url("/")], "");
-    assert_eq!((ran.code, ran.out()), (Some(0), "dash\n".into()), "{}", ran.stderr);
+    assert_eq!(
+        (ran.code, ran.out()),
+        (Some(0), "dash\n".into()),
+        "{}",
+        ran.stderr
+    );
     let underscore = Server::start(&["push-server", "-q", "--send_msg", "under"]);
-    let ran = run(&["echo-client", "-m", "--msg-count", "7", &underscore.url("/")], "");
+    let ran = run(
+        &["echo-client", "-m", "--msg-count", "7", &underscore.url("/")],
+        "",
+    );
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert!(ran.out().contains("messages received: 7 total in"), "{}", ran.out());
-    let ran = run(&["echo_client", "-m", "--msg_count", "5", &underscore.url("/")], "");
-    assert!(ran.out().contains("messages received: 5 total in"), "{}", ran.out());
+    assert!(
+        ran.out().contains("messages received: 7 total in"),
+        "{}",
+        ran.out()
+    );
+    let ran = run(
+        &["echo_client", "-m", "--msg_count", "5", &underscore.url("/")],
+        "",
+    );
+    assert!(
+        ran.out().contains("messages received: 5 total in"),
+        "{}",
+        ran.out()
+    );
     let echo = Server::start(&["echo-server", "-q"]);
-    let ran = run(&["echo_client", "--send-msg", "hi", "--msg-count", "3", &echo.url("/")], "");
-    assert!(ran.out().contains("messages received: 3 total in"), "{} {}", ran.out(), ran.stderr);
+    let ran = run(
+        &[
+            "echo_client",
+            "--send-msg",
+            "hi",
+            "--msg-count",
+            "3",
+            &echo.url("/"),
+        ],
+        "",
+    );
+    assert!(
+        ran.out().contains("messages received: 3 total in"),
+        "{} {}",
+        ran.out(),
+        ran.stderr
+    );
     let ran = run(&["cat", &echo.url("/")], "both\n");
     assert_eq!(ran.out(), "both\n", "{}", ran.stderr);
 }
 
 #[test]
 fn bad_urls_tls_combinations_and_missing_files_are_usage_errors() {
-    for url in ["nope://x", "ws://127.0.0.1:99999/", "ws://", "ws://host with space/", ""] {
+    for url in [
+        "nope://x",
+        "ws://127.0.0.1:99999/",
+        "ws://",
+        "ws://host with space/",
+        "",
+    ] {
         for sub in ["cat", "connect", "echo_client", "ping", "autoroute"] {
             let ran = run(&[sub, url], "");
             assert_eq!(ran.code, Some(2), "{sub} {url:?}: {}", ran.stderr);
@@ -273,8 +336,14 @@ fn bad_urls_tls_combinations_and_missing_files_are_usage_errors() {
         (vec!["echo_server", "--cert-file", "x"], "--tls"),
         (vec!["echo_server", "--key-file", "x"], "--tls"),
         (vec!["echo_server", "--tls", "--cert-file", "x"], "--key-file"),
-        (vec!["cat", "--cert-file", "x", "wss://127.0.0.1:1/"], "--key-file"),
-        (vec!["cat", "--key-file", "x", "wss://127.0.0.1:1/"], "--cert-file"),
+        (
+            vec!["cat", "--cert-file", "x", "wss://127.0.0.1:1/"],
+            "--key-file",
+        ),
+        (
+            vec!["cat", "--key-file", "x", "wss://127.0.0.1:1/"],
+            "--cert-file",
+        ),
         (vec!["listen", "--broadcast", "--oneshot"], "--oneshot"),
         (vec!["cat", "-b", "--raw", "ws://127.0.0.1:1/"], "--raw"),
         (vec!["cat", "-n", "-E", "ws://127.0.0.1:1/"], "--exit-on-eof"),
@@ -286,7 +355,12 @@ fn bad_urls_tls_combinations_and_missing_files_are_usage_errors() {
     // A missing CA file is named, before any connection is tried.
     let port = free_port();
     let ran = run(
-        &["cat", "--ca-file", "/nonexistent", &format!("wss://127.0.0.1:{port}/")],
+        &[
+            "cat",
+            "--ca-file",
+            "/nonexistent",
+            &format!("wss://127.0.0.1:{port}/"),
+        ],
         "",
     );
     assert_eq!(ran.code, Some(2), "{}", ran.stderr);
@@ -296,13 +370,30 @@ fn bad_urls_tls_combinations_and_missing_files_are_usage_errors() {
 #[test]
 fn help_of_every_sub_command_exits_0() {
     let subs = [
-        "echo_server", "echo_client", "push_server", "cat", "listen", "bench", "broadcast_server",
-        "transfer", "send", "receive", "ping", "autoroute", "autobahn", "connect", "chat",
+        "echo_server",
+        "echo_client",
+        "push_server",
+        "cat",
+        "listen",
+        "bench",
+        "broadcast_server",
+        "transfer",
+        "send",
+        "receive",
+        "ping",
+        "autoroute",
+        "autobahn",
+        "connect",
+        "chat",
     ];
     for sub in subs {
         let ran = run(&[sub, "--help"], "");
         assert_eq!(ran.code, Some(0), "{sub} --help: {}", ran.stderr);
-        assert!(ran.out().contains(&format!("Usage: ws {sub}")), "{sub}: {}", ran.out());
+        assert!(
+            ran.out().contains(&format!("Usage: ws {sub}")),
+            "{sub}: {}",
+            ran.out()
+        );
         let other = sub.replace('_', "-");
         let ran = run(&["help", &other], "");
         assert_eq!(ran.code, Some(0), "help {other}: {}", ran.stderr);
@@ -361,7 +452,12 @@ fn ten_mib_of_random_bytes_through_echo_server_and_listen_unchanged() {
     let ran = run_bytes(&["cat", "-b", &listen.url("/")], &data, Duration::from_secs(30));
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let status = listen.proc.finish(Duration::from_secs(10));
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", listen.proc.err.text());
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        listen.proc.err.text()
+    );
     same_bytes("listen -b", &listen.proc.out.bytes(), &data);
 }
 
@@ -399,7 +495,10 @@ fn max_messages_is_exact_and_exit_on_eof_is_immediate() {
     let status = p.wait_exit(Duration::from_secs(3));
     let took = closed.elapsed();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", p.err.text());
-    assert!(took < Duration::from_secs(1), "-E took {took:?} after stdin ended");
+    assert!(
+        took < Duration::from_secs(1),
+        "-E took {took:?} after stdin ended"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -419,11 +518,18 @@ fn listen_serves_one_client_at_a_time_by_default() {
     let mut to_clients = listen.proc.stdin.take().unwrap();
     to_clients.write_all(b"one\n").unwrap();
     a.stdin.as_mut().unwrap().write_all(b"from a\n").unwrap();
-    assert!(a.out.wait_for("one\n", 1, Duration::from_secs(5)), "a: {}", a.err.text());
+    assert!(
+        a.out.wait_for("one\n", 1, Duration::from_secs(5)),
+        "a: {}",
+        a.err.text()
+    );
     assert!(listen.proc.out.wait_for("from a\n", 1, Duration::from_secs(5)));
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(b.out.text(), "", "b is not served while a is");
-    assert!(!listen.proc.out.text().contains("from b"), "b is not read while a is served");
+    assert!(
+        !listen.proc.out.text().contains("from b"),
+        "b is not read while a is served"
+    );
     // a leaves; b's turn.
     drop(a.stdin.take());
     assert_eq!(a.finish(Duration::from_secs(5)).and_then(|s| s.code()), Some(0));
@@ -433,7 +539,11 @@ fn listen_serves_one_client_at_a_time_by_default() {
         listen.proc.out.text()
     );
     to_clients.write_all(b"two\n").unwrap();
-    assert!(b.out.wait_for("two\n", 1, Duration::from_secs(5)), "b: {}", b.err.text());
+    assert!(
+        b.out.wait_for("two\n", 1, Duration::from_secs(5)),
+        "b: {}",
+        b.err.text()
+    );
     assert_eq!(b.out.text(), "two\n");
     assert_eq!(listen.proc.out.text(), "from a\nfrom b\n");
 }
@@ -445,21 +555,35 @@ fn listen_broadcast_serves_every_client_at_once() {
     let a = Proc::client(&["cat", &url]);
     let b = Proc::client(&["cat", &url]);
     assert!(
-        listen.proc.err.wait_for("(2 connected)", 1, Duration::from_secs(5)),
+        listen
+            .proc
+            .err
+            .wait_for("(2 connected)", 1, Duration::from_secs(5)),
         "{}",
         listen.proc.err.text()
     );
     let mut to_clients = listen.proc.stdin.take().unwrap();
     to_clients.write_all(b"hello all\n").unwrap();
     for (name, c) in [("a", &a), ("b", &b)] {
-        assert!(c.out.wait_for("hello all\n", 1, Duration::from_secs(5)), "{name}: {}", c.err.text());
-        c.stdin.as_ref().unwrap().write_all(format!("from {name}\n").as_bytes()).unwrap();
+        assert!(
+            c.out.wait_for("hello all\n", 1, Duration::from_secs(5)),
+            "{name}: {}",
+            c.err.text()
+        );
+        c.stdin
+            .as_ref()
+            .unwrap()
+            .write_all(format!("from {name}\n").as_bytes())
+            .unwrap();
     }
     assert!(listen.proc.out.wait_for("from a\n", 1, Duration::from_secs(5)));
     assert!(listen.proc.out.wait_for("from b\n", 1, Duration::from_secs(5)));
     // End of stdin: every client closed, listen exits.
     drop(to_clients);
-    assert_eq!(listen.proc.finish(Duration::from_secs(5)).and_then(|s| s.code()), Some(0));
+    assert_eq!(
+        listen.proc.finish(Duration::from_secs(5)).and_then(|s| s.code()),
+        Some(0)
+    );
 }
 
 #[test]
@@ -476,9 +600,17 @@ fn listen_oneshot_turns_others_away_at_once_and_exits_after_the_first() {
     let took = started.elapsed();
     // The first client is still served: listen is still there.
     first.stdin.as_mut().unwrap().write_all(b"still here\n").unwrap();
-    assert!(listen.proc.out.wait_for("still here\n", 1, Duration::from_secs(5)));
+    assert!(
+        listen
+            .proc
+            .out
+            .wait_for("still here\n", 1, Duration::from_secs(5))
+    );
     drop(first.stdin.take());
-    assert_eq!(first.finish(Duration::from_secs(5)).and_then(|s| s.code()), Some(0));
+    assert_eq!(
+        first.finish(Duration::from_secs(5)).and_then(|s| s.code()),
+        Some(0)
+    );
     assert_eq!(
         listen.proc.finish(Duration::from_secs(5)).and_then(|s| s.code()),
         Some(0),
@@ -530,7 +662,13 @@ fn connect_backs_off_on_every_reconnect() {
     assert_eq!(ran.code, Some(0), "{} {}", ran.out(), ran.stderr);
     let mut c = Proc::client(&["connect", "-d", &push.url("/1")]);
     let status = c.finish(Duration::from_secs(5));
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "stdin open: {} {}", c.out.text(), c.err.text());
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "stdin open: {} {}",
+        c.out.text(),
+        c.err.text()
+    );
     assert!(c.out.text().contains("received: yo"), "{}", c.out.text());
     let refusing = Server::start(&["echo_server", "-q", "--http_authorization_header", "Bearer k"]);
     let mut c = Proc::client(&["connect", "-d", &refusing.url("/")]);
@@ -547,9 +685,19 @@ fn autoroute_and_autobahn_say_what_they_waited_for() {
     let url = echo.url("/");
     let a = std::thread::spawn({
         let url = url.clone();
-        move || run_bytes(&["autoroute", "--timeout", "2", &url], b"", Duration::from_secs(10))
+        move || {
+            run_bytes(
+                &["autoroute", "--timeout", "2", &url],
+                b"",
+                Duration::from_secs(10),
+            )
+        }
     });
-    let b = run_bytes(&["autobahn", "--timeout", "2", "--url", &url], b"", Duration::from_secs(10));
+    let b = run_bytes(
+        &["autobahn", "--timeout", "2", "--url", &url],
+        b"",
+        Duration::from_secs(10),
+    );
     let a = a.join().unwrap();
     assert_eq!(a.code, Some(1), "{}", a.stderr);
     assert!(a.took < Duration::from_millis(3500), "{:?}", a.took);
@@ -563,5 +711,11 @@ fn autoroute_and_autobahn_say_what_they_waited_for() {
     let ran = run(&["autoroute", "--msg_count", "10", &with_query], "");
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(ran.out().contains("received 10 of 10 messages"), "{}", ran.out());
-    assert!(push.proc.err.wait_for("pushing 10 messages", 1, Duration::from_secs(2)), "{}", push.proc.err.text());
+    assert!(
+        push.proc
+            .err
+            .wait_for("pushing 10 messages", 1, Duration::from_secs(2)),
+        "{}",
+        push.proc.err.text()
+    );
 }

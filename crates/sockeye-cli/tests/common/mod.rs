@@ -184,9 +184,7 @@ pub(crate) fn sigint(pid: u32) {
 
 /// Sends SIGKILL to `pid`.
 pub(crate) fn sigkill(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status();
+    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
 }
 
 /// A server sub-command on a port; returned once it says it is listening.
@@ -221,7 +219,10 @@ impl Server {
         let up = proc.err.wait_for("listening", 1, Duration::from_secs(10));
         if !up {
             let status = proc.child.try_wait().unwrap();
-            panic!("{args:?} on port {port} did not start ({status:?}): {}", proc.err.text());
+            panic!(
+                "{args:?} on port {port} did not start ({status:?}): {}",
+                proc.err.text()
+            );
         }
         Server { proc, port }
     }
