@@ -174,7 +174,7 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
 }
 
 fn server_sample(scenario: Scenario) -> Sample {
-    let mut note = String::new();
+    let note;
     let mut problem = None;
     let (took, code) = match scenario {
         Scenario::EchoServerUnderBinaryFlood => {
