@@ -69,7 +69,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
             Waited::Done => {}
             Waited::Stopped => {
                 started = false;
-                console.print("stopped: type /start to connect again".into())?;
+                console.note("stopped: type /start to connect again".into())?;
                 continue;
             }
             Waited::InputClosed => return Ok(()),
@@ -141,7 +141,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
             Waited::Done => {}
             Waited::Stopped => {
                 started = false;
-                console.print("stopped: type /start to connect again".into())?;
+                console.note("stopped: type /start to connect again".into())?;
             }
             Waited::InputClosed => return Ok(()),
         }
@@ -174,7 +174,7 @@ async fn while_disconnected<T>(
             line = console.next_line(), if read_input => match line {
                 None => return Ok((None, Waited::InputClosed)),
                 Some(line) if line.trim() == "/stop" => return Ok((None, Waited::Stopped)),
-                Some(_) => console.print("not connected: line not sent".into())?,
+                Some(_) => console.note("not connected: line not sent".into())?,
             },
         }
     }
@@ -190,7 +190,7 @@ async fn wait_for_start(console: &mut Console) -> Result<Waited, Failure> {
             None => Ok(Waited::InputClosed),
             Some(line) if line.trim() == "/start" => Ok(Waited::Done),
             Some(_) => {
-                console.print("stopped: type /start to connect again".into())?;
+                console.note("stopped: type /start to connect again".into())?;
                 Ok(Waited::Stopped)
             }
         },
@@ -228,7 +228,7 @@ fn refused_for_good(failure: &Failure) -> bool {
 }
 
 fn errln_console(console: &Console, line: String) -> Result<(), Failure> {
-    console.print(line)
+    console.note(line)
 }
 
 async fn session(ws: Client, console: &mut Console, args: &ConnectArgs) -> Result<Ended, Failure> {
@@ -282,7 +282,7 @@ async fn session(ws: Client, console: &mut Console, args: &ConnectArgs) -> Resul
                     let _ = writer.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
                     we_closed = Some(Ended::Stopped);
                 }
-                Some(line) if line.trim() == "/start" => console.print("already connected".into())?,
+                Some(line) if line.trim() == "/start" => console.note("already connected".into())?,
                 Some(line) => {
                     if let Err(e) = writer.send(line_message(line, args.binary)).await {
                         return Ok(Ended::Dropped(e.to_string()));
@@ -301,7 +301,7 @@ fn show(console: &Console, m: &Message, gunzip: bool) -> Result<(), Failure> {
             let payload = m.as_payload();
             if gunzip && payload.starts_with(&[0x1f, 0x8b]) {
                 let mut plain = Vec::new();
-                if flate2::read::MultiGzDecoder::new(&payload[..])
+                if flate2::read::MultiGzDecoder::new(payload)
                     .read_to_end(&mut plain)
                     .is_ok()
                 {

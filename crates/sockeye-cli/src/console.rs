@@ -109,6 +109,17 @@ impl Console {
         self.lines.recv().await
     }
 
+    /// Prints a diagnostic (reconnecting, not connected): above the prompt on a terminal, to
+    /// stderr otherwise, so that piped stdout carries only what the connection said.
+    pub(crate) fn note(&self, line: String) -> Result<(), Failure> {
+        if self.printer.is_some() {
+            self.print(line)
+        } else {
+            crate::output::errln!("{line}");
+            Ok(())
+        }
+    }
+
     /// Prints a line: above the prompt on a terminal, to stdout otherwise.
     pub(crate) fn print(&self, line: String) -> Result<(), Failure> {
         match &self.printer {

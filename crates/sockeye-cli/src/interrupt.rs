@@ -18,44 +18,69 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use crate::Failure;
 use crate::output::errln;
 
-/// How long a client interrupted by Ctrl-C waits for the peer's close reply before exiting:
-/// long enough for a close handshake on any sane network, short enough to feel immediate.
-pub(crate) const CLOSE_GRACE: Duration = Duration::from_millis(500);
+/// How long a client interrupted by Ctrl-C waits for the peer's close reply (and a server for
+/// its clients') before exiting: a close handshake takes one round trip, under 250 ms on all but
+/// satellite links; a reply stuck behind megabytes of a flood still in the socket is not worth
+/// waiting for when the user asked to stop. Exits land well within a second.
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_millis(250);
 
 fn token() -> &'static CancellationToken {
     static TOKEN: OnceLock<CancellationToken> = OnceLock::new();
     TOKEN.get_or_init(CancellationToken::new)
 }
 
-/// Starts the listener; call once, inside the runtime, before any work.
+/// Starts the listener; call once, inside the runtime, before any work. The handlers are
+/// installed before this returns (not when a task first runs), so a Ctrl-C pressed at any moment
+/// after start-up is heard.
 pub(crate) fn listen() {
-    tokio::spawn(async {
-        if next_signal().await.is_err() {
+    let mut signals = match Signals::install() {
+        Ok(signals) => signals,
+        Err(e) => {
+            errln!("ws: cannot listen for Ctrl-C: {e}");
             return;
         }
+    };
+    tokio::spawn(async move {
+        signals.next().await;
         tracing::info!("interrupted: closing");
         token().cancel();
-        if next_signal().await.is_ok() {
-            exit_now();
-        }
+        signals.next().await;
+        exit_now();
     });
 }
 
-/// SIGINT (Ctrl-C) or SIGTERM (`kill`, service managers).
-async fn next_signal() -> std::io::Result<()> {
+/// SIGINT (Ctrl-C) and SIGTERM (`kill`, service managers).
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut interrupt = signal(SignalKind::interrupt())?;
-        let mut terminate = signal(SignalKind::terminate())?;
-        tokio::select! {
-            _ = interrupt.recv() => Ok(()),
-            _ = terminate.recv() => Ok(()),
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Signals {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Signals {})
         }
     }
-    #[cfg(not(unix))]
-    {
-        tokio::signal::ctrl_c().await
+
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

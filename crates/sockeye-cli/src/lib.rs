@@ -46,7 +46,8 @@ pub fn command() -> clap::Command {
 }
 
 fn both_spellings(command: clap::Command) -> clap::Command {
-    let command = command.mut_args(|arg| {
+    // `--count -1` must reach the value parser (which names the flag), not look like a flag.
+    let command = command.allow_negative_numbers(true).mut_args(|arg| {
         let Some(long) = arg.get_long() else { return arg };
         let other = swap_separator(long);
         let known = arg

@@ -112,8 +112,13 @@ pub(crate) async fn listen(args: ListenArgs) -> Result<(), Failure> {
     } else {
         one_at_a_time(&mut arrivals, &args, &mut input, &mut output).await
     };
-    // Later clients find the channel closed and are turned away.
-    drop(arrivals);
+    // Later clients find the channel closed and are turned away; those still waiting for their
+    // turn are told the server is going away rather than left to find the socket closed.
+    arrivals.close();
+    while let Ok((mut ws, _)) = arrivals.try_recv() {
+        let frame = CloseFrame::new(CloseCode::GOING_AWAY, "ws listen is done");
+        let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
+    }
     // A graceful stop, not an abort: over HTTP/2 the connection's task still has the stream's
     // last frames (the close, END_STREAM) to write.
     shutdown.shutdown();
@@ -135,6 +140,10 @@ async fn one_at_a_time(
             return Ok(());
         };
         errln!("ws listen: {peer} connected");
+        if args.oneshot {
+            // Those who come later are turned away at once (1013), not kept waiting.
+            arrivals.close();
+        }
         let ended = pump(ws, &args.pipe, input, output).await?;
         errln!("ws listen: {peer} left");
         match ended {

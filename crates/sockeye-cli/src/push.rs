@@ -51,7 +51,7 @@ pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
                 sent += 1;
                 // Writing never reads: look at what the client sent now and then, or its close
                 // (Ctrl-C, --max-messages) would wait behind a flood that never stops.
-                if sent % LOOK_EVERY == 0 && client_left(&mut ws) {
+                if sent.is_multiple_of(LOOK_EVERY) && client_left(&mut ws) {
                     break;
                 }
             }

@@ -95,6 +95,9 @@ pub(crate) async fn bind(
     name: &str,
 ) -> Result<Server, Failure> {
     let (mut config, acceptor) = server_config(opts)?;
+    // Ctrl-C: every connection is sent 1001 and given this long to answer before the process
+    // exits — an operator's Ctrl-C is not a request to wait behind a client's backlog.
+    config.shutdown_timeout = crate::interrupt::CLOSE_GRACE;
     adjust(&mut config);
     let mut server = Server::from_listener(listen(opts).await?, config);
     let scheme = if acceptor.is_some() { "wss" } else { "ws" };

@@ -155,7 +155,8 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
             let nobody = format!("ws://127.0.0.1:{}/", free_port());
             let mut c = Proc::client(&["connect", &nobody]);
             assert!(
-                c.out.wait_for("reconnecting", 2, Duration::from_secs(5)),
+                // Diagnostics go to stderr when stdout is not a terminal.
+                c.err.wait_for("reconnecting", 2, Duration::from_secs(5)),
                 "connect did not retry: {} {}",
                 c.out.text(),
                 c.err.text()
