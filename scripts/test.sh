@@ -18,14 +18,16 @@ cargo check --quiet -p sockeye --no-default-features
 step "docs build without warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --all-features -p sockeye-proto -p sockeye
 step "unit, property, doc, loopback, fault and framework tests"
-cargo test --workspace --all-features
+# The ws tool's signal tests flood the client under test from a release build (the debug one
+# cannot push fast enough to keep a reader busy); the same build serves interop and Autobahn.
+cargo build --release --quiet -p sockeye-cli
+WS_FLOOD_BIN="$PWD/target/release/ws" cargo test --workspace --all-features
 step "fuzz targets: build, then run each for 20 s (bash fuzz/run.sh for the 10-minute runs)"
 bash fuzz/run.sh 20
 step "soak: 500 connections for 20 s (bash scripts/soak.sh for 10,000 connections, 10 minutes)"
 bash scripts/soak.sh 500 20
 step "Autobahn|Testsuite sections 1-10 through ws proxy_server (beside the benchmarks' smoke run)"
 bash conformance/install-wstest.sh
-cargo build --release --quiet -p sockeye-cli
 mkdir -p target/autobahn
 # About 15 s of wstest (one core at most); the smoke run's figures are not judged, so sharing the
 # machine with it costs nothing.
