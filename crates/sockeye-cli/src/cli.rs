@@ -307,6 +307,9 @@ pub struct AutobahnArgs {
     /// Give up when the server does not answer within this many seconds.
     #[arg(long, default_value_t = 10, value_parser = positive::<u64>)]
     pub timeout: u64,
+    /// Quiet: print nothing unless something fails.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
 }
 
 /// `bench`.
@@ -401,6 +404,10 @@ pub struct ClientOpts {
     /// The PEM private key of --cert-file.
     #[arg(long = "key-file", requires = "cert_file")]
     pub key_file: Option<std::path::PathBuf>,
+    /// Allowed TLS cipher suites, separated by ':' or ',': IANA names
+    /// (TLS_AES_128_GCM_SHA256) or OpenSSL ones (ECDHE-RSA-AES128-GCM-SHA256); DEFAULT for all.
+    #[arg(long, value_parser = crate::tls::cipher_list)]
+    pub ciphers: Option<crate::tls::CipherList>,
     /// Accept any server certificate (testing only).
     #[arg(short = 'k', long = "verify_none", visible_alias = "insecure")]
     pub verify_none: bool,
@@ -415,6 +422,9 @@ pub struct ClientOpts {
     /// for ws://; fails if the server does not offer it.
     #[arg(long)]
     pub http2: bool,
+    /// Write the process id to this file.
+    #[arg(long)]
+    pub pidfile: Option<std::path::PathBuf>,
 }
 
 impl ClientOpts {
@@ -430,10 +440,12 @@ impl ClientOpts {
             ca_file: None,
             cert_file: None,
             key_file: None,
+            ciphers: None,
             verify_none: false,
             disable_hostname_validation: false,
             proxy: None,
             http2: false,
+            pidfile: None,
         }
     }
 }

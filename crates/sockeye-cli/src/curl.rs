@@ -15,13 +15,14 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use sockeye::MaybeTlsStream;
-use sockeye::tls::rustls::{self, ClientConfig, SupportedCipherSuite};
+use sockeye::tls::rustls::{self, ClientConfig};
 use sockeye::tls::{ClientTlsOptions, TlsConnector};
 
 use crate::Failure;
 use crate::cli::positive;
 use crate::interrupt::unless_interrupted;
 use crate::output::{errln, outln};
+use crate::tls::{CipherList, cipher_list};
 
 /// `curl`.
 #[derive(Debug, Args)]
@@ -42,8 +43,14 @@ pub struct CurlArgs {
     pub url: Uri,
     /// Send this data with POST (as application/x-www-form-urlencoded unless -H sets a
     /// Content-Type); repeated, the parts are joined with '&'.
-    #[arg(short = 'd', long = "data", conflicts_with_all = ["form", "head"])]
+    #[arg(short = 'd', long = "data", conflicts_with_all = ["form", "head", "data_binary"])]
     pub data: Vec<String>,
+    /// Send this body with POST exactly as given (no joining); @FILE sends the file's bytes.
+    #[arg(long = "data-binary", conflicts_with_all = ["form", "head"])]
+    pub data_binary: Option<String>,
+    /// Compress the request body with gzip (Content-Encoding: gzip).
+    #[arg(long = "compress_request")]
+    pub compress_request: bool,
     /// A multipart/form-data field with POST: name=value, or name=@path to upload a file
     /// (repeatable).
     #[arg(short = 'F', long = "form", conflicts_with = "head")]
@@ -67,7 +74,7 @@ pub struct CurlArgs {
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     /// Ask for a compressed body (Accept-Encoding: gzip, deflate) and decode it.
-    #[arg(long)]
+    #[arg(long, visible_alias = "compressed")]
     pub compress: bool,
     /// Seconds allowed to connect (TCP and TLS handshake).
     #[arg(long = "connect-timeout", default_value_t = 60, value_parser = positive::<u64>)]
@@ -94,10 +101,6 @@ pub struct CurlArgs {
     pub ciphers: Option<CipherList>,
 }
 
-/// The cipher suites `--ciphers` allows.
-#[derive(Debug, Clone)]
-pub struct CipherList(Vec<SupportedCipherSuite>);
-
 /// An http:// or https:// URL with a host.
 fn http_url(s: &str) -> Result<Uri, String> {
     if !s.contains("://") {
@@ -113,72 +116,6 @@ fn http_url(s: &str) -> Result<Uri, String> {
         return Err("no host in the URL".into());
     }
     Ok(uri)
-}
-
-/// OpenSSL's names of the TLS 1.2 suites rustls implements (TLS 1.3 names are IANA's).
-const OPENSSL_NAMES: [(&str, &str); 6] = [
-    (
-        "ECDHE-ECDSA-AES128-GCM-SHA256",
-        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    ),
-    (
-        "ECDHE-ECDSA-AES256-GCM-SHA384",
-        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-    ),
-    (
-        "ECDHE-ECDSA-CHACHA20-POLY1305",
-        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-    (
-        "ECDHE-RSA-AES128-GCM-SHA256",
-        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    ),
-    (
-        "ECDHE-RSA-AES256-GCM-SHA384",
-        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-    ),
-    (
-        "ECDHE-RSA-CHACHA20-POLY1305",
-        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
-    ),
-];
-
-/// The IANA name of a suite (rustls spells TLS 1.3 ones `TLS13_…`).
-fn iana_name(suite: &SupportedCipherSuite) -> String {
-    format!("{:?}", suite.suite()).replacen("TLS13_", "TLS_", 1)
-}
-
-fn cipher_list(s: &str) -> Result<CipherList, String> {
-    let all = rustls::crypto::aws_lc_rs::ALL_CIPHER_SUITES;
-    let names: Vec<&str> = s.split([':', ',', ' ']).filter(|n| !n.is_empty()).collect();
-    if names.is_empty() || names.iter().any(|n| n.eq_ignore_ascii_case("DEFAULT")) {
-        return Ok(CipherList(all.to_vec()));
-    }
-    let mut chosen = Vec::new();
-    for name in names {
-        let iana = OPENSSL_NAMES
-            .iter()
-            .find(|(openssl, _)| openssl.eq_ignore_ascii_case(name))
-            .map_or(name, |(_, iana)| iana)
-            .replacen("TLS13_", "TLS_", 1);
-        let Some(suite) = all
-            .iter()
-            .find(|suite| iana_name(suite).eq_ignore_ascii_case(&iana))
-        else {
-            let known: Vec<String> = all.iter().map(iana_name).collect();
-            return Err(format!(
-                "unknown cipher suite {name:?}; known: {}",
-                known.join(":")
-            ));
-        };
-        if !chosen
-            .iter()
-            .any(|c: &SupportedCipherSuite| c.suite() == suite.suite())
-        {
-            chosen.push(*suite);
-        }
-    }
-    Ok(CipherList(chosen))
 }
 
 /// Runs `ws curl`.
@@ -220,11 +157,7 @@ impl ClientTls {
         }
         let config = match &self.ciphers {
             None => self.options.build()?,
-            Some(CipherList(suites)) => {
-                let mut provider = rustls::crypto::aws_lc_rs::default_provider();
-                provider.cipher_suites = suites.clone();
-                self.options.build_with_provider(Arc::new(provider))?
-            }
+            Some(ciphers) => self.options.build_with_provider(ciphers.provider())?,
         };
         Ok(self.built.get_or_init(|| config).clone())
     }
@@ -258,11 +191,27 @@ impl Plan {
             method = Method::POST;
             body = Bytes::from(args.data.join("&"));
             content_type = Some("application/x-www-form-urlencoded".to_string());
+        } else if let Some(data) = &args.data_binary {
+            method = Method::POST;
+            body = match data.strip_prefix('@') {
+                Some(path) => Bytes::from(read_arg_file("--data-binary", Path::new(path))?),
+                None => Bytes::from(data.clone().into_bytes()),
+            };
+            content_type = Some("application/x-www-form-urlencoded".to_string());
         } else if !args.form.is_empty() {
             method = Method::POST;
             let boundary = format!("------------------------sockeye{:016x}", random_u64());
             body = Bytes::from(multipart(&args.form, &boundary)?);
             content_type = Some(format!("multipart/form-data; boundary={boundary}"));
+        }
+        if args.compress_request && !body.is_empty() {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            body = gz
+                .write_all(&body)
+                .and_then(|()| gz.finish())
+                .map(Bytes::from)
+                .map_err(|e| Failure::new(format!("cannot compress the request: {e}")))?;
+            headers.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
         }
         let has =
             |headers: &[(HeaderName, HeaderValue)], name: &HeaderName| headers.iter().any(|(n, _)| n == name);
@@ -684,16 +633,5 @@ mod tests {
         assert_eq!(r("//o:2/p"), "http://o:2/p");
         assert_eq!(r("https://s/"), "https://s/");
         assert!(resolve(&base, "ftp://x/").is_err());
-    }
-
-    #[test]
-    fn cipher_names_map_to_suites() {
-        let names = |s| cipher_list(s).map(|l| l.0.iter().map(iana_name).collect::<Vec<_>>());
-        assert_eq!(
-            names("ECDHE-RSA-AES128-GCM-SHA256:TLS_AES_256_GCM_SHA384").unwrap_or_default(),
-            ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384"]
-        );
-        assert!(names("RC4-MD5").is_err());
-        assert_eq!(names("DEFAULT").map(|l| l.len()).unwrap_or_default(), 9);
     }
 }

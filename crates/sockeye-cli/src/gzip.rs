@@ -29,6 +29,10 @@ pub struct GzipArgs {
     /// Overwrite FILE.gz if it exists.
     #[arg(short = 'f', long)]
     pub force: bool,
+    /// Compress the input this many times in memory first and print the time per run (a
+    /// benchmark, as in IXWebSocket), then write the result once.
+    #[arg(long = "run_count", default_value_t = 1, value_parser = crate::cli::positive::<u32>)]
+    pub run_count: u32,
 }
 
 /// `gunzip`.
@@ -60,7 +64,42 @@ enum Direction {
 
 /// Runs `ws gzip`.
 pub(crate) async fn gzip(args: GzipArgs) -> Result<(), Failure> {
+    if args.run_count > 1 {
+        benchmark(args.file.as_deref(), args.run_count)?;
+    }
     run(Direction::Compress, args.file, args.stdout, args.force).await
+}
+
+/// `--run_count N`: N compressions of the file in memory, timed.
+fn benchmark(file: Option<&std::path::Path>, runs: u32) -> Result<(), Failure> {
+    let Some(path) = file.filter(|p| p.as_os_str() != "-") else {
+        return Err(Failure::usage(
+            "--run_count needs a file (stdin can be read only once)",
+        ));
+    };
+    let data = std::fs::read(path).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    let started = std::time::Instant::now();
+    let mut size = 0;
+    for _ in 0..runs {
+        if crate::interrupt::is_requested() {
+            return Err(Failure::interrupted());
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let compressed = gz
+            .write_all(&data)
+            .and_then(|()| gz.finish())
+            .map_err(|e| Failure::new(format!("cannot compress: {e}")))?;
+        size = compressed.len();
+    }
+    let each = started.elapsed().as_secs_f64() / f64::from(runs);
+    crate::output::errln!(
+        "{}: {} -> {size} bytes, {runs} runs, {:.3} ms per run ({:.1} MB/s)",
+        path.display(),
+        data.len(),
+        each * 1e3,
+        data.len() as f64 / each.max(1e-9) / 1e6
+    );
+    Ok(())
 }
 
 /// Runs `ws gunzip`.

@@ -65,6 +65,9 @@ pub struct HttpdArgs {
     /// PEM private key for --tls.
     #[arg(long = "key-file", requires = "tls")]
     pub key_file: Option<PathBuf>,
+    /// Debug: print every request and its status to stderr (as -v does).
+    #[arg(short = 'D', long)]
+    pub debug: bool,
 }
 
 /// Files larger than this are sent as they are, never gzipped (that is done in memory).
@@ -77,6 +80,8 @@ type Body = BoxBody<Bytes, std::io::Error>;
 struct Site {
     root: PathBuf,
     redirect: Option<HeaderValue>,
+    /// `-D`: every request on stderr.
+    debug: bool,
 }
 
 /// Runs `ws httpd` until Ctrl-C.
@@ -114,7 +119,11 @@ pub(crate) async fn run(args: HttpdArgs) -> Result<(), Failure> {
     }
     let scheme = if acceptor.is_some() { "https" } else { "http" };
     errln!("ws httpd: listening on {scheme}://{}", listener.local_addr()?);
-    let site = Arc::new(Site { root, redirect });
+    let site = Arc::new(Site {
+        root,
+        redirect,
+        debug: args.debug,
+    });
     let stop = crate::interrupt::requested();
     tokio::pin!(stop);
     loop {
@@ -175,7 +184,16 @@ async fn respond(site: &Site, peer: SocketAddr, request: Request<Incoming>) -> R
         }
         None => serve(site, &request).await,
     };
-    tracing::info!(%peer, "{} {} {}", request.method(), request.uri(), response.status().as_u16());
+    if site.debug {
+        errln!(
+            "{peer}: {} {} {}",
+            request.method(),
+            request.uri(),
+            response.status().as_u16()
+        );
+    } else {
+        tracing::info!(%peer, "{} {} {}", request.method(), request.uri(), response.status().as_u16());
+    }
     response
 }
 

@@ -159,10 +159,14 @@ pub(crate) async fn autobahn(args: AutobahnArgs) -> Result<(), Failure> {
         Ok(None) => return Err(not_autobahn(format!("{probe} closed without a case count"))),
     };
     drop(ws);
-    outln!("{base}: {count} cases")?;
+    if !args.quiet {
+        outln!("{base}: {count} cases")?;
+    }
     let config = crate::tls::client_config(&client)?;
     unless_interrupted(sockeye_conformance::run_fuzzingserver_client(&base, &config)).await??;
-    outln!("{count} cases run; the fuzzingserver has written its report")?;
+    if !args.quiet {
+        outln!("{count} cases run; the fuzzingserver has written its report")?;
+    }
     Ok(())
 }
 

@@ -413,6 +413,25 @@ fn curl_posts_form_data_and_multipart() {
     let out = run(&["curl", "-d", "{}", "-H", "Content-Type: application/json", &url]);
     assert_eq!(text(&out.stdout), "POST /submit?x=1\napplication/json\n\n{}");
 
+    // --data-binary: the file's bytes as they are; --compress_request gzips them on the way.
+    let dir = TempDir::new("data-binary");
+    let payload = binary(3000);
+    let file = dir.write("payload.bin", &payload);
+    let at_file = format!("@{}", file.display());
+    let out = run(&["curl", "--data-binary", &at_file, &url]);
+    ok(&out);
+    let head = b"POST /submit?x=1\napplication/x-www-form-urlencoded\n\n";
+    assert!(out.stdout.starts_with(head) && out.stdout[head.len()..] == payload[..]);
+    let out = run(&["curl", "--data-binary", &at_file, "--compress_request", &url]);
+    ok(&out);
+    let mut unzipped = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&out.stdout[head.len()..]),
+        &mut unzipped,
+    )
+    .unwrap();
+    assert!(unzipped == payload, "the server got the gzip of the file");
+
     let dir = TempDir::new("form");
     let upload = dir.write("up load.bin", &binary(1000));
     let out = run(&[
