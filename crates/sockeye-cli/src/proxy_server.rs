@@ -12,10 +12,13 @@
 //! connection over after its `101`), so the client's subprotocol offer is forwarded upstream but
 //! the upstream's choice cannot be named in the client's `101`.
 //!
-//! The library answers a close frame, or fails a connection that breaks the protocol, the moment
-//! it reads it; so messages still on their way back from the upstream when a client closes (or
-//! breaks the protocol) are not delivered to that client. A direct echo server would have sent
-//! them first. Holding the answer until the upstream has answered needs a library hook.
+//! Closing is end to end too: both sides run with the library's `auto_close_reply` off, so a
+//! close from one side is forwarded to the other and answered only with the other side's answer
+//! — what the upstream still sends after a client's close (the echoes of its last messages)
+//! reaches the client before the close, as from a direct server (RFC 6455 §5.5.1 lets an
+//! endpoint finish what it is sending before it answers; the library answers by itself if the
+//! other side takes longer than the close timeout). A side that breaks the protocol is failed at
+//! once (§7.1.7), with what was still on its way to it lost: that is what failing means.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -205,6 +208,8 @@ impl Upstream {
         let mut config = Config::default();
         config.protocol.max_message_size = args.max_message_size;
         config.protocol.max_frame_size = args.max_message_size;
+        // The upstream's close is answered with the client's answer (see the module's docs).
+        config.protocol.auto_close_reply = false;
         // A reverse proxy reaches its upstreams directly, whatever http_proxy says.
         config.proxy = sockeye::proxy::ProxyConfig::Direct;
         if routes.any_secure() {
@@ -240,6 +245,8 @@ pub(crate) async fn server(args: ProxyServerArgs) -> Result<(), Failure> {
         |c| {
             c.protocol.max_message_size = max;
             c.protocol.max_frame_size = max;
+            // The client's close is answered with the upstream's answer (see the module's docs).
+            c.protocol.auto_close_reply = false;
         },
         "proxy_server",
     )
@@ -471,8 +478,9 @@ where
                 }
             }
             Some(Ok(Message::Close(frame))) => {
-                // Forwarded at once; the library has answered `from` already, and its stream
-                // ends next.
+                // Forwarded at once. If `from` closed first, its answer is owed: `to`'s answer,
+                // forwarded by the other relay, completes it; if this is `from`'s answer to a
+                // close forwarded to it, it completes `to`'s handshake. `from` ends next.
                 if to_open && close.is_none() {
                     let _ = to.close(frame.clone()).await;
                 }

@@ -26,6 +26,17 @@ pub struct Config {
     /// Answer every ping with a pong automatically (RFC 6455 §5.5.2). Default true; the ping is
     /// still delivered to the application.
     pub auto_pong: bool,
+    /// Answer the peer's close frame at once (RFC 6455 §5.5.1), echoing its code. Default true.
+    ///
+    /// `false` leaves the answer to the application, as §5.5.1 allows ("an endpoint MAY delay
+    /// sending a Close frame until its current message is sent"): the peer's close is delivered
+    /// as `Message::Close` and the connection stays writable — the application may still send
+    /// messages, then answers with [`Connection::close`](crate::Connection::close). A proxy
+    /// needs this: the client's close is forwarded upstream, and what the upstream still sends
+    /// reaches the client before the answer. If the application has not answered within
+    /// [`close_timeout`](Self::close_timeout), the engine answers itself. Input after the peer's
+    /// close is discarded unread (the peer may send nothing more, §5.5.1).
+    pub auto_close_reply: bool,
     /// The largest HTTP head (request or response line plus headers) accepted during the opening
     /// handshake, in bytes. Default 16 KiB, like common HTTP servers.
     pub max_handshake_size: usize,
@@ -63,6 +74,7 @@ impl Default for Config {
             max_message_size: 64 << 20,
             max_frame_size: 64 << 20,
             auto_pong: true,
+            auto_close_reply: true,
             max_handshake_size: 16 << 10,
             max_handshake_headers: 64,
             zero_copy_threshold: 16 << 10,

@@ -160,6 +160,9 @@ pub struct Connection {
     role: Role,
     config: Config,
     state: CloseState,
+    /// The peer closed first and, with `auto_close_reply` off, the application has yet to answer:
+    /// the echo the engine sends if the close deadline passes first. Data may still be sent.
+    reply_owed: Option<Option<CloseFrame>>,
     read_buf: BytesMut,
     incoming: Option<IncomingFrame>,
     reassembly: Option<Reassembly>,
@@ -230,6 +233,7 @@ impl Connection {
             role,
             config,
             state: CloseState::Open,
+            reply_owed: None,
             read_buf: BytesMut::new(),
             incoming: None,
             reassembly: None,
@@ -300,6 +304,7 @@ impl Connection {
     pub fn transport_closed(&mut self) {
         self.transport = Transport::Closed;
         self.state = CloseState::Closed;
+        self.reply_owed = None;
         self.close_deadline = None;
         self.keepalive = None;
         self.read_buf = BytesMut::new();
@@ -345,6 +350,15 @@ impl Connection {
         if let Some(deadline) = &mut self.close_deadline {
             deadline.arm(now);
             if matches!(*deadline, Deadline::At(at) if at <= now) && self.transport != Transport::Closed {
+                if let Some(echo) = self.reply_owed.take() {
+                    // The application kept the peer waiting too long: answer for it, and give
+                    // the transport a close deadline of its own.
+                    self.encode_close(echo.as_ref());
+                    self.close_deadline = None;
+                    self.start_close_deadline();
+                    self.end(self.after_close_handshake());
+                    return;
+                }
                 // A finished handshake whose peer never closed the transport is no error.
                 if self.state != CloseState::Closed {
                     self.error.get_or_insert(Error::Timeout("close"));
@@ -393,6 +407,22 @@ impl Connection {
                 k.input_seen = true;
             }
         }
+    }
+
+    /// §7.1.1: once both close frames are sent, the server closes the transport first, the
+    /// client waits (up to the close deadline) for it to.
+    fn after_close_handshake(&self) -> Transport {
+        match self.role {
+            Role::Server => Transport::Finish,
+            Role::Client => Transport::Open,
+        }
+    }
+
+    /// Whether data may be sent: the connection is open, or the peer closed first and the
+    /// application has yet to answer.
+    #[inline]
+    fn sendable(&self) -> bool {
+        self.state == CloseState::Open || self.reply_owed.is_some()
     }
 
     /// Moves to `Closed` and asks the transport for `transport`.
@@ -452,7 +482,8 @@ impl Connection {
         if self.transport == Transport::Closed {
             return None;
         }
-        let abnormal = self.state != CloseState::Closed;
+        // A peer that closed first and then the transport, before our answer, closed cleanly.
+        let abnormal = self.state != CloseState::Closed && self.reply_owed.take().is_none();
         if abnormal {
             self.error.get_or_insert(Error::AbnormalClosure);
         }
@@ -475,8 +506,9 @@ impl Connection {
             return Ok(Some(message));
         }
         loop {
-            if self.state == CloseState::Closed {
-                // §7.1.7: after failing, and after the closing handshake, input is not processed.
+            if self.state == CloseState::Closed || self.reply_owed.is_some() {
+                // §7.1.7: after failing, and after the closing handshake, input is not processed
+                // (nor after the peer's close, which nothing may follow, §5.5.1).
                 // Drop it as it arrives, so that a peer that keeps sending costs no memory.
                 self.read_buf.clear();
                 self.incoming = None;
@@ -664,19 +696,19 @@ impl Connection {
                 // A malformed close fails the connection: our close carries the error's code.
                 let frame = CloseFrame::parse(payload).map_err(|v| self.fail(v))?;
                 let was = self.state;
-                if was == CloseState::Open {
-                    // §5.5.1: reply with a close frame, echoing the status code.
-                    let reply = frame.as_ref().map(|f| CloseFrame::new(f.code, ""));
-                    self.encode_close(reply.as_ref());
-                }
-                // §7.1.1: the handshake is done; the server closes the transport first, the
-                // client waits (up to the close deadline) for it to.
+                // §5.5.1: reply with a close frame, echoing the status code.
+                let echo = frame.as_ref().map(|f| CloseFrame::new(f.code, ""));
                 self.start_close_deadline();
-                let transport = match self.role {
-                    Role::Server => Transport::Finish,
-                    Role::Client => Transport::Open,
-                };
-                self.end(transport);
+                if was == CloseState::Open && !self.config.auto_close_reply {
+                    // The application answers (or the close deadline does).
+                    self.state = CloseState::Closing;
+                    self.reply_owed = Some(echo);
+                    return Ok(Some(Message::Close(frame)));
+                }
+                if was == CloseState::Open {
+                    self.encode_close(echo.as_ref());
+                }
+                self.end(self.after_close_handshake());
                 Ok(Some(Message::Close(frame)))
             }
             OpCode::Text | OpCode::Binary | OpCode::Continuation => self.on_data(header, payload),
@@ -762,7 +794,7 @@ impl Connection {
     }
 
     fn fail_with(&mut self, code: CloseCode, error: Error) -> Error {
-        if self.state == CloseState::Open {
+        if self.state == CloseState::Open || self.reply_owed.take().is_some() {
             self.encode_close(Some(&CloseFrame::new(code, "")));
         }
         if self.state != CloseState::Closed {
@@ -782,7 +814,7 @@ impl Connection {
         // message from a server (unmasked, not compressed) on an open connection.
         if let Message::Text(_) | Message::Binary(_) = &message
             && self.mask_keys.is_none()
-            && self.state == CloseState::Open
+            && self.sendable()
             && self.sending_fragmented.is_none()
         {
             let payload = message.as_payload();
@@ -804,7 +836,7 @@ impl Connection {
         }
         match message {
             Message::Close(frame) => return self.close(frame),
-            _ if self.state != CloseState::Open => return Err(Error::Closed),
+            _ if !self.sendable() => return Err(Error::Closed),
             Message::Ping(p) | Message::Pong(p) if p.len() > MAX_CONTROL_PAYLOAD => {
                 return Err(Error::InvalidInput("control frame payload longer than 125 bytes"));
             }
@@ -825,7 +857,7 @@ impl Connection {
     /// calls continue it (their `kind` must match), and `fin` ends it. Control messages may be sent
     /// between fragments. A text message's fragments may split code points; the whole must be UTF-8.
     pub fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
-        if self.state != CloseState::Open {
+        if !self.sendable() {
             return Err(Error::Closed);
         }
         let opcode = match self.sending_fragmented {
@@ -843,6 +875,8 @@ impl Connection {
 
     /// Starts the closing handshake (§7.1.2): queues a close frame and waits for the peer's. `None`
     /// sends a close frame without a status code. Calling it again while closing does nothing.
+    /// With [`Config::auto_close_reply`] off and the peer's close received, this is the answer
+    /// that completes the handshake.
     pub fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
         if let Some(f) = &frame {
             if !f.code.is_sendable() {
@@ -852,7 +886,11 @@ impl Connection {
                 return Err(Error::InvalidInput("close reason longer than 123 bytes"));
             }
         }
-        if self.state == CloseState::Open {
+        if self.reply_owed.take().is_some() {
+            // The answer to the peer's close: the handshake is done.
+            self.encode_close(frame.as_ref());
+            self.end(self.after_close_handshake());
+        } else if self.state == CloseState::Open {
             self.encode_close(frame.as_ref());
             self.state = CloseState::Closing;
             self.start_close_deadline();

@@ -251,3 +251,106 @@ fn a_timer_started_between_ticks_is_due_at_once() {
     assert_eq!(p.client.poll_timeout(), Some(p.now + CLOSE));
     assert_eq!(p.client.transport(), Transport::Open);
 }
+
+/// A pair whose server answers the client's close itself (`auto_close_reply: false`), as a
+/// proxy does.
+fn pair_with_held_reply() -> Pair {
+    let mut p = Pair::new(false, false);
+    // The client waits longer than the server holds, so that it hears the late answer.
+    let mut patient = config(false);
+    patient.close_timeout = CLOSE * 2;
+    p.client = Connection::client(patient, insecure_mask_keys_for_tests(7));
+    p.client.handle_timeout(p.now);
+    let mut c = config(false);
+    c.auto_close_reply = false;
+    p.server = Connection::server(c);
+    p.server.handle_timeout(p.now);
+    p
+}
+
+#[test]
+fn a_held_close_answer_lets_the_last_messages_through_first() {
+    let mut p = pair_with_held_reply();
+    p.client
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "done")))
+        .unwrap();
+    p.deliver();
+    assert!(matches!(p.at_server.last(), Some(Message::Close(Some(f))) if f.code == CloseCode::NORMAL));
+    assert_eq!(p.server.close_state(), CloseState::Closing);
+    assert_eq!(
+        p.server.transport(),
+        Transport::Open,
+        "nothing ends before the answer"
+    );
+    // What the server still had to say (a proxy: the upstream's last echoes) goes out first.
+    p.server.send(Message::text("late 1")).unwrap();
+    p.server.send(Message::binary(vec![7u8; 300])).unwrap();
+    p.server
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "upstream done")))
+        .unwrap();
+    assert_eq!(p.server.send(Message::text("after")), Err(Error::Closed));
+    p.deliver();
+    let got: Vec<&Message> = p.at_client.iter().collect();
+    assert!(
+        matches!(got[0], Message::Text(t) if t.as_str() == "late 1"),
+        "{got:?}"
+    );
+    assert!(matches!(got[1], Message::Binary(b) if b.len() == 300), "{got:?}");
+    assert!(
+        matches!(got[2], Message::Close(Some(f)) if f.reason == "upstream done"),
+        "the application's own answer: {got:?}"
+    );
+    assert_eq!(
+        p.server.transport(),
+        Transport::Finish,
+        "§7.1.1: the server closes TCP first"
+    );
+    assert!(p.client.is_closed() && p.server.is_closed());
+    assert_eq!(p.server.take_error(), None);
+    assert_eq!(p.client.take_error(), None);
+}
+
+#[test]
+fn a_held_close_answer_is_sent_by_the_engine_when_the_application_takes_too_long() {
+    let mut p = pair_with_held_reply();
+    p.client
+        .close(Some(CloseFrame::new(CloseCode(4000), "")))
+        .unwrap();
+    p.deliver();
+    assert_eq!(p.server.transport(), Transport::Open);
+    p.advance(CLOSE - Duration::from_millis(1), true);
+    assert!(p.at_client.is_empty(), "held until the deadline");
+    p.advance(Duration::from_millis(1), true);
+    // The deadline answers with the echo of the client's code and ends the handshake cleanly.
+    assert!(
+        matches!(p.at_client.last(), Some(Message::Close(Some(f))) if f.code == CloseCode(4000)),
+        "{:?}",
+        p.at_client
+    );
+    assert_eq!(p.server.transport(), Transport::Finish);
+    assert_eq!(p.server.take_error(), None);
+    assert_eq!(p.client.take_error(), None);
+}
+
+#[test]
+fn input_after_a_held_close_is_discarded_and_eof_is_no_error() {
+    let mut p = pair_with_held_reply();
+    p.client.close(None).unwrap();
+    p.deliver();
+    // A peer that breaks §5.5.1 by sending after its close is not heard.
+    p.server.receive(&[0x81, 0x85, 1, 2, 3, 4, 0, 0, 0, 0, 0]);
+    assert_eq!(p.server.poll_message(), Ok(None));
+    // The client gives up and closes TCP before the answer: it did close first, cleanly.
+    assert_eq!(p.server.receive_eof(), None);
+    assert_eq!(p.server.take_error(), None);
+}
+
+#[test]
+fn by_default_the_close_is_answered_at_once() {
+    let mut p = Pair::new(false, false);
+    p.client.close(None).unwrap();
+    p.deliver();
+    assert!(p.server.is_closed());
+    assert_eq!(p.server.send(Message::text("late")), Err(Error::Closed));
+    assert!(matches!(p.at_client.last(), Some(Message::Close(None))));
+}

@@ -142,6 +142,14 @@ impl ConfigBuilder {
         self
     }
 
+    /// Answer the peer's close frame at once (default), or leave the answer to the
+    /// application, which may still send messages first (a proxy relaying its upstream's last
+    /// messages); see [`ProtocolConfig::auto_close_reply`](crate::ProtocolConfig::auto_close_reply).
+    pub fn auto_close_reply(mut self, on: bool) -> Self {
+        self.config.protocol.auto_close_reply = on;
+        self
+    }
+
     /// The largest HTTP head accepted in the opening handshake (default 16 KiB).
     pub fn max_handshake_size(mut self, bytes: usize) -> Self {
         self.config.protocol.max_handshake_size = bytes;

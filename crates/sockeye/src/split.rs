@@ -96,6 +96,14 @@ impl Wakers {
             w.wake_by_ref();
         }
     }
+
+    /// Wakes the receiving side (the sender's close answered a held close: the transport is for
+    /// the reader to finish, and it may be waiting for input that will never come).
+    pub(crate) fn wake_reader(&self) {
+        if let Some(w) = &self.reader {
+            w.wake_by_ref();
+        }
+    }
 }
 
 /// The receiving and the sending task, each registered by its own side.
@@ -249,7 +257,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
     /// arrives at the reader, which then ends: keep receiving until `None` to finish the
     /// closing handshake.
     pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
-        lock(&self.shared).connection_mut().close(frame)?;
+        lock(&self.shared).close_from_writer(frame)?;
         self.flush().await
     }
 

@@ -296,6 +296,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         &mut self.inner.conn
     }
 
+    /// The sending half's close. When it answers a close the peer sent first (held by
+    /// `auto_close_reply: false`), the handshake is over and the transport is for the receiving
+    /// half to finish: wake it, it may be waiting for input that will not come.
+    pub(crate) fn close_from_writer(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
+        self.inner.conn.close(frame)?;
+        if self.inner.conn.transport() != Transport::Open {
+            self.wakers.wake_reader();
+        }
+        Ok(())
+    }
+
     /// Queues messages until the queue reaches the high-water mark or they run out.
     pub(crate) fn queue_batch<I: Iterator<Item = impl Into<Message>>>(
         &mut self,
@@ -530,10 +541,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
     /// peer's reply arrives on the receiving side, which then ends.
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         let this = self.get_mut();
-        if this.inner.conn.close_state() == CloseState::Open {
-            this.inner
-                .conn
-                .close(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")))?;
+        // Also the answer to a peer's close held by `auto_close_reply: false`; a close already
+        // sent makes this do nothing.
+        if this.inner.conn.close_state() != CloseState::Closed {
+            this.close_from_writer(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")))?;
         }
         this.poll_write_out(cx)
     }

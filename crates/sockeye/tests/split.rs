@@ -450,3 +450,94 @@ async fn close_dropped_early_still_closes() {
     }
     assert!(matches!(rest[..], [Ok(Message::Close(None))]), "{rest:?}");
 }
+
+/// With `auto_close_reply(false)`, a server that received the client's close still sends what it
+/// had to say (a proxy: its upstream's last messages), then answers; the answer from the writing
+/// half ends the connection at once, though the reading half was waiting for input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_close_answer_sends_the_last_messages_first() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let held = Config::builder()
+            .deflate(None)
+            .keepalive(None)
+            .auto_close_reply(false)
+            .close_timeout(Duration::from_secs(10))
+            .build();
+        let (mut writer, mut reader) = WebSocket::from_upgraded(tcp, Role::Server, &held, &[], None).split();
+        let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
+        // Both halves in one task, the reader polled first (as a proxy relays both ways): the
+        // reader is parked on input when the writer's answer ends the handshake.
+        let reading = async move {
+            let mut closed_tx = Some(closed_tx);
+            let mut got = Vec::new();
+            while let Some(item) = reader.recv().await {
+                let message = item.unwrap();
+                if let Message::Close(frame) = &message {
+                    let _ = closed_tx.take().unwrap().send(frame.clone());
+                }
+                got.push(message);
+            }
+            got
+        };
+        let writing = async move {
+            let frame = closed_rx.await.unwrap();
+            writer.send(Message::text("late 1")).await.unwrap();
+            writer.send(Message::binary(vec![9u8; 1000])).await.unwrap();
+            writer.close(frame).await.unwrap();
+            assert!(writer.send(Message::text("after the answer")).await.is_err());
+        };
+        let (got, ()) =
+            tokio::time::timeout(Duration::from_secs(5), async { tokio::join!(reading, writing) })
+                .await
+                .unwrap();
+        got
+    });
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    // A client that would wait 10 s for the server to close TCP: it must not have to.
+    let patient = Config::builder()
+        .deflate(None)
+        .keepalive(None)
+        .close_timeout(Duration::from_secs(10))
+        .build();
+    let mut client = WebSocket::from_upgraded(tcp, Role::Client, &patient, &[], None);
+    client.send(Message::text("first")).await.unwrap();
+    let started = std::time::Instant::now();
+    client
+        .send(Message::Close(Some(sockeye::CloseFrame::new(
+            sockeye::CloseCode(4000),
+            "bye",
+        ))))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while let Some(item) = tokio::time::timeout(Duration::from_secs(5), client.recv())
+        .await
+        .unwrap()
+    {
+        got.push(item.unwrap());
+    }
+    let took = started.elapsed();
+    assert!(
+        matches!(&got[0], Message::Text(t) if t.as_str() == "late 1"),
+        "{got:?}"
+    );
+    assert!(
+        matches!(&got[1], Message::Binary(b) if b.len() == 1000),
+        "{got:?}"
+    );
+    assert!(
+        matches!(&got[2], Message::Close(Some(f)) if f.code == sockeye::CloseCode(4000)),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 3);
+    assert!(
+        took < Duration::from_secs(2),
+        "the server closed TCP at once: {took:?}"
+    );
+    let at_server = server.await.unwrap();
+    assert!(matches!(&at_server[0], Message::Text(t) if t.as_str() == "first"));
+    assert!(matches!(&at_server[1], Message::Close(Some(f)) if f.reason == "bye"));
+}
