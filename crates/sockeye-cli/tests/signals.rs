@@ -12,7 +12,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Proc, Server, distribution, free_port, sigint, ws};
+use common::{Proc, Server, distribution, free_port, sigint};
+
+/// The command under test, from the same binary as the flood: a release build when
+/// `WS_FLOOD_BIN` names one (CI does), so that the flood is what a user's `ws` pushes and reads
+/// (over 5M messages a second), not what a debug build manages.
+fn client(args: &[&str]) -> Proc {
+    let mut cmd = std::process::Command::new(common::flood_bin());
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Proc::spawn_with(&mut cmd)
+}
 
 /// SIGINTs sent in one run, round-robin over the scenarios.
 const SIGNALS: usize = 100;
@@ -100,7 +112,7 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
     let mut problem = None;
     let (took, code) = match scenario {
         Scenario::EchoClientMute => {
-            let mut c = Proc::client(&["echo_client", "-m", &url]);
+            let mut c = client(&["echo_client", "-m", &url]);
             std::thread::sleep(busy);
             let r = interrupt(&mut c);
             c.finish(Duration::from_secs(1));
@@ -118,7 +130,7 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
             r
         }
         Scenario::CatNoClose => {
-            let mut cmd = ws();
+            let mut cmd = std::process::Command::new(common::flood_bin());
             cmd.args(["cat", "-n", &url])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -128,7 +140,7 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
             interrupt(&mut c)
         }
         Scenario::CatOpenStdin => {
-            let mut c = Proc::client(&["cat", &url]);
+            let mut c = client(&["cat", &url]);
             assert!(
                 c.out.wait_len(1000, Duration::from_secs(5)),
                 "cat printed nothing: {}",
@@ -138,7 +150,7 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
             interrupt(&mut c)
         }
         Scenario::ConnectNoReconnect => {
-            let mut c = Proc::client(&["connect", "-d", &url]);
+            let mut c = client(&["connect", "-d", &url]);
             assert!(
                 c.out.wait_for("received: yo", 100, Duration::from_secs(5)),
                 "connect -d did not receive: {}",
@@ -147,13 +159,13 @@ fn client_sample(scenario: Scenario, push: &Server) -> Sample {
             interrupt(&mut c)
         }
         Scenario::Autoroute => {
-            let mut c = Proc::client(&["autoroute", "--msg_count", "100000000", &url]);
+            let mut c = client(&["autoroute", "--msg_count", "100000000", &url]);
             std::thread::sleep(busy);
             interrupt(&mut c)
         }
         Scenario::ConnectInBackoff => {
             let nobody = format!("ws://127.0.0.1:{}/", free_port());
-            let mut c = Proc::client(&["connect", &nobody]);
+            let mut c = client(&["connect", &nobody]);
             assert!(
                 // Diagnostics go to stderr when stdout is not a terminal.
                 c.err.wait_for("reconnecting", 2, Duration::from_secs(5)),
@@ -179,8 +191,8 @@ fn server_sample(scenario: Scenario) -> Sample {
     let mut problem = None;
     let (took, code) = match scenario {
         Scenario::EchoServerUnderBinaryFlood => {
-            let mut server = Server::start(&["echo_server", "-q"]);
-            let mut c = Proc::client(&["cat", "-b", &server.url("/")]);
+            let mut server = Server::start_flood(&["echo_server", "-q"]);
+            let mut c = client(&["cat", "-b", &server.url("/")]);
             flood_stdin(c.stdin.take().unwrap(), true);
             assert!(
                 c.out.wait_len(1 << 20, Duration::from_secs(10)),
@@ -191,8 +203,8 @@ fn server_sample(scenario: Scenario) -> Sample {
             interrupt(&mut server.proc)
         }
         Scenario::PushServer => {
-            let mut server = Server::start(&["push_server", "-q"]);
-            let mut c = Proc::client(&["echo_client", "-m", &server.url("/")]);
+            let mut server = Server::start_flood(&["push_server", "-q"]);
+            let mut c = client(&["echo_client", "-m", &server.url("/")]);
             std::thread::sleep(Duration::from_millis(300));
             let r = interrupt(&mut server.proc);
             // The reader was busy: its summary (printed when the server's 1001 ends it) counts.
@@ -211,10 +223,10 @@ fn server_sample(scenario: Scenario) -> Sample {
             r
         }
         Scenario::BroadcastServer => {
-            let mut server = Server::start(&["broadcast_server", "-q"]);
-            let listener = Proc::client(&["cat", "-n", &server.url("/")]);
+            let mut server = Server::start_flood(&["broadcast_server", "-q"]);
+            let listener = client(&["cat", "-n", &server.url("/")]);
             std::thread::sleep(Duration::from_millis(200));
-            let mut speaker = Proc::client(&["cat", &server.url("/")]);
+            let mut speaker = client(&["cat", &server.url("/")]);
             flood_stdin(speaker.stdin.take().unwrap(), false);
             assert!(
                 listener.out.wait_len(10_000, Duration::from_secs(10)),
@@ -240,7 +252,7 @@ fn sigint_ends_every_long_running_command_within_one_second() {
     let push = Server::start_flood(&["push_server", "-q", "--send_msg", "yo"]);
     // The flood rate, for the record (the assertion is about the exit time).
     {
-        let mut c = Proc::client(&["echo_client", "-m", &push.url("/")]);
+        let mut c = client(&["echo_client", "-m", &push.url("/")]);
         assert!(
             c.out.wait_for("per second", 1, Duration::from_secs(5)),
             "{}",
