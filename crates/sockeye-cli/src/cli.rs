@@ -372,6 +372,10 @@ pub struct ServerOpts {
     /// PEM private key for --tls.
     #[arg(long = "key-file", requires = "tls")]
     pub key_file: Option<std::path::PathBuf>,
+    /// Allowed TLS cipher suites for --tls, separated by ':' or ',' (IANA or OpenSSL names;
+    /// DEFAULT for all).
+    #[arg(long, requires = "tls", value_parser = crate::tls::cipher_list)]
+    pub ciphers: Option<crate::tls::CipherList>,
 }
 
 /// How a client connects.

@@ -89,11 +89,12 @@ pub(crate) fn server_config(opts: &ServerOpts) -> Result<(Config, Option<TlsAcce
         let (Some(cert), Some(key)) = (&opts.cert_file, &opts.key_file) else {
             return Err(Failure::new("--tls needs --cert-file and --key-file"));
         };
-        Some(
-            ServerTls::from_pem_files(cert, key)
-                .map_err(|e| usage_file("--cert-file/--key-file", cert, e))?
-                .acceptor(),
-        )
+        let mut tls = ServerTls::from_pem_files(cert, key)
+            .map_err(|e| usage_file("--cert-file/--key-file", cert, e))?;
+        if let Some(ciphers) = &opts.ciphers {
+            tls = tls.with_provider(ciphers.provider())?;
+        }
+        Some(tls.acceptor())
     } else {
         None
     };

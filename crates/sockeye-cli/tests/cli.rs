@@ -424,3 +424,72 @@ fn ctrl_c_closes_every_connection_with_1001() {
         );
     }
 }
+
+#[test]
+fn wss_with_a_ca_file_insecure_mode_and_cipher_suites_on_both_sides() {
+    let dir = std::env::temp_dir().join(format!("ws-cli-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let cert_file = dir.join("cert.pem");
+    let key_file = dir.join("key.pem");
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let (cert_path, key_path) = (cert_file.to_str().unwrap(), key_file.to_str().unwrap());
+    // The server allows one TLS 1.3 suite only.
+    let server = Running::start(&[
+        "echo_server",
+        "-q",
+        "--tls",
+        "--cert-file",
+        cert_path,
+        "--key-file",
+        key_path,
+        "--ciphers",
+        "TLS_AES_128_GCM_SHA256",
+    ]);
+    let url = server.url("/").replace("ws://", "wss://");
+    let out = run(&["cat", "--ca-file", cert_path, &url], "over tls\n");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "over tls\n");
+    // The same suite asked by the client: fine; another one only: no handshake.
+    let out = run(
+        &[
+            "cat",
+            "--ca-file",
+            cert_path,
+            "--ciphers",
+            "TLS_AES_128_GCM_SHA256",
+            &url,
+        ],
+        "again\n",
+    );
+    assert_eq!(text(&out.stdout), "again\n", "{}", text(&out.stderr));
+    let out = run(
+        &[
+            "cat",
+            "--ca-file",
+            cert_path,
+            "--ciphers",
+            "TLS_AES_256_GCM_SHA384",
+            &url,
+        ],
+        "never\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).is_empty());
+    // Without the CA the certificate is refused; -k accepts it.
+    let out = run(&["cat", &url], "x\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).to_lowercase().contains("certificate"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&["cat", "-k", &url], "insecure\n");
+    assert_eq!(text(&out.stdout), "insecure\n", "{}", text(&out.stderr));
+    // A suite name nobody knows is a usage error.
+    let out = run(&["cat", "--ciphers", "RC4-MD5", &url], "");
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -350,6 +350,8 @@ pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, Error> {
 pub struct ServerTls {
     slot: Arc<CertSlot>,
     config: Arc<ServerConfig>,
+    /// Kept to rebuild the configuration with another provider.
+    client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 }
 
 /// The current certificate; swapped whole on reload, read on every handshake.
@@ -365,7 +367,11 @@ impl ResolvesServerCert for CertSlot {
 impl ServerTls {
     /// A server identity from a PEM certificate chain (leaf first) and a PEM private key.
     pub fn from_pem(chain: &[u8], key: &[u8]) -> Result<Self, Error> {
-        Self::build(Arc::new(CertSlot(RwLock::new(certified_key(chain, key)?))), None)
+        Self::build(
+            Arc::new(CertSlot(RwLock::new(certified_key(chain, key)?))),
+            None,
+            provider(),
+        )
     }
 
     /// [`from_pem`](Self::from_pem) with the PEM read from files.
@@ -385,18 +391,33 @@ impl ServerTls {
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
             .build()
             .map_err(|e| TlsError::config(e.to_string()))?;
-        Self::build(self.slot, Some(verifier))
+        let crypto = self.config.crypto_provider().clone();
+        let alpn = self.config.alpn_protocols.clone();
+        let mut rebuilt = Self::build(self.slot, Some(verifier), crypto)?;
+        Arc::make_mut(&mut rebuilt.config).alpn_protocols = alpn;
+        Ok(rebuilt)
+    }
+
+    /// The same identity with another crypto provider: the aws-lc-rs one restricted to some
+    /// cipher suites, say (`rustls::crypto::aws_lc_rs::default_provider()` with `cipher_suites`
+    /// narrowed). Client-certificate checks and ALPN are kept.
+    pub fn with_provider(self, crypto: Arc<CryptoProvider>) -> Result<Self, Error> {
+        let alpn = self.config.alpn_protocols.clone();
+        let mut rebuilt = Self::build(self.slot, self.client_verifier, crypto)?;
+        Arc::make_mut(&mut rebuilt.config).alpn_protocols = alpn;
+        Ok(rebuilt)
     }
 
     fn build(
         slot: Arc<CertSlot>,
         client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+        crypto: Arc<CryptoProvider>,
     ) -> Result<Self, Error> {
-        let builder = ServerConfig::builder_with_provider(provider())
+        let builder = ServerConfig::builder_with_provider(crypto)
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::config(e.to_string()))?;
-        let builder = match client_verifier {
-            Some(v) => builder.with_client_cert_verifier(v),
+        let builder = match &client_verifier {
+            Some(v) => builder.with_client_cert_verifier(v.clone()),
             None => builder.with_no_client_auth(),
         };
         let mut config = builder.with_cert_resolver(slot.clone());
@@ -404,6 +425,7 @@ impl ServerTls {
         Ok(ServerTls {
             slot,
             config: Arc::new(config),
+            client_verifier,
         })
     }
 
