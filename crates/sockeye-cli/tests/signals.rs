@@ -92,16 +92,24 @@ fn received_total(out: &str) -> u64 {
 }
 
 /// A thread that writes to `stdin` until the pipe breaks.
-fn flood_stdin(mut stdin: std::process::ChildStdin, binary: bool) {
+fn flood_stdin(mut stdin: std::process::ChildStdin) {
     std::thread::spawn(move || {
-        let chunk: Vec<u8> = if binary {
-            (0..65536u32)
-                .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
-                .collect()
-        } else {
-            b"a line of text flooding the relay\n".repeat(2000)
-        };
+        let chunk: Vec<u8> = (0..65536u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 7) as u8)
+            .collect();
         while stdin.write_all(&chunk).is_ok() {}
+    });
+}
+
+/// Lines at about 100,000 a second: busy, yet within what a reader keeps up with, so that the
+/// relay does not drop the listener as too slow (its policy for a reader that falls 1,024
+/// messages behind).
+fn paced_lines(mut stdin: std::process::ChildStdin) {
+    std::thread::spawn(move || {
+        let burst = b"a line of text for the relay\n".repeat(200);
+        while stdin.write_all(&burst).is_ok() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     });
 }
 
@@ -193,7 +201,7 @@ fn server_sample(scenario: Scenario) -> Sample {
         Scenario::EchoServerUnderBinaryFlood => {
             let mut server = Server::start_flood(&["echo_server", "-q"]);
             let mut c = client(&["cat", "-b", &server.url("/")]);
-            flood_stdin(c.stdin.take().unwrap(), true);
+            flood_stdin(c.stdin.take().unwrap());
             assert!(
                 c.out.wait_len(1 << 20, Duration::from_secs(10)),
                 "no echo: {}",
@@ -227,7 +235,7 @@ fn server_sample(scenario: Scenario) -> Sample {
             let listener = client(&["cat", "-n", &server.url("/")]);
             std::thread::sleep(Duration::from_millis(200));
             let mut speaker = client(&["cat", &server.url("/")]);
-            flood_stdin(speaker.stdin.take().unwrap(), false);
+            paced_lines(speaker.stdin.take().unwrap());
             assert!(
                 listener.out.wait_len(10_000, Duration::from_secs(10)),
                 "the relay relayed nothing: {}",
