@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use sockeye::{CloseCode, CloseFrame, IntoClientRequest, MaybeTlsStream, Message, WebSocket};
+use futures_util::StreamExt;
+use sockeye::{
+    CloseCode, CloseFrame, IntoClientRequest, MaybeTlsStream, Message, WebSocket, WebSocketReader,
+    WebSocketWriter,
+};
 
 use crate::Failure;
 use crate::cli::ClientOpts;
@@ -50,9 +54,17 @@ pub(crate) async fn connect_to(
     opts: &ClientOpts,
     url: &str,
 ) -> Result<(Client, http::Response<()>), Failure> {
-    let config = client_config(opts)?;
+    connect_with_config(opts, url, &client_config(opts)?).await
+}
+
+/// [`connect_to`] with a configuration the caller adjusted (`receive` raises the message size).
+pub(crate) async fn connect_with_config(
+    opts: &ClientOpts,
+    url: &str,
+    config: &sockeye::Config,
+) -> Result<(Client, http::Response<()>), Failure> {
     let request = request(opts, url)?;
-    match unless_interrupted(sockeye::connect_with(request, &config)).await? {
+    match unless_interrupted(sockeye::connect_with(request, config)).await? {
         Ok(connected) => Ok(connected),
         Err(e) if e.timeout().is_some() => Err(Failure::new(format!(
             "{url}: no WebSocket handshake within {} s ({e}); --timeout sets the limit",
@@ -67,6 +79,25 @@ pub(crate) async fn connect_to(
 pub(crate) async fn close_interrupted(ws: &mut Client) {
     let frame = CloseFrame::new(CloseCode::GOING_AWAY, "");
     let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
+}
+
+/// The same for split halves: close with 1001 and give the peer [`CLOSE_GRACE`] to answer.
+pub(crate) async fn going_away(
+    writer: &mut WebSocketWriter<MaybeTlsStream>,
+    reader: &mut WebSocketReader<MaybeTlsStream>,
+) {
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        let _ = writer
+            .send(Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, ""))))
+            .await;
+        drain_silently(reader).await;
+    })
+    .await;
+}
+
+/// Reads until the closing handshake ends (bounded by the library's close timeout).
+pub(crate) async fn drain_silently(reader: &mut WebSocketReader<MaybeTlsStream>) {
+    while let Some(Ok(_)) = reader.next().await {}
 }
 
 /// Closes normally (1000) and waits for the reply, bounded by the close timeout of the

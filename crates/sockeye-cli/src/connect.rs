@@ -15,9 +15,9 @@ use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::ConnectArgs;
-use crate::client::{Client, connect, line_message};
+use crate::client::{Client, connect, going_away, line_message};
 use crate::console::Console;
-use crate::interrupt::{self, CLOSE_GRACE};
+use crate::interrupt;
 use crate::output::escape;
 
 /// The first wait before reconnecting; it doubles up to `--max_wait`.
@@ -40,9 +40,9 @@ enum Ended {
 }
 
 /// What the user did while no connection was open.
-enum Waited {
-    /// The wait (backoff, connection attempt) finished.
-    Done,
+enum Waited<T> {
+    /// The wait (backoff, connection attempt, `/start`) finished, with its result.
+    Done(T),
     /// `/stop`.
     Stopped,
     /// Ctrl-D or the end of a pipe.
@@ -58,25 +58,24 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
     loop {
         if !started {
             match wait_for_start(&mut console).await? {
-                Waited::Done => started = true,
+                Waited::Done(()) => started = true,
                 Waited::InputClosed => return Ok(()),
                 Waited::Stopped => continue,
             }
         }
         let connecting = pin!(connect(&args.client));
-        let (attempt, waited) = while_disconnected(&mut console, connecting, !first).await?;
-        match waited {
-            Waited::Done => {}
+        let attempt = match while_disconnected(&mut console, connecting, !first).await? {
+            Waited::Done(attempt) => attempt,
             Waited::Stopped => {
                 started = false;
                 console.note("stopped: type /start to connect again".into())?;
                 continue;
             }
             Waited::InputClosed => return Ok(()),
-        }
+        };
         first = false;
         let why = match attempt {
-            Some(Ok((ws, response))) => {
+            Ok((ws, response)) => {
                 let since = Instant::now();
                 show_response(&console, &response, args.quiet)?;
                 match session(ws, &mut console, &args).await? {
@@ -121,24 +120,20 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
                     }
                 }
             }
-            Some(Err(failure)) => {
+            Err(failure) => {
                 if args.no_reconnect || failure.exit_code != 1 || refused_for_good(&failure) {
                     return Err(failure);
                 }
                 format!("connection failed: {failure}")
             }
-            None => unreachable_wait(),
         };
-        errln_console(
-            &console,
-            format!(
-                "{why}; reconnecting in {} ms (Ctrl-C to stop)",
-                backoff.as_millis()
-            ),
-        )?;
+        console.note(format!(
+            "{why}; reconnecting in {} ms (Ctrl-C to stop)",
+            backoff.as_millis()
+        ))?;
         let sleep = pin!(tokio::time::sleep(backoff));
-        match while_disconnected(&mut console, sleep, true).await?.1 {
-            Waited::Done => {}
+        match while_disconnected(&mut console, sleep, true).await? {
+            Waited::Done(()) => {}
             Waited::Stopped => {
                 started = false;
                 console.note("stopped: type /start to connect again".into())?;
@@ -147,11 +142,6 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
         }
         backoff = (backoff * 2).min(max_wait);
     }
-}
-
-/// Never: `while_disconnected` only returns `None` with a wait that was not `Done`.
-fn unreachable_wait() -> String {
-    String::from("the connection attempt was abandoned")
 }
 
 /// Runs `work` (a connection attempt or a backoff sleep) while listening to the user: Ctrl-C
@@ -164,16 +154,16 @@ async fn while_disconnected<T>(
     console: &mut Console,
     mut work: std::pin::Pin<&mut impl Future<Output = T>>,
     read_input: bool,
-) -> Result<(Option<T>, Waited), Failure> {
+) -> Result<Waited<T>, Failure> {
     let mut stop = pin!(interrupt::requested());
     loop {
         tokio::select! {
             biased;
             _ = &mut stop => return Err(Failure::interrupted()),
-            done = &mut work => return Ok((Some(done), Waited::Done)),
+            done = &mut work => return Ok(Waited::Done(done)),
             line = console.next_line(), if read_input => match line {
-                None => return Ok((None, Waited::InputClosed)),
-                Some(line) if line.trim() == "/stop" => return Ok((None, Waited::Stopped)),
+                None => return Ok(Waited::InputClosed),
+                Some(line) if line.trim() == "/stop" => return Ok(Waited::Stopped),
                 Some(_) => console.note("not connected: line not sent".into())?,
             },
         }
@@ -181,14 +171,14 @@ async fn while_disconnected<T>(
 }
 
 /// After `/stop`: waits for `/start`.
-async fn wait_for_start(console: &mut Console) -> Result<Waited, Failure> {
+async fn wait_for_start(console: &mut Console) -> Result<Waited<()>, Failure> {
     let mut stop = pin!(interrupt::requested());
     tokio::select! {
         biased;
         _ = &mut stop => Err(Failure::interrupted()),
         line = console.next_line() => match line {
             None => Ok(Waited::InputClosed),
-            Some(line) if line.trim() == "/start" => Ok(Waited::Done),
+            Some(line) if line.trim() == "/start" => Ok(Waited::Done(())),
             Some(_) => {
                 console.note("stopped: type /start to connect again".into())?;
                 Ok(Waited::Stopped)
@@ -227,10 +217,6 @@ fn refused_for_good(failure: &Failure) -> bool {
         .is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429)
 }
 
-fn errln_console(console: &Console, line: String) -> Result<(), Failure> {
-    console.note(line)
-}
-
 async fn session(ws: Client, console: &mut Console, args: &ConnectArgs) -> Result<Ended, Failure> {
     let (mut writer, mut reader) = ws.split();
     let mut stop = pin!(interrupt::requested());
@@ -241,10 +227,7 @@ async fn session(ws: Client, console: &mut Console, args: &ConnectArgs) -> Resul
         tokio::select! {
             biased;
             _ = &mut stop, if we_closed.is_none() => {
-                let _ = tokio::time::timeout(CLOSE_GRACE, async {
-                    let _ = writer.send(Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "")))).await;
-                    while let Some(Ok(_)) = reader.next().await {}
-                }).await;
+                going_away(&mut writer, &mut reader).await;
                 return Ok(Ended::Interrupted);
             }
             item = reader.next() => match item {

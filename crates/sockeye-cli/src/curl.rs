@@ -165,7 +165,7 @@ impl ClientTls {
 
 /// Reads a file named on the command line; unreadable is a usage error.
 fn read_arg_file(flag: &str, path: &Path) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path).map_err(|e| Failure::usage(format!("{flag} {}: {e}", path.display())))
+    std::fs::read(path).map_err(|e| crate::tls::usage_file(flag, path, e))
 }
 
 impl Plan {

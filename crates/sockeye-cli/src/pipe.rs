@@ -13,13 +13,13 @@ use std::pin::pin;
 
 use bytes::BytesMut;
 use futures_util::{FutureExt, StreamExt};
-use sockeye::{CloseCode, CloseFrame, MaybeTlsStream, Message, WebSocket, WebSocketReader, WebSocketWriter};
+use sockeye::{CloseCode, CloseFrame, MaybeTlsStream, Message, WebSocket, WebSocketWriter};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Stdin};
 use tokio::sync::mpsc;
 
 use crate::Failure;
 use crate::cli::{CatArgs, ChatArgs, ListenArgs, PipeOpts};
-use crate::client::{abnormal_close, connect};
+use crate::client::{abnormal_close, connect, drain_silently, going_away};
 use crate::console::Console;
 use crate::interrupt::{self, CLOSE_GRACE};
 use crate::output::{errln, escape, stdout_error};
@@ -316,25 +316,6 @@ async fn pump(ws: Ws, opts: &PipeOpts, input: &mut Input, output: &mut Output) -
             }
         }
     }
-}
-
-/// Ctrl-C: close with 1001 and give the peer [`CLOSE_GRACE`] to answer.
-async fn going_away(
-    writer: &mut WebSocketWriter<MaybeTlsStream>,
-    reader: &mut WebSocketReader<MaybeTlsStream>,
-) {
-    let _ = tokio::time::timeout(CLOSE_GRACE, async {
-        let _ = writer
-            .send(Message::Close(Some(CloseFrame::new(CloseCode::GOING_AWAY, ""))))
-            .await;
-        drain_silently(reader).await;
-    })
-    .await;
-}
-
-/// Reads until the closing handshake ends (bounded by the library's close timeout).
-async fn drain_silently(reader: &mut WebSocketReader<MaybeTlsStream>) {
-    while let Some(Ok(_)) = reader.next().await {}
 }
 
 /// Stdin as messages.

@@ -75,7 +75,7 @@ fn write_pidfile(path: &std::path::Path) -> Result<(), Failure> {
 }
 
 /// A file named on the command line that cannot be used: a usage error naming flag and file.
-fn usage_file(flag: &str, path: &std::path::Path, e: impl std::fmt::Display) -> Failure {
+pub(crate) fn usage_file(flag: &str, path: &std::path::Path, e: impl std::fmt::Display) -> Failure {
     Failure::usage(format!("{flag} {}: {e}", path.display()))
 }
 

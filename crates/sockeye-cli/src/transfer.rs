@@ -15,7 +15,7 @@ use sockeye::{Bytes, DataKind, Message};
 
 use crate::Failure;
 use crate::cli::{ReceiveArgs, SendArgs};
-use crate::client::{Client, close_interrupted, close_normally, connect, request};
+use crate::client::{Client, close_interrupted, close_normally, connect, connect_with_config};
 use crate::interrupt::unless_interrupted;
 use crate::output::errln;
 use crate::tls::client_config;
@@ -110,8 +110,7 @@ async fn upload(
 pub(crate) async fn receive(args: ReceiveArgs) -> Result<(), Failure> {
     let mut config = client_config(&args.client)?;
     config.protocol.max_message_size = args.max_size;
-    let request = request(&args.client, &args.client.url)?;
-    let (mut ws, _) = unless_interrupted(sockeye::connect_with(request, &config)).await??;
+    let (mut ws, _) = connect_with_config(&args.client, &args.client.url, &config).await?;
     errln!("waiting for a file on {}", args.client.url);
     match unless_interrupted(download(&mut ws, &args)).await {
         Ok(done) => done,

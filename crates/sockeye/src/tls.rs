@@ -371,6 +371,7 @@ impl ServerTls {
             Arc::new(CertSlot(RwLock::new(certified_key(chain, key)?))),
             None,
             provider(),
+            vec![b"http/1.1".to_vec()],
         )
     }
 
@@ -393,9 +394,7 @@ impl ServerTls {
             .map_err(|e| TlsError::config(e.to_string()))?;
         let crypto = self.config.crypto_provider().clone();
         let alpn = self.config.alpn_protocols.clone();
-        let mut rebuilt = Self::build(self.slot, Some(verifier), crypto)?;
-        Arc::make_mut(&mut rebuilt.config).alpn_protocols = alpn;
-        Ok(rebuilt)
+        Self::build(self.slot, Some(verifier), crypto, alpn)
     }
 
     /// The same identity with another crypto provider: the aws-lc-rs one restricted to some
@@ -403,15 +402,14 @@ impl ServerTls {
     /// narrowed). Client-certificate checks and ALPN are kept.
     pub fn with_provider(self, crypto: Arc<CryptoProvider>) -> Result<Self, Error> {
         let alpn = self.config.alpn_protocols.clone();
-        let mut rebuilt = Self::build(self.slot, self.client_verifier, crypto)?;
-        Arc::make_mut(&mut rebuilt.config).alpn_protocols = alpn;
-        Ok(rebuilt)
+        Self::build(self.slot, self.client_verifier, crypto, alpn)
     }
 
     fn build(
         slot: Arc<CertSlot>,
         client_verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
         crypto: Arc<CryptoProvider>,
+        alpn: Vec<Vec<u8>>,
     ) -> Result<Self, Error> {
         let builder = ServerConfig::builder_with_provider(crypto)
             .with_safe_default_protocol_versions()
@@ -421,7 +419,7 @@ impl ServerTls {
             None => builder.with_no_client_auth(),
         };
         let mut config = builder.with_cert_resolver(slot.clone());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = alpn;
         Ok(ServerTls {
             slot,
             config: Arc::new(config),
