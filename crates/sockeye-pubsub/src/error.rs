@@ -1,0 +1,99 @@
+//! The crate's one error type.
+
+use std::fmt;
+
+/// An error from a hub, a subscriber or a backplane.
+///
+/// [`is_caller_fault`](Self::is_caller_fault) tells input to fix from a backplane to wait for.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The topic name is empty, too long or has control characters. The caller's fault.
+    InvalidTopic(String),
+    /// The backplane URL cannot be used: unknown scheme, no host, a feature not compiled in.
+    /// The caller's fault; the message says what is accepted.
+    InvalidUrl(String),
+    /// A publication over the hub's size limit
+    /// ([`HubConfig::max_payload`](crate::HubConfig)). The caller's fault.
+    PayloadTooLarge {
+        /// Its size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Only text and binary messages can be published (not ping, pong or close). The caller's
+    /// fault.
+    NotData,
+    /// The backplane's server cannot be reached or refused a command. Publications fail while it
+    /// is down (nothing is queued behind the caller's back); subscriptions come back by
+    /// themselves. `what` names the server and the command.
+    Backplane {
+        /// What failed, with the server's address.
+        what: String,
+        /// The client library's error, when there is one.
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The subscriber fell further behind than its bound and its policy is
+    /// [`SlowPolicy::Close`](crate::SlowPolicy): it receives nothing more. A WebSocket carrying
+    /// it should close with 1008 (policy violation).
+    TooSlow {
+        /// Bytes queued when the bound was passed.
+        queued: usize,
+        /// The bound.
+        max: usize,
+    },
+    /// The hub has stopped (every handle to it was dropped, or its backplane ended).
+    Closed,
+}
+
+impl Error {
+    /// Whether the caller should change what it does (a bad topic, URL or payload), as opposed to
+    /// waiting for a backplane or a peer.
+    pub fn is_caller_fault(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidTopic(_) | Error::InvalidUrl(_) | Error::PayloadTooLarge { .. } | Error::NotData
+        )
+    }
+
+    /// A backplane failure, with the client library's error.
+    pub(crate) fn backplane(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
+        Error::Backplane {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidTopic(why) => write!(f, "invalid topic: {why}"),
+            Error::InvalidUrl(why) => write!(f, "invalid backplane URL: {why}"),
+            Error::PayloadTooLarge { len, max } => write!(
+                f,
+                "publication of {len} bytes is over the limit of {max} bytes (HubConfig::max_payload)"
+            ),
+            Error::NotData => f.write_str("only text and binary messages can be published"),
+            Error::Backplane { what, source: Some(e) } => write!(f, "backplane: {what}: {e}"),
+            Error::Backplane { what, source: None } => write!(f, "backplane: {what}"),
+            Error::TooSlow { queued, max } => write!(
+                f,
+                "subscriber too slow: {queued} bytes queued, over its bound of {max} (SubscriberConfig::max_queued_bytes)"
+            ),
+            Error::Closed => f.write_str("the hub has stopped"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Backplane { source: Some(e), .. } => Some(&**e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,693 @@
+//! The hub: a node's topics, its subscribers' queues, and the fan-out from the backplane.
+//!
+//! A publication is turned into a [`Message`] once (its payload is shared `Bytes`) and pushed
+//! into every subscriber's queue under one lock, without an `await` per subscriber: a slow
+//! subscriber only ever fills its own queue, whose bound and [`SlowPolicy`] decide what happens.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sockeye::{DataKind, Message, Utf8Bytes};
+use tokio::sync::{Notify, mpsc};
+
+use crate::backplane::{Backplane, EVENT_QUEUE, Event, EventSender, History, InProcess};
+use crate::{Error, HistoryConfig, HubConfig, Origin, Position, Publication, SlowPolicy, SubscriberConfig, Topic};
+
+/// A node's topics. Cheap to clone (shared); the hub stops when the last clone and the last
+/// [`Subscriber`] are dropped.
+///
+/// ```
+/// use sockeye_pubsub::{Delivery, Hub, SubscriberConfig, Topic};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), sockeye_pubsub::Error> {
+/// let hub = Hub::in_process();
+/// let lobby = Topic::new("lobby")?;
+/// let mut alice = hub.subscriber(SubscriberConfig::default());
+/// alice.subscribe(&lobby, None).await?;
+/// hub.publish(&lobby, "hello".into()).await?;
+/// match alice.recv().await {
+///     Some(Ok(Delivery::Message { message, position, .. })) => {
+///         assert_eq!(message, "hello".into());
+///         println!("at {}", position.unwrap()); // resume from here after a reconnect
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Hub {
+    inner: Arc<Inner>,
+    /// Ends the fan-out task when the last handle goes.
+    _task: Arc<AbortOnDrop>,
+}
+
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct Inner {
+    node: u64,
+    config: HubConfig,
+    backplane: Box<dyn Backplane>,
+    topics: Mutex<HashMap<Topic, TopicState>>,
+    /// Serialises subscribing and unsubscribing at the backplane, so that a topic's last
+    /// subscriber leaving and a new one arriving cannot leave the backplane unsubscribed.
+    subscriptions: tokio::sync::Mutex<()>,
+    next_subscriber: AtomicU64,
+    /// The backplane's event channel ended: nothing more will be delivered.
+    ended: AtomicBool,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct TopicState {
+    subscribers: HashMap<u64, Arc<Queue>>,
+    /// The newest position delivered on this node: the seam for gap repair and duplicates.
+    last: Option<Position>,
+}
+
+impl Hub {
+    /// A hub for one process (the [`InProcess`] backplane, default history). Must be called
+    /// inside a tokio runtime.
+    pub fn in_process() -> Hub {
+        Hub::with_backplane(HubConfig::default(), |events| {
+            InProcess::new(events, HistoryConfig::default())
+        })
+    }
+
+    /// A hub over the backplane that `make` builds around the event channel it is given.
+    pub fn with_backplane<B: Backplane>(config: HubConfig, make: impl FnOnce(EventSender) -> B) -> Hub {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        Hub::start(config, Box::new(make(tx)), rx)
+    }
+
+    /// A hub over a started backplane whose events arrive on `events`.
+    pub fn start(config: HubConfig, backplane: Box<dyn Backplane>, events: mpsc::Receiver<Event>) -> Hub {
+        let inner = Arc::new(Inner {
+            node: rand::random(),
+            config,
+            backplane,
+            topics: Mutex::default(),
+            subscriptions: tokio::sync::Mutex::new(()),
+            next_subscriber: AtomicU64::new(1),
+            ended: AtomicBool::new(false),
+        });
+        let task = tokio::spawn(fan_out(Arc::downgrade(&inner), events));
+        Hub {
+            inner,
+            _task: Arc::new(AbortOnDrop(task.abort_handle())),
+        }
+    }
+
+    /// A new subscriber, subscribed to nothing yet.
+    pub fn subscriber(&self, config: SubscriberConfig) -> Subscriber {
+        Subscriber {
+            hub: self.clone(),
+            id: self.inner.next_subscriber.fetch_add(1, Ordering::Relaxed),
+            queue: Arc::new(Queue::new(config)),
+            topics: HashSet::new(),
+        }
+    }
+
+    /// Publishes to every subscriber of `topic`, on every node. Returns once the backplane has
+    /// the publication; it is delivered when the backplane hands it back (with its position).
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+        self.publish_as(0, topic, message).await
+    }
+
+    async fn publish_as(&self, publisher: u64, topic: &Topic, message: Message) -> Result<(), Error> {
+        let kind = match &message {
+            Message::Text(_) => DataKind::Text,
+            Message::Binary(_) => DataKind::Binary,
+            _ => return Err(Error::NotData),
+        };
+        let payload = message.into_payload();
+        if payload.len() > self.inner.config.max_payload {
+            return Err(Error::PayloadTooLarge {
+                len: payload.len(),
+                max: self.inner.config.max_payload,
+            });
+        }
+        let publication = Publication {
+            topic: topic.clone(),
+            position: None,
+            origin: Origin {
+                node: self.inner.node,
+                publisher,
+            },
+            kind,
+            payload,
+        };
+        self.inner.backplane.publish(publication).await
+    }
+
+    /// Subscribers of `topic` on this node.
+    pub fn subscriber_count(&self, topic: &Topic) -> usize {
+        lock(&self.inner.topics).get(topic).map_or(0, |t| t.subscribers.len())
+    }
+
+    /// Topics with at least one subscriber on this node.
+    pub fn topic_count(&self) -> usize {
+        lock(&self.inner.topics).len()
+    }
+
+    /// This node's id, as it appears in [`Origin::node`].
+    pub fn node(&self) -> u64 {
+        self.inner.node
+    }
+}
+
+/// What a subscriber receives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Delivery {
+    /// A publication.
+    Message {
+        /// Its topic.
+        topic: Topic,
+        /// Where it stands in the topic's history: keep the last one to resume from after a
+        /// reconnect (`None` from a backplane without history).
+        position: Option<Position>,
+        /// Who published it.
+        origin: Origin,
+        /// The message (its payload shared with every other subscriber).
+        message: Message,
+    },
+    /// Publications on `topic` were missed and could not be recovered: the backplane's server
+    /// was unreachable and has no history, the history no longer reaches back far enough, or it
+    /// was lost (a new epoch). Deliveries continue from `resume`.
+    Gap {
+        /// The topic.
+        topic: Topic,
+        /// Where deliveries continue (`None`: unknown, or nothing published yet).
+        resume: Option<Position>,
+    },
+    /// [`SlowPolicy::Drop`]: this many publications did not fit in the queue and were dropped for
+    /// this subscriber since the last such notice.
+    Dropped {
+        /// How many.
+        count: u64,
+    },
+}
+
+impl Delivery {
+    /// The bytes this delivery holds in a queue.
+    fn size(&self) -> usize {
+        match self {
+            Delivery::Message { message, .. } => message.as_payload().len(),
+            _ => 0,
+        }
+    }
+}
+
+/// How a subscription with a position to resume from began.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Recovery {
+    /// No position was given: live publications from now on.
+    Live,
+    /// Everything published after the position was queued first (`count` publications), then
+    /// live ones: no gap, no duplicate.
+    Recovered {
+        /// Publications recovered.
+        count: usize,
+    },
+    /// Recovery was impossible (another epoch, or older than the history keeps, or a backplane
+    /// without history); live publications follow from now on, and a [`Delivery::Gap`] was
+    /// queued first.
+    Lost,
+}
+
+/// One connection's view of the hub: the topics it subscribed to and its queue of deliveries.
+/// Dropping it unsubscribes it from everything.
+#[derive(Debug)]
+pub struct Subscriber {
+    hub: Hub,
+    id: u64,
+    queue: Arc<Queue>,
+    topics: HashSet<Topic>,
+}
+
+impl Subscriber {
+    /// Its id, as it appears in [`Origin::publisher`] of what it publishes.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Subscribes to `topic`. With `resume`, the publications after that position are queued
+    /// first (recovered from the backplane's history), then live ones, with no gap and no
+    /// duplicate at the seam; or, if that is impossible, a [`Delivery::Gap`] says so.
+    pub async fn subscribe(&mut self, topic: &Topic, resume: Option<Position>) -> Result<Recovery, Error> {
+        let inner = &self.hub.inner;
+        if self.topics.contains(topic) {
+            return Ok(Recovery::Live);
+        }
+        {
+            let _serial = inner.subscriptions.lock().await;
+            let known = lock(&inner.topics).contains_key(topic);
+            if !known {
+                inner.backplane.subscribe(topic).await?;
+            }
+            // Live publications queue up behind the recovered ones from here on.
+            if resume.is_some() {
+                self.queue.hold(topic);
+            }
+            lock(&inner.topics)
+                .entry(topic.clone())
+                .or_default()
+                .subscribers
+                .insert(self.id, Arc::clone(&self.queue));
+        }
+        self.topics.insert(topic.clone());
+        let Some(since) = resume else {
+            return Ok(Recovery::Live);
+        };
+        let history = if inner.backplane.capabilities().history {
+            inner
+                .backplane
+                .history(topic, Some(&since), inner.config.max_recovered)
+                .await
+        } else {
+            Ok(History::Lost { latest: None })
+        };
+        match history {
+            Ok(History::Complete(publications)) if publications.len() < inner.config.max_recovered => {
+                let count = publications.len();
+                let recovered = publications.into_iter().filter_map(|p| delivery(p, &since));
+                self.queue.release(topic, recovered.collect(), Some(since));
+                Ok(Recovery::Recovered { count })
+            }
+            Ok(History::Complete(_) | History::Lost { .. }) => {
+                let resume = inner.latest(topic);
+                let gap = Delivery::Gap {
+                    topic: topic.clone(),
+                    resume,
+                };
+                self.queue.release(topic, vec![gap], None);
+                Ok(Recovery::Lost)
+            }
+            Err(e) => {
+                self.queue.release(topic, Vec::new(), None);
+                self.unsubscribe(topic).await?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Unsubscribes from `topic`; what was already queued for it stays queued.
+    pub async fn unsubscribe(&mut self, topic: &Topic) -> Result<(), Error> {
+        if !self.topics.remove(topic) {
+            return Ok(());
+        }
+        self.hub.inner.leave(topic, self.id).await
+    }
+
+    /// Publishes to every subscriber of `topic` but this one, on every node (as a chat room
+    /// does: the sender already has its message).
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+        self.hub.publish_as(self.id, topic, message).await
+    }
+
+    /// The next delivery; `None` once the hub has stopped. [`Error::TooSlow`] (once) when the
+    /// subscriber passed its bound under [`SlowPolicy::Close`]; it receives nothing after that.
+    pub async fn recv(&mut self) -> Option<Result<Delivery, Error>> {
+        loop {
+            let notified = self.queue.notify.notified();
+            if let Some(next) = self.queue.pop() {
+                return Some(next);
+            }
+            if self.hub.inner.ended.load(Ordering::Acquire) {
+                return None;
+            }
+            notified.await;
+        }
+    }
+
+    /// Moves up to `max` queued deliveries into `out` without waiting (for batched writes);
+    /// returns how many.
+    pub fn try_recv_many(&mut self, out: &mut Vec<Delivery>, max: usize) -> Result<usize, Error> {
+        self.queue.pop_many(out, max)
+    }
+
+    /// Publications dropped for this subscriber under [`SlowPolicy::Drop`], in all.
+    pub fn dropped(&self) -> u64 {
+        lock(&self.queue.state).dropped_total
+    }
+
+    /// Payload bytes waiting in its queue.
+    pub fn queued_bytes(&self) -> usize {
+        lock(&self.queue.state).bytes
+    }
+
+    /// The topics it is subscribed to.
+    pub fn topics(&self) -> impl Iterator<Item = &Topic> {
+        self.topics.iter()
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        let topics: Vec<Topic> = self.topics.drain().collect();
+        if topics.is_empty() {
+            return;
+        }
+        let inner = Arc::clone(&self.hub.inner);
+        let id = self.id;
+        // Unsubscribing at the backplane is a network call: it cannot happen in `drop`.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                for topic in topics {
+                    let _ = inner.leave(&topic, id).await;
+                }
+            });
+        }
+    }
+}
+
+impl Inner {
+    /// Removes subscriber `id` from `topic`, and the node's subscription at the backplane with
+    /// the topic's last subscriber.
+    async fn leave(&self, topic: &Topic, id: u64) -> Result<(), Error> {
+        let _serial = self.subscriptions.lock().await;
+        let now_empty = {
+            let mut topics = lock(&self.topics);
+            let empty = topics.get_mut(topic).is_some_and(|t| {
+                t.subscribers.remove(&id);
+                t.subscribers.is_empty()
+            });
+            if empty {
+                topics.remove(topic);
+            }
+            empty
+        };
+        if now_empty {
+            self.backplane.unsubscribe(topic).await?;
+        }
+        Ok(())
+    }
+
+    fn latest(&self, topic: &Topic) -> Option<Position> {
+        lock(&self.topics).get(topic).and_then(|t| t.last.clone())
+    }
+}
+
+/// Turns a publication into a delivery if it comes after `since`.
+fn delivery(p: Publication, since: &Position) -> Option<Delivery> {
+    if let Some(pos) = &p.position
+        && pos.epoch == since.epoch
+        && pos.offset <= since.offset
+    {
+        return None;
+    }
+    to_delivery(p)
+}
+
+/// The message of a publication, built once for all its subscribers. A text payload that is not
+/// UTF-8 (a foreign publisher on the backplane) is dropped: it could not be sent as text.
+fn to_delivery(p: Publication) -> Option<Delivery> {
+    let message = match p.kind {
+        DataKind::Text => Message::Text(Utf8Bytes::try_from(p.payload).ok()?),
+        DataKind::Binary => Message::Binary(p.payload),
+    };
+    Some(Delivery::Message {
+        topic: p.topic,
+        position: p.position,
+        origin: p.origin,
+        message,
+    })
+}
+
+/// Reads the backplane's events and delivers them; ends when the hub is dropped or the backplane
+/// stops.
+async fn fan_out(hub: std::sync::Weak<Inner>, mut events: mpsc::Receiver<Event>) {
+    while let Some(event) = events.recv().await {
+        let Some(inner) = hub.upgrade() else { return };
+        match event {
+            Event::Publication(p) => inner.deliver_live(p).await,
+            Event::Lost { reason } => {
+                tracing::warn!("pub/sub backplane lost: {reason}; publications may be missed until it is back");
+            }
+            Event::Restored => inner.repair_all().await,
+        }
+    }
+    // The backplane ended: wake every subscriber so that it sees the end.
+    if let Some(inner) = hub.upgrade() {
+        inner.ended.store(true, Ordering::Release);
+        for t in lock(&inner.topics).values() {
+            for q in t.subscribers.values() {
+                q.notify.notify_one();
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// A live publication: repairs a jump in contiguous offsets from history first, drops a
+    /// duplicate, then fans out.
+    async fn deliver_live(&self, p: Publication) {
+        let (last, jumped) = {
+            let topics = lock(&self.topics);
+            let Some(t) = topics.get(&p.topic) else { return };
+            match (&t.last, &p.position) {
+                (Some(last), Some(pos)) if last.epoch == pos.epoch => {
+                    if pos.offset <= last.offset {
+                        return; // already delivered (recovered from history first)
+                    }
+                    let jumped = pos.offset > last.offset + 1 && self.backplane.capabilities().contiguous_offsets;
+                    (Some(last.clone()), jumped)
+                }
+                _ => (t.last.clone(), false),
+            }
+        };
+        if jumped {
+            self.repair(&p.topic, last).await;
+        }
+        self.fan(p);
+    }
+
+    /// Delivers one publication to every subscriber of its topic on this node.
+    fn fan(&self, p: Publication) {
+        let mut topics = lock(&self.topics);
+        let Some(t) = topics.get_mut(&p.topic) else { return };
+        if let (Some(last), Some(pos)) = (&t.last, &p.position)
+            && last.epoch == pos.epoch
+            && pos.offset <= last.offset
+        {
+            return;
+        }
+        if p.position.is_some() {
+            t.last.clone_from(&p.position);
+        }
+        let skip = (p.origin.node == self.node).then_some(p.origin.publisher);
+        let Some(d) = to_delivery(p) else { return };
+        for (id, q) in &t.subscribers {
+            if Some(*id) != skip {
+                q.push(&d);
+            }
+        }
+    }
+
+    /// After the backplane came back: every topic with subscribers catches up from history or
+    /// reports its gap.
+    async fn repair_all(&self) {
+        let topics: Vec<(Topic, Option<Position>)> =
+            lock(&self.topics).iter().map(|(k, t)| (k.clone(), t.last.clone())).collect();
+        for (topic, last) in topics {
+            self.repair(&topic, last).await;
+        }
+    }
+
+    /// Fetches what `topic` missed after `last` and delivers it, or delivers a gap.
+    async fn repair(&self, topic: &Topic, last: Option<Position>) {
+        let history = match (&last, self.backplane.capabilities().history) {
+            (Some(last), true) => self.backplane.history(topic, Some(last), self.config.max_recovered).await,
+            // Nothing delivered yet on this node: there is nothing to catch up with.
+            (None, true) => return,
+            (_, false) => Ok(History::Lost { latest: None }),
+        };
+        match history {
+            Ok(History::Complete(ps)) if ps.len() < self.config.max_recovered => {
+                for p in ps {
+                    self.fan(p);
+                }
+            }
+            Ok(History::Complete(_)) | Ok(History::Lost { .. }) | Err(_) => {
+                let latest = match history {
+                    Ok(History::Lost { latest }) => latest,
+                    _ => None,
+                };
+                tracing::warn!("pub/sub topic {topic}: publications were missed and cannot be recovered");
+                let mut topics = lock(&self.topics);
+                let Some(t) = topics.get_mut(topic) else { return };
+                if latest.is_some() {
+                    t.last.clone_from(&latest);
+                }
+                let gap = Delivery::Gap {
+                    topic: topic.clone(),
+                    resume: latest,
+                };
+                for q in t.subscribers.values() {
+                    q.push(&gap);
+                }
+            }
+        }
+    }
+}
+
+/// One subscriber's deliveries.
+#[derive(Debug)]
+struct Queue {
+    config: SubscriberConfig,
+    state: Mutex<QueueState>,
+    notify: Notify,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    items: VecDeque<Delivery>,
+    bytes: usize,
+    /// Dropped since the last [`Delivery::Dropped`] was handed out, and in all.
+    dropped: u64,
+    dropped_total: u64,
+    /// [`SlowPolicy::Close`] fired: `(queued, max)`, reported once.
+    too_slow: Option<(usize, usize)>,
+    stopped: bool,
+    /// Topics being recovered: their live deliveries wait here until the history is queued.
+    held: HashMap<Topic, Vec<Delivery>>,
+}
+
+impl Queue {
+    fn new(config: SubscriberConfig) -> Queue {
+        Queue {
+            config,
+            state: Mutex::default(),
+            notify: Notify::new(),
+        }
+    }
+
+    fn push(&self, d: &Delivery) {
+        let mut s = lock(&self.state);
+        if s.stopped {
+            return;
+        }
+        if let Delivery::Message { topic, .. } = d
+            && let Some(held) = s.held.get_mut(topic)
+        {
+            held.push(d.clone());
+            return;
+        }
+        self.push_locked(&mut s, d.clone());
+    }
+
+    fn push_locked(&self, s: &mut QueueState, d: Delivery) {
+        let size = d.size();
+        if s.bytes > 0 && s.bytes + size > self.config.max_queued_bytes {
+            match self.config.slow {
+                SlowPolicy::Drop => {
+                    s.dropped += 1;
+                    s.dropped_total += 1;
+                    return;
+                }
+                SlowPolicy::Close => {
+                    s.too_slow = Some((s.bytes + size, self.config.max_queued_bytes));
+                    s.stopped = true;
+                    s.items.clear();
+                    s.bytes = 0;
+                    s.held.clear();
+                    self.notify.notify_one();
+                    return;
+                }
+            }
+        }
+        s.bytes += size;
+        let was_empty = s.items.is_empty();
+        s.items.push_back(d);
+        if was_empty {
+            self.notify.notify_one();
+        }
+    }
+
+    fn hold(&self, topic: &Topic) {
+        lock(&self.state).held.insert(topic.clone(), Vec::new());
+    }
+
+    /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
+    /// after both `since` and the last recovered one.
+    fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Position>) {
+        let mut s = lock(&self.state);
+        let held = s.held.remove(topic).unwrap_or_default();
+        if s.stopped {
+            return;
+        }
+        let mut seam = since;
+        for d in recovered {
+            if let Delivery::Message { position: Some(p), .. } = &d {
+                seam = Some(p.clone());
+            }
+            self.push_locked(&mut s, d);
+        }
+        for d in held {
+            let duplicate = match (&d, &seam) {
+                (Delivery::Message { position: Some(p), .. }, Some(seam)) => {
+                    p.epoch == seam.epoch && p.offset <= seam.offset
+                }
+                _ => false,
+            };
+            if !duplicate {
+                self.push_locked(&mut s, d);
+            }
+        }
+    }
+
+    fn pop(&self) -> Option<Result<Delivery, Error>> {
+        let mut s = lock(&self.state);
+        if let Some((queued, max)) = s.too_slow.take() {
+            return Some(Err(Error::TooSlow { queued, max }));
+        }
+        if s.dropped > 0 {
+            let count = std::mem::take(&mut s.dropped);
+            return Some(Ok(Delivery::Dropped { count }));
+        }
+        let d = s.items.pop_front()?;
+        s.bytes -= d.size();
+        Some(Ok(d))
+    }
+
+    fn pop_many(&self, out: &mut Vec<Delivery>, max: usize) -> Result<usize, Error> {
+        let mut s = lock(&self.state);
+        if let Some((queued, max)) = s.too_slow.take() {
+            return Err(Error::TooSlow { queued, max });
+        }
+        let mut n = 0;
+        if s.dropped > 0 && n < max {
+            let count = std::mem::take(&mut s.dropped);
+            out.push(Delivery::Dropped { count });
+            n += 1;
+        }
+        while n < max {
+            let Some(d) = s.items.pop_front() else { break };
+            s.bytes -= d.size();
+            out.push(d);
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// A lock whose holder cannot leave the data half-updated on panic (every critical section
+/// above is a few pushes and removals), so a poisoned lock is still usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,127 @@
+//! # Topics and fan-out for Sockeye, in one process or across nodes
+//!
+//! A [`Hub`] per node holds its topics; a [`Subscriber`] per connection receives what is
+//! published on the topics it subscribed to; a [`Backplane`](backplane::Backplane) connects the
+//! hubs of several nodes: [`InProcess`](backplane::InProcess) (one node, the default), Redis
+//! (feature `redis`: pub/sub for live fan-out, Streams for history) or NATS (feature `nats`:
+//! subjects, JetStream for history).
+//!
+//! Every publication gets a [`Position`] in its topic (offset and epoch); a subscriber that
+//! reconnects resumes from its last position and receives exactly what it missed, then live
+//! publications, with no gap and no duplicate at the seam, or learns that recovery is
+//! impossible (the epoch changed, or the history no longer reaches back that far).
+//!
+//! Why a crate of its own: the backplanes' clients (redis, async-nats) are large dependencies
+//! that a user of plain WebSockets should not compile, and the hub is policy (queues, bounds,
+//! recovery) on top of the tokio layer, not part of it.
+
+#![deny(missing_docs)]
+
+pub mod backplane;
+mod error;
+mod hub;
+mod topic;
+
+use std::time::Duration;
+
+pub use backplane::{Origin, Position, Publication};
+pub use error::Error;
+pub use hub::{Delivery, Hub, Recovery, Subscriber};
+pub use topic::Topic;
+
+/// How much history a backplane keeps per topic, for recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HistoryConfig {
+    /// Publications kept per topic (0: no history). Default 1,000.
+    pub max_len: usize,
+    /// How long a publication is kept. Default 5 minutes: long enough to ride out a restart of
+    /// a node or of the backplane's server, short enough to bound memory.
+    pub max_age: Duration,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            max_len: 1000,
+            max_age: Duration::from_secs(300),
+        }
+    }
+}
+
+impl HistoryConfig {
+    /// No history: live fan-out only; a gap cannot be repaired, only reported.
+    pub fn none() -> Self {
+        HistoryConfig {
+            max_len: 0,
+            max_age: Duration::ZERO,
+        }
+    }
+
+    /// Keeps `max_len` publications per topic, for at most `max_age`.
+    pub fn new(max_len: usize, max_age: Duration) -> Self {
+        HistoryConfig { max_len, max_age }
+    }
+}
+
+/// What a subscriber's bound does when it is passed: the subscriber stops reading (a slow client)
+/// and its queue would grow without bound. It never slows the other subscribers down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SlowPolicy {
+    /// Drop the publications that do not fit, for this subscriber only; they are counted
+    /// ([`Subscriber::dropped`]) and the next delivery says how many were missed.
+    Drop,
+    /// Stop the subscriber: its next receive returns [`Error::TooSlow`] (a WebSocket closes with
+    /// 1008). The default: nothing is lost silently.
+    #[default]
+    Close,
+}
+
+/// A subscriber's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SubscriberConfig {
+    /// Payload bytes queued for the subscriber before [`SlowPolicy`] applies. Default 16 MiB (one
+    /// publication of any size may always wait, so a large one still goes through).
+    pub max_queued_bytes: usize,
+    /// What passing the bound does. Default [`SlowPolicy::Close`].
+    pub slow: SlowPolicy,
+}
+
+impl Default for SubscriberConfig {
+    fn default() -> Self {
+        SubscriberConfig {
+            max_queued_bytes: 16 << 20,
+            slow: SlowPolicy::Close,
+        }
+    }
+}
+
+impl SubscriberConfig {
+    /// A bound of `max_queued_bytes` with the policy `slow`.
+    pub fn new(max_queued_bytes: usize, slow: SlowPolicy) -> Self {
+        SubscriberConfig { max_queued_bytes, slow }
+    }
+}
+
+/// A hub's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HubConfig {
+    /// The largest payload a publication may carry. Default 1 MiB (a Redis or NATS server
+    /// refuses messages past its own limit: NATS's default `max_payload` is 1 MiB).
+    pub max_payload: usize,
+    /// Publications fetched from history at most when a subscriber resumes or a gap is repaired.
+    /// Default 10,000.
+    pub max_recovered: usize,
+}
+
+impl Default for HubConfig {
+    fn default() -> Self {
+        HubConfig {
+            max_payload: 1 << 20,
+            max_recovered: 10_000,
+        }
+    }
+}
