@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the servers that the pub/sub backplane tests run against, from Debian's packages:
+# redis-server (Redis 7: pub/sub, sharded pub/sub, Streams) and nats-server (NATS 2.9 with
+# JetStream). Idempotent: does nothing when both are there. The tests start their own instances
+# on free loopback ports, in temporary directories, and stop them (by PID) after; nothing here
+# starts a service.
+# Usage: bash scripts/install-backplanes.sh
+set -euo pipefail
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/bin/$1" ]; }
+need=()
+have redis-server || need+=(redis-server)
+have nats-server || need+=(nats-server)
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "install-backplanes: ${need[*]} missing; run as root, or: sudo apt-get install ${need[*]}" >&2
+  exit 1
+fi
+echo "==> apt-get install ${need[*]}"
+# Services are not started by the packages' scripts: the tests start their own instances.
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1 || {
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+}
+# A package whose post-install script started the system service: stop it, so that only the
+# tests' own instances run (they never use the default ports anyway).
+for unit in redis-server nats-server; do
+  if command -v service >/dev/null 2>&1; then service "$unit" stop >/dev/null 2>&1 || true; fi
+done
