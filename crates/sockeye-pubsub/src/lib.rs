@@ -125,3 +125,17 @@ impl Default for HubConfig {
         }
     }
 }
+
+impl HubConfig {
+    /// Sets [`max_payload`](Self::max_payload).
+    pub fn max_payload(mut self, bytes: usize) -> Self {
+        self.max_payload = bytes;
+        self
+    }
+
+    /// Sets [`max_recovered`](Self::max_recovered).
+    pub fn max_recovered(mut self, publications: usize) -> Self {
+        self.max_recovered = publications;
+        self
+    }
+}

@@ -1,0 +1,266 @@
+//! The hub over the in-process backplane: fan-out, the publisher left out, slow subscribers,
+//! resuming from a position with no gap and no duplicate at the seam.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use sockeye::Message;
+use sockeye_pubsub::backplane::InProcess;
+use sockeye_pubsub::{
+    Delivery, Error, HistoryConfig, Hub, HubConfig, Position, Recovery, SlowPolicy, Subscriber, SubscriberConfig,
+    Topic,
+};
+use tokio::time::timeout;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+async fn next(s: &mut Subscriber) -> Delivery {
+    timeout(WAIT, s.recv()).await.expect("no delivery within 5 s").unwrap().unwrap()
+}
+
+/// The text and position of the next delivery, which must be a message.
+async fn next_text(s: &mut Subscriber) -> (String, Position) {
+    match next(s).await {
+        Delivery::Message { message, position, .. } => match message {
+            Message::Text(t) => (t.as_str().to_owned(), position.unwrap()),
+            other => panic!("not text: {other:?}"),
+        },
+        other => panic!("not a message: {other:?}"),
+    }
+}
+
+async fn nothing_more(s: &mut Subscriber) {
+    if let Ok(d) = timeout(Duration::from_millis(100), s.recv()).await {
+        panic!("unexpected delivery: {d:?}");
+    }
+}
+
+#[tokio::test]
+async fn every_subscriber_gets_each_publication_once_but_the_publisher() {
+    let hub = Hub::in_process();
+    let topic = Topic::new("room").unwrap();
+    let other = Topic::new("other room").unwrap();
+    let mut subs = Vec::new();
+    for _ in 0..3 {
+        let mut s = hub.subscriber(SubscriberConfig::default());
+        s.subscribe(&topic, None).await.unwrap();
+        subs.push(s);
+    }
+    let mut elsewhere = hub.subscriber(SubscriberConfig::default());
+    elsewhere.subscribe(&other, None).await.unwrap();
+    assert_eq!(hub.subscriber_count(&topic), 3);
+    assert_eq!(hub.topic_count(), 2);
+
+    subs[0].publish(&topic, Message::text("from 0")).await.unwrap();
+    hub.publish(&topic, Message::text("from the hub")).await.unwrap();
+    for (i, s) in subs.iter_mut().enumerate() {
+        if i != 0 {
+            assert_eq!(next_text(s).await.0, "from 0");
+        }
+        let (text, position) = next_text(s).await;
+        assert_eq!(text, "from the hub");
+        assert_eq!(position.offset, 2, "offsets are per topic and contiguous");
+        nothing_more(s).await;
+    }
+    nothing_more(&mut elsewhere).await;
+
+    // Leaving unsubscribes; the last one to leave removes the topic.
+    drop(subs);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(hub.subscriber_count(&topic), 0);
+    assert_eq!(hub.topic_count(), 1);
+}
+
+#[tokio::test]
+async fn publisher_order_is_kept_for_many_publishers() {
+    let hub = Hub::in_process();
+    let topic = Topic::new("t").unwrap();
+    let mut reader = hub.subscriber(SubscriberConfig::default());
+    reader.subscribe(&topic, None).await.unwrap();
+    let mut tasks = Vec::new();
+    for p in 0..4 {
+        let hub = hub.clone();
+        let topic = topic.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..500 {
+                hub.publish(&topic, Message::text(format!("{p} {i}"))).await.unwrap();
+            }
+        }));
+    }
+    let mut next_from = [0; 4];
+    let mut last_offset = 0;
+    for _ in 0..2000 {
+        let (text, position) = next_text(&mut reader).await;
+        let mut parts = text.split(' ').map(|x| x.parse::<usize>().unwrap());
+        let (p, i) = (parts.next().unwrap(), parts.next().unwrap());
+        assert_eq!(i, next_from[p], "publisher {p} out of order");
+        next_from[p] += 1;
+        assert_eq!(position.offset, last_offset + 1);
+        last_offset = position.offset;
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_slow_subscriber_is_closed_and_the_others_keep_everything() {
+    let hub = Hub::in_process();
+    let topic = Topic::new("t").unwrap();
+    let mut fast = hub.subscriber(SubscriberConfig::default());
+    fast.subscribe(&topic, None).await.unwrap();
+    let mut slow = hub.subscriber(SubscriberConfig::new(10_000, SlowPolicy::Close));
+    slow.subscribe(&topic, None).await.unwrap();
+    let payload = vec![b'x'; 1000];
+    for i in 0..50 {
+        hub.publish(&topic, Message::binary(payload.clone())).await.unwrap();
+        // The fast one reads as it goes.
+        match next(&mut fast).await {
+            Delivery::Message { position, .. } => assert_eq!(position.unwrap().offset, i + 1),
+            other => panic!("{other:?}"),
+        }
+        assert!(slow.queued_bytes() <= 10_000, "the bound holds: {}", slow.queued_bytes());
+    }
+    match timeout(WAIT, slow.recv()).await.unwrap() {
+        Some(Err(Error::TooSlow { queued, max })) => {
+            assert_eq!(max, 10_000);
+            assert!(queued > max);
+        }
+        other => panic!("expected TooSlow, got {other:?}"),
+    }
+    // Nothing more after that, even when more is published.
+    hub.publish(&topic, Message::binary(payload)).await.unwrap();
+    nothing_more(&mut slow).await;
+    assert!(matches!(next(&mut fast).await, Delivery::Message { .. }));
+}
+
+#[tokio::test]
+async fn a_slow_subscriber_under_drop_is_told_how_many_it_missed() {
+    let hub = Hub::in_process();
+    let topic = Topic::new("t").unwrap();
+    let mut slow = hub.subscriber(SubscriberConfig::new(3_000, SlowPolicy::Drop));
+    slow.subscribe(&topic, None).await.unwrap();
+    for _ in 0..10 {
+        hub.publish(&topic, Message::binary(vec![0; 1000])).await.unwrap();
+    }
+    // Three fit, seven were dropped: the notice comes first, then what was kept.
+    assert_eq!(next(&mut slow).await, Delivery::Dropped { count: 7 });
+    for offset in 1..=3 {
+        match next(&mut slow).await {
+            Delivery::Message { position, .. } => assert_eq!(position.unwrap().offset, offset),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(slow.dropped(), 7);
+    nothing_more(&mut slow).await;
+}
+
+#[tokio::test]
+async fn resuming_gives_exactly_the_missed_publications_then_live_ones() {
+    let hub = Hub::in_process();
+    let topic = Topic::new("t").unwrap();
+    let mut first = hub.subscriber(SubscriberConfig::default());
+    first.subscribe(&topic, None).await.unwrap();
+    for i in 0..5 {
+        hub.publish(&topic, Message::text(format!("{i}"))).await.unwrap();
+    }
+    let mut seen = None;
+    for _ in 0..3 {
+        seen = Some(next_text(&mut first).await.1);
+    }
+    // The connection drops after the third; publishing goes on while a publisher keeps going
+    // during the resubscription (the seam).
+    drop(first);
+    let publisher = {
+        let hub = hub.clone();
+        let topic = topic.clone();
+        tokio::spawn(async move {
+            for i in 5..400 {
+                hub.publish(&topic, Message::text(format!("{i}"))).await.unwrap();
+                if i % 50 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        })
+    };
+    tokio::task::yield_now().await;
+    let mut again = hub.subscriber(SubscriberConfig::default());
+    let recovery = again.subscribe(&topic, seen).await.unwrap();
+    assert!(matches!(recovery, Recovery::Recovered { count } if count >= 2), "{recovery:?}");
+    publisher.await.unwrap();
+    for i in 3..400 {
+        let (text, position) = next_text(&mut again).await;
+        assert_eq!(text, i.to_string(), "no gap, no duplicate");
+        assert_eq!(position.offset, i + 1);
+    }
+    nothing_more(&mut again).await;
+}
+
+#[tokio::test]
+async fn resuming_from_another_epoch_or_too_far_back_reports_the_gap() {
+    let hub = Hub::with_backplane(HubConfig::default(), |events| {
+        InProcess::new(events, HistoryConfig::new(10, Duration::from_secs(60)))
+    });
+    let topic = Topic::new("t").unwrap();
+    for i in 0..30 {
+        hub.publish(&topic, Message::text(format!("{i}"))).await.unwrap();
+    }
+    // Find the epoch from a live delivery.
+    let mut probe = hub.subscriber(SubscriberConfig::default());
+    probe.subscribe(&topic, None).await.unwrap();
+    hub.publish(&topic, Message::text("30")).await.unwrap();
+    let (_, now) = next_text(&mut probe).await;
+    assert_eq!(now.offset, 31);
+
+    // Too far back: only the last 10 are kept.
+    let mut late = hub.subscriber(SubscriberConfig::default());
+    let old = Position {
+        epoch: now.epoch.clone(),
+        offset: 5,
+    };
+    assert_eq!(late.subscribe(&topic, Some(old)).await.unwrap(), Recovery::Lost);
+    match next(&mut late).await {
+        Delivery::Gap { resume, .. } => assert_eq!(resume.unwrap().offset, 31),
+        other => panic!("{other:?}"),
+    }
+    // Within the window: recovered.
+    let mut recent = hub.subscriber(SubscriberConfig::default());
+    let within = Position {
+        epoch: now.epoch.clone(),
+        offset: 25,
+    };
+    assert_eq!(
+        recent.subscribe(&topic, Some(within)).await.unwrap(),
+        Recovery::Recovered { count: 6 }
+    );
+    assert_eq!(next_text(&mut recent).await.0, "25");
+
+    // Another epoch: the history it refers to is gone.
+    let mut stranger = hub.subscriber(SubscriberConfig::default());
+    let foreign = Position {
+        epoch: "another".into(),
+        offset: 30,
+    };
+    assert_eq!(stranger.subscribe(&topic, Some(foreign)).await.unwrap(), Recovery::Lost);
+    assert!(matches!(next(&mut stranger).await, Delivery::Gap { .. }));
+    // Then live ones.
+    hub.publish(&topic, Message::text("31")).await.unwrap();
+    assert_eq!(next_text(&mut stranger).await.0, "31");
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error() {
+    let hub = Hub::with_backplane(
+        HubConfig::default().max_payload(100),
+        |events| InProcess::new(events, HistoryConfig::default()),
+    );
+    let topic = Topic::new("t").unwrap();
+    let e = hub.publish(&topic, Message::binary(vec![0; 101])).await.unwrap_err();
+    assert!(matches!(e, Error::PayloadTooLarge { len: 101, max: 100 }));
+    assert!(e.is_caller_fault());
+    assert!(e.to_string().contains("max_payload"), "{e}");
+    let e = hub.publish(&topic, Message::Ping(Default::default())).await.unwrap_err();
+    assert!(matches!(e, Error::NotData));
+    assert!(Topic::new("").unwrap_err().to_string().contains("empty"));
+    assert!(Topic::new(&"x".repeat(300)).unwrap_err().to_string().contains("at most 256"));
+}
