@@ -24,6 +24,29 @@ pub(crate) fn websocket_url(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// A pub/sub backplane URL: checked while parsing (a usage error, exit 2), connected later (an
+/// unreachable server is retried).
+pub(crate) fn backplane_url(s: &str) -> Result<String, String> {
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return Err(format!("expected {}", sockeye_pubsub::backplane::URL_FORMS));
+    };
+    if !matches!(scheme, "redis" | "rediss" | "nats") {
+        return Err(format!("unknown scheme {scheme:?}: expected redis://HOST:PORT or nats://HOST:PORT"));
+    }
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.is_empty() || host.starts_with(':') {
+        return Err(format!("no host in {s:?}: expected {scheme}://HOST:PORT"));
+    }
+    if let Some((_, port)) = host.rsplit_once(':')
+        && !host.ends_with(']')
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!("bad port {port:?} in {s:?}"));
+    }
+    Ok(s.to_string())
+}
+
 /// Sockeye's WebSocket tool.
 #[derive(Debug, Parser)]
 #[command(
@@ -110,15 +133,25 @@ Exit codes: 0 done (stdin ended, the client left, --max-messages reached, or Ctr
 
 Exit codes: 0 done, 1 a scenario failed, 2 usage, 130 interrupted.")]
     Bench(BenchArgs),
-    /// Relay every message to every other connected client.
+    /// Relay every message to every other client on the same URL path (the topic), on this node
+    /// or, with --backplane, on every node.
     #[command(name = "broadcast_server")]
     #[command(after_help = "Examples:
-  ws broadcast_server --port 8008          then: ws chat ws://127.0.0.1:8008/ alice
+  ws broadcast_server --port 8008          then: ws chat ws://127.0.0.1:8008/lobby alice
   ws broadcast_server -q --tls --cert-file cert.pem --key-file key.pem
+  ws broadcast_server --port 8001 --backplane redis://127.0.0.1:6379     (one node of several)
+  ws broadcast_server --port 8002 --backplane nats://127.0.0.1:4222
+
+The URL path is the topic: clients of ws://host/a and ws://host/b do not see each other.
+A client that falls 16 MiB behind is closed with 1008. With --backplane, every node on the
+same Redis or NATS server delivers each message to every other client on the topic, once,
+in each sender's order; an unreachable backplane is retried, and a node resubscribes by
+itself after the backplane restarts (messages missed meanwhile are recovered from Redis's
+stream history or NATS JetStream; without history the gap is logged).
 
 Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
   listen (address in use, bad certificate files), 2 usage.")]
-    BroadcastServer(RelayArgs),
+    BroadcastServer(BroadcastArgs),
     /// The relay that `send` and `receive` meet at (a broadcast server for large messages).
     #[command(after_help = "Examples:
   ws transfer --port 8008
@@ -248,6 +281,16 @@ pub struct RelayArgs {
     /// Quiet: no per-connection log.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+}
+
+/// `broadcast_server`.
+#[derive(Debug, Args)]
+pub struct BroadcastArgs {
+    #[command(flatten)]
+    pub relay: RelayArgs,
+    /// Connect the nodes through this pub/sub server: redis://HOST:PORT or nats://HOST:PORT.
+    #[arg(long, value_name = "URL", value_parser = backplane_url)]
+    pub backplane: Option<String>,
 }
 
 /// `send`.

@@ -1,99 +1,123 @@
-//! `broadcast_server` and `transfer`: every message goes to every other connected client.
+//! `broadcast_server` and `transfer`: every message goes to every other client on the same URL
+//! path (the topic), through a [`sockeye_pubsub::Hub`]: in this process, or across nodes over
+//! Redis or NATS with `--backplane`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use sockeye::{CloseCode, CloseFrame, Message};
-use tokio::sync::mpsc;
+use sockeye_pubsub::backplane::InProcess;
+use sockeye_pubsub::{Delivery, Error as PubSubError, HistoryConfig, Hub, HubConfig, SlowPolicy, SubscriberConfig, Topic};
 
 use crate::Failure;
 use crate::cli::RelayArgs;
-use crate::interrupt::{CLOSE_GRACE, serve_until_stopped};
+use crate::interrupt::{CLOSE_GRACE, serve_until_stopped, unless_interrupted};
 use crate::output::errln;
 use crate::tls::bind;
 
-/// Messages queued for one client before it counts as too slow and is disconnected (1008): a
+/// Payload bytes queued for one client before it counts as too slow and is closed (1008): a
 /// slow reader must not make the relay's memory grow without bound, nor lose messages silently.
-const QUEUE: usize = 1024;
-/// Bytes queued for one client, the same way: counted per client (a message relayed to many is
-/// one shared buffer, so this over-counts, on the safe side). One message of any size may always
-/// wait, so a 1 GiB transfer still goes through.
-const QUEUE_BYTES: usize = 256 << 20;
+/// One message of any size may always wait, so a 1 GiB transfer still goes through.
+const QUEUE_BYTES: usize = 16 << 20;
+/// The largest message relayed in this process: `transfer` carries whole files.
+const LOCAL_MAX_MESSAGE: usize = 1 << 30;
+/// The largest message relayed through a backplane: NATS's default `max_payload`, and far below
+/// Redis's limit. Larger messages are refused by the engine with 1009 (message too big).
+const BACKPLANE_MAX_MESSAGE: usize = 1 << 20;
+/// How long a client's message waits for an unreachable backplane (its connection is not read
+/// meanwhile) before the client is closed with 1013 (try again later): a backplane restart of a
+/// few seconds loses nothing.
+const PUBLISH_PATIENCE: Duration = Duration::from_secs(10);
+/// Deliveries written to a socket before one flush.
+const BATCH: usize = 256;
 
-/// A connected client, as the others see it.
-struct Peer {
-    addr: std::net::SocketAddr,
-    tx: mpsc::Sender<Message>,
-    /// Bytes in its queue.
-    queued: Arc<AtomicUsize>,
-    /// Told when it is dropped for being too slow: its writer stops sending its backlog and
-    /// closes with 1008 at once.
-    kick: Arc<tokio::sync::Notify>,
-}
-
-impl Peer {
-    /// Queues `m` unless that would pass a bound.
-    fn offer(&self, m: &Message) -> bool {
-        let len = m.as_payload().len();
-        let before = self.queued.fetch_add(len, Ordering::Relaxed);
-        if (before > 0 && before + len > QUEUE_BYTES) || self.tx.try_send(m.clone()).is_err() {
-            self.queued.fetch_sub(len, Ordering::Relaxed);
-            return false;
-        }
-        true
-    }
-}
-
-type Peers = Arc<Mutex<HashMap<u64, Peer>>>;
-
-pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Failure> {
-    // A relay for file transfers carries whole files as single messages.
-    let server = bind(&args.server, |c| c.protocol.max_message_size = 1 << 30, name).await?;
-    let peers: Peers = Arc::default();
-    let next_id = Arc::new(AtomicU64::new(0));
+pub(crate) async fn server(args: RelayArgs, backplane: Option<String>, name: &'static str) -> Result<(), Failure> {
     let quiet = args.quiet;
+    let (hub, max_message) = match &backplane {
+        None => {
+            let config = HubConfig::default().max_payload(LOCAL_MAX_MESSAGE);
+            let hub = Hub::with_backplane(config, |events| InProcess::new(events, HistoryConfig::none()));
+            (hub, LOCAL_MAX_MESSAGE)
+        }
+        Some(url) => (connect_backplane(url, name).await?, BACKPLANE_MAX_MESSAGE),
+    };
+    let server = bind(&args.server, |c| c.protocol.max_message_size = max_message, name).await?;
+    let connected = Arc::new(AtomicUsize::new(0));
     let shutdown = server.shutdown_handle();
-    let serving = server.serve(move |ws, addr| {
-        let peers = peers.clone();
-        let id = next_id.fetch_add(1, Ordering::Relaxed);
+    let serving = server.serve_requests(move |ws, request, addr| {
+        let hub = hub.clone();
+        let connected = Arc::clone(&connected);
         async move {
-            let (tx, mut rx) = mpsc::channel::<Message>(QUEUE);
-            let queued = Arc::new(AtomicUsize::new(0));
-            let kick = Arc::new(tokio::sync::Notify::new());
-            let peer = Peer {
-                addr,
-                tx,
-                queued: Arc::clone(&queued),
-                kick: Arc::clone(&kick),
-            };
-            lock(&peers).insert(id, peer);
-            if !quiet {
-                errln!("{addr}: joined ({} connected)", lock(&peers).len());
-            }
             let (mut sink, mut stream) = ws.split();
+            let topic = match Topic::new(request.uri().path()) {
+                Ok(t) => t,
+                Err(e) => {
+                    let _ = sink.close(Some(short_close(CloseCode::POLICY_VIOLATION, &e.to_string()))).await;
+                    return;
+                }
+            };
+            let mut subscriber = hub.subscriber(SubscriberConfig::new(QUEUE_BYTES, SlowPolicy::Close));
+            if let Err(e) = subscriber.subscribe(&topic, None).await {
+                if !quiet {
+                    errln!("{addr}: cannot subscribe to {topic}: {e}");
+                }
+                let _ = sink.close(Some(short_close(CloseCode::TRY_AGAIN_LATER, "pub/sub backplane unavailable"))).await;
+                return;
+            }
+            let now = connected.fetch_add(1, Ordering::Relaxed) + 1;
+            if !quiet {
+                errln!("{addr}: joined ({now} connected)");
+            }
+            let publisher = subscriber.publisher();
+            // The reader asks the writer to close (the writer owns the sending half).
+            let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
             let writer = tokio::spawn(async move {
-                let kicked = kick.notified();
-                tokio::pin!(kicked);
-                loop {
-                    tokio::select! {
+                let mut batch = Vec::with_capacity(BATCH);
+                let frame = loop {
+                    let first = tokio::select! {
                         biased;
-                        () = &mut kicked => break,
-                        m = rx.recv() => {
-                            let Some(m) = m else { return };
-                            queued.fetch_sub(m.as_payload().len(), Ordering::Relaxed);
-                            // Batch: flush once the queue is drained.
-                            if sink.feed(m).await.is_err() || (rx.is_empty() && sink.flush().await.is_err()) {
-                                return;
+                        Ok(frame) = &mut close_rx => break frame,
+                        d = subscriber.recv() => d,
+                    };
+                    match first {
+                        None => return, // the hub stopped: the server is stopping too
+                        Some(Err(_)) => break too_slow(),
+                        Some(Ok(d)) => batch.push(d),
+                    }
+                    if subscriber.try_recv_many(&mut batch, BATCH - 1).is_err() {
+                        break too_slow();
+                    }
+                    let write = async {
+                        for d in batch.drain(..) {
+                            match d {
+                                Delivery::Message { message, .. } => sink.feed(message).await?,
+                                Delivery::Gap { topic, .. } if !quiet => {
+                                    errln!("{addr}: messages on {topic} were missed during a backplane outage and could not be recovered");
+                                }
+                                _ => {}
                             }
                         }
+                        sink.flush().await
+                    };
+                    // A client that does not read blocks the write: give up on it as soon as
+                    // its queue passes the bound.
+                    let written = tokio::select! {
+                        biased;
+                        () = subscriber.too_slow() => break too_slow(),
+                        r = write => r,
+                    };
+                    if written.is_err() {
+                        return;
                     }
+                    batch.clear();
+                };
+                // Too slow: its backlog is not sent; the close goes out as soon as the socket
+                // takes it (it may not read at all: the close deadline then ends the connection).
+                if frame.code == CloseCode::POLICY_VIOLATION && !quiet {
+                    errln!("{addr}: dropped: it does not read fast enough (closed with 1008)");
                 }
-                // Dropped from the registry: this client was too slow. Its backlog is not sent;
-                // the close goes out as soon as the socket takes it (it may not read at all:
-                // the close deadline then ends the connection).
-                let frame = CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow: messages were dropped");
                 let _ = tokio::time::timeout(CLOSE_GRACE, sink.close(Some(frame))).await;
             });
             // On Ctrl-C the server's shutdown closes the connection (1001) and the stream ends.
@@ -101,32 +125,21 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
                 if !m.is_data() {
                     continue;
                 }
-                let mut slow = Vec::new();
-                for (other, peer) in lock(&peers).iter() {
-                    if *other != id && !peer.offer(&m) {
-                        slow.push(*other);
+                if let Err(e) = publish_patiently(&publisher, &topic, m).await {
+                    if !quiet {
+                        errln!("{addr}: message not delivered: {e}; closing with 1013");
                     }
-                }
-                for other in slow {
-                    // Two readers may find the same full queue at once: the one that removes it
-                    // reports it.
-                    if let Some(peer) = lock(&peers).remove(&other) {
-                        peer.kick.notify_one();
-                        if !quiet {
-                            errln!(
-                                "{}: dropped: it does not read fast enough (closed with 1008)",
-                                peer.addr
-                            );
-                        }
-                    }
+                    let _ = close_tx.send(short_close(CloseCode::TRY_AGAIN_LATER, "pub/sub backplane unavailable"));
+                    break;
                 }
             }
-            lock(&peers).remove(&id);
+            drop(publisher);
             // The writer may still be sending the close of a client dropped as too slow.
             let mut writer = writer;
             if tokio::time::timeout(CLOSE_GRACE, &mut writer).await.is_err() {
                 writer.abort();
             }
+            connected.fetch_sub(1, Ordering::Relaxed);
             if !quiet {
                 errln!("{addr}: left");
             }
@@ -135,35 +148,55 @@ pub(crate) async fn server(args: RelayArgs, name: &'static str) -> Result<(), Fa
     serve_until_stopped(serving, shutdown).await
 }
 
-/// The registry lock; a panic while holding it cannot leave the map half-updated, so a poisoned
-/// lock is still usable.
-fn lock(peers: &Peers) -> std::sync::MutexGuard<'_, HashMap<u64, Peer>> {
-    peers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// Connects to the backplane, retrying an unreachable one (it may be starting) until Ctrl-C.
+async fn connect_backplane(url: &str, name: &str) -> Result<Hub, Failure> {
+    let config = HubConfig::default().max_payload(BACKPLANE_MAX_MESSAGE);
+    let mut delay = Duration::from_millis(250);
+    loop {
+        match Hub::connect(url, config, HistoryConfig::default()).await {
+            Ok(hub) => {
+                errln!("ws {name}: pub/sub backplane {url} connected");
+                return Ok(hub);
+            }
+            Err(e) if e.is_caller_fault() => return Err(Failure::usage(e.to_string())),
+            Err(e) => {
+                errln!("ws {name}: {e}; retrying in {} ms (Ctrl-C to stop)", delay.as_millis());
+                unless_interrupted(tokio::time::sleep(delay)).await?;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
 }
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_queue_is_bounded_in_bytes_but_always_takes_one_message() {
-        let (tx, mut rx) = mpsc::channel(QUEUE);
-        let peer = Peer {
-            addr: "127.0.0.1:1".parse().unwrap(),
-            tx,
-            queued: Arc::default(),
-            kick: Arc::default(),
-        };
-        // Zeroed pages are not touched: this costs no memory.
-        let big = Message::binary(vec![0u8; QUEUE_BYTES / 2 + 1]);
-        assert!(peer.offer(&big), "one message of any size may wait");
-        assert!(!peer.offer(&big), "a second would pass the byte bound");
-        assert!(peer.offer(&Message::text("x")), "a small one still fits");
-        // The writer takes the first: room again.
-        let taken = rx.try_recv().unwrap();
-        peer.queued.fetch_sub(taken.as_payload().len(), Ordering::Relaxed);
-        assert!(peer.offer(&big));
-        assert_eq!(peer.queued.load(Ordering::Relaxed), big.as_payload().len() + 1);
+/// Publishes, waiting out a backplane that is down for up to [`PUBLISH_PATIENCE`].
+async fn publish_patiently(
+    publisher: &sockeye_pubsub::Publisher,
+    topic: &Topic,
+    message: Message,
+) -> Result<(), PubSubError> {
+    let give_up = tokio::time::Instant::now() + PUBLISH_PATIENCE;
+    let mut delay = Duration::from_millis(50);
+    loop {
+        match publisher.publish(topic, message.clone()).await {
+            Err(PubSubError::Backplane { .. }) if tokio::time::Instant::now() + delay < give_up => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+            r => return r,
+        }
     }
+}
+
+fn too_slow() -> CloseFrame {
+    CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow: messages were dropped")
+}
+
+/// A close frame whose reason is cut to what a close frame carries (123 bytes, on a character
+/// boundary).
+fn short_close(code: CloseCode, reason: &str) -> CloseFrame {
+    let mut end = reason.len().min(CloseFrame::MAX_REASON_LEN);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    CloseFrame::new(code, reason[..end].to_string())
 }

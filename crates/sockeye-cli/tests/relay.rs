@@ -13,10 +13,11 @@
 //! the writer's wake-up, the writer would stall for good and its client would stop receiving
 //! (caught by the idle timeout below).
 //!
-//! Senders are paced so that no healthy client is ever more than `2 * WINDOW` messages behind,
-//! fewer than the relay's 1024-message queue: a healthy client is only dropped if the relay itself
-//! stops making progress. Every eighth message is large (32 to 64 KiB), the others a few hundred
-//! bytes to 2 KiB, so that a backlog of a few hundred messages is megabytes.
+//! Senders are paced so that no healthy client is ever more than `2 * WINDOW` messages behind
+//! (under 9 MiB), within the relay's 16 MiB bound per client: a healthy client is only dropped if
+//! the relay itself stops making progress, while the slow one is sent about 40 MiB. Every eighth
+//! message is large (32 to 64 KiB), the others a few hundred bytes to 2 KiB, so that a backlog of
+//! a few hundred messages is megabytes.
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader};
@@ -56,9 +57,14 @@ const IDLE: Duration = Duration::from_secs(8);
 /// The exchange of messages, and the whole test.
 const DEADLINE: Duration = Duration::from_secs(20);
 const TOTAL: Duration = Duration::from_secs(28);
-/// The relay's queue per client (crates/sockeye-cli/src/relay.rs).
-const RELAY_QUEUE: usize = 1024;
-const _: () = assert!(2 * WINDOW < RELAY_QUEUE);
+/// The relay's bound per client, in payload bytes (crates/sockeye-cli/src/relay.rs), and the
+/// largest message below.
+const RELAY_QUEUE_BYTES: usize = 16 << 20;
+const LARGEST: usize = 64 << 10;
+// A healthy backlog: every eighth message at most 64 KiB, the others at most 2 KiB.
+const _: () = assert!(2 * WINDOW * LARGEST / 8 + 2 * WINDOW * 2048 < RELAY_QUEUE_BYTES);
+// The slow client is sent the large messages alone (48 KiB on average) past twice the bound.
+const _: () = assert!(HEALTHY * PER_SENDER / 8 * (LARGEST * 3 / 4) > 2 * RELAY_QUEUE_BYTES);
 
 /// `ws broadcast_server` on a port the kernel picked; killed (by its handle) when dropped, even
 /// when the test fails. Its stderr lines arrive on `lines`.

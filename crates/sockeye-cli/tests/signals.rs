@@ -102,13 +102,12 @@ fn flood_stdin(mut stdin: std::process::ChildStdin) {
 }
 
 /// Lines at about 2,000 a second: traffic, yet far within what a reader keeps up with even when
-/// it is not scheduled for a while, so that the relay does not drop the listener as too slow
-/// (its policy for a reader that falls 1,024 messages behind).
+/// it is not scheduled for a while, so that the relay does not drop the listener as too slow.
 fn paced_lines(mut stdin: std::process::ChildStdin) {
     std::thread::spawn(move || {
         // The scenario is about the relay's exit under traffic, not its top rate. The floods
-        // beside it starve the listener for tens of milliseconds at times: at 100k lines/s,
-        // 1,024 messages were 10 ms, and CI saw the listener dropped.
+        // beside it starve the listener for tens of milliseconds at times (CI once saw the
+        // listener dropped at 100k lines/s, when the relay's bound was 1,024 messages).
         let burst = b"a line of text for the relay\n".repeat(100);
         while stdin.write_all(&burst).is_ok() {
             std::thread::sleep(Duration::from_millis(50));

@@ -87,6 +87,14 @@ impl Hub {
         })
     }
 
+    /// A hub over the backplane a URL names (see [`backplane::connect`](crate::backplane::connect)):
+    /// `redis://HOST:PORT`, `nats://HOST:PORT` or `memory:`.
+    pub async fn connect(url: &str, config: HubConfig, history: HistoryConfig) -> Result<Hub, Error> {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let backplane = crate::backplane::connect(url, history, tx).await?;
+        Ok(Hub::start(config, backplane, rx))
+    }
+
     /// A hub over the backplane that `make` builds around the event channel it is given.
     pub fn with_backplane<B: Backplane>(config: HubConfig, make: impl FnOnce(EventSender) -> B) -> Hub {
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
@@ -320,6 +328,29 @@ impl Subscriber {
         self.hub.publish_as(self.id, topic, message).await
     }
 
+    /// A handle that publishes as this subscriber (leaving it out of the fan-out), for the task
+    /// that reads a connection while another writes this subscriber's deliveries.
+    pub fn publisher(&self) -> Publisher {
+        Publisher {
+            hub: self.hub.clone(),
+            id: self.id,
+        }
+    }
+
+    /// Resolves once [`SlowPolicy::Close`] has stopped this subscriber: for a writer blocked on a
+    /// connection that does not read, to give up on it at once.
+    pub async fn too_slow(&self) {
+        loop {
+            let stopped = self.queue.stop.notified();
+            tokio::pin!(stopped);
+            stopped.as_mut().enable();
+            if lock(&self.queue.state).stopped {
+                return;
+            }
+            stopped.await;
+        }
+    }
+
     /// The next delivery; `None` once the hub has stopped. [`Error::TooSlow`] (once) when the
     /// subscriber passed its bound under [`SlowPolicy::Close`]; it receives nothing after that.
     pub async fn recv(&mut self) -> Option<Result<Delivery, Error>> {
@@ -354,6 +385,20 @@ impl Subscriber {
     /// The topics it is subscribed to.
     pub fn topics(&self) -> impl Iterator<Item = &Topic> {
         self.topics.iter()
+    }
+}
+
+/// Publishes as a [`Subscriber`] (see [`Subscriber::publisher`]). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Publisher {
+    hub: Hub,
+    id: u64,
+}
+
+impl Publisher {
+    /// Publishes to every subscriber of `topic` but the one this handle came from, on every node.
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+        self.hub.publish_as(self.id, topic, message).await
     }
 }
 
@@ -552,6 +597,8 @@ struct Queue {
     config: SubscriberConfig,
     state: Mutex<QueueState>,
     notify: Notify,
+    /// Told when [`SlowPolicy::Close`] stops the queue.
+    stop: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -574,6 +621,7 @@ impl Queue {
             config,
             state: Mutex::default(),
             notify: Notify::new(),
+            stop: Notify::new(),
         }
     }
 
@@ -607,6 +655,7 @@ impl Queue {
                     s.bytes = 0;
                     s.held.clear();
                     self.notify.notify_one();
+                    self.stop.notify_waiters();
                     return;
                 }
             }

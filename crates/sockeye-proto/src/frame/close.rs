@@ -32,6 +32,11 @@ impl CloseCode {
     pub const MANDATORY_EXTENSION: CloseCode = CloseCode(1010);
     /// 1011: the server hit an unexpected condition.
     pub const INTERNAL_ERROR: CloseCode = CloseCode(1011);
+    /// 1012: the server is restarting; reconnect (IANA registry).
+    pub const SERVICE_RESTART: CloseCode = CloseCode(1012);
+    /// 1013: the server is overloaded or a service it needs is unavailable; try again later
+    /// (IANA registry).
+    pub const TRY_AGAIN_LATER: CloseCode = CloseCode(1013);
     /// 1015: the TLS handshake failed. Reported locally, never sent (§7.4.1).
     pub const TLS_HANDSHAKE: CloseCode = CloseCode(1015);
 

@@ -155,5 +155,28 @@ pub trait Backplane: Send + Sync + 'static {
 /// The channel a backplane's events go to.
 pub type EventSender = mpsc::Sender<Event>;
 
+/// What [`connect`] accepts, for error messages.
+pub const URL_FORMS: &str = "redis://HOST:PORT (feature `redis`), nats://HOST:PORT (feature `nats`) or memory:";
+
+/// Connects to the backplane a URL names: `redis://HOST:PORT[/DB]`, `nats://HOST:PORT`, or
+/// `memory:` (this process only). An unknown scheme, or one whose feature is not compiled in, is
+/// [`Error::InvalidUrl`]; an unreachable server is [`Error::Backplane`] (retry: the server may
+/// not be up yet).
+pub async fn connect(url: &str, history: crate::HistoryConfig, events: EventSender) -> Result<Box<dyn Backplane>, Error> {
+    let scheme = url.split_once(':').map_or("", |(s, _)| s).to_ascii_lowercase();
+    match scheme.as_str() {
+        "memory" => Ok(Box::new(InProcess::new(events, history))),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(Box::new(redis::Redis::connect(url, history, events).await?)),
+        #[cfg(feature = "nats")]
+        "nats" => Ok(Box::new(nats::Nats::connect(url, history, events).await?)),
+        "redis" | "rediss" | "nats" => Err(Error::InvalidUrl(format!(
+            "{url}: this build has no {scheme} support (Cargo feature `{}` of sockeye-pubsub)",
+            if scheme == "nats" { "nats" } else { "redis" }
+        ))),
+        _ => Err(Error::InvalidUrl(format!("{url:?}: expected {URL_FORMS}"))),
+    }
+}
+
 /// Events queued from a backplane to its hub before the backplane waits.
 pub const EVENT_QUEUE: usize = 4096;
