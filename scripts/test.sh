@@ -15,9 +15,13 @@ cargo fmt --all --check
 step "clippy (warnings are errors), every feature, and the build without default features"
 cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 cargo check --quiet -p sockeye --no-default-features
+cargo check --quiet -p sockeye-pubsub --no-default-features
 step "docs build without warnings"
-RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --all-features -p sockeye-proto -p sockeye
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --all-features -p sockeye-proto -p sockeye -p sockeye-pubsub
 step "unit, property, doc, loopback, fault and framework tests"
+# The pub/sub backplane tests run real Redis and NATS servers (started and stopped by the tests,
+# on free loopback ports).
+bash scripts/install-backplanes.sh
 # The ws tool's signal tests flood the client under test from a release build (the debug one
 # cannot push fast enough to keep a reader busy); the same build serves interop and Autobahn.
 cargo build --release --quiet -p sockeye-cli
