@@ -16,6 +16,8 @@
 //! (feature `nats`).
 
 mod in_process;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::fmt;
 use std::future::Future;

@@ -1,0 +1,701 @@
+//! The Redis backplane: pub/sub for live fan-out, a Stream per topic for history.
+//!
+//! # What it guarantees
+//!
+//! - **Live delivery is at-most-once**, over Redis pub/sub: a node that is disconnected (or whose
+//!   connection drops) misses what is published meanwhile. Nothing is delivered twice.
+//! - **Every miss is repaired or reported.** Each publication gets a contiguous offset in its
+//!   topic and is kept in the topic's Stream (the newest [`HistoryConfig::max_len`], the whole
+//!   Stream expiring [`HistoryConfig::max_age`] after the topic's last publication). The hub
+//!   fetches what a jump in offsets or a reconnection skipped from there; what the history no
+//!   longer holds (trimmed, expired, or a Redis restarted without persistence: a new epoch) is
+//!   reported as a gap, never missed silently.
+//! - **Order**: one order per topic (the offsets, given atomically by Redis); a node's
+//!   publications leave in call order over one multiplexed connection.
+//! - **Recovery by itself**: when the pub/sub connection drops, the backplane says
+//!   [`Event::Lost`], reconnects with backoff (50 ms doubling to 2 s, with jitter), subscribes
+//!   again to every topic and says [`Event::Restored`]. Publishing while Redis is down fails at
+//!   once with [`Error::Backplane`] (nothing is queued); the next publish reconnects.
+//!
+//! # Keys
+//!
+//! A topic is hex-encoded ([`Topic::to_hex`]) so that any name makes a valid key; the hex sits in
+//! a hash tag so that a topic's keys share a cluster slot:
+//!
+//! - `sockeye:{<hex>}:meta`: a hash, `e` the epoch (random, set when the hash is created) and `o`
+//!   the last offset given. It outlives the Stream (at least [`META_TTL_MIN`]), so that offsets
+//!   keep counting when a topic is quiet for longer than `max_age`;
+//! - `sockeye:{<hex>}:stream`: the history, entry id `<offset>-0`, one field `b`: the body below;
+//! - `sockeye:{<hex>}`: the pub/sub channel.
+//!
+//! # Wire format (version 1)
+//!
+//! A pub/sub message is:
+//!
+//! ```text
+//! 0x01                      the version: a reader skips (and logs) any other
+//! <offset>  '\n'            the offset, ASCII decimal
+//! <epoch>   '\n'            the epoch, ASCII
+//! body:
+//!   node       8 bytes      big-endian u64 (Origin::node)
+//!   publisher  8 bytes      big-endian u64 (Origin::publisher)
+//!   kind       1 byte       0 text, 1 binary
+//!   payload    the rest
+//! ```
+//!
+//! The Stream keeps only the body (the offset is the entry id, the epoch the meta hash's).
+//! The header is written by the publish script (it alone knows offset and epoch) and the body by
+//! the publishing node.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
+use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
+use sockeye::DataKind;
+use tokio::sync::Mutex;
+use tokio::task::AbortHandle;
+
+use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Origin, Position, Publication};
+use crate::{Error, HistoryConfig, Topic};
+
+/// How long [`Redis::connect`] waits for the server at start.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a command waits for its reply before failing with [`Error::Backplane`] (and a
+/// reconnection on the next one).
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The shortest life of a topic's meta hash (its epoch and last offset), refreshed by every
+/// publication; `max_age` if that is longer. Longer than the history, so that a subscriber of a
+/// quiet topic resumes without a false gap, and shorter than forever, so that abandoned topics
+/// go away.
+pub const META_TTL_MIN: Duration = Duration::from_secs(24 * 3600);
+
+/// Reconnection backoff: first delay, and the cap it doubles up to.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// How often the pub/sub connection is checked with a PING (a server that hangs without closing
+/// the connection is otherwise never noticed).
+const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The wire format's version byte.
+const VERSION: u8 = 1;
+
+/// Bytes before the payload in a body.
+const BODY_HEADER: usize = 17;
+
+/// Publishes atomically: epoch (kept if present), next offset, history, expiry, then the message.
+///
+/// KEYS: meta, stream. ARGV: channel, body, a fresh random epoch, max_len (0: no Stream), Stream
+/// TTL in ms, meta TTL in ms.
+///
+/// PUBLISH, not SPUBLISH: Redis 7 does accept SPUBLISH from a script, but the shard channel of a
+/// script must then be declared like a key in cluster mode, and in standalone mode sharded
+/// pub/sub is plain pub/sub anyway; this backplane talks to one server (no cluster client), so
+/// PUBLISH works on every Redis from 5 on and changes nothing here.
+const PUBLISH_SCRIPT: &str = r"
+local fresh = redis.call('hsetnx', KEYS[1], 'e', ARGV[3])
+if fresh == 1 then
+  -- A new epoch: whatever Stream is left from an older one is meaningless.
+  redis.call('del', KEYS[2])
+end
+local offset = redis.call('hincrby', KEYS[1], 'o', 1)
+local epoch = redis.call('hget', KEYS[1], 'e')
+if tonumber(ARGV[4]) > 0 then
+  redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[4], offset .. '-0', 'b', ARGV[2])
+  redis.call('pexpire', KEYS[2], ARGV[5])
+end
+redis.call('pexpire', KEYS[1], ARGV[6])
+redis.call('publish', ARGV[1], '\1' .. offset .. '\n' .. epoch .. '\n' .. ARGV[2])
+return offset
+";
+
+/// The Redis backplane (feature `redis`): see the [module documentation](self) for what it
+/// guarantees, its keys and its wire format.
+///
+/// ```no_run
+/// use sockeye_pubsub::backplane::{EVENT_QUEUE, redis::Redis};
+/// use sockeye_pubsub::{HistoryConfig, Hub, HubConfig};
+/// # async fn run() -> Result<(), sockeye_pubsub::Error> {
+/// let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+/// let redis = Redis::connect("redis://127.0.0.1:6379/0", HistoryConfig::default(), tx).await?;
+/// let hub = Hub::start(HubConfig::default(), Box::new(redis), rx);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Redis {
+    shared: Arc<Shared>,
+    reader: AbortHandle,
+}
+
+struct Shared {
+    client: Client,
+    /// `host:port`, for messages (never the password).
+    addr: String,
+    history: HistoryConfig,
+    events: EventSender,
+    /// Commands: publish and history. `None` after a failure: the next command reconnects.
+    commands: Mutex<Option<MultiplexedConnection>>,
+    /// The pub/sub connection's command half and the topics subscribed to. One lock, so that a
+    /// reconnection and a subscription cannot miss each other.
+    subs: Mutex<Subs>,
+    publish: Script,
+}
+
+struct Subs {
+    /// `None` while reconnecting.
+    sink: Option<PubSubSink>,
+    topics: HashSet<Topic>,
+}
+
+impl fmt::Debug for Redis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redis")
+            .field("addr", &self.shared.addr)
+            .field("history", &self.shared.history)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl Redis {
+    /// Connects to the Redis server at `url`, `redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]` (port
+    /// 6379 and database 0 by default), keeping `history` per topic; events go to `events`.
+    ///
+    /// Fails with [`Error::InvalidUrl`] for another URL, and with [`Error::Backplane`] if the
+    /// server does not answer within [`CONNECT_TIMEOUT`] (later losses are recovered from by
+    /// themselves).
+    pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> Result<Redis, Error> {
+        let addr = parse_url(url)?;
+        let client = Client::open(url).map_err(|e| Error::InvalidUrl(format!("{url:?}: {e}; {ACCEPTED}")))?;
+        let shared = Arc::new(Shared {
+            client,
+            addr,
+            history,
+            events,
+            commands: Mutex::new(None),
+            subs: Mutex::new(Subs {
+                sink: None,
+                topics: HashSet::new(),
+            }),
+            publish: Script::new(PUBLISH_SCRIPT),
+        });
+        // Both connections now, so that a wrong address fails here, not at the first publish.
+        let conn = shared.connect_commands(CONNECT_TIMEOUT).await?;
+        *shared.commands.lock().await = Some(conn);
+        let stream = {
+            let mut subs = shared.subs.lock().await;
+            let (sink, stream) = shared.connect_pubsub(CONNECT_TIMEOUT, &[]).await?;
+            subs.sink = Some(sink);
+            stream
+        };
+        let reader = tokio::spawn(read(Arc::clone(&shared), stream)).abort_handle();
+        Ok(Redis { shared, reader })
+    }
+}
+
+const ACCEPTED: &str = "accepted: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]";
+
+/// Checks `url` and returns its `host:port`.
+fn parse_url(url: &str) -> Result<String, Error> {
+    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {ACCEPTED}"));
+    let rest = match url.split_once("://") {
+        Some(("redis", rest)) => rest,
+        Some(("rediss", _)) => return Err(bad("TLS (rediss://) is not supported by this build")),
+        Some((scheme, _)) => return Err(bad(&format!("the scheme is {scheme:?}, not \"redis\""))),
+        None => return Err(bad("no scheme")),
+    };
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let (host, port) = match host_port.rsplit_once(':') {
+        // An IPv6 address without a port: `[::1]`.
+        Some((h, p)) if !p.contains(']') => (h, Some(p)),
+        _ => (host_port, None),
+    };
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    let port = match port {
+        None => 6379,
+        Some(p) => p.parse::<u16>().map_err(|_| bad(&format!("the port {p:?} is not a number up to 65535")))?,
+    };
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    if !path.is_empty() && path.parse::<u32>().is_err() {
+        return Err(bad(&format!("the database {path:?} is not a number")));
+    }
+    Ok(format!("{host}:{port}"))
+}
+
+impl Shared {
+    fn error(&self, command: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+        Error::backplane(format!("redis {}: {command}", self.addr), e)
+    }
+
+    async fn connect_commands(&self, timeout: Duration) -> Result<MultiplexedConnection, Error> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        match tokio::time::timeout(timeout, self.client.get_multiplexed_async_connection_with_config(&config)).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(self.error("connect", e)),
+            Err(_) => Err(self.error("connect", format!("no answer within {timeout:?}"))),
+        }
+    }
+
+    /// A new pub/sub connection subscribed to `topics`.
+    async fn connect_pubsub(&self, timeout: Duration, topics: &[String]) -> Result<(PubSubSink, PubSubStream), Error> {
+        let connect = async {
+            let (mut sink, stream) = self.client.get_async_pubsub().await?.split();
+            if !topics.is_empty() {
+                sink.subscribe(topics).await?;
+            }
+            Ok::<_, RedisError>((sink, stream))
+        };
+        match tokio::time::timeout(timeout, connect).await {
+            Ok(Ok(pair)) => Ok(pair),
+            Ok(Err(e)) => Err(self.error("connect (pub/sub)", e)),
+            Err(_) => Err(self.error("connect (pub/sub)", format!("no answer within {timeout:?}"))),
+        }
+    }
+
+    /// The command connection, connected again if it failed.
+    async fn commands(&self) -> Result<MultiplexedConnection, Error> {
+        let mut slot = self.commands.lock().await;
+        if let Some(conn) = &*slot {
+            return Ok(conn.clone());
+        }
+        let conn = self.connect_commands(RESPONSE_TIMEOUT).await?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets the command connection after a failure (the next command reconnects).
+    async fn reset_commands(&self) {
+        *self.commands.lock().await = None;
+    }
+
+    async fn publish(&self, p: Publication) -> Result<(), Error> {
+        let hex = p.topic.to_hex();
+        let mut body = Vec::with_capacity(BODY_HEADER + p.payload.len());
+        body.extend_from_slice(&p.origin.node.to_be_bytes());
+        body.extend_from_slice(&p.origin.publisher.to_be_bytes());
+        body.push(match p.kind {
+            DataKind::Text => 0,
+            DataKind::Binary => 1,
+        });
+        body.extend_from_slice(&p.payload);
+        let stream_ttl = millis(self.history.max_age);
+        let meta_ttl = millis(self.history.max_age.max(META_TTL_MIN));
+        let max_len = if self.has_history() { self.history.max_len } else { 0 };
+        let mut conn = self.commands().await?;
+        let result: Result<u64, RedisError> = self
+            .publish
+            .key(meta_key(&hex))
+            .key(stream_key(&hex))
+            .arg(channel(&hex))
+            .arg(body)
+            .arg(format!("{:016x}", rand::random::<u64>()))
+            .arg(max_len)
+            .arg(stream_ttl)
+            .arg(meta_ttl)
+            .invoke_async(&mut conn)
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Not retried: the script may have run before the connection dropped, and a
+                // retry would publish twice.
+                self.reset_commands().await;
+                Err(self.error(&format!("publish to {}", p.topic), e))
+            }
+        }
+    }
+
+    fn has_history(&self) -> bool {
+        self.history.max_len > 0 && !self.history.max_age.is_zero()
+    }
+
+    async fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> Result<History, Error> {
+        let hex = topic.to_hex();
+        let start = match since {
+            None => "-".to_owned(),
+            Some(p) => format!("{}-0", p.offset.saturating_add(1)),
+        };
+        // One more than asked: `limit` 0 still shows whether the history reaches back.
+        let count = limit.saturating_add(1);
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("HMGET")
+            .arg(meta_key(&hex))
+            .arg("e")
+            .arg("o")
+            .cmd("XRANGE")
+            .arg(stream_key(&hex))
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(count);
+        // Read-only, so retried once on a fresh connection: after Redis restarted, the old
+        // connection fails at its first use.
+        let mut reply = None;
+        for attempt in 0..2 {
+            let mut conn = self.commands().await?;
+            match pipe.query_async::<(Value, Value)>(&mut conn).await {
+                Ok(r) => {
+                    reply = Some(r);
+                    break;
+                }
+                Err(e) => {
+                    self.reset_commands().await;
+                    if attempt == 1 || !(e.is_connection_dropped() || e.is_io_error()) {
+                        return Err(self.error(&format!("history of {topic}"), e));
+                    }
+                }
+            }
+        }
+        let Some((meta, entries)) = reply else {
+            return Err(self.error(&format!("history of {topic}"), "no reply"));
+        };
+        let malformed = |what: &str| self.error(&format!("history of {topic}"), format!("malformed {what}"));
+        let (epoch, offset) = parse_meta(meta).ok_or_else(|| malformed("meta hash"))?;
+        let mut entries = parse_entries(entries, topic, epoch.as_deref().unwrap_or("")).ok_or_else(|| malformed("stream entry"))?;
+        let Some(epoch) = epoch else {
+            // Nothing published in this epoch (or its meta expired): a position cannot be
+            // recovered; no position means "everything", which is nothing.
+            return Ok(match since {
+                Some(_) => History::Lost { latest: None },
+                None => History::Complete(Vec::new()),
+            });
+        };
+        let latest = Some(Position {
+            epoch: epoch.clone(),
+            offset,
+        });
+        if let Some(since) = since {
+            if since.epoch != epoch || since.offset > offset {
+                return Ok(History::Lost { latest });
+            }
+            if since.offset < offset {
+                // The history must reach back to the first publication after `since`.
+                let first = entries.first().and_then(|p| p.position.as_ref()).map(|p| p.offset);
+                if first != Some(since.offset + 1) {
+                    return Ok(History::Lost { latest });
+                }
+            }
+        }
+        entries.truncate(limit);
+        Ok(History::Complete(entries))
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn meta_key(hex: &str) -> String {
+    format!("sockeye:{{{hex}}}:meta")
+}
+
+fn stream_key(hex: &str) -> String {
+    format!("sockeye:{{{hex}}}:stream")
+}
+
+fn channel(hex: &str) -> String {
+    format!("sockeye:{{{hex}}}")
+}
+
+/// The topic of a channel name.
+fn channel_topic(name: &[u8]) -> Option<Topic> {
+    let hex = name.strip_prefix(b"sockeye:{")?.strip_suffix(b"}")?;
+    Topic::from_hex(std::str::from_utf8(hex).ok()?).ok()
+}
+
+fn bytes_of(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// The epoch and last offset from HMGET's reply (`None` epoch: no meta hash).
+fn parse_meta(v: Value) -> Option<(Option<String>, u64)> {
+    let Value::Array(fields) = v else { return None };
+    let [e, o] = fields.as_slice() else { return None };
+    match (e, o) {
+        (Value::Nil, _) => Some((None, 0)),
+        (e, o) => {
+            let epoch = String::from_utf8(bytes_of(e)?.to_vec()).ok()?;
+            let offset = match o {
+                Value::Int(i) => u64::try_from(*i).ok()?,
+                o => parse_u64(bytes_of(o)?)?,
+            };
+            Some((Some(epoch), offset))
+        }
+    }
+}
+
+/// XRANGE's reply as publications.
+fn parse_entries(v: Value, topic: &Topic, epoch: &str) -> Option<Vec<Publication>> {
+    let Value::Array(entries) = v else { return None };
+    entries
+        .iter()
+        .map(|entry| {
+            let Value::Array(parts) = entry else { return None };
+            let [id, fields] = parts.as_slice() else { return None };
+            let (offset, seq) = std::str::from_utf8(bytes_of(id)?).ok()?.split_once('-')?;
+            if seq != "0" {
+                return None;
+            }
+            let offset: u64 = offset.parse().ok()?;
+            let Value::Array(fields) = fields else { return None };
+            let body = fields
+                .chunks(2)
+                .find_map(|kv| match kv {
+                    [k, v] if bytes_of(k) == Some(b"b") => bytes_of(v),
+                    _ => None,
+                })?;
+            decode_body(topic.clone(), epoch.to_owned(), offset, Bytes::copy_from_slice(body))
+        })
+        .collect()
+}
+
+fn decode_body(topic: Topic, epoch: String, offset: u64, body: Bytes) -> Option<Publication> {
+    let node = u64::from_be_bytes(body.get(0..8)?.try_into().ok()?);
+    let publisher = u64::from_be_bytes(body.get(8..16)?.try_into().ok()?);
+    let kind = match body.get(16)? {
+        0 => DataKind::Text,
+        1 => DataKind::Binary,
+        _ => return None,
+    };
+    Some(Publication {
+        topic,
+        position: Some(Position { epoch, offset }),
+        origin: Origin { node, publisher },
+        kind,
+        payload: body.slice(BODY_HEADER..),
+    })
+}
+
+/// A pub/sub message as a publication (`None`: not of this format).
+fn decode_message(channel: &[u8], message: &[u8]) -> Option<Publication> {
+    let topic = channel_topic(channel)?;
+    let rest = message.strip_prefix(&[VERSION])?;
+    let nl = rest.iter().position(|&b| b == b'\n')?;
+    let offset = parse_u64(&rest[..nl])?;
+    let rest = &rest[nl + 1..];
+    let nl = rest.iter().position(|&b| b == b'\n')?;
+    let epoch = String::from_utf8(rest[..nl].to_vec()).ok()?;
+    decode_body(topic, epoch, offset, Bytes::copy_from_slice(&rest[nl + 1..]))
+}
+
+/// The pub/sub reader: forwards messages, and reconnects when the connection drops. Ends when the
+/// hub stops listening (or the backplane is dropped, which aborts it).
+async fn read(shared: Arc<Shared>, mut stream: PubSubStream) {
+    loop {
+        let reason = forward(&shared, &mut stream).await;
+        let Some(reason) = reason else { return };
+        shared.subs.lock().await.sink = None;
+        shared.reset_commands().await;
+        if shared.events.send(Event::Lost { reason }).await.is_err() {
+            return;
+        }
+        let mut delay = BACKOFF_MIN;
+        stream = loop {
+            // Up to half as long again, so that many nodes do not reconnect in step.
+            let jitter = rand::random_range(0..=delay.as_millis() as u64 / 2);
+            tokio::time::sleep(delay + Duration::from_millis(jitter)).await;
+            match shared.resubscribe().await {
+                Ok(stream) => break stream,
+                Err(e) => {
+                    tracing::debug!("pub/sub backplane: reconnecting: {e}");
+                    delay = (delay * 2).min(BACKOFF_MAX);
+                }
+            }
+        };
+        // A command connection made while Redis was going down may be dead: start afresh.
+        shared.reset_commands().await;
+        if shared.events.send(Event::Restored).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl Shared {
+    /// A new pub/sub connection subscribed to every current topic, installed.
+    async fn resubscribe(&self) -> Result<PubSubStream, Error> {
+        let mut subs = self.subs.lock().await;
+        let channels: Vec<String> = subs.topics.iter().map(|t| channel(&t.to_hex())).collect();
+        let (sink, stream) = self.connect_pubsub(RESPONSE_TIMEOUT, &channels).await?;
+        subs.sink = Some(sink);
+        Ok(stream)
+    }
+
+    /// Health check of the pub/sub connection: `false` if it does not answer.
+    async fn ping(&self) -> bool {
+        let mut subs = self.subs.lock().await;
+        let Some(sink) = subs.sink.as_mut() else { return false };
+        matches!(
+            tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping::<Value>()).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+/// Forwards messages until the connection is lost (`Some(reason)`) or the hub stops (`None`).
+async fn forward(shared: &Shared, stream: &mut PubSubStream) -> Option<String> {
+    let mut health = tokio::time::interval(HEALTH_INTERVAL);
+    health.tick().await;
+    loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(msg) = msg else {
+                    return Some(format!("redis {}: pub/sub connection closed", shared.addr));
+                };
+                let Some(p) = decode_message(msg.get_channel_name().as_bytes(), msg.get_payload_bytes()) else {
+                    tracing::warn!(
+                        "pub/sub backplane: redis {}: skipped a malformed message on channel {:?}",
+                        shared.addr,
+                        msg.get_channel_name()
+                    );
+                    continue;
+                };
+                if shared.events.send(Event::Publication(p)).await.is_err() {
+                    return None;
+                }
+            }
+            _ = health.tick() => {
+                if !shared.ping().await {
+                    return Some(format!("redis {}: pub/sub connection does not answer PING", shared.addr));
+                }
+            }
+        }
+    }
+}
+
+impl Backplane for Redis {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            history: self.shared.has_history(),
+            contiguous_offsets: true,
+        }
+    }
+
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.shared.publish(publication))
+    }
+
+    fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        let topic = topic.clone();
+        Box::pin(async move {
+            let mut subs = self.shared.subs.lock().await;
+            if !subs.topics.insert(topic.clone()) {
+                return Ok(());
+            }
+            let Some(sink) = subs.sink.as_mut() else {
+                // Reconnecting: the reconnection subscribes to it.
+                return Ok(());
+            };
+            match sink.subscribe(channel(&topic.to_hex())).await {
+                Ok(()) => Ok(()),
+                // The connection is going: the reader reconnects and subscribes to it.
+                Err(e) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
+                Err(e) => {
+                    subs.topics.remove(&topic);
+                    Err(self.shared.error(&format!("subscribe to {topic}"), e))
+                }
+            }
+        })
+    }
+
+    fn unsubscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        let topic = topic.clone();
+        Box::pin(async move {
+            let mut subs = self.shared.subs.lock().await;
+            if !subs.topics.remove(&topic) {
+                return Ok(());
+            }
+            let Some(sink) = subs.sink.as_mut() else { return Ok(()) };
+            match sink.unsubscribe(channel(&topic.to_hex())).await {
+                Ok(()) => Ok(()),
+                // The connection is going; the new one will not subscribe to it.
+                Err(e) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
+                Err(e) => Err(self.shared.error(&format!("unsubscribe from {topic}"), e)),
+            }
+        })
+    }
+
+    fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> BoxFuture<'_, Result<History, Error>> {
+        let topic = topic.clone();
+        let since = since.cloned();
+        Box::pin(async move { self.shared.history(&topic, since.as_ref(), limit).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(parse_url("redis://127.0.0.1:6380").ok(), Some("127.0.0.1:6380".into()));
+        assert_eq!(parse_url("redis://h/3").ok(), Some("h:6379".into()));
+        assert_eq!(parse_url("redis://:pw@h:1/0").ok(), Some("h:1".into()));
+        assert_eq!(parse_url("redis://[::1]").ok(), Some("[::1]:6379".into()));
+        assert_eq!(parse_url("redis://[::1]:7000").ok(), Some("[::1]:7000".into()));
+        for bad in ["", "127.0.0.1:6379", "http://h", "redis://", "redis://h:x", "redis://h:99999", "redis://h/x", "rediss://h"] {
+            match parse_url(bad) {
+                Err(Error::InvalidUrl(m)) => assert!(m.contains("redis://"), "{m}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn messages_round_trip_and_garbage_is_refused() {
+        let t = Topic::new("a {b} c").unwrap_or_else(|e| panic!("{e}"));
+        let ch = channel(&t.to_hex());
+        let mut msg = vec![VERSION];
+        msg.extend_from_slice(b"42\nabc\n");
+        msg.extend_from_slice(&7u64.to_be_bytes());
+        msg.extend_from_slice(&9u64.to_be_bytes());
+        msg.push(1);
+        msg.extend_from_slice(b"payload");
+        let p = decode_message(ch.as_bytes(), &msg).unwrap_or_else(|| panic!("not decoded"));
+        assert_eq!(p.topic, t);
+        assert_eq!(
+            p.position,
+            Some(Position {
+                epoch: "abc".into(),
+                offset: 42
+            })
+        );
+        assert_eq!(p.origin, Origin { node: 7, publisher: 9 });
+        assert_eq!(p.kind, DataKind::Binary);
+        assert_eq!(&p.payload[..], b"payload");
+        // Every prefix of a good message, and some garbage, is refused without a panic.
+        for n in 0..BODY_HEADER + 8 {
+            assert!(decode_message(ch.as_bytes(), &msg[..n]).is_none(), "{n}");
+        }
+        let mut v2 = msg.clone();
+        v2[0] = 2;
+        assert!(decode_message(ch.as_bytes(), &v2).is_none());
+        assert!(decode_message(b"other", &msg).is_none());
+        assert!(decode_message(b"sockeye:{zz}", &msg).is_none());
+    }
+}
