@@ -113,7 +113,7 @@ async fn scenario(kind: Kind) {
     let mut readers = Vec::new();
     for c in 0..CLIENTS {
         let node = if c % 2 == 0 { &mut a } else { &mut b };
-        let (ws, _) = sockeye::connect(format!("{}room", node.url).as_str()).await.unwrap();
+        let (ws, _) = sockeye::connect(format!("{}/room", node.url).as_str()).await.unwrap();
         // Subscribed (at the backplane too) once the node says so.
         node.wait_for(&format!("joined ({} connected)", c / 2 + 1)).await;
         let (w, mut r) = ws.split();
@@ -129,7 +129,7 @@ async fn scenario(kind: Kind) {
             }
         });
     }
-    let (elsewhere, _) = sockeye::connect(format!("{}another-room", b.url).as_str()).await.unwrap();
+    let (elsewhere, _) = sockeye::connect(format!("{}/another-room", b.url).as_str()).await.unwrap();
     b.wait_for("joined (3 connected)").await;
     let mut received: Vec<Received> = vec![Vec::new(); CLIENTS];
 
