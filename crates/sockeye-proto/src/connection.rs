@@ -853,6 +853,31 @@ impl Connection {
         Ok(())
     }
 
+    /// Queues a [`PreparedMessage`](crate::PreparedMessage): the same as
+    /// [`send`](Self::send)ing its message, except that with permessage-deflate and no context
+    /// takeover on our side the compressed payload is computed once for every connection that
+    /// shares the (level, window) and then shared.
+    pub fn send_prepared(&mut self, prepared: &crate::PreparedMessage) -> Result<(), Error> {
+        let open = self.sendable() && self.sending_fragmented.is_none();
+        if open
+            && let Some(d) = &mut self.deflate
+            && d.should_compress(prepared.payload().len())
+            && let Some((level, bits)) = d.shared_key()
+        {
+            let compressed = match prepared.compressed_with(level, bits, |p| d.compress(p)) {
+                Ok(c) => c,
+                Err(e) => return Err(self.fail_with(CloseCode::INTERNAL_ERROR, Error::Compression(e))),
+            };
+            let opcode = match prepared.kind() {
+                DataKind::Text => OpCode::Text,
+                DataKind::Binary => OpCode::Binary,
+            };
+            self.encode_data(opcode, true, FrameHeader::RSV1, compressed);
+            return Ok(());
+        }
+        self.send(prepared.message().clone())
+    }
+
     /// Queues one fragment of a message (§5.4): the first call starts a message of `kind`, later
     /// calls continue it (their `kind` must match), and `fin` ends it. Control messages may be sent
     /// between fragments. A text message's fragments may split code points; the whole must be UTF-8.

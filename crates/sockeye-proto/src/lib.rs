@@ -43,6 +43,7 @@ pub mod extension;
 pub mod frame;
 pub mod handshake;
 mod message;
+mod prepared;
 mod transmit;
 pub mod utf8;
 
@@ -52,5 +53,6 @@ pub use connection::{CloseState, Connection, DataKind, MaskKeySource, Role, Tran
 pub use error::{Error, HandshakeError, ProtocolViolation};
 pub use frame::{CloseCode, CloseFrame};
 pub use message::Message;
+pub use prepared::PreparedMessage;
 pub use transmit::Transmit;
 pub use utf8::Utf8Bytes;

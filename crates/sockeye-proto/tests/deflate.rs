@@ -266,3 +266,51 @@ proptest! {
         }
     }
 }
+
+/// Fan-out: a prepared message is compressed once for every server connection without context
+/// takeover (same level and window), and each connection's peer still reads it; a connection
+/// that keeps context compresses for itself, and a prepared message interleaved with ordinary
+/// ones leaves that context consistent.
+#[test]
+fn a_prepared_message_is_compressed_once_for_connections_without_context_takeover() {
+    use sockeye_proto::PreparedMessage;
+    let shared = DeflateConfig {
+        server_no_context_takeover: true,
+        ..DeflateConfig::default()
+    };
+    let text = "a publication for every subscriber of the topic; ".repeat(40);
+    let prepared = PreparedMessage::new(Message::text(text.clone())).unwrap();
+    let mut first_wire = None;
+    for _ in 0..3 {
+        let (mut c, mut s) = negotiated(DeflateConfig::default(), shared.clone());
+        s.send_prepared(&prepared).unwrap();
+        let wire = s.transmit_bytes();
+        assert_eq!(wire[0] & 0x40, 0x40, "compressed");
+        assert!(wire.len() < text.len() / 5);
+        // The same bytes on every connection: computed once.
+        assert_eq!(first_wire.get_or_insert_with(|| wire.clone()), &wire);
+        assert_eq!(drain(&mut c, &wire).unwrap(), vec![Message::text(text.clone())]);
+        // Twice on one connection: still decodable (no context carried over).
+        s.send_prepared(&prepared).unwrap();
+        assert_eq!(drain(&mut c, &s.transmit_bytes()).unwrap(), vec![Message::text(text.clone())]);
+    }
+    assert_eq!(prepared.compressed_forms(), 1, "one (level, window) seen: one compression");
+
+    // Context takeover: the connection compresses for itself, nothing is shared.
+    let (mut c, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
+    let private = PreparedMessage::new(Message::text(text.clone())).unwrap();
+    for _ in 0..3 {
+        s.send(Message::text(text.clone())).unwrap();
+        s.send_prepared(&private).unwrap();
+    }
+    let got = drain(&mut c, &s.transmit_bytes()).unwrap();
+    assert_eq!(got, vec![Message::text(text.clone()); 6]);
+    assert_eq!(private.compressed_forms(), 0);
+
+    // No compression negotiated: the shared payload, as `send` would.
+    let mut plain = Connection::server(Config::default());
+    let mut client = Connection::client(Config::default(), sockeye_proto::frame::insecure_mask_keys_for_tests(2));
+    plain.send_prepared(&prepared).unwrap();
+    assert_eq!(drain(&mut client, &plain.transmit_bytes()).unwrap(), vec![Message::text(text)]);
+    assert!(PreparedMessage::new(Message::Ping(Default::default())).is_none());
+}

@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use futures_util::{Sink, Stream};
-use sockeye_proto::{CloseFrame, DataKind, Message};
+use sockeye_proto::{CloseFrame, DataKind, Message, PreparedMessage};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::Error;
@@ -219,6 +219,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
     pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
         poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
         lock(&self.shared).send_now(message.into())
+    }
+
+    /// Queues a prepared message without flushing; see [`WebSocket::feed_prepared`].
+    pub async fn feed_prepared(&mut self, message: &PreparedMessage) -> Result<(), Error> {
+        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
+        Ok(lock(&self.shared).connection_mut().send_prepared(message)?)
     }
 
     /// Queues a message if there is room, without waiting; see [`WebSocket::try_send`].

@@ -7,7 +7,7 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use futures_util::{Sink, Stream};
 use sockeye_proto::extension::deflate::PerMessageDeflate;
-use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, Role, Transport};
+use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, PreparedMessage, Role, Transport};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 
@@ -189,6 +189,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
         poll_fn(|cx| self.poll_below_high_water(cx)).await?;
         self.send_now(message.into())
+    }
+
+    /// Queues a message prepared once for many connections (see [`PreparedMessage`]) without
+    /// flushing, waiting first if the queue is over the high-water mark. With permessage-deflate
+    /// and no context takeover, its compressed form is shared by every connection with the same
+    /// level and window.
+    pub async fn feed_prepared(&mut self, message: &PreparedMessage) -> Result<(), Error> {
+        poll_fn(|cx| self.poll_below_high_water(cx)).await?;
+        Ok(self.inner.conn.send_prepared(message)?)
     }
 
     /// Sends many messages and flushes them: the fastest way to push a burst. Messages are

@@ -285,6 +285,13 @@ impl PerMessageDeflate {
         len > 0 && len >= self.min_compress_size && self.compress_bits >= 9
     }
 
+    /// Whether each message is compressed from a fresh state (no context takeover on our side),
+    /// and so depends only on (level, window bits): the key under which a
+    /// [`PreparedMessage`](crate::PreparedMessage) shares it.
+    pub(crate) fn shared_key(&self) -> Option<(u32, u8)> {
+        self.compress_reset.then_some((self.level, self.compress_bits))
+    }
+
     /// Compresses one whole message (§7.2.1): sync flush, then drop the trailing `00 00 FF FF`.
     ///
     /// `input` is never empty: the connection compresses only what

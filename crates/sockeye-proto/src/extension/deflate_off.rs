@@ -16,6 +16,10 @@ impl PerMessageDeflate {
         match *self {}
     }
 
+    pub(crate) fn shared_key(&self) -> Option<(u32, u8)> {
+        match *self {}
+    }
+
     pub(crate) fn inflate(
         &mut self,
         _input: &[u8],
