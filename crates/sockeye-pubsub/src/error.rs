@@ -57,6 +57,10 @@ impl Error {
     }
 
     /// A backplane failure, with the client library's error.
+    #[cfg_attr(
+        not(feature = "redis"),
+        allow(dead_code, reason = "used by the backplanes behind features")
+    )]
     pub(crate) fn backplane(
         what: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
