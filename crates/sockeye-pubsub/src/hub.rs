@@ -319,6 +319,7 @@ impl Subscriber {
         if !self.topics.remove(topic) {
             return Ok(());
         }
+        lock(&self.queue.state).seams.remove(topic);
         self.hub.inner.leave(topic, self.id).await
     }
 
@@ -373,6 +374,10 @@ impl Subscriber {
     }
 
     /// Publications dropped for this subscriber under [`SlowPolicy::Drop`], in all.
+    #[expect(
+        clippy::misnamed_getters,
+        reason = "`dropped` is the count not yet reported; this is the total"
+    )]
     pub fn dropped(&self) -> u64 {
         lock(&self.queue.state).dropped_total
     }
@@ -613,6 +618,9 @@ struct QueueState {
     stopped: bool,
     /// Topics being recovered: their live deliveries wait here until the history is queued.
     held: HashMap<Topic, Vec<Delivery>>,
+    /// Topics recovered: the last position queued from history. A live publication at or before
+    /// it that was still on its way from the backplane when the recovery ended is a duplicate.
+    seams: HashMap<Topic, Position>,
 }
 
 impl Queue {
@@ -635,6 +643,18 @@ impl Queue {
         {
             held.push(d.clone());
             return;
+        }
+        if let Delivery::Message {
+            topic,
+            position: Some(p),
+            ..
+        } = d
+            && let Some(seam) = s.seams.get(topic)
+        {
+            if p.epoch == seam.epoch && p.offset <= seam.offset {
+                return;
+            }
+            s.seams.remove(topic);
         }
         self.push_locked(&mut s, d.clone());
     }
@@ -669,7 +689,9 @@ impl Queue {
     }
 
     fn hold(&self, topic: &Topic) {
-        lock(&self.state).held.insert(topic.clone(), Vec::new());
+        let mut s = lock(&self.state);
+        s.seams.remove(topic);
+        s.held.insert(topic.clone(), Vec::new());
     }
 
     /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
@@ -697,6 +719,9 @@ impl Queue {
             if !duplicate {
                 self.push_locked(&mut s, d);
             }
+        }
+        if let Some(seam) = seam {
+            s.seams.insert(topic.clone(), seam);
         }
     }
 

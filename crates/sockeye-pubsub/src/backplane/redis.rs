@@ -228,7 +228,9 @@ fn parse_url(url: &str) -> Result<String, Error> {
     }
     let port = match port {
         None => 6379,
-        Some(p) => p.parse::<u16>().map_err(|_| bad(&format!("the port {p:?} is not a number up to 65535")))?,
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|_| bad(&format!("the port {p:?} is not a number up to 65535")))?,
     };
     let path = path.split(['?', '#']).next().unwrap_or("");
     if !path.is_empty() && path.parse::<u32>().is_err() {
@@ -246,7 +248,12 @@ impl Shared {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
-        match tokio::time::timeout(timeout, self.client.get_multiplexed_async_connection_with_config(&config)).await {
+        match tokio::time::timeout(
+            timeout,
+            self.client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(e)) => Err(self.error("connect", e)),
             Err(_) => Err(self.error("connect", format!("no answer within {timeout:?}"))),
@@ -254,7 +261,11 @@ impl Shared {
     }
 
     /// A new pub/sub connection subscribed to `topics`.
-    async fn connect_pubsub(&self, timeout: Duration, topics: &[String]) -> Result<(PubSubSink, PubSubStream), Error> {
+    async fn connect_pubsub(
+        &self,
+        timeout: Duration,
+        topics: &[String],
+    ) -> Result<(PubSubSink, PubSubStream), Error> {
         let connect = async {
             let (mut sink, stream) = self.client.get_async_pubsub().await?.split();
             if !topics.is_empty() {
@@ -297,7 +308,11 @@ impl Shared {
         body.extend_from_slice(&p.payload);
         let stream_ttl = millis(self.history.max_age);
         let meta_ttl = millis(self.history.max_age.max(META_TTL_MIN));
-        let max_len = if self.has_history() { self.history.max_len } else { 0 };
+        let max_len = if self.has_history() {
+            self.history.max_len
+        } else {
+            0
+        };
         let mut conn = self.commands().await?;
         let result: Result<u64, RedisError> = self
             .publish
@@ -369,7 +384,8 @@ impl Shared {
         };
         let malformed = |what: &str| self.error(&format!("history of {topic}"), format!("malformed {what}"));
         let (epoch, offset) = parse_meta(meta).ok_or_else(|| malformed("meta hash"))?;
-        let mut entries = parse_entries(entries, topic, epoch.as_deref().unwrap_or("")).ok_or_else(|| malformed("stream entry"))?;
+        let mut entries = parse_entries(entries, topic, epoch.as_deref().unwrap_or(""))
+            .ok_or_else(|| malformed("stream entry"))?;
         let Some(epoch) = epoch else {
             // Nothing published in this epoch (or its meta expired): a position cannot be
             // recovered; no position means "everything", which is nothing.
@@ -388,7 +404,10 @@ impl Shared {
             }
             if since.offset < offset {
                 // The history must reach back to the first publication after `since`.
-                let first = entries.first().and_then(|p| p.position.as_ref()).map(|p| p.offset);
+                let first = entries
+                    .first()
+                    .and_then(|p| p.position.as_ref())
+                    .map(|p| p.offset);
                 if first != Some(since.offset + 1) {
                     return Ok(History::Lost { latest });
                 }
@@ -457,20 +476,25 @@ fn parse_entries(v: Value, topic: &Topic, epoch: &str) -> Option<Vec<Publication
         .iter()
         .map(|entry| {
             let Value::Array(parts) = entry else { return None };
-            let [id, fields] = parts.as_slice() else { return None };
+            let [id, fields] = parts.as_slice() else {
+                return None;
+            };
             let (offset, seq) = std::str::from_utf8(bytes_of(id)?).ok()?.split_once('-')?;
             if seq != "0" {
                 return None;
             }
             let offset: u64 = offset.parse().ok()?;
             let Value::Array(fields) = fields else { return None };
-            let body = fields
-                .chunks(2)
-                .find_map(|kv| match kv {
-                    [k, v] if bytes_of(k) == Some(b"b") => bytes_of(v),
-                    _ => None,
-                })?;
-            decode_body(topic.clone(), epoch.to_owned(), offset, Bytes::copy_from_slice(body))
+            let body = fields.chunks(2).find_map(|kv| match kv {
+                [k, v] if bytes_of(k) == Some(b"b") => bytes_of(v),
+                _ => None,
+            })?;
+            decode_body(
+                topic.clone(),
+                epoch.to_owned(),
+                offset,
+                Bytes::copy_from_slice(body),
+            )
         })
         .collect()
 }
@@ -549,7 +573,9 @@ impl Shared {
     /// Health check of the pub/sub connection: `false` if it does not answer.
     async fn ping(&self) -> bool {
         let mut subs = self.subs.lock().await;
-        let Some(sink) = subs.sink.as_mut() else { return false };
+        let Some(sink) = subs.sink.as_mut() else {
+            return false;
+        };
         matches!(
             tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping::<Value>()).await,
             Ok(Ok(_))
@@ -630,7 +656,9 @@ impl Backplane for Redis {
             if !subs.topics.remove(&topic) {
                 return Ok(());
             }
-            let Some(sink) = subs.sink.as_mut() else { return Ok(()) };
+            let Some(sink) = subs.sink.as_mut() else {
+                return Ok(());
+            };
             match sink.unsubscribe(channel(&topic.to_hex())).await {
                 Ok(()) => Ok(()),
                 // The connection is going; the new one will not subscribe to it.
@@ -640,7 +668,12 @@ impl Backplane for Redis {
         })
     }
 
-    fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> BoxFuture<'_, Result<History, Error>> {
+    fn history(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<History, Error>> {
         let topic = topic.clone();
         let since = since.cloned();
         Box::pin(async move { self.shared.history(&topic, since.as_ref(), limit).await })
@@ -653,12 +686,24 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(parse_url("redis://127.0.0.1:6380").ok(), Some("127.0.0.1:6380".into()));
+        assert_eq!(
+            parse_url("redis://127.0.0.1:6380").ok(),
+            Some("127.0.0.1:6380".into())
+        );
         assert_eq!(parse_url("redis://h/3").ok(), Some("h:6379".into()));
         assert_eq!(parse_url("redis://:pw@h:1/0").ok(), Some("h:1".into()));
         assert_eq!(parse_url("redis://[::1]").ok(), Some("[::1]:6379".into()));
         assert_eq!(parse_url("redis://[::1]:7000").ok(), Some("[::1]:7000".into()));
-        for bad in ["", "127.0.0.1:6379", "http://h", "redis://", "redis://h:x", "redis://h:99999", "redis://h/x", "rediss://h"] {
+        for bad in [
+            "",
+            "127.0.0.1:6379",
+            "http://h",
+            "redis://",
+            "redis://h:x",
+            "redis://h:99999",
+            "redis://h/x",
+            "rediss://h",
+        ] {
             match parse_url(bad) {
                 Err(Error::InvalidUrl(m)) => assert!(m.contains("redis://"), "{m}"),
                 other => panic!("{bad:?}: {other:?}"),
@@ -685,7 +730,13 @@ mod tests {
                 offset: 42
             })
         );
-        assert_eq!(p.origin, Origin { node: 7, publisher: 9 });
+        assert_eq!(
+            p.origin,
+            Origin {
+                node: 7,
+                publisher: 9
+            }
+        );
         assert_eq!(p.kind, DataKind::Binary);
         assert_eq!(&p.payload[..], b"payload");
         // Every prefix of a good message, and some garbage, is refused without a panic.

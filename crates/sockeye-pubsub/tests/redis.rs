@@ -1,0 +1,709 @@
+//! The Redis backplane against a real `redis-server` (started per test on a free port, killed by
+//! its PID). `redis-server` must be installed: `bash scripts/install-backplanes.sh`.
+
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sockeye::Message;
+use sockeye_pubsub::backplane::redis::Redis;
+use sockeye_pubsub::backplane::{Backplane, EVENT_QUEUE, Event, History};
+use sockeye_pubsub::{
+    Delivery, Error, HistoryConfig, Hub, HubConfig, Origin, Position, Publication, Recovery, Subscriber,
+    SubscriberConfig, Topic,
+};
+use tokio::sync::mpsc;
+use tokio::time::timeout;
+
+/// A `redis-server` of this test's own: a free port, a fresh directory, killed on drop.
+struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    appendonly: bool,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    fn start(appendonly: bool) -> RedisServer {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!(
+            "sockeye-redis-test-{}-{port}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = RedisServer {
+            port,
+            dir,
+            appendonly,
+            child: None,
+        };
+        server.restart();
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts it (again) on the same port and directory, and waits until it answers PING.
+    fn restart(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let log = std::fs::File::create(self.dir.join("redis.log")).unwrap();
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", if self.appendonly { "yes" } else { "no" }])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start redis-server ({e}): these tests need a real one; \
+                     install it with `bash scripts/install-backplanes.sh`"
+                )
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.pong() {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                panic!("redis-server exited ({status}):\n{log}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server does not answer PING on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pong(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut buf = [0; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// Kills it (SIGKILL, by its own PID) and waits for it.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A node: a hub over its own connection to the server.
+async fn node(server: &RedisServer, history: HistoryConfig) -> Hub {
+    let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+    let redis = Redis::connect(&server.url(), history, tx).await.unwrap();
+    Hub::start(HubConfig::default(), Box::new(redis), rx)
+}
+
+fn text(s: String) -> Message {
+    Message::Text(s.into())
+}
+
+/// The next delivery, within 10 s.
+async fn next(sub: &mut Subscriber) -> Delivery {
+    match timeout(Duration::from_secs(10), sub.recv()).await {
+        Ok(Some(Ok(d))) => d,
+        Ok(other) => panic!("subscriber {}: {other:?}", sub.id()),
+        Err(_) => panic!("subscriber {}: nothing delivered within 10 s", sub.id()),
+    }
+}
+
+/// The next delivery, which must be a message: its text and position.
+async fn next_text(sub: &mut Subscriber) -> (String, Position) {
+    match next(sub).await {
+        Delivery::Message {
+            message: Message::Text(t),
+            position: Some(p),
+            ..
+        } => (t.as_str().to_owned(), p),
+        other => panic!("subscriber {}: expected a text message, got {other:?}", sub.id()),
+    }
+}
+
+/// Nothing more arrives within `wait`.
+async fn quiet(sub: &mut Subscriber, wait: Duration) {
+    if let Ok(d) = timeout(wait, sub.recv()).await {
+        panic!("subscriber {}: unexpected {d:?}", sub.id());
+    }
+}
+
+/// Publishes until Redis takes it (it is coming back), within 10 s.
+async fn publish_when_back(sub: &Subscriber, topic: &Topic, s: String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match timeout(Duration::from_secs(3), sub.publish(topic, text(s.clone()))).await {
+            Ok(Ok(())) => return,
+            Ok(Err(Error::Backplane { .. })) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("publish {s:?}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_deliver_every_publication_once_in_order() {
+    const N: usize = 300;
+    let server = RedisServer::start(false);
+    let topic = Topic::new("rooms/lobby {all} é").unwrap();
+    let mut hubs = Vec::new();
+    for _ in 0..3 {
+        hubs.push(node(&server, HistoryConfig::default()).await);
+    }
+    // Two subscribers per node; the first of each publishes.
+    let mut subs = Vec::new();
+    for hub in &hubs {
+        for _ in 0..2 {
+            let mut s = hub.subscriber(SubscriberConfig::default());
+            assert_eq!(s.subscribe(&topic, None).await.unwrap(), Recovery::Live);
+            subs.push(s);
+        }
+    }
+    let publishers: Vec<(usize, Origin)> = (0..3)
+        .map(|n| {
+            (
+                n * 2,
+                Origin {
+                    node: hubs[n].node(),
+                    publisher: subs[n * 2].id(),
+                },
+            )
+        })
+        .collect();
+    let run = async {
+        let mut tasks = Vec::new();
+        for (i, mut s) in subs.into_iter().enumerate() {
+            let topic = topic.clone();
+            let publisher = publishers.iter().position(|(p, _)| *p == i);
+            tasks.push(tokio::spawn(async move {
+                let expected = if publisher.is_some() { 2 * N } else { 3 * N };
+                // Publishing first is fine: the queues hold far more than 3 × N small messages.
+                let mut published = 0;
+                if let Some(p) = publisher {
+                    for k in 0..N {
+                        s.publish(&topic, text(format!("{p}:{k}"))).await.unwrap();
+                        published += 1;
+                    }
+                }
+                let mut next_seq: HashMap<Origin, usize> = HashMap::new();
+                let mut last_offset = 0;
+                let mut received = 0;
+                while received < expected {
+                    match next(&mut s).await {
+                        Delivery::Message {
+                            message: Message::Text(t),
+                            position: Some(pos),
+                            origin,
+                            ..
+                        } => {
+                            assert!(
+                                pos.offset > last_offset,
+                                "offsets go back: {pos} after {last_offset}"
+                            );
+                            last_offset = pos.offset;
+                            let (p, k) = t.as_str().split_once(':').unwrap();
+                            let k: usize = k.parse().unwrap();
+                            let want = next_seq.entry(origin).or_default();
+                            assert_eq!(k, *want, "publisher {p}: out of order or duplicated");
+                            *want += 1;
+                            received += 1;
+                        }
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+                quiet(&mut s, Duration::from_millis(300)).await;
+                (i, published, received, next_seq)
+            }));
+        }
+        for t in tasks {
+            let (i, published, received, seqs) = t.await.unwrap();
+            let is_publisher = publishers.iter().any(|(p, _)| *p == i);
+            assert_eq!(published, if is_publisher { N } else { 0 });
+            assert_eq!(
+                received,
+                if is_publisher { 2 * N } else { 3 * N },
+                "subscriber {i}"
+            );
+            assert!(seqs.values().all(|&n| n == N), "subscriber {i}: {seqs:?}");
+            assert_eq!(seqs.len(), if is_publisher { 2 } else { 3 });
+        }
+    };
+    timeout(Duration::from_secs(90), run)
+        .await
+        .expect("fan-out within 90 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_come_back_by_themselves_after_redis_restarts() {
+    let mut server = RedisServer::start(true);
+    let topic = Topic::new("restart").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node(&server, HistoryConfig::default()).await;
+        let publisher = a.subscriber(SubscriberConfig::default());
+        let mut sub_b = b.subscriber(SubscriberConfig::default());
+        sub_b.subscribe(&topic, None).await.unwrap();
+        for i in 0..10 {
+            publisher
+                .publish(&topic, text(format!("before {i}")))
+                .await
+                .unwrap();
+        }
+        let mut seen = None;
+        for i in 0..10 {
+            let (t, p) = next_text(&mut sub_b).await;
+            assert_eq!(t, format!("before {i}"));
+            seen = Some(p);
+        }
+        let seen = seen.unwrap();
+
+        server.kill();
+        // Publishing fails promptly while Redis is down: nothing is queued.
+        for i in 0..3 {
+            let started = Instant::now();
+            match timeout(
+                Duration::from_secs(5),
+                publisher.publish(&topic, text(format!("lost {i}"))),
+            )
+            .await
+            {
+                Ok(Err(Error::Backplane { what, .. })) => {
+                    assert!(what.contains(&format!("127.0.0.1:{}", server.port)), "{what}")
+                }
+                other => panic!("publish while Redis is down: {other:?}"),
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "took {:?}",
+                started.elapsed()
+            );
+        }
+
+        server.restart();
+        // Published right away, likely before node B has subscribed again: B recovers these
+        // from history when it is restored (or receives them live), once each, in order.
+        for i in 0..20 {
+            publish_when_back(&publisher, &topic, format!("after {i}")).await;
+        }
+        let mut last = seen.clone();
+        for i in 0..20 {
+            let (t, p) = next_text(&mut sub_b).await;
+            assert_eq!(t, format!("after {i}"));
+            assert_eq!(p.epoch, seen.epoch, "appendonly kept the epoch");
+            assert_eq!(p.offset, last.offset + 1);
+            last = p;
+        }
+        quiet(&mut sub_b, Duration::from_millis(500)).await;
+
+        // A live publication after the restart reaches B's subscription (restored, not restarted).
+        publisher.publish(&topic, text("live".into())).await.unwrap();
+        assert_eq!(next_text(&mut sub_b).await.0, "live");
+
+        // A subscriber resuming from before the outage gets exactly what it missed.
+        let mut late = b.subscriber(SubscriberConfig::default());
+        assert_eq!(
+            late.subscribe(&topic, Some(seen.clone())).await.unwrap(),
+            Recovery::Recovered { count: 21 }
+        );
+        for i in 0..20 {
+            assert_eq!(next_text(&mut late).await.0, format!("after {i}"));
+        }
+        assert_eq!(next_text(&mut late).await.0, "live");
+        quiet(&mut late, Duration::from_millis(300)).await;
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_that_wipes_the_history_is_reported_as_a_gap() {
+    let mut server = RedisServer::start(false);
+    let topic = Topic::new("wiped").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node(&server, HistoryConfig::default()).await;
+        let publisher = a.subscriber(SubscriberConfig::default());
+        let mut sub_b = b.subscriber(SubscriberConfig::default());
+        sub_b.subscribe(&topic, None).await.unwrap();
+        for i in 0..5 {
+            publisher.publish(&topic, text(format!("old {i}"))).await.unwrap();
+        }
+        let mut old = None;
+        for i in 0..5 {
+            let (t, p) = next_text(&mut sub_b).await;
+            assert_eq!(t, format!("old {i}"));
+            old = Some(p);
+        }
+        let old = old.unwrap();
+
+        server.kill();
+        server.restart();
+        // B comes back and finds its position gone: a gap, not a silent miss.
+        match next(&mut sub_b).await {
+            Delivery::Gap { topic: t, resume } => {
+                assert_eq!(t, topic);
+                assert_eq!(resume, None, "nothing published in the new epoch yet");
+            }
+            other => panic!("expected a gap, got {other:?}"),
+        }
+        publish_when_back(&publisher, &topic, "new 0".into()).await;
+        let (t, p) = next_text(&mut sub_b).await;
+        assert_eq!(t, "new 0");
+        assert_ne!(p.epoch, old.epoch, "a new epoch");
+        assert_eq!(p.offset, 1);
+
+        // Resuming from the old epoch: recovery is impossible, and said so.
+        let mut late = b.subscriber(SubscriberConfig::default());
+        assert_eq!(
+            late.subscribe(&topic, Some(old.clone())).await.unwrap(),
+            Recovery::Lost
+        );
+        match next(&mut late).await {
+            Delivery::Gap { resume, .. } => assert_eq!(resume, Some(p.clone())),
+            other => panic!("expected a gap, got {other:?}"),
+        }
+        publisher.publish(&topic, text("new 1".into())).await.unwrap();
+        assert_eq!(next_text(&mut late).await.0, "new 1");
+        assert_eq!(next_text(&mut sub_b).await.0, "new 1");
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_gets_exactly_the_missed_then_live_publications() {
+    let server = RedisServer::start(false);
+    let topic = Topic::new("resume").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node(&server, HistoryConfig::default()).await;
+        let mut first = b.subscriber(SubscriberConfig::default());
+        first.subscribe(&topic, None).await.unwrap();
+        for i in 1..=10 {
+            a.publish(&topic, text(format!("m{i}"))).await.unwrap();
+        }
+        let mut at4 = None;
+        for i in 1..=10 {
+            let (t, p) = next_text(&mut first).await;
+            assert_eq!(t, format!("m{i}"));
+            if i == 4 {
+                at4 = Some(p);
+            }
+        }
+        let at4 = at4.unwrap();
+        drop(first);
+        for i in 11..=20 {
+            a.publish(&topic, text(format!("m{i}"))).await.unwrap();
+        }
+        // Live publications keep coming while the subscriber resumes: the seam must hold.
+        let publishing = {
+            let a = a.clone();
+            let topic = topic.clone();
+            tokio::spawn(async move {
+                for i in 21..=200 {
+                    a.publish(&topic, text(format!("m{i}"))).await.unwrap();
+                }
+            })
+        };
+        let mut resumed = b.subscriber(SubscriberConfig::default());
+        match resumed.subscribe(&topic, Some(at4.clone())).await.unwrap() {
+            Recovery::Recovered { count } => assert!(count >= 16, "{count}"),
+            other => panic!("{other:?}"),
+        }
+        for i in 5..=200 {
+            let (t, p) = next_text(&mut resumed).await;
+            assert_eq!(t, format!("m{i}"));
+            assert_eq!(p.offset, i);
+            assert_eq!(p.epoch, at4.epoch);
+        }
+        publishing.await.unwrap();
+        quiet(&mut resumed, Duration::from_millis(300)).await;
+        // Resuming from the newest position: nothing to recover.
+        let mut up_to_date = a.subscriber(SubscriberConfig::default());
+        let newest = Position {
+            epoch: at4.epoch.clone(),
+            offset: 200,
+        };
+        assert_eq!(
+            up_to_date.subscribe(&topic, Some(newest)).await.unwrap(),
+            Recovery::Recovered { count: 0 }
+        );
+        quiet(&mut up_to_date, Duration::from_millis(200)).await;
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_is_bounded_by_length_and_age_and_says_when_it_is_short() {
+    let server = RedisServer::start(false);
+    let run = async {
+        // Trimmed: 1,000 publications with max_len 10 (MAXLEN ~ keeps at least 10, about 100).
+        let (tx, _rx) = mpsc::channel(EVENT_QUEUE);
+        let redis = Redis::connect(
+            &server.url(),
+            HistoryConfig::new(10, Duration::from_secs(300)),
+            tx,
+        )
+        .await
+        .unwrap();
+        let topic = Topic::new("trimmed").unwrap();
+        for i in 0..1000u32 {
+            redis.publish(publication(&topic, i)).await.unwrap();
+        }
+        let Ok(History::Complete(all)) = redis.history(&topic, None, 10_000).await else {
+            panic!()
+        };
+        assert!(all.len() >= 10 && all.len() < 1000, "{}", all.len());
+        let newest = all.last().unwrap().position.clone().unwrap();
+        assert_eq!(newest.offset, 1000);
+        let offsets: Vec<u64> = all.iter().map(|p| p.position.as_ref().unwrap().offset).collect();
+        assert!(offsets.windows(2).all(|w| w[1] == w[0] + 1), "contiguous");
+        let old = Position {
+            epoch: newest.epoch.clone(),
+            offset: 1,
+        };
+        match redis.history(&topic, Some(&old), 100).await.unwrap() {
+            History::Lost { latest } => assert_eq!(latest, Some(newest.clone())),
+            other => panic!("trimmed history must be lost: {other:?}"),
+        }
+        // Within what is kept: exactly the rest, limited.
+        let recent = Position {
+            epoch: newest.epoch.clone(),
+            offset: 995,
+        };
+        let Ok(History::Complete(rest)) = redis.history(&topic, Some(&recent), 3).await else {
+            panic!()
+        };
+        let offsets: Vec<u64> = rest.iter().map(|p| p.position.as_ref().unwrap().offset).collect();
+        assert_eq!(offsets, [996, 997, 998]);
+        assert_eq!(&rest[0].payload[..], b"995");
+        let Ok(History::Complete(none)) = redis.history(&topic, Some(&newest), 3).await else {
+            panic!()
+        };
+        assert!(none.is_empty());
+        let other_epoch = Position {
+            epoch: "elsewhere".into(),
+            offset: 999,
+        };
+        assert!(matches!(
+            redis.history(&topic, Some(&other_epoch), 3).await.unwrap(),
+            History::Lost { .. }
+        ));
+        let never = Topic::new("never published").unwrap();
+        assert!(matches!(
+            redis.history(&never, None, 3).await.unwrap(),
+            History::Complete(v) if v.is_empty()
+        ));
+        assert!(matches!(
+            redis.history(&never, Some(&newest), 3).await.unwrap(),
+            History::Lost { latest: None }
+        ));
+
+        // Expired: the Stream goes after max_age without publications, the offsets stay.
+        let (tx, _rx2) = mpsc::channel(EVENT_QUEUE);
+        let short = Redis::connect(
+            &server.url(),
+            HistoryConfig::new(100, Duration::from_millis(500)),
+            tx,
+        )
+        .await
+        .unwrap();
+        let topic = Topic::new("expiring").unwrap();
+        for i in 0..5 {
+            short.publish(publication(&topic, i)).await.unwrap();
+        }
+        let Ok(History::Complete(kept)) = short.history(&topic, None, 100).await else {
+            panic!()
+        };
+        assert_eq!(kept.len(), 5);
+        let fifth = kept[4].position.clone().unwrap();
+        let second = kept[1].position.clone().unwrap();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(matches!(
+            short.history(&topic, Some(&second), 100).await.unwrap(),
+            History::Lost { latest: Some(p) } if p == fifth
+        ));
+        assert!(matches!(
+            short.history(&topic, Some(&fifth), 100).await.unwrap(),
+            History::Complete(v) if v.is_empty()
+        ));
+        short.publish(publication(&topic, 5)).await.unwrap();
+        let Ok(History::Complete(after)) = short.history(&topic, Some(&fifth), 100).await else {
+            panic!()
+        };
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].position.as_ref().unwrap().offset, 6);
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+fn publication(topic: &Topic, i: u32) -> Publication {
+    Publication {
+        topic: topic.clone(),
+        position: None,
+        origin: Origin {
+            node: 1,
+            publisher: 2,
+        },
+        kind: sockeye::DataKind::Binary,
+        payload: i.to_string().into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backplane_subscribes_once_and_skips_foreign_messages() {
+    let server = RedisServer::start(false);
+    let run = async {
+        let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
+        let redis = Redis::connect(&server.url(), HistoryConfig::default(), tx)
+            .await
+            .unwrap();
+        assert!(redis.capabilities().history && redis.capabilities().contiguous_offsets);
+        let topic = Topic::new("twice").unwrap();
+        redis.subscribe(&topic).await.unwrap();
+        redis.subscribe(&topic).await.unwrap();
+        // Garbage on the topic's channel, from another client: skipped, not fatal.
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+        let channel = format!("sockeye:{{{}}}", topic.to_hex());
+        for garbage in [
+            &b""[..],
+            b"\x01",
+            b"\x01x\ny\n",
+            b"\x02 future",
+            b"\x01\x31\ne\n\0\0\0",
+        ] {
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg(&channel)
+                .arg(garbage)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+        redis.publish(publication(&topic, 7)).await.unwrap();
+        match timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap() {
+            Event::Publication(p) => {
+                assert_eq!(&p.payload[..], b"7");
+                assert_eq!(
+                    p.origin,
+                    Origin {
+                        node: 1,
+                        publisher: 2
+                    }
+                );
+                assert_eq!(p.position.unwrap().offset, 1);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Once, though subscribed twice.
+        assert!(timeout(Duration::from_millis(300), rx.recv()).await.is_err());
+        redis.unsubscribe(&topic).await.unwrap();
+        redis.publish(publication(&topic, 8)).await.unwrap();
+        assert!(timeout(Duration::from_millis(300), rx.recv()).await.is_err());
+    };
+    timeout(Duration::from_secs(30), run).await.expect("within 30 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_clearly() {
+    let (tx, _rx) = mpsc::channel(EVENT_QUEUE);
+    for url in [
+        "",
+        "localhost:6379",
+        "http://localhost:6379",
+        "redis://",
+        "redis://h:port",
+        "redis://h/db",
+    ] {
+        match Redis::connect(url, HistoryConfig::default(), tx.clone()).await {
+            Err(e @ Error::InvalidUrl(_)) => {
+                assert!(e.is_caller_fault());
+                assert!(e.to_string().contains("redis://"), "{e}");
+            }
+            other => panic!("{url:?}: {other:?}"),
+        }
+    }
+    // Nothing listens there: a prompt, clear error.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    match timeout(
+        Duration::from_secs(10),
+        Redis::connect(
+            &format!("redis://127.0.0.1:{port}"),
+            HistoryConfig::default(),
+            tx.clone(),
+        ),
+    )
+    .await
+    .expect("connect gives up within its timeout")
+    {
+        Err(e @ Error::Backplane { .. }) => {
+            assert!(!e.is_caller_fault());
+            assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(6));
+
+    let server = RedisServer::start(false);
+    let hub = node(&server, HistoryConfig::default()).await;
+    let topic = Topic::new("big").unwrap();
+    let max = HubConfig::default().max_payload;
+    match hub
+        .publish(&topic, Message::Binary(vec![0; max + 1].into()))
+        .await
+    {
+        Err(Error::PayloadTooLarge { len, max: m }) => assert_eq!((len, m), (max + 1, max)),
+        other => panic!("{other:?}"),
+    }
+    // The largest allowed one goes through.
+    let mut sub = hub.subscriber(SubscriberConfig::default());
+    sub.subscribe(&topic, None).await.unwrap();
+    hub.publish(&topic, Message::Binary(vec![7; max].into()))
+        .await
+        .unwrap();
+    match next(&mut sub).await {
+        Delivery::Message {
+            message: Message::Binary(b),
+            ..
+        } => assert_eq!(b.len(), max),
+        other => panic!("{other:?}"),
+    }
+}
