@@ -57,6 +57,7 @@ impl Error {
     }
 
     /// A backplane failure, with the client library's error.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     pub(crate) fn backplane(
         what: impl Into<String>,
         source: impl Into<Box<dyn std::error::Error + Send + Sync>>,

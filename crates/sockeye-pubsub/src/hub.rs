@@ -348,6 +348,8 @@ impl Subscriber {
     }
 
     /// Publications dropped for this subscriber under [`SlowPolicy::Drop`], in all.
+    // The total, not `dropped` (the count since the last notice): the name is the API's.
+    #[allow(clippy::misnamed_getters)]
     pub fn dropped(&self) -> u64 {
         lock(&self.queue.state).dropped_total
     }

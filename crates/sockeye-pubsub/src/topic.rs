@@ -65,7 +65,7 @@ impl Topic {
     /// The inverse of [`to_hex`](Self::to_hex).
     pub fn from_hex(hex: &str) -> Result<Topic, Error> {
         let bad = || Error::InvalidTopic(format!("not a hex-encoded topic name: {hex:?}"));
-        if hex.len() % 2 != 0 {
+        if !hex.len().is_multiple_of(2) {
             return Err(bad());
         }
         let bytes = (0..hex.len())
