@@ -1,0 +1,870 @@
+//! The NATS backplane (feature `nats`): subjects for fan-out, JetStream for history.
+//!
+//! Connect with [`connect`] to `nats://HOST:PORT`. Every topic is the subject
+//! `sockeye.t.<topic-hex>` ([`Topic::to_hex`]: any topic name is one safe token).
+//!
+//! # Two modes, chosen at connect
+//!
+//! **With JetStream** (the server runs with `-js`) and a history ([`HistoryConfig::max_len`] >
+//! 0): one stream, `SOCKEYE`, over `sockeye.t.>`, is created (or its limits updated) at connect
+//! and after every reconnect. It keeps at most `max_len` publications per topic (per subject),
+//! none older than `max_age` (zero: no age limit): that is the recovery window.
+//! - Publications are published through JetStream, and [`Backplane::publish`] returns once the
+//!   stream acknowledged (stored) them.
+//! - Their [`Position`]: the offset is the stream sequence (increasing per topic, but not
+//!   contiguous: the stream is shared by every topic), the epoch the stream's creation time, which
+//!   changes when the stream is lost and recreated (a server restarted on an empty store).
+//! - Live delivery is an ordered consumer per subscribed topic (filtered to its subject), which
+//!   starts at the stream's next sequence when the topic is subscribed, detects gaps itself and
+//!   is recreated from the next unseen sequence after a reconnect: nothing stored is skipped.
+//! - [`Backplane::history`] reads the topic from a position with a consumer filtered to it,
+//!   as many as were pending when the call began (the cost is the number returned). It answers
+//!   [`History::Lost`] when the position is of another epoch, or when the publication at that
+//!   position is no longer in the stream (dropped by the limits: later ones may be gone too;
+//!   conservative, never silently incomplete).
+//!
+//! **Without JetStream** (or without history): core NATS publish/subscribe, at most once.
+//! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
+//! [`Delivery::Gap`](crate::Delivery::Gap) to every subscriber after every outage: what was
+//! published meanwhile is gone, and that is said, never hidden.
+//!
+//! # Outages
+//!
+//! The client reconnects by itself (backoff from 100 ms to 2 s). Losing the server sends one
+//! [`Event::Lost`]; once reconnected and every subscription (JetStream: the stream and every
+//! consumer) is back, [`Event::Restored`]. While disconnected, [`Backplane::publish`] fails at
+//! once with [`Error::Backplane`]; nothing is queued to be sent later behind the caller's back
+//! (except in the instant between the check and the write); with the connection up, a
+//! publication not acknowledged (JetStream) or flushed (core) within 2 s fails the same way.
+//!
+//! # Message format
+//!
+//! The NATS message body is an 18-byte header, then the payload:
+//!
+//! | bytes  | content                                             |
+//! |--------|-----------------------------------------------------|
+//! | 0      | format version, `1`                                 |
+//! | 1      | kind: `1` text, `2` binary                          |
+//! | 2..10  | [`Origin::node`](super::Origin), big-endian `u64`   |
+//! | 10..18 | [`Origin::publisher`](super::Origin), big-endian `u64` |
+//! | 18..   | the payload                                         |
+//!
+//! A message that does not decode (another version, a foreign publisher) is skipped with a
+//! warning.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_nats::connection::State;
+use async_nats::jetstream::{self, consumer, stream};
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::StreamExt;
+use sockeye::DataKind;
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+
+use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Origin, Position, Publication};
+use crate::{Error, HistoryConfig, Topic};
+
+/// The JetStream stream holding every topic's history.
+const STREAM: &str = "SOCKEYE";
+/// Subjects of topics: this, then the topic's name in hex.
+const SUBJECT_PREFIX: &str = "sockeye.t.";
+/// How long connecting may take at start.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a publication may wait for its acknowledgement (JetStream) or flush (core), and a
+/// JetStream request for its answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long reading a history may take.
+const HISTORY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Publications fetched from history per pull request.
+const HISTORY_BATCH: usize = 500;
+/// The message header's length.
+const HEADER_LEN: usize = 18;
+/// The message format's version.
+const VERSION: u8 = 1;
+
+/// The NATS backplane; see the [module documentation](self) for its guarantees.
+pub struct Nats {
+    shared: Arc<Shared>,
+    _supervisor: AbortOnDrop,
+}
+
+impl fmt::Debug for Nats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nats")
+            .field("server", &self.shared.server)
+            .field("jetstream", &self.shared.js.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    /// `nats://HOST:PORT`, for messages.
+    server: String,
+    client: async_nats::Client,
+    /// `None`: core NATS only.
+    js: Option<Js>,
+    events: EventSender,
+    /// The topics subscribed to, each with the task delivering it.
+    topics: Mutex<HashMap<Topic, Follow>>,
+}
+
+struct Js {
+    context: jetstream::Context,
+    config: stream::Config,
+}
+
+/// One subscribed topic: the task forwarding its messages to the hub.
+struct Follow {
+    task: Option<JoinHandle<()>>,
+    /// JetStream: the next stream sequence not yet delivered, and the epoch it belongs to.
+    next: Arc<AtomicU64>,
+    epoch: String,
+}
+
+impl Follow {
+    /// Stops the task and waits until it has stopped, so that `next` no longer moves.
+    async fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Follow {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Connects to the NATS server at `url` (`nats://HOST:PORT`; the port defaults to 4222) and
+/// starts the backplane, whose events go to `events`.
+///
+/// Uses JetStream for history when the server has it and `history.max_len > 0` (creating or
+/// updating the stream `SOCKEYE`), core NATS otherwise. Fails with [`Error::InvalidUrl`] for a
+/// URL it cannot use and with [`Error::Backplane`] when the server cannot be reached within 5
+/// seconds (no retry at start: a wrong address should be told, not waited on).
+pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> Result<Nats, Error> {
+    let addr = parse_url(url)?;
+    let server = format!("nats://{addr}");
+    let (conn_tx, conn_rx) = mpsc::unbounded_channel();
+    let options = async_nats::ConnectOptions::new()
+        .connection_timeout(CONNECT_TIMEOUT)
+        .request_timeout(Some(REQUEST_TIMEOUT))
+        .reconnect_delay_callback(|attempts| {
+            let shift = u32::try_from(attempts.min(8)).unwrap_or(8);
+            Duration::from_millis(100u64 << shift).min(Duration::from_secs(2))
+        })
+        .event_callback(move |event| {
+            let conn_tx = conn_tx.clone();
+            async move {
+                let _ = conn_tx.send(event);
+            }
+        });
+    let client = match tokio::time::timeout(CONNECT_TIMEOUT, options.connect(addr.as_str())).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(e)) => return Err(Error::backplane(format!("{server}: connect"), e)),
+        Err(_) => {
+            return Err(Error::Backplane {
+                what: format!("{server}: connect: no answer within {CONNECT_TIMEOUT:?}"),
+                source: None,
+            });
+        }
+    };
+    let js = if history.max_len > 0 {
+        let mut context = jetstream::new(client.clone());
+        context.set_timeout(REQUEST_TIMEOUT);
+        let config = stream::Config {
+            name: STREAM.into(),
+            subjects: vec![format!("{SUBJECT_PREFIX}>")],
+            max_messages_per_subject: i64::try_from(history.max_len).unwrap_or(i64::MAX),
+            max_age: history.max_age,
+            storage: stream::StorageType::File,
+            discard: stream::DiscardPolicy::Old,
+            ..Default::default()
+        };
+        // Creating the stream is the probe: no responders (or a "not enabled" answer) means no
+        // JetStream.
+        match context.get_or_create_stream(config.clone()).await {
+            Ok(_) => {
+                let js = Js { context, config };
+                js.ensure_stream(&server).await?;
+                Some(js)
+            }
+            Err(e) if jetstream_unavailable(&e) => {
+                tracing::info!("{server}: JetStream not available ({e}): core NATS, no history");
+                None
+            }
+            Err(e) => {
+                return Err(Error::backplane(
+                    format!("{server}: create JetStream stream {STREAM}"),
+                    e,
+                ));
+            }
+        }
+    } else {
+        None
+    };
+    let shared = Arc::new(Shared {
+        server,
+        client,
+        js,
+        events,
+        topics: Mutex::default(),
+    });
+    let supervisor = tokio::spawn(supervise(Arc::downgrade(&shared), conn_rx));
+    Ok(Nats {
+        shared,
+        _supervisor: AbortOnDrop(supervisor),
+    })
+}
+
+/// Whether creating the stream failed for want of JetStream on the server.
+fn jetstream_unavailable(e: &jetstream::context::CreateStreamError) -> bool {
+    use jetstream::ErrorCode;
+    use jetstream::context::CreateStreamErrorKind as Kind;
+    match e.kind() {
+        Kind::JetStreamUnavailable => true,
+        Kind::JetStream(e) => matches!(
+            e.error_code(),
+            ErrorCode::JETSTREAM_NOT_ENABLED | ErrorCode::JETSTREAM_NOT_ENABLED_FOR_ACCOUNT
+        ),
+        _ => false,
+    }
+}
+
+/// `nats://HOST[:PORT]` → `HOST:PORT`.
+fn parse_url(url: &str) -> Result<String, Error> {
+    let accepted = "expected nats://HOST:PORT (e.g. nats://127.0.0.1:4222)";
+    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {accepted}"));
+    let Some(rest) = url.strip_prefix("nats://") else {
+        return Err(bad("the scheme must be nats://"));
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() {
+        return Err(bad("no host"));
+    }
+    if rest.contains(['/', '?', '#', '@', ' ']) {
+        return Err(bad(
+            "only a host and a port are accepted (no path, query or credentials)",
+        ));
+    }
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let Some((host, after)) = v6.split_once(']') else {
+            return Err(bad("unclosed [ in an IPv6 address"));
+        };
+        (format!("[{host}]"), after.strip_prefix(':'))
+    } else {
+        match rest.rsplit_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (rest.to_owned(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" || host.contains(':') && !host.starts_with('[') {
+        return Err(bad("no valid host"));
+    }
+    let port = match port {
+        None => 4222,
+        Some(p) => match p.parse::<u16>() {
+            Ok(p) if p > 0 => p,
+            _ => return Err(bad(&format!("{p:?} is not a port number"))),
+        },
+    };
+    Ok(format!("{host}:{port}"))
+}
+
+fn subject(topic: &Topic) -> String {
+    format!("{SUBJECT_PREFIX}{}", topic.to_hex())
+}
+
+/// The epoch of a stream: its creation time, in nanoseconds, hex.
+fn epoch_of(info: &stream::Info) -> String {
+    format!("{:x}", info.created.unix_timestamp_nanos())
+}
+
+/// The message body of a publication (see the module documentation).
+fn encode(p: &Publication) -> Bytes {
+    let mut b = BytesMut::with_capacity(HEADER_LEN + p.payload.len());
+    b.put_u8(VERSION);
+    b.put_u8(match p.kind {
+        DataKind::Text => 1,
+        DataKind::Binary => 2,
+    });
+    b.put_u64(p.origin.node);
+    b.put_u64(p.origin.publisher);
+    b.put_slice(&p.payload);
+    b.freeze()
+}
+
+/// The publication in a message body, or why not.
+fn decode(topic: &Topic, body: &Bytes, position: Option<Position>) -> Result<Publication, String> {
+    if body.len() < HEADER_LEN {
+        return Err(format!("{} bytes, shorter than the header", body.len()));
+    }
+    if body[0] != VERSION {
+        return Err(format!("format version {}, expected {VERSION}", body[0]));
+    }
+    let kind = match body[1] {
+        1 => DataKind::Text,
+        2 => DataKind::Binary,
+        k => return Err(format!("unknown kind {k}")),
+    };
+    let u64_at = |i: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&body[i..i + 8]);
+        u64::from_be_bytes(a)
+    };
+    Ok(Publication {
+        topic: topic.clone(),
+        position,
+        origin: Origin {
+            node: u64_at(2),
+            publisher: u64_at(10),
+        },
+        kind,
+        payload: body.slice(HEADER_LEN..),
+    })
+}
+
+impl Js {
+    /// Creates the stream, or updates its limits if they differ; its info.
+    async fn ensure_stream(&self, server: &str) -> Result<stream::Info, Error> {
+        let mut stream = self
+            .context
+            .get_or_create_stream(self.config.clone())
+            .await
+            .map_err(|e| Error::backplane(format!("{server}: create JetStream stream {STREAM}"), e))?;
+        let info = stream
+            .info()
+            .await
+            .map_err(|e| Error::backplane(format!("{server}: JetStream stream {STREAM} info"), e))?
+            .clone();
+        let c = &info.config;
+        if c.subjects != self.config.subjects
+            || c.max_messages_per_subject != self.config.max_messages_per_subject
+            || c.max_age != self.config.max_age
+        {
+            return self
+                .context
+                .update_stream(self.config.clone())
+                .await
+                .map_err(|e| Error::backplane(format!("{server}: update JetStream stream {STREAM}"), e));
+        }
+        Ok(info)
+    }
+}
+
+impl Shared {
+    fn failed(
+        &self,
+        what: impl fmt::Display,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
+        Error::backplane(format!("{}: {what}", self.server), e)
+    }
+
+    /// Starts delivering `topic`: JetStream from stream sequence `start` of `epoch`, core from now.
+    async fn follow(&self, topic: &Topic, epoch: String, start: u64) -> Result<Follow, Error> {
+        let subject = subject(topic);
+        let next = Arc::new(AtomicU64::new(start));
+        let events = self.events.clone();
+        let task = match &self.js {
+            None => {
+                let sub = self
+                    .client
+                    .subscribe(subject)
+                    .await
+                    .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?;
+                // The server has the subscription once it answered a ping sent after it.
+                tokio::time::timeout(REQUEST_TIMEOUT, self.client.flush())
+                    .await
+                    .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?
+                    .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?;
+                tokio::spawn(forward_core(topic.clone(), sub, events))
+            }
+            Some(js) => {
+                let config = consumer::pull::OrderedConfig {
+                    filter_subject: subject,
+                    deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                        start_sequence: start.max(1),
+                    },
+                    ..Default::default()
+                };
+                let consumer: consumer::Consumer<consumer::pull::OrderedConfig> = js
+                    .context
+                    .create_consumer_on_stream(config, STREAM)
+                    .await
+                    .map_err(|e| self.failed(format_args!("JetStream consumer for {topic}"), e))?;
+                let messages = consumer
+                    .messages()
+                    .await
+                    .map_err(|e| self.failed(format_args!("JetStream consumer for {topic}"), e))?;
+                tokio::spawn(forward_js(
+                    topic.clone(),
+                    messages,
+                    epoch.clone(),
+                    Arc::clone(&next),
+                    events,
+                ))
+            }
+        };
+        Ok(Follow {
+            task: Some(task),
+            next,
+            epoch,
+        })
+    }
+
+    /// After a reconnect: the stream again (it may be new: another epoch), then every topic's
+    /// consumer from its next unseen sequence (core NATS: the client resubscribed already).
+    async fn restore(&self) -> Result<(), Error> {
+        let Some(js) = &self.js else { return Ok(()) };
+        let info = js.ensure_stream(&self.server).await?;
+        let epoch = epoch_of(&info);
+        let mut topics = self.topics.lock().await;
+        for (topic, follow) in topics.iter_mut() {
+            follow.stop().await;
+            let start = if follow.epoch == epoch {
+                follow.next.load(Ordering::Acquire)
+            } else {
+                // The stream was lost: everything in the new one is new.
+                1
+            };
+            *follow = self.follow(topic, epoch.clone(), start).await?;
+        }
+        Ok(())
+    }
+
+    async fn history_js(
+        &self,
+        js: &Js,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> Result<History, Error> {
+        let subject = subject(topic);
+        let stream = js
+            .context
+            .get_stream(STREAM)
+            .await
+            .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?;
+        let info = stream.cached_info().clone();
+        let epoch = epoch_of(&info);
+        let latest = match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => Some(Position {
+                epoch: epoch.clone(),
+                offset: m.sequence,
+            }),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => None,
+            Err(e) => return Err(self.failed(format_args!("last publication of {topic}"), e)),
+        };
+        let start = match since {
+            None => 1,
+            Some(p) if p.epoch != epoch || p.offset > info.state.last_sequence => {
+                return Ok(History::Lost { latest });
+            }
+            Some(p) => {
+                if !self.still_kept(&stream, &subject, p.offset, topic).await? {
+                    return Ok(History::Lost { latest });
+                }
+                p.offset + 1
+            }
+        };
+        if limit == 0 || latest.as_ref().is_none_or(|l| l.offset < start) {
+            return Ok(History::Complete(Vec::new()));
+        }
+        let consumer: consumer::PullConsumer = stream
+            .create_consumer(consumer::pull::Config {
+                filter_subject: subject.clone(),
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: start,
+                },
+                ack_policy: consumer::AckPolicy::None,
+                inactive_threshold: Duration::from_secs(30),
+                memory_storage: true,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| self.failed(format_args!("JetStream history consumer for {topic}"), e))?;
+        let pending = usize::try_from(consumer.cached_info().num_pending).unwrap_or(usize::MAX);
+        let want = pending.min(limit);
+        let read =
+            tokio::time::timeout(HISTORY_TIMEOUT, self.read_history(&consumer, topic, &epoch, want)).await;
+        let _ = stream.delete_consumer(&consumer.cached_info().name).await;
+        let publications = match read {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::Backplane {
+                    what: format!("{}: reading the history of {topic}: timed out", self.server),
+                    source: None,
+                });
+            }
+        };
+        // Limits drop a topic's oldest publications first: if the one at `since` is still there,
+        // none after it was dropped before being read.
+        if let Some(p) = since
+            && !self.still_kept(&stream, &subject, p.offset, topic).await?
+        {
+            return Ok(History::Lost { latest });
+        }
+        Ok(History::Complete(publications))
+    }
+
+    /// Whether the publication at `seq` is still in the stream, on `subject`.
+    async fn still_kept(
+        &self,
+        stream: &stream::Stream,
+        subject: &str,
+        seq: u64,
+        topic: &Topic,
+    ) -> Result<bool, Error> {
+        match stream.get_raw_message(seq).await {
+            Ok(m) => Ok(m.subject.as_str() == subject),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(self.failed(format_args!("history of {topic}: publication {seq}"), e)),
+        }
+    }
+
+    /// `want` messages from the history consumer.
+    async fn read_history(
+        &self,
+        consumer: &consumer::PullConsumer,
+        topic: &Topic,
+        epoch: &str,
+        want: usize,
+    ) -> Result<Vec<Publication>, Error> {
+        let mut out = Vec::with_capacity(want);
+        let mut seen = 0;
+        while seen < want {
+            let n = (want - seen).min(HISTORY_BATCH);
+            let mut batch = consumer
+                .batch()
+                .max_messages(n)
+                .expires(Duration::from_secs(5))
+                .messages()
+                .await
+                .map_err(|e| self.failed(format_args!("history of {topic}"), e))?;
+            let mut got = 0;
+            while let Some(m) = batch.next().await {
+                let m = m.map_err(|e| self.failed(format_args!("history of {topic}"), e))?;
+                let seq = m
+                    .info()
+                    .map_err(|e| self.failed(format_args!("history of {topic}: message info"), e))?
+                    .stream_sequence;
+                got += 1;
+                let position = Position {
+                    epoch: epoch.to_owned(),
+                    offset: seq,
+                };
+                match decode(topic, &m.message.payload, Some(position)) {
+                    Ok(p) => out.push(p),
+                    Err(why) => {
+                        tracing::warn!("{}: skipped publication {seq} on {topic}: {why}", self.server)
+                    }
+                }
+            }
+            if got == 0 {
+                return Err(Error::Backplane {
+                    what: format!(
+                        "{}: history of {topic}: {} of {want} publications read",
+                        self.server, seen
+                    ),
+                    source: None,
+                });
+            }
+            seen += got;
+        }
+        Ok(out)
+    }
+}
+
+/// Forwards a core subscription's messages to the hub.
+async fn forward_core(topic: Topic, mut sub: async_nats::Subscriber, events: EventSender) {
+    while let Some(m) = sub.next().await {
+        match decode(&topic, &m.payload, None) {
+            Ok(p) => {
+                if events.send(Event::Publication(p)).await.is_err() {
+                    return;
+                }
+            }
+            Err(why) => tracing::warn!("NATS: skipped a message on {topic}: {why}"),
+        }
+    }
+}
+
+/// Forwards an ordered consumer's messages to the hub, each once (`next` skips what a recreated
+/// consumer delivers again).
+async fn forward_js(
+    topic: Topic,
+    mut messages: consumer::pull::Ordered,
+    epoch: String,
+    next: Arc<AtomicU64>,
+    events: EventSender,
+) {
+    while let Some(m) = messages.next().await {
+        let m = match m {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!("NATS: consumer of {topic}: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let seq = match m.info() {
+            Ok(info) => info.stream_sequence,
+            Err(e) => {
+                tracing::warn!("NATS: skipped a message on {topic}: {e}");
+                continue;
+            }
+        };
+        if seq < next.load(Ordering::Acquire) {
+            continue;
+        }
+        let position = Position {
+            epoch: epoch.clone(),
+            offset: seq,
+        };
+        match decode(&topic, &m.message.payload, Some(position)) {
+            Ok(p) => {
+                if events.send(Event::Publication(p)).await.is_err() {
+                    return;
+                }
+            }
+            Err(why) => tracing::warn!("NATS: skipped publication {seq} on {topic}: {why}"),
+        }
+        next.store(seq + 1, Ordering::Release);
+    }
+}
+
+/// Turns the client's connection events into [`Event::Lost`] and [`Event::Restored`].
+async fn supervise(shared: Weak<Shared>, mut conn: mpsc::UnboundedReceiver<async_nats::Event>) {
+    let mut lost = false;
+    while let Some(event) = conn.recv().await {
+        let Some(s) = shared.upgrade() else { return };
+        match event {
+            async_nats::Event::Disconnected => {
+                if !lost {
+                    lost = true;
+                    let reason = format!("disconnected from {}; reconnecting", s.server);
+                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            async_nats::Event::Connected => {
+                if !lost {
+                    continue;
+                }
+                // Retried while connected; a new disconnection ends this and the next connection
+                // tries again.
+                let mut restored = false;
+                while s.client.connection_state() == State::Connected {
+                    match s.restore().await {
+                        Ok(()) => {
+                            restored = true;
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!("restoring the NATS subscriptions: {e}");
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
+                }
+                if restored {
+                    lost = false;
+                    if s.events.send(Event::Restored).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            other => tracing::debug!("{}: {other}", s.server),
+        }
+    }
+}
+
+impl Backplane for Nats {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            history: self.shared.js.is_some(),
+            contiguous_offsets: false,
+        }
+    }
+
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let s = &self.shared;
+            let topic = &publication.topic;
+            if s.client.connection_state() != State::Connected {
+                return Err(Error::Backplane {
+                    what: format!("{}: publish on {topic}: not connected (reconnecting)", s.server),
+                    source: None,
+                });
+            }
+            let body = encode(&publication);
+            let max = s.client.server_info().max_payload;
+            if max > 0 && body.len() > max {
+                return Err(Error::Backplane {
+                    what: format!(
+                        "{}: publish on {topic}: {} bytes with the header, over the server's max_payload of {max}",
+                        s.server,
+                        body.len()
+                    ),
+                    source: None,
+                });
+            }
+            let subject = subject(topic);
+            let sent = tokio::time::timeout(REQUEST_TIMEOUT, async {
+                match &s.js {
+                    Some(js) => {
+                        let ack = js
+                            .context
+                            .publish(subject, body)
+                            .await
+                            .map_err(|e| s.failed(format_args!("publish on {topic}"), e))?;
+                        ack.await
+                            .map_err(|e| s.failed(format_args!("publish on {topic}"), e))
+                            .map(drop)
+                    }
+                    None => {
+                        s.client
+                            .publish(subject, body)
+                            .await
+                            .map_err(|e| s.failed(format_args!("publish on {topic}"), e))?;
+                        s.client
+                            .flush()
+                            .await
+                            .map_err(|e| s.failed(format_args!("publish on {topic}"), e))
+                    }
+                }
+            })
+            .await;
+            sent.unwrap_or_else(|_| {
+                Err(Error::Backplane {
+                    what: format!(
+                        "{}: publish on {topic}: no answer within {REQUEST_TIMEOUT:?}",
+                        s.server
+                    ),
+                    source: None,
+                })
+            })
+        })
+    }
+
+    fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        let topic = topic.clone();
+        Box::pin(async move {
+            let s = &self.shared;
+            let mut topics = s.topics.lock().await;
+            if topics.contains_key(&topic) {
+                return Ok(());
+            }
+            let (epoch, start) = match &s.js {
+                None => (String::new(), 0),
+                Some(js) => {
+                    let info = js.ensure_stream(&s.server).await?;
+                    (epoch_of(&info), info.state.last_sequence + 1)
+                }
+            };
+            let follow = s.follow(&topic, epoch, start).await?;
+            topics.insert(topic, follow);
+            Ok(())
+        })
+    }
+
+    fn unsubscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        let topic = topic.clone();
+        Box::pin(async move {
+            let removed = self.shared.topics.lock().await.remove(&topic);
+            if let Some(mut follow) = removed {
+                follow.stop().await;
+            }
+            Ok(())
+        })
+    }
+
+    fn history(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<History, Error>> {
+        let topic = topic.clone();
+        let since = since.cloned();
+        Box::pin(async move {
+            let s = &self.shared;
+            match &s.js {
+                None => Ok(History::Lost { latest: None }),
+                Some(js) => s.history_js(js, &topic, since.as_ref(), limit).await,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("nats://127.0.0.1:4222").ok(),
+            Some("127.0.0.1:4222".into())
+        );
+        assert_eq!(parse_url("nats://localhost").ok(), Some("localhost:4222".into()));
+        assert_eq!(parse_url("nats://[::1]:5000/").ok(), Some("[::1]:5000".into()));
+        for bad in [
+            "redis://x:1",
+            "nats://",
+            "nats://:4222",
+            "nats://h:0",
+            "nats://h:99999",
+            "nats://h:x",
+            "nats://h:1/path",
+            "nats://u@h:1",
+            "127.0.0.1:4222",
+            "nats://::1:4222",
+        ] {
+            assert!(matches!(parse_url(bad), Err(Error::InvalidUrl(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn body_round_trips_and_bad_bodies_are_refused() {
+        let topic = Topic::new("a.b").unwrap_or_else(|e| panic!("{e}"));
+        let p = Publication {
+            topic: topic.clone(),
+            position: None,
+            origin: Origin {
+                node: 7,
+                publisher: 9,
+            },
+            kind: DataKind::Text,
+            payload: Bytes::from_static(b"hi"),
+        };
+        let body = encode(&p);
+        assert_eq!(body.len(), HEADER_LEN + 2);
+        assert_eq!(decode(&topic, &body, None).ok(), Some(p));
+        assert!(decode(&topic, &Bytes::from_static(b"short"), None).is_err());
+        let mut v = body.to_vec();
+        v[0] = 2;
+        assert!(decode(&topic, &Bytes::from(v.clone()), None).is_err());
+        v[0] = 1;
+        v[1] = 9;
+        assert!(decode(&topic, &Bytes::from(v), None).is_err());
+    }
+}

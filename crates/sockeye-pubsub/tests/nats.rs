@@ -1,0 +1,579 @@
+//! The NATS backplane against a real `nats-server` (installed by `scripts/install-backplanes.sh`),
+//! with JetStream and without.
+
+#![cfg(feature = "nats")]
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sockeye_pubsub::backplane::{Backplane, Capabilities, EVENT_QUEUE, nats};
+use sockeye_pubsub::{
+    Delivery, Error, HistoryConfig, Hub, HubConfig, Position, Recovery, Subscriber, SubscriberConfig, Topic,
+};
+use tokio::time::timeout;
+
+const NATS_SERVER: &str = "/usr/sbin/nats-server";
+/// Every test ends within this.
+const TEST_TIMEOUT: Duration = Duration::from_secs(90);
+/// One delivery arrives within this.
+const RECV_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `nats-server` of this test's own, killed by its PID on drop; its store directory removed.
+struct NatsServer {
+    child: Option<Child>,
+    port: u16,
+    jetstream: bool,
+    store: PathBuf,
+}
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+fn fresh_store() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "sockeye-nats-test-{}-{}-{:x}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed),
+        rand_u64()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(u64::from(std::process::id()));
+    h.finish()
+}
+
+impl NatsServer {
+    fn start(jetstream: bool) -> NatsServer {
+        assert!(
+            std::path::Path::new(NATS_SERVER).exists(),
+            "{NATS_SERVER} is missing: install it with `bash scripts/install-backplanes.sh`"
+        );
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let mut s = NatsServer {
+            child: None,
+            port,
+            jetstream,
+            store: fresh_store(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(NATS_SERVER);
+        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string()]);
+        if self.jetstream {
+            cmd.arg("-js").arg("-sd").arg(&self.store);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {NATS_SERVER}: {e} (see scripts/install-backplanes.sh)"));
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not listen on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills it (its own PID only) and waits for it.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and store.
+    fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Starts it again on the same port with an empty store: JetStream's data is lost.
+    fn restart_with_fresh_store(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.store);
+        self.store = fresh_store();
+        self.spawn();
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
+
+/// A node: a hub over the NATS backplane.
+async fn node(url: &str, history: HistoryConfig) -> (Hub, Capabilities) {
+    let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+    let nats = nats::connect(url, history, tx).await.unwrap();
+    let caps = nats.capabilities();
+    (Hub::start(HubConfig::default(), Box::new(nats), rx), caps)
+}
+
+async fn recv(s: &mut Subscriber) -> Delivery {
+    timeout(RECV_TIMEOUT, s.recv())
+        .await
+        .expect("no delivery in time")
+        .expect("hub ended")
+        .unwrap()
+}
+
+/// The next message's text and position; panics on anything else.
+async fn recv_msg(s: &mut Subscriber) -> (String, Option<Position>) {
+    match recv(s).await {
+        Delivery::Message {
+            message, position, ..
+        } => (
+            String::from_utf8(message.as_payload().to_vec()).unwrap(),
+            position,
+        ),
+        other => panic!("expected a message, got {other:?}"),
+    }
+}
+
+/// Nothing more arrives for a while.
+async fn quiet(s: &mut Subscriber) {
+    if let Ok(d) = timeout(Duration::from_millis(400), s.recv()).await {
+        panic!("unexpected delivery: {d:?}");
+    }
+}
+
+fn sub(hub: &Hub) -> Subscriber {
+    hub.subscriber(SubscriberConfig::default())
+}
+
+/// Publishes until the backplane takes it (after a restart), at most 20 s.
+async fn publish_when_back(hub: &Hub, topic: &Topic, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match hub.publish(topic, text.to_owned().into()).await {
+            Ok(()) => return,
+            Err(e) => {
+                assert!(matches!(e, Error::Backplane { .. }), "{e}");
+                assert!(Instant::now() < deadline, "the backplane did not come back: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn three_nodes_fan_out(jetstream: bool) {
+    const N: usize = 300;
+    let server = NatsServer::start(jetstream);
+    let topic = Topic::new("rooms.* >{lobby} é").unwrap();
+    let mut hubs = Vec::new();
+    for _ in 0..3 {
+        let (hub, caps) = node(&server.url(), HistoryConfig::default()).await;
+        assert_eq!(caps.history, jetstream);
+        assert!(!caps.contiguous_offsets);
+        hubs.push(hub);
+    }
+    // Two subscribers per node; the first of each publishes.
+    let mut subs = Vec::new();
+    for hub in &hubs {
+        for _ in 0..2 {
+            let mut s = sub(hub);
+            assert_eq!(s.subscribe(&topic, None).await.unwrap(), Recovery::Live);
+            subs.push(s);
+        }
+    }
+    let publishers = [0, 2, 4];
+    async fn publish_all(s: &Subscriber, topic: &Topic, name: usize) {
+        for i in 0..N {
+            s.publish(topic, format!("{name}:{i}").into()).await.unwrap();
+        }
+    }
+    tokio::join!(
+        publish_all(&subs[0], &topic, 0),
+        publish_all(&subs[2], &topic, 2),
+        publish_all(&subs[4], &topic, 4)
+    );
+
+    for (i, s) in subs.iter_mut().enumerate() {
+        let expected = if publishers.contains(&i) { 2 * N } else { 3 * N };
+        let mut next: HashMap<usize, usize> = HashMap::new();
+        let mut last_offset = 0;
+        for _ in 0..expected {
+            let (text, position) = recv_msg(s).await;
+            let (from, n) = text.split_once(':').unwrap();
+            let (from, n): (usize, usize) = (from.parse().unwrap(), n.parse().unwrap());
+            assert_ne!(from, i, "subscriber {i} received its own publication");
+            let want = next.entry(from).or_default();
+            assert_eq!(
+                n, *want,
+                "subscriber {i}: publisher {from} out of order or duplicated"
+            );
+            *want += 1;
+            match position {
+                Some(p) => {
+                    assert!(jetstream);
+                    assert!(p.offset > last_offset, "positions must increase");
+                    last_offset = p.offset;
+                }
+                None => assert!(!jetstream),
+            }
+        }
+        assert!(next.values().all(|&n| n == N), "subscriber {i}: {next:?}");
+        quiet(s).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_fan_out_with_jetstream() {
+    timeout(TEST_TIMEOUT, three_nodes_fan_out(true)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_fan_out_core_nats() {
+    timeout(TEST_TIMEOUT, three_nodes_fan_out(false)).await.unwrap();
+}
+
+/// Publishing while the server is down fails promptly with `Error::Backplane`.
+async fn publish_fails_promptly(hub: &Hub, topic: &Topic) {
+    let started = Instant::now();
+    let r = timeout(
+        Duration::from_secs(5),
+        hub.publish(topic, "during the outage".into()),
+    )
+    .await
+    .expect("publish hung while the server was down");
+    match r {
+        Err(Error::Backplane { what, .. }) => assert!(what.contains("nats://127.0.0.1:"), "{what}"),
+        other => panic!("expected Error::Backplane, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_with_jetstream_recovers_everything() {
+    timeout(TEST_TIMEOUT, async {
+        let mut server = NatsServer::start(true);
+        let topic = Topic::new("outage").unwrap();
+        let (hub1, _) = node(&server.url(), HistoryConfig::default()).await;
+        let (hub2, _) = node(&server.url(), HistoryConfig::default()).await;
+        let mut a = sub(&hub1);
+        let mut b = sub(&hub2);
+        a.subscribe(&topic, None).await.unwrap();
+        b.subscribe(&topic, None).await.unwrap();
+        for i in 0..5 {
+            hub1.publish(&topic, format!("before {i}").into()).await.unwrap();
+        }
+        let mut before = None;
+        for i in 0..5 {
+            assert_eq!(recv_msg(&mut a).await.0, format!("before {i}"));
+            let (text, pos) = recv_msg(&mut b).await;
+            assert_eq!(text, format!("before {i}"));
+            before = pos;
+        }
+        let before = before.unwrap();
+
+        server.kill();
+        // Right after the kill (the client may not know yet) and once it does.
+        publish_fails_promptly(&hub1, &topic).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        publish_fails_promptly(&hub2, &topic).await;
+        server.restart();
+
+        // The first publications after the restart may race the nodes' consumers coming back:
+        // they are delivered all the same (live or recovered), and recoverable.
+        publish_when_back(&hub1, &topic, "after 0").await;
+        for i in 1..10 {
+            hub1.publish(&topic, format!("after {i}").into()).await.unwrap();
+        }
+        for s in [&mut a, &mut b] {
+            for i in 0..10 {
+                assert_eq!(recv_msg(s).await.0, format!("after {i}"));
+            }
+            quiet(s).await;
+        }
+        // A subscriber resuming from before the outage gets exactly what came after.
+        let mut c = sub(&hub2);
+        assert_eq!(
+            c.subscribe(&topic, Some(before)).await.unwrap(),
+            Recovery::Recovered { count: 10 }
+        );
+        for i in 0..10 {
+            assert_eq!(recv_msg(&mut c).await.0, format!("after {i}"));
+        }
+        quiet(&mut c).await;
+        hub2.publish(&topic, "live".into()).await.unwrap();
+        for s in [&mut a, &mut b, &mut c] {
+            assert_eq!(recv_msg(s).await.0, "live");
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_core_nats_reports_the_gap() {
+    timeout(TEST_TIMEOUT, async {
+        let mut server = NatsServer::start(false);
+        let topic = Topic::new("outage").unwrap();
+        let (hub1, caps) = node(&server.url(), HistoryConfig::default()).await;
+        assert!(!caps.history);
+        let (hub2, _) = node(&server.url(), HistoryConfig::default()).await;
+        let mut a = sub(&hub1);
+        let mut b = sub(&hub2);
+        a.subscribe(&topic, None).await.unwrap();
+        b.subscribe(&topic, None).await.unwrap();
+        hub1.publish(&topic, "before".into()).await.unwrap();
+        assert_eq!(recv_msg(&mut a).await, ("before".into(), None));
+        assert_eq!(recv_msg(&mut b).await, ("before".into(), None));
+
+        server.kill();
+        publish_fails_promptly(&hub2, &topic).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        publish_fails_promptly(&hub1, &topic).await;
+        server.restart();
+
+        // Both nodes come back by themselves and say that publications may have been missed.
+        for s in [&mut a, &mut b] {
+            match timeout(Duration::from_secs(20), s.recv())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap()
+            {
+                Delivery::Gap { topic: t, resume } => {
+                    assert_eq!(t, topic);
+                    assert_eq!(resume, None);
+                }
+                other => panic!("expected a gap, got {other:?}"),
+            }
+        }
+        for i in 0..20 {
+            hub2.publish(&topic, format!("after {i}").into()).await.unwrap();
+        }
+        for s in [&mut a, &mut b] {
+            for i in 0..20 {
+                assert_eq!(recv_msg(s).await.0, format!("after {i}"));
+            }
+            quiet(s).await;
+        }
+        // Without history, resuming is honest about it.
+        let mut c = sub(&hub2);
+        let pos = Position {
+            epoch: "x".into(),
+            offset: 1,
+        };
+        assert_eq!(c.subscribe(&topic, Some(pos)).await.unwrap(), Recovery::Lost);
+        assert!(matches!(recv(&mut c).await, Delivery::Gap { .. }));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_from_a_position_without_gap_or_duplicate() {
+    timeout(TEST_TIMEOUT, async {
+        let server = NatsServer::start(true);
+        let topic = Topic::new("resume").unwrap();
+        let other = Topic::new("other").unwrap();
+        let (hub1, _) = node(&server.url(), HistoryConfig::default()).await;
+        let (hub2, _) = node(&server.url(), HistoryConfig::default()).await;
+        let mut first = sub(&hub2);
+        first.subscribe(&topic, None).await.unwrap();
+        for i in 0..5 {
+            hub1.publish(&topic, format!("{i}").into()).await.unwrap();
+            // Interleaved publications on another topic: offsets are not contiguous per topic.
+            hub1.publish(&other, format!("other {i}").into()).await.unwrap();
+        }
+        let mut last = None;
+        for i in 0..5 {
+            let (text, pos) = recv_msg(&mut first).await;
+            assert_eq!(text, format!("{i}"));
+            last = pos;
+        }
+        drop(first);
+        for i in 5..12 {
+            hub1.publish(&topic, format!("{i}").into()).await.unwrap();
+        }
+        // Publications keep coming while the subscriber resumes: the seam must hold.
+        let publisher = {
+            let hub1 = hub1.clone();
+            let topic = topic.clone();
+            tokio::spawn(async move {
+                for i in 12..60 {
+                    hub1.publish(&topic, format!("{i}").into()).await.unwrap();
+                }
+            })
+        };
+        let mut again = sub(&hub2);
+        match again.subscribe(&topic, last).await.unwrap() {
+            Recovery::Recovered { count } => assert!(count >= 7, "{count}"),
+            other => panic!("{other:?}"),
+        }
+        for i in 5..60 {
+            assert_eq!(recv_msg(&mut again).await.0, format!("{i}"));
+        }
+        publisher.await.unwrap();
+        quiet(&mut again).await;
+
+        // A fresh node (topic unknown there) resumes the same way.
+        let (hub3, _) = node(&server.url(), HistoryConfig::default()).await;
+        let mut third = sub(&hub3);
+        let mut probe = sub(&hub2);
+        probe.subscribe(&topic, None).await.unwrap();
+        hub1.publish(&topic, "60".into()).await.unwrap();
+        assert_eq!(recv_msg(&mut again).await.0, "60");
+        let from = recv_msg(&mut probe).await.1;
+        hub1.publish(&topic, "61".into()).await.unwrap();
+        assert_eq!(
+            third.subscribe(&topic, from).await.unwrap(),
+            Recovery::Recovered { count: 1 }
+        );
+        assert_eq!(recv_msg(&mut third).await.0, "61");
+        quiet(&mut third).await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_beyond_the_limits_is_lost_not_incomplete() {
+    timeout(TEST_TIMEOUT, async {
+        let server = NatsServer::start(true);
+        let topic = Topic::new("short").unwrap();
+        let history = HistoryConfig::new(5, Duration::from_secs(300));
+        let (hub, _) = node(&server.url(), history).await;
+        let mut s = sub(&hub);
+        s.subscribe(&topic, None).await.unwrap();
+        let mut positions = Vec::new();
+        for i in 0..10 {
+            hub.publish(&topic, format!("{i}").into()).await.unwrap();
+        }
+        for _ in 0..10 {
+            positions.push(recv_msg(&mut s).await.1.unwrap());
+        }
+        // The 5 newest are kept: resuming from the 5th (index 4) is complete...
+        let mut ok = sub(&hub);
+        assert_eq!(
+            ok.subscribe(&topic, Some(positions[5].clone())).await.unwrap(),
+            Recovery::Recovered { count: 4 }
+        );
+        // ...from the 2nd is not.
+        let mut lost = sub(&hub);
+        assert_eq!(
+            lost.subscribe(&topic, Some(positions[1].clone())).await.unwrap(),
+            Recovery::Lost
+        );
+        match recv(&mut lost).await {
+            Delivery::Gap { resume, .. } => assert_eq!(resume, Some(positions[9].clone())),
+            other => panic!("{other:?}"),
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_epoch_after_the_store_is_lost() {
+    timeout(TEST_TIMEOUT, async {
+        let mut server = NatsServer::start(true);
+        let topic = Topic::new("epoch").unwrap();
+        let (hub, _) = node(&server.url(), HistoryConfig::default()).await;
+        let mut a = sub(&hub);
+        a.subscribe(&topic, None).await.unwrap();
+        for i in 0..3 {
+            hub.publish(&topic, format!("{i}").into()).await.unwrap();
+        }
+        let mut old = None;
+        for _ in 0..3 {
+            old = recv_msg(&mut a).await.1;
+        }
+        let old = old.unwrap();
+
+        server.restart_with_fresh_store();
+        // The node recreates the stream by itself: a new epoch; the live subscriber is told.
+        match timeout(Duration::from_secs(20), a.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            Delivery::Gap { .. } => {}
+            other => panic!("expected a gap, got {other:?}"),
+        }
+        publish_when_back(&hub, &topic, "new 0").await;
+        let (text, pos) = recv_msg(&mut a).await;
+        assert_eq!(text, "new 0");
+        assert_ne!(pos.unwrap().epoch, old.epoch);
+
+        let mut b = sub(&hub);
+        assert_eq!(b.subscribe(&topic, Some(old)).await.unwrap(), Recovery::Lost);
+        assert!(matches!(recv(&mut b).await, Delivery::Gap { .. }));
+        hub.publish(&topic, "new 1".into()).await.unwrap();
+        assert_eq!(recv_msg(&mut a).await.0, "new 1");
+        assert_eq!(recv_msg(&mut b).await.0, "new 1");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_urls_and_unreachable_servers() {
+    let (tx, _rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+    for url in [
+        "redis://127.0.0.1:6379",
+        "nats://",
+        "nats://127.0.0.1:port",
+        "127.0.0.1:4222",
+    ] {
+        match nats::connect(url, HistoryConfig::default(), tx.clone()).await {
+            Err(e @ Error::InvalidUrl(_)) => {
+                assert!(e.is_caller_fault());
+                assert!(e.to_string().contains("nats://HOST:PORT"), "{e}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let started = Instant::now();
+    let r = timeout(
+        Duration::from_secs(8),
+        nats::connect(&format!("nats://127.0.0.1:{port}"), HistoryConfig::default(), tx),
+    )
+    .await
+    .expect("connecting to nothing must fail, not hang");
+    match r {
+        Err(e @ Error::Backplane { .. }) => {
+            assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(6));
+}
