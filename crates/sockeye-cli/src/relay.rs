@@ -92,7 +92,7 @@ pub(crate) async fn server(args: RelayArgs, backplane: Option<String>, name: &'s
                     let write = async {
                         for d in batch.drain(..) {
                             match d {
-                                Delivery::Message { message, .. } => sink.feed(message).await?,
+                                Delivery::Message { prepared, .. } => sink.feed_prepared(&prepared).await?,
                                 Delivery::Gap { topic, .. } if !quiet => {
                                     errln!("{addr}: messages on {topic} were missed during a backplane outage and could not be recovered");
                                 }

@@ -92,6 +92,15 @@ impl PreparedMessage {
     }
 }
 
+/// Equal when the messages are (the cached compressed forms are a cost, not a value).
+impl PartialEq for PreparedMessage {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.message == other.0.message
+    }
+}
+
+impl Eq for PreparedMessage {}
+
 impl From<PreparedMessage> for Message {
     fn from(p: PreparedMessage) -> Message {
         p.0.message.clone()

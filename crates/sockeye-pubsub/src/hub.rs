@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use sockeye::{DataKind, Message, Utf8Bytes};
+use sockeye::{DataKind, Message, PreparedMessage, Utf8Bytes};
 use tokio::sync::{Notify, mpsc};
 
 use crate::backplane::{Backplane, EVENT_QUEUE, Event, EventSender, History, InProcess};
@@ -198,6 +198,11 @@ pub enum Delivery {
         origin: Origin,
         /// The message (its payload shared with every other subscriber).
         message: Message,
+        /// The same message, prepared once for every subscriber: send it with
+        /// [`WebSocketWriter::feed_prepared`](sockeye::WebSocketWriter::feed_prepared) so that
+        /// with permessage-deflate (without context takeover) it is compressed once, not once
+        /// per connection.
+        prepared: PreparedMessage,
     },
     /// Publications on `topic` were missed and could not be recovered: the backplane's server
     /// was unreachable and has no history, the history no longer reaches back far enough, or it
@@ -477,11 +482,13 @@ fn to_delivery(p: Publication) -> Option<Delivery> {
         DataKind::Text => Message::Text(Utf8Bytes::try_from(p.payload).ok()?),
         DataKind::Binary => Message::Binary(p.payload),
     };
+    let prepared = PreparedMessage::new(message.clone())?;
     Some(Delivery::Message {
         topic: p.topic,
         position: p.position,
         origin: p.origin,
         message,
+        prepared,
     })
 }
 

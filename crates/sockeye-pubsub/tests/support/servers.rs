@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 /// Which server, and how it keeps its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// redis-server; `persistent`: append-only file, so history survives a restart.
     Redis { persistent: bool },
     /// nats-server; `jetstream`: with JetStream (file storage in its directory).
@@ -19,7 +19,7 @@ pub enum Kind {
 }
 
 /// A running (or stopped) server.
-pub struct BackplaneServer {
+pub(crate) struct BackplaneServer {
     kind: Kind,
     port: u16,
     dir: PathBuf,
@@ -42,7 +42,7 @@ fn free_port() -> u16 {
 
 impl BackplaneServer {
     /// Starts one on a free port.
-    pub fn start(kind: Kind) -> BackplaneServer {
+    pub(crate) fn start(kind: Kind) -> BackplaneServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!(
             "sockeye-backplane-{}-{port}-{:x}",
@@ -61,7 +61,7 @@ impl BackplaneServer {
     }
 
     /// The URL a backplane connects to.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         match self.kind {
             Kind::Redis { .. } => format!("redis://127.0.0.1:{}", self.port),
             Kind::Nats { .. } => format!("nats://127.0.0.1:{}", self.port),
@@ -69,7 +69,7 @@ impl BackplaneServer {
     }
 
     /// Stops it (SIGKILL to its own PID: a crash, not a clean shutdown).
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -78,7 +78,7 @@ impl BackplaneServer {
 
     /// Starts it again (or for the first time) on the same port and directory, and waits until
     /// it accepts connections.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.kill();
         let mut cmd = match self.kind {
             Kind::Redis { persistent } => {
@@ -117,7 +117,7 @@ impl BackplaneServer {
     }
 
     /// Wipes its data directory (the next restart starts with no history: a new epoch).
-    pub fn wipe(&mut self) {
+    pub(crate) fn wipe(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
         std::fs::create_dir_all(&self.dir).unwrap();
     }
