@@ -57,13 +57,11 @@ impl NatsServer {
             std::path::Path::new(NATS_SERVER).exists(),
             "{NATS_SERVER} is missing: install it with `bash scripts/install-backplanes.sh`"
         );
-        let port = {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
         let mut s = NatsServer {
             child: None,
-            port,
+            // Picked by the server itself (-p -1): a port found free here could be taken by
+            // another test's server before this one binds it.
+            port: 0,
             jetstream,
             store: fresh_store(),
         };
@@ -71,18 +69,50 @@ impl NatsServer {
         s
     }
 
+    /// Starts it on `self.port` (0: one the server picks) and waits until it listens.
     fn spawn(&mut self) {
+        let port = if self.port == 0 {
+            "-1".to_owned()
+        } else {
+            self.port.to_string()
+        };
         let mut cmd = Command::new(NATS_SERVER);
-        cmd.args(["-a", "127.0.0.1", "-p", &self.port.to_string()]);
+        cmd.args(["-a", "127.0.0.1", "-p", &port]);
         if self.jetstream {
             cmd.arg("-js").arg("-sd").arg(&self.store);
         }
-        let child = cmd
+        let mut child = cmd
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {NATS_SERVER}: {e} (see scripts/install-backplanes.sh)"));
+        // The log says where it listens; it is read to its end so that the server never blocks.
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut log = Vec::new();
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some((_, addr)) = line.split_once("Listening for client connections on ") {
+                    let port = addr.trim().rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+                    let _ = tx.send(Ok(port));
+                }
+                log.push(line);
+            }
+            let _ = tx.send(Err(log.join("\n")));
+        });
         self.child = Some(child);
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(Some(port))) => {
+                assert!(
+                    self.port == 0 || self.port == port,
+                    "restarted on {port}, not {}",
+                    self.port
+                );
+                self.port = port;
+            }
+            other => panic!("nats-server did not start: {other:?}"),
+        }
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(

@@ -32,10 +32,15 @@
 //!
 //! The client reconnects by itself (backoff from 100 ms to 2 s). Losing the server sends one
 //! [`Event::Lost`]; once reconnected and every subscription (JetStream: the stream and every
-//! consumer) is back, [`Event::Restored`]. While disconnected, [`Backplane::publish`] fails at
-//! once with [`Error::Backplane`]; nothing is queued to be sent later behind the caller's back
-//! (except in the instant between the check and the write); with the connection up, a
-//! publication not acknowledged (JetStream) or flushed (core) within 2 s fails the same way.
+//! consumer) is back, [`Event::Restored`].
+//!
+//! While disconnected, [`Backplane::publish`] fails at once with [`Error::Backplane`]. Otherwise
+//! a publication is preceded by a round trip through the server (to a responder of the
+//! backplane's own): a connection that died unnoticed would otherwise buffer the publication and
+//! send it after the reconnect, when the call has failed. A publication not acknowledged
+//! (JetStream) or written (core) within 2 s in all fails the same way. So a failed publication is
+//! not sent later behind the caller's back, but for a connection lost in the instant between that
+//! round trip and the write. The cost: one round trip more per publication.
 //!
 //! # Message format
 //!
@@ -91,6 +96,7 @@ const VERSION: u8 = 1;
 pub struct Nats {
     shared: Arc<Shared>,
     _supervisor: AbortOnDrop,
+    _responder: AbortOnDrop,
 }
 
 impl fmt::Debug for Nats {
@@ -105,6 +111,8 @@ impl fmt::Debug for Nats {
 struct Shared {
     /// `nats://HOST:PORT`, for messages.
     server: String,
+    /// The subject of this backplane's own responder, which proves the connection alive.
+    ping: String,
     client: async_nats::Client,
     /// `None`: core NATS only.
     js: Option<Js>,
@@ -220,8 +228,24 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
     } else {
         None
     };
+    let ping = format!("_SOCKEYE.ping.{:016x}", rand::random::<u64>());
+    let mut pings = client
+        .subscribe(ping.clone())
+        .await
+        .map_err(|e| Error::backplane(format!("{server}: subscribe"), e))?;
+    let responder = tokio::spawn({
+        let client = client.clone();
+        async move {
+            while let Some(m) = pings.next().await {
+                if let Some(reply) = m.reply {
+                    let _ = client.publish(reply, Bytes::new()).await;
+                }
+            }
+        }
+    });
     let shared = Arc::new(Shared {
         server,
+        ping,
         client,
         js,
         events,
@@ -231,6 +255,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
     Ok(Nats {
         shared,
         _supervisor: AbortOnDrop(supervisor),
+        _responder: AbortOnDrop(responder),
     })
 }
 
@@ -729,6 +754,13 @@ impl Backplane for Nats {
             }
             let subject = subject(topic);
             let sent = tokio::time::timeout(REQUEST_TIMEOUT, async {
+                // A round trip through the server first: a connection that died before the
+                // client noticed would otherwise take the publication into its buffer and send
+                // it after the reconnect, when this call has long failed.
+                s.client
+                    .request(s.ping.clone(), Bytes::new())
+                    .await
+                    .map_err(|e| s.failed(format_args!("publish on {topic}: server check"), e))?;
                 match &s.js {
                     Some(js) => {
                         let ack = js
