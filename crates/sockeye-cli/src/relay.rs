@@ -23,9 +23,10 @@ use crate::tls::bind;
 const QUEUE_BYTES: usize = 16 << 20;
 /// The largest message relayed in this process: `transfer` carries whole files.
 const LOCAL_MAX_MESSAGE: usize = 1 << 30;
-/// The largest message relayed through a backplane: NATS's default `max_payload`, and far below
-/// Redis's limit. Larger messages are refused by the engine with 1009 (message too big).
-const BACKPLANE_MAX_MESSAGE: usize = 1 << 20;
+/// The largest message relayed through a backplane: what fits NATS's default `max_payload` with
+/// the backplane's header (far below Redis's limit). Larger messages are refused by the engine
+/// with 1009 (message too big).
+const BACKPLANE_MAX_MESSAGE: usize = (1 << 20) - 1024;
 /// How long a client's message waits for an unreachable backplane (its connection is not read
 /// meanwhile) before the client is closed with 1013 (try again later): a backplane restart of a
 /// few seconds loses nothing.

@@ -276,18 +276,26 @@ impl Subscriber {
         {
             let _serial = inner.subscriptions.lock().await;
             let known = lock(&inner.topics).contains_key(topic);
+            // Where the topic stands when this node starts following it: the seam from which a
+            // later outage is repaired (without it, what is published on a topic this node has
+            // not delivered anything on yet would be missed silently after an outage).
+            let mut latest = None;
             if !known {
                 inner.backplane.subscribe(topic).await?;
+                if inner.backplane.capabilities().history {
+                    latest = inner.latest_position(topic).await?;
+                }
             }
             // Live publications queue up behind the recovered ones from here on.
             if resume.is_some() {
                 self.queue.hold(topic);
             }
-            lock(&inner.topics)
-                .entry(topic.clone())
-                .or_default()
-                .subscribers
-                .insert(self.id, Arc::clone(&self.queue));
+            let mut topics = lock(&inner.topics);
+            let state = topics.entry(topic.clone()).or_default();
+            if state.last.is_none() {
+                state.last = latest;
+            }
+            state.subscribers.insert(self.id, Arc::clone(&self.queue));
         }
         self.topics.insert(topic.clone());
         let Some(since) = resume else {
@@ -457,6 +465,19 @@ impl Inner {
             self.backplane.unsubscribe(topic).await?;
         }
         Ok(())
+    }
+
+    /// The topic's newest position at the backplane: a position of an epoch no history has
+    /// (the empty one) is answered with [`History::Lost`] and where the topic stands.
+    async fn latest_position(&self, topic: &Topic) -> Result<Option<Position>, Error> {
+        let nowhere = Position {
+            epoch: String::new(),
+            offset: u64::MAX,
+        };
+        Ok(match self.backplane.history(topic, Some(&nowhere), 0).await? {
+            History::Lost { latest } => latest,
+            History::Complete(_) => None,
+        })
     }
 
     fn latest(&self, topic: &Topic) -> Option<Position> {

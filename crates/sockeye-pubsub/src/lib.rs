@@ -112,8 +112,8 @@ impl SubscriberConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HubConfig {
-    /// The largest payload a publication may carry. Default 1 MiB (a Redis or NATS server
-    /// refuses messages past its own limit: NATS's default `max_payload` is 1 MiB).
+    /// The largest payload a publication may carry. Default 1 MiB less 1 KiB: NATS's default
+    /// `max_payload` is 1 MiB for the whole message, the backplane's header included.
     pub max_payload: usize,
     /// Publications fetched from history at most when a subscriber resumes or a gap is repaired.
     /// Default 10,000.
@@ -123,7 +123,7 @@ pub struct HubConfig {
 impl Default for HubConfig {
     fn default() -> Self {
         HubConfig {
-            max_payload: 1 << 20,
+            max_payload: (1 << 20) - 1024,
             max_recovered: 10_000,
         }
     }

@@ -45,7 +45,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// impossible instead of silently missing publications (Centrifugo's stream position).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Position {
-    /// The history's identity; opaque.
+    /// The history's identity; opaque, never empty (the hub asks for a topic's newest position
+    /// with the empty epoch, which every history answers with [`History::Lost`]).
     pub epoch: String,
     /// The publication's offset in the topic. Contiguous (each publication is the previous plus
     /// one) where [`Capabilities::contiguous_offsets`] says so; always increasing.
