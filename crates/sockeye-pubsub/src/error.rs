@@ -82,7 +82,10 @@ impl fmt::Display for Error {
                 "publication of {len} bytes is over the limit of {max} bytes (HubConfig::max_payload)"
             ),
             Error::NotData => f.write_str("only text and binary messages can be published"),
-            Error::Backplane { what, source: Some(e) } => write!(f, "backplane: {what}: {e}"),
+            Error::Backplane {
+                what,
+                source: Some(e),
+            } => write!(f, "backplane: {what}: {e}"),
             Error::Backplane { what, source: None } => write!(f, "backplane: {what}"),
             Error::TooSlow { queued, max } => write!(
                 f,

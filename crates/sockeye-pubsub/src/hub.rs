@@ -12,7 +12,9 @@ use sockeye::{DataKind, Message, Utf8Bytes};
 use tokio::sync::{Notify, mpsc};
 
 use crate::backplane::{Backplane, EVENT_QUEUE, Event, EventSender, History, InProcess};
-use crate::{Error, HistoryConfig, HubConfig, Origin, Position, Publication, SlowPolicy, SubscriberConfig, Topic};
+use crate::{
+    Error, HistoryConfig, HubConfig, Origin, Position, Publication, SlowPolicy, SubscriberConfig, Topic,
+};
 
 /// A node's topics. Cheap to clone (shared); the hub stops when the last clone and the last
 /// [`Subscriber`] are dropped.
@@ -67,7 +69,9 @@ struct Inner {
 
 impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hub").field("node", &self.node).finish_non_exhaustive()
+        f.debug_struct("Hub")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
     }
 }
 
@@ -155,7 +159,9 @@ impl Hub {
 
     /// Subscribers of `topic` on this node.
     pub fn subscriber_count(&self, topic: &Topic) -> usize {
-        lock(&self.inner.topics).get(topic).map_or(0, |t| t.subscribers.len())
+        lock(&self.inner.topics)
+            .get(topic)
+            .map_or(0, |t| t.subscribers.len())
     }
 
     /// Topics with at least one subscriber on this node.
@@ -442,7 +448,9 @@ async fn fan_out(hub: std::sync::Weak<Inner>, mut events: mpsc::Receiver<Event>)
         match event {
             Event::Publication(p) => inner.deliver_live(p).await,
             Event::Lost { reason } => {
-                tracing::warn!("pub/sub backplane lost: {reason}; publications may be missed until it is back");
+                tracing::warn!(
+                    "pub/sub backplane lost: {reason}; publications may be missed until it is back"
+                );
             }
             Event::Restored => inner.repair_all().await,
         }
@@ -470,7 +478,8 @@ impl Inner {
                     if pos.offset <= last.offset {
                         return; // already delivered (recovered from history first)
                     }
-                    let jumped = pos.offset > last.offset + 1 && self.backplane.capabilities().contiguous_offsets;
+                    let jumped =
+                        pos.offset > last.offset + 1 && self.backplane.capabilities().contiguous_offsets;
                     (Some(last.clone()), jumped)
                 }
                 _ => (t.last.clone(), false),
@@ -507,8 +516,10 @@ impl Inner {
     /// After the backplane came back: every topic with subscribers catches up from history or
     /// reports its gap.
     async fn repair_all(&self) {
-        let topics: Vec<(Topic, Option<Position>)> =
-            lock(&self.topics).iter().map(|(k, t)| (k.clone(), t.last.clone())).collect();
+        let topics: Vec<(Topic, Option<Position>)> = lock(&self.topics)
+            .iter()
+            .map(|(k, t)| (k.clone(), t.last.clone()))
+            .collect();
         for (topic, last) in topics {
             self.repair(&topic, last).await;
         }
@@ -517,7 +528,11 @@ impl Inner {
     /// Fetches what `topic` missed after `last` and delivers it, or delivers a gap.
     async fn repair(&self, topic: &Topic, last: Option<Position>) {
         let history = match (&last, self.backplane.capabilities().history) {
-            (Some(last), true) => self.backplane.history(topic, Some(last), self.config.max_recovered).await,
+            (Some(last), true) => {
+                self.backplane
+                    .history(topic, Some(last), self.config.max_recovered)
+                    .await
+            }
             // Nothing delivered yet on this node: there is nothing to catch up with.
             (None, true) => return,
             (_, false) => Ok(History::Lost { latest: None }),
@@ -655,16 +670,22 @@ impl Queue {
         }
         let mut seam = since;
         for d in recovered {
-            if let Delivery::Message { position: Some(p), .. } = &d {
+            if let Delivery::Message {
+                position: Some(p), ..
+            } = &d
+            {
                 seam = Some(p.clone());
             }
             self.push_locked(&mut s, d);
         }
         for d in held {
             let duplicate = match (&d, &seam) {
-                (Delivery::Message { position: Some(p), .. }, Some(seam)) => {
-                    p.epoch == seam.epoch && p.offset <= seam.offset
-                }
+                (
+                    Delivery::Message {
+                        position: Some(p), ..
+                    },
+                    Some(seam),
+                ) => p.epoch == seam.epoch && p.offset <= seam.offset,
                 _ => false,
             };
             if !duplicate {

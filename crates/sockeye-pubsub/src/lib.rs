@@ -101,7 +101,10 @@ impl Default for SubscriberConfig {
 impl SubscriberConfig {
     /// A bound of `max_queued_bytes` with the policy `slow`.
     pub fn new(max_queued_bytes: usize, slow: SlowPolicy) -> Self {
-        SubscriberConfig { max_queued_bytes, slow }
+        SubscriberConfig {
+            max_queued_bytes,
+            slow,
+        }
     }
 }
 

@@ -105,7 +105,12 @@ impl Backplane for InProcess {
         })
     }
 
-    fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> BoxFuture<'_, Result<History, Error>> {
+    fn history(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<History, Error>> {
         let topic = topic.clone();
         let since = since.cloned();
         Box::pin(async move {
@@ -125,7 +130,9 @@ impl Backplane for InProcess {
             });
             let after = match &since {
                 None => 0,
-                Some(p) if p.epoch != self.epoch || p.offset > h.offset => return Ok(History::Lost { latest }),
+                Some(p) if p.epoch != self.epoch || p.offset > h.offset => {
+                    return Ok(History::Lost { latest });
+                }
                 Some(p) => p.offset,
             };
             // Offsets are contiguous: the first kept is `h.offset - len + 1`.
@@ -135,7 +142,12 @@ impl Backplane for InProcess {
             }
             let skip = usize::try_from(after.saturating_sub(first_kept - 1)).unwrap_or(usize::MAX);
             Ok(History::Complete(
-                h.kept.iter().skip(skip).take(limit).map(|(_, p)| p.clone()).collect(),
+                h.kept
+                    .iter()
+                    .skip(skip)
+                    .take(limit)
+                    .map(|(_, p)| p.clone())
+                    .collect(),
             ))
         })
     }

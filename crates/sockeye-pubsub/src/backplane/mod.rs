@@ -151,7 +151,12 @@ pub trait Backplane: Send + Sync + 'static {
     /// The publications on `topic` after `since` (all of the current epoch's history when `None`),
     /// oldest first, at most `limit` of them. The cost is the number returned, not the history's
     /// length.
-    fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> BoxFuture<'_, Result<History, Error>>;
+    fn history(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<History, Error>>;
 }
 
 /// The channel a backplane's events go to.
