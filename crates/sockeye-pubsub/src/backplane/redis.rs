@@ -100,10 +100,12 @@ const BODY_HEADER: usize = 17;
 /// KEYS: meta, stream. ARGV: channel, body, a fresh random epoch, max_len (0: no Stream), Stream
 /// TTL in ms, meta TTL in ms.
 ///
-/// PUBLISH, not SPUBLISH: Redis 7 does accept SPUBLISH from a script, but the shard channel of a
-/// script must then be declared like a key in cluster mode, and in standalone mode sharded
-/// pub/sub is plain pub/sub anyway; this backplane talks to one server (no cluster client), so
-/// PUBLISH works on every Redis from 5 on and changes nothing here.
+/// PUBLISH, not SPUBLISH. Tried on Redis 7.0 standalone: a script may call SPUBLISH (with the
+/// channel as a key or not). But the redis crate's RESP2 pub/sub connection (`aio::PubSub`, 1.8)
+/// has no SSUBSCRIBE, and on a standalone server sharded pub/sub is plain pub/sub anyway; this
+/// backplane talks to one server (no cluster client), so PUBLISH, which every Redis from 5 on
+/// has, changes nothing here. With a cluster client, SPUBLISH keeps a topic's messages in its
+/// keys' shard (the `{hex}` hash tag puts the channel in the same slot).
 const PUBLISH_SCRIPT: &str = r"
 local fresh = redis.call('hsetnx', KEYS[1], 'e', ARGV[3])
 if fresh == 1 then
