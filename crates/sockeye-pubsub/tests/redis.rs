@@ -9,6 +9,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sockeye::Message;
@@ -107,8 +109,21 @@ impl RedisServer {
         s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
     }
 
+    /// Sends it a signal by its own PID (`STOP`: it hangs, its connections stay open; `CONT`).
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// Kills it (SIGKILL, by its own PID) and waits for it.
     fn kill(&mut self) {
+        if self.child.is_some() {
+            self.signal("CONT"); // a stopped process dies of SIGKILL all the same; be tidy
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -120,6 +135,72 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A TCP proxy in front of the server that can cut a node off (every connection closed, new
+/// ones refused) and let it back, while the server and the other nodes go on.
+struct Proxy {
+    port: u16,
+    open: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::AbortHandle,
+}
+
+impl Proxy {
+    async fn start(target: u16) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let accept = {
+            let (open, conns) = (Arc::clone(&open), Arc::clone(&conns));
+            tokio::spawn(async move {
+                loop {
+                    let Ok((mut down, _)) = listener.accept().await else {
+                        return;
+                    };
+                    if !open.load(Ordering::SeqCst) {
+                        continue; // dropped: refused
+                    }
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
+                            let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                        }
+                    });
+                    conns.lock().unwrap().push(task.abort_handle());
+                }
+            })
+            .abort_handle()
+        };
+        Proxy {
+            port,
+            open,
+            conns,
+            accept,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    fn reopen(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
     }
 }
 
@@ -345,6 +426,112 @@ async fn nodes_come_back_by_themselves_after_redis_restarts() {
         }
         assert_eq!(next_text(&mut late).await.0, "live");
         quiet(&mut late, Duration::from_millis(300)).await;
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_recovers_what_it_missed_from_history() {
+    let server = RedisServer::start(false);
+    let proxy = Proxy::start(server.port).await;
+    let topic = Topic::new("cut off").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let redis = Redis::connect(&proxy.url(), HistoryConfig::default(), tx)
+            .await
+            .unwrap();
+        let b = Hub::start(HubConfig::default(), Box::new(redis), rx);
+        let mut sub_b = b.subscriber(SubscriberConfig::default());
+        sub_b.subscribe(&topic, None).await.unwrap();
+        let publisher = a.subscriber(SubscriberConfig::default());
+        publisher.publish(&topic, text("m0".into())).await.unwrap();
+        let (_, first) = next_text(&mut sub_b).await;
+
+        proxy.cut();
+        // B cannot publish (promptly refused), A can; B misses A's publications live.
+        let started = Instant::now();
+        match timeout(Duration::from_secs(5), b.publish(&topic, text("from b".into()))).await {
+            Ok(Err(Error::Backplane { .. })) => {}
+            other => panic!("publish while cut off: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        for i in 1..=30 {
+            publisher.publish(&topic, text(format!("m{i}"))).await.unwrap();
+        }
+        // Still cut off: nothing arrives.
+        quiet(&mut sub_b, Duration::from_millis(300)).await;
+
+        proxy.reopen();
+        // B reconnects by itself and catches up from history: each once, in order, no gap.
+        for i in 1..=30 {
+            let (t, p) = next_text(&mut sub_b).await;
+            assert_eq!(t, format!("m{i}"));
+            assert_eq!(p.epoch, first.epoch);
+            assert_eq!(p.offset, first.offset + i);
+        }
+        // Then live ones, over the restored subscription.
+        publisher.publish(&topic, text("m31".into())).await.unwrap();
+        assert_eq!(next_text(&mut sub_b).await.0, "m31");
+        b.publish(&topic, text("from b again".into())).await.unwrap();
+        assert_eq!(next_text(&mut sub_b).await.0, "from b again");
+        quiet(&mut sub_b, Duration::from_millis(300)).await;
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_fails_publishes_promptly_and_is_noticed() {
+    let server = RedisServer::start(false);
+    let topic = Topic::new("hung").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node(&server, HistoryConfig::default()).await;
+        let mut sub_b = b.subscriber(SubscriberConfig::default());
+        sub_b.subscribe(&topic, None).await.unwrap();
+        a.publish(&topic, text("m0".into())).await.unwrap();
+        assert_eq!(next_text(&mut sub_b).await.0, "m0");
+
+        // A backplane watched directly, to see what it says.
+        let (tx, mut watch) = mpsc::channel(EVENT_QUEUE);
+        let watched = Redis::connect(&server.url(), HistoryConfig::default(), tx)
+            .await
+            .unwrap();
+        watched.subscribe(&topic).await.unwrap();
+
+        server.signal("STOP");
+        let started = Instant::now();
+        match timeout(Duration::from_secs(10), a.publish(&topic, text("lost".into()))).await {
+            Ok(Err(Error::Backplane { .. })) => {}
+            other => panic!("publish to a hung server: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "took {:?}",
+            started.elapsed()
+        );
+        // The pub/sub connection's health check gives up on it (PING every 5 s, 2 s to answer).
+        match timeout(Duration::from_secs(10), watch.recv()).await {
+            Ok(Some(Event::Lost { reason })) => assert!(reason.contains("PING"), "{reason}"),
+            other => panic!("expected Lost, got {other:?}"),
+        }
+        server.signal("CONT");
+        match timeout(Duration::from_secs(10), watch.recv()).await {
+            Ok(Some(Event::Restored)) => {}
+            other => panic!("expected Restored, got {other:?}"),
+        }
+        publish_when_back(&a.subscriber(SubscriberConfig::default()), &topic, "m1".into()).await;
+        // "lost" may or may not have reached Redis before it hung: if it did, it comes first.
+        let (mut t, _) = next_text(&mut sub_b).await;
+        if t == "lost" {
+            t = next_text(&mut sub_b).await.0;
+        }
+        assert_eq!(t, "m1");
+        quiet(&mut sub_b, Duration::from_millis(300)).await;
     };
     timeout(Duration::from_secs(60), run).await.expect("within 60 s");
 }

@@ -15,7 +15,12 @@
 //! - **Recovery by itself**: when the pub/sub connection drops, the backplane says
 //!   [`Event::Lost`], reconnects with backoff (50 ms doubling to 2 s, with jitter), subscribes
 //!   again to every topic and says [`Event::Restored`]. Publishing while Redis is down fails at
-//!   once with [`Error::Backplane`] (nothing is queued); the next publish reconnects.
+//!   once with [`Error::Backplane`] (nothing is queued); the next publish reconnects. A server
+//!   that hangs without closing its connections is noticed too: commands time out after
+//!   [`RESPONSE_TIMEOUT`], and the pub/sub connection is checked with a PING every 5 s.
+//! - **Backpressure**: when the hub is behind, the reader waits on the event channel; the Redis
+//!   client keeps reading the connection meanwhile, so what Redis sends then waits in this
+//!   process's memory (not in Redis's output buffer, whose limit would cut the connection).
 //!
 //! # Keys
 //!
@@ -95,10 +100,12 @@ const BODY_HEADER: usize = 17;
 /// KEYS: meta, stream. ARGV: channel, body, a fresh random epoch, max_len (0: no Stream), Stream
 /// TTL in ms, meta TTL in ms.
 ///
-/// PUBLISH, not SPUBLISH: Redis 7 does accept SPUBLISH from a script, but the shard channel of a
-/// script must then be declared like a key in cluster mode, and in standalone mode sharded
-/// pub/sub is plain pub/sub anyway; this backplane talks to one server (no cluster client), so
-/// PUBLISH works on every Redis from 5 on and changes nothing here.
+/// PUBLISH, not SPUBLISH. Tried on Redis 7.0 standalone: a script may call SPUBLISH (with the
+/// channel as a key or not). But the redis crate's RESP2 pub/sub connection (`aio::PubSub`, 1.8)
+/// has no SSUBSCRIBE, and on a standalone server sharded pub/sub is plain pub/sub anyway; this
+/// backplane talks to one server (no cluster client), so PUBLISH, which every Redis from 5 on
+/// has, changes nothing here. With a cluster client, SPUBLISH keeps a topic's messages in its
+/// keys' shard (the `{hex}` hash tag puts the channel in the same slot).
 const PUBLISH_SCRIPT: &str = r"
 local fresh = redis.call('hsetnx', KEYS[1], 'e', ARGV[3])
 if fresh == 1 then
@@ -532,7 +539,8 @@ fn decode_message(channel: &[u8], message: &[u8]) -> Option<Publication> {
 /// hub stops listening (or the backplane is dropped, which aborts it).
 async fn read(shared: Arc<Shared>, mut stream: PubSubStream) {
     loop {
-        let reason = forward(&shared, &mut stream).await;
+        // The old connection goes with its stream.
+        let reason = forward(&shared, stream).await;
         let Some(reason) = reason else { return };
         shared.subs.lock().await.sink = None;
         shared.reset_commands().await;
@@ -584,7 +592,7 @@ impl Shared {
 }
 
 /// Forwards messages until the connection is lost (`Some(reason)`) or the hub stops (`None`).
-async fn forward(shared: &Shared, stream: &mut PubSubStream) -> Option<String> {
+async fn forward(shared: &Shared, mut stream: PubSubStream) -> Option<String> {
     let mut health = tokio::time::interval(HEALTH_INTERVAL);
     health.tick().await;
     loop {
@@ -637,11 +645,13 @@ impl Backplane for Redis {
                 // Reconnecting: the reconnection subscribes to it.
                 return Ok(());
             };
-            match sink.subscribe(channel(&topic.to_hex())).await {
-                Ok(()) => Ok(()),
-                // The connection is going: the reader reconnects and subscribes to it.
-                Err(e) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
-                Err(e) => {
+            match tokio::time::timeout(RESPONSE_TIMEOUT, sink.subscribe(channel(&topic.to_hex()))).await {
+                Ok(Ok(())) => Ok(()),
+                // The connection is going (or the server hangs, which the health check
+                // notices): the reader reconnects and subscribes to it.
+                Err(_) => Ok(()),
+                Ok(Err(e)) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
+                Ok(Err(e)) => {
                     subs.topics.remove(&topic);
                     Err(self.shared.error(&format!("subscribe to {topic}"), e))
                 }
@@ -659,11 +669,12 @@ impl Backplane for Redis {
             let Some(sink) = subs.sink.as_mut() else {
                 return Ok(());
             };
-            match sink.unsubscribe(channel(&topic.to_hex())).await {
-                Ok(()) => Ok(()),
-                // The connection is going; the new one will not subscribe to it.
-                Err(e) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
-                Err(e) => Err(self.shared.error(&format!("unsubscribe from {topic}"), e)),
+            match tokio::time::timeout(RESPONSE_TIMEOUT, sink.unsubscribe(channel(&topic.to_hex()))).await {
+                Ok(Ok(())) => Ok(()),
+                // The connection is going (or hangs); the new one will not subscribe to it.
+                Err(_) => Ok(()),
+                Ok(Err(e)) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
+                Ok(Err(e)) => Err(self.shared.error(&format!("unsubscribe from {topic}"), e)),
             }
         })
     }
