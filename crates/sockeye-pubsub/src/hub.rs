@@ -555,6 +555,9 @@ impl Inner {
                         pos.offset > last.offset + 1 && self.backplane.capabilities().contiguous_offsets;
                     (Some(last.clone()), jumped)
                 }
+                // A new epoch without an outage seen (the server's data was flushed, or an idle
+                // topic's history expired): the end of the old one may have been missed.
+                (Some(last), Some(_)) => (Some(last.clone()), self.backplane.capabilities().history),
                 _ => (t.last.clone(), false),
             }
         };
@@ -600,41 +603,58 @@ impl Inner {
 
     /// Fetches what `topic` missed after `last` and delivers it, or delivers a gap.
     async fn repair(&self, topic: &Topic, last: Option<Position>) {
+        let max = self.config.max_recovered;
         let history = match (&last, self.backplane.capabilities().history) {
-            (Some(last), true) => {
-                self.backplane
-                    .history(topic, Some(last), self.config.max_recovered)
-                    .await
-            }
-            // Nothing delivered yet on this node: there is nothing to catch up with.
-            (None, true) => return,
+            (Some(last), true) => self.backplane.history(topic, Some(last), max).await,
+            // Nothing published on the topic when this node started following it, nor delivered
+            // since: everything the history holds is new to this node.
+            (None, true) => self.backplane.history(topic, None, max).await,
             (_, false) => Ok(History::Lost { latest: None }),
         };
-        match history {
-            Ok(History::Complete(ps)) if ps.len() < self.config.max_recovered => {
+        // `Some(latest)`: the history says where the topic stands now (`None` in it: nothing
+        // published in the current epoch); `None`: unknown (too much missed, or no answer).
+        let latest = match history {
+            Ok(History::Complete(ps)) if ps.len() < max => {
                 for p in ps {
                     self.fan(p);
                 }
+                return;
             }
-            Ok(History::Complete(_)) | Ok(History::Lost { .. }) | Err(_) => {
-                let latest = match history {
-                    Ok(History::Lost { latest }) => latest,
-                    _ => None,
-                };
-                tracing::warn!("pub/sub topic {topic}: publications were missed and cannot be recovered");
-                let mut topics = lock(&self.topics);
-                let Some(t) = topics.get_mut(topic) else { return };
-                if latest.is_some() {
-                    t.last.clone_from(&latest);
-                }
-                let gap = Delivery::Gap {
-                    topic: topic.clone(),
-                    resume: latest,
-                };
-                for q in t.subscribers.values() {
-                    q.push(&gap);
-                }
+            Ok(History::Lost { latest }) => Some(latest),
+            Ok(History::Complete(_)) | Err(_) => None,
+        };
+        tracing::warn!("pub/sub topic {topic}: publications were missed and cannot all be recovered");
+        {
+            let topics = lock(&self.topics);
+            let Some(t) = topics.get(topic) else { return };
+            let gap = Delivery::Gap {
+                topic: topic.clone(),
+                resume: latest.clone().flatten(),
+            };
+            for q in t.subscribers.values() {
+                q.push(&gap);
             }
+        }
+        let Some(latest) = latest else {
+            // Unknown: the next outage or jump tries again from the same place.
+            return;
+        };
+        if latest.is_some()
+            && let Ok(History::Complete(ps)) = self.backplane.history(topic, None, max).await
+            && ps.len() < max
+        {
+            // After the gap, whatever the history still holds that this node has not
+            // delivered: the start of a new epoch, or what follows a trimmed stretch (the
+            // publication that showed the gap among them).
+            for p in ps {
+                self.fan(p);
+            }
+            return;
+        }
+        // Deliveries go on from where the topic stands (nothing published in a new epoch:
+        // from its first publication).
+        if let Some(t) = lock(&self.topics).get_mut(topic) {
+            t.last = latest;
         }
     }
 }
