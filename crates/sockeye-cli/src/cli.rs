@@ -27,23 +27,10 @@ pub(crate) fn websocket_url(s: &str) -> Result<String, String> {
 /// A pub/sub backplane URL: checked while parsing (a usage error, exit 2), connected later (an
 /// unreachable server is retried).
 pub(crate) fn backplane_url(s: &str) -> Result<String, String> {
-    let Some((scheme, rest)) = s.split_once("://") else {
-        return Err(format!("expected {}", sockeye_pubsub::backplane::URL_FORMS));
-    };
-    if !matches!(scheme, "redis" | "rediss" | "nats") {
-        return Err(format!("unknown scheme {scheme:?}: expected redis://HOST:PORT or nats://HOST:PORT"));
+    if s.starts_with("memory:") {
+        return Err("expected redis://HOST:PORT or nats://HOST:PORT (without --backplane the server is alone)".into());
     }
-    let authority = rest.split('/').next().unwrap_or_default();
-    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if host.is_empty() || host.starts_with(':') {
-        return Err(format!("no host in {s:?}: expected {scheme}://HOST:PORT"));
-    }
-    if let Some((_, port)) = host.rsplit_once(':')
-        && !host.ends_with(']')
-        && port.parse::<u16>().is_err()
-    {
-        return Err(format!("bad port {port:?} in {s:?}"));
-    }
+    sockeye_pubsub::backplane::check_url(s).map_err(|e| e.to_string())?;
     Ok(s.to_string())
 }
 

@@ -219,10 +219,11 @@ async fn two_nodes_over_nats_jetstream_deliver_once_in_order_across_a_restart() 
 #[test]
 fn a_bad_backplane_url_is_a_usage_error() {
     for (url, says) in [
-        ("redis//127.0.0.1:6379", "expected"),
-        ("http://127.0.0.1:80", "unknown scheme"),
+        ("redis//127.0.0.1:6379", "expected redis://"),
+        ("http://127.0.0.1:80", "expected redis://"),
         ("redis://:6379", "no host"),
-        ("nats://127.0.0.1:notaport", "bad port"),
+        ("nats://127.0.0.1:notaport", "not a number"),
+        ("rediss://127.0.0.1:6379", "not supported"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_ws"))
             .args(["broadcast_server", "--port", "0", "--backplane", url])

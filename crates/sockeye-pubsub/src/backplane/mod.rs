@@ -168,6 +168,62 @@ pub type EventSender = mpsc::Sender<Event>;
 /// What [`connect`] accepts, for error messages.
 pub const URL_FORMS: &str = "redis://HOST:PORT (feature `redis`), nats://HOST:PORT (feature `nats`) or memory:";
 
+/// Checks a backplane URL without connecting (a command line can refuse a typo at once):
+/// [`Error::InvalidUrl`] says what is wrong and what is accepted.
+pub fn check_url(url: &str) -> Result<(), Error> {
+    let scheme = url.split_once(':').map_or("", |(s, _)| s).to_ascii_lowercase();
+    match scheme.as_str() {
+        "memory" => Ok(()),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => redis::parse_url(url).map(drop),
+        #[cfg(feature = "nats")]
+        "nats" => nats::parse_url(url).map(drop),
+        _ => Err(unsupported(url, &scheme)),
+    }
+}
+
+/// The error for a scheme that is unknown or whose feature is off.
+fn unsupported(url: &str, scheme: &str) -> Error {
+    match scheme {
+        "redis" | "rediss" | "nats" => Error::InvalidUrl(format!(
+            "{url}: this build has no {scheme} support (Cargo feature `{}` of sockeye-pubsub)",
+            if scheme == "nats" { "nats" } else { "redis" }
+        )),
+        _ => Error::InvalidUrl(format!("{url:?}: expected {URL_FORMS}")),
+    }
+}
+
+/// `HOST[:PORT]` (an IPv6 host in brackets) as `host:port`, with `default_port` when there is
+/// none; the reason when it is not one.
+#[cfg(any(feature = "redis", feature = "nats"))]
+pub(crate) fn host_port(authority: &str, default_port: u16) -> Result<String, String> {
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let Some((host, after)) = v6.split_once(']') else {
+            return Err("unclosed [ in an IPv6 address".into());
+        };
+        if !after.is_empty() && !after.starts_with(':') {
+            return Err(format!("{after:?} after an IPv6 address"));
+        }
+        (format!("[{host}]"), after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host.to_owned(), Some(port)),
+            None => (authority.to_owned(), None),
+        }
+    };
+    if host.is_empty() || host == "[]" || (host.contains(':') && !host.starts_with('[')) {
+        return Err("no host".into());
+    }
+    let port = match port {
+        None => default_port,
+        Some(p) => match p.parse::<u16>() {
+            Ok(p) if p > 0 => p,
+            _ => return Err(format!("the port {p:?} is not a number from 1 to 65535")),
+        },
+    };
+    Ok(format!("{host}:{port}"))
+}
+
 /// Connects to the backplane a URL names: `redis://HOST:PORT[/DB]`, `nats://HOST:PORT`, or
 /// `memory:` (this process only). An unknown scheme, or one whose feature is not compiled in, is
 /// [`Error::InvalidUrl`]; an unreachable server is [`Error::Backplane`] (retry: the server may
@@ -180,13 +236,7 @@ pub async fn connect(url: &str, history: crate::HistoryConfig, events: EventSend
         "redis" | "rediss" => Ok(Box::new(redis::Redis::connect(url, history, events).await?)),
         #[cfg(feature = "nats")]
         "nats" => Ok(Box::new(nats::connect(url, history, events).await?)),
-        // Reached for the schemes whose feature is off.
-        #[allow(unreachable_patterns)]
-        "redis" | "rediss" | "nats" => Err(Error::InvalidUrl(format!(
-            "{url}: this build has no {scheme} support (Cargo feature `{}` of sockeye-pubsub)",
-            if scheme == "nats" { "nats" } else { "redis" }
-        ))),
-        _ => Err(Error::InvalidUrl(format!("{url:?}: expected {URL_FORMS}"))),
+        _ => Err(unsupported(url, &scheme)),
     }
 }
 

@@ -274,7 +274,7 @@ fn jetstream_unavailable(e: &jetstream::context::CreateStreamError) -> bool {
 }
 
 /// `nats://HOST[:PORT]` → `HOST:PORT`.
-fn parse_url(url: &str) -> Result<String, Error> {
+pub(crate) fn parse_url(url: &str) -> Result<String, Error> {
     let accepted = "expected nats://HOST:PORT (e.g. nats://127.0.0.1:4222)";
     let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {accepted}"));
     let Some(rest) = url.strip_prefix("nats://") else {
@@ -289,28 +289,7 @@ fn parse_url(url: &str) -> Result<String, Error> {
             "only a host and a port are accepted (no path, query or credentials)",
         ));
     }
-    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-        let Some((host, after)) = v6.split_once(']') else {
-            return Err(bad("unclosed [ in an IPv6 address"));
-        };
-        (format!("[{host}]"), after.strip_prefix(':'))
-    } else {
-        match rest.rsplit_once(':') {
-            Some((host, port)) => (host.to_owned(), Some(port)),
-            None => (rest.to_owned(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" || host.contains(':') && !host.starts_with('[') {
-        return Err(bad("no valid host"));
-    }
-    let port = match port {
-        None => 4222,
-        Some(p) => match p.parse::<u16>() {
-            Ok(p) if p > 0 => p,
-            _ => return Err(bad(&format!("{p:?} is not a port number"))),
-        },
-    };
-    Ok(format!("{host}:{port}"))
+    super::host_port(rest, 4222).map_err(|why| bad(&why))
 }
 
 fn subject(topic: &Topic) -> String {

@@ -215,7 +215,7 @@ impl Redis {
 const ACCEPTED: &str = "accepted: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]";
 
 /// Checks `url` and returns its `host:port`.
-fn parse_url(url: &str) -> Result<String, Error> {
+pub(crate) fn parse_url(url: &str) -> Result<String, Error> {
     let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {ACCEPTED}"));
     let rest = match url.split_once("://") {
         Some(("redis", rest)) => rest,
@@ -225,25 +225,12 @@ fn parse_url(url: &str) -> Result<String, Error> {
     };
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    let (host, port) = match host_port.rsplit_once(':') {
-        // An IPv6 address without a port: `[::1]`.
-        Some((h, p)) if !p.contains(']') => (h, Some(p)),
-        _ => (host_port, None),
-    };
-    if host.is_empty() {
-        return Err(bad("no host"));
-    }
-    let port = match port {
-        None => 6379,
-        Some(p) => p
-            .parse::<u16>()
-            .map_err(|_| bad(&format!("the port {p:?} is not a number up to 65535")))?,
-    };
+    let addr = super::host_port(host_port, 6379).map_err(|why| bad(&why))?;
     let path = path.split(['?', '#']).next().unwrap_or("");
     if !path.is_empty() && path.parse::<u32>().is_err() {
         return Err(bad(&format!("the database {path:?} is not a number")));
     }
-    Ok(format!("{host}:{port}"))
+    Ok(addr)
 }
 
 impl Shared {
