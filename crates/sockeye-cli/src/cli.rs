@@ -28,7 +28,9 @@ pub(crate) fn websocket_url(s: &str) -> Result<String, String> {
 /// unreachable server is retried).
 pub(crate) fn backplane_url(s: &str) -> Result<String, String> {
     if s.starts_with("memory:") {
-        return Err("expected redis://HOST:PORT or nats://HOST:PORT (without --backplane the server is alone)".into());
+        return Err(
+            "expected redis://HOST:PORT or nats://HOST:PORT (without --backplane the server is alone)".into(),
+        );
     }
     sockeye_pubsub::backplane::check_url(s).map_err(|e| e.to_string())?;
     Ok(s.to_string())

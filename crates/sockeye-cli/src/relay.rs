@@ -9,7 +9,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use sockeye::{CloseCode, CloseFrame, Message};
 use sockeye_pubsub::backplane::InProcess;
-use sockeye_pubsub::{Delivery, Error as PubSubError, HistoryConfig, Hub, HubConfig, SlowPolicy, SubscriberConfig, Topic};
+use sockeye_pubsub::{
+    Delivery, Error as PubSubError, HistoryConfig, Hub, HubConfig, SlowPolicy, SubscriberConfig, Topic,
+};
 
 use crate::Failure;
 use crate::cli::RelayArgs;
@@ -34,7 +36,11 @@ const PUBLISH_PATIENCE: Duration = Duration::from_secs(10);
 /// Deliveries written to a socket before one flush.
 const BATCH: usize = 256;
 
-pub(crate) async fn server(args: RelayArgs, backplane: Option<String>, name: &'static str) -> Result<(), Failure> {
+pub(crate) async fn server(
+    args: RelayArgs,
+    backplane: Option<String>,
+    name: &'static str,
+) -> Result<(), Failure> {
     let quiet = args.quiet;
     let (hub, max_message) = match &backplane {
         None => {
@@ -161,7 +167,10 @@ async fn connect_backplane(url: &str, name: &str) -> Result<Hub, Failure> {
             }
             Err(e) if e.is_caller_fault() => return Err(Failure::usage(e.to_string())),
             Err(e) => {
-                errln!("ws {name}: {e}; retrying in {} ms (Ctrl-C to stop)", delay.as_millis());
+                errln!(
+                    "ws {name}: {e}; retrying in {} ms (Ctrl-C to stop)",
+                    delay.as_millis()
+                );
                 unless_interrupted(tokio::time::sleep(delay)).await?;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }

@@ -36,7 +36,15 @@ struct Node {
 impl Node {
     async fn start(backplane: &str) -> Node {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ws"))
-            .args(["broadcast_server", "--host", "127.0.0.1", "--port", "0", "--backplane", backplane])
+            .args([
+                "broadcast_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--backplane",
+                backplane,
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -113,7 +121,9 @@ async fn scenario(kind: Kind) {
     let mut readers = Vec::new();
     for c in 0..CLIENTS {
         let node = if c % 2 == 0 { &mut a } else { &mut b };
-        let (ws, _) = sockeye::connect(format!("{}/room", node.url).as_str()).await.unwrap();
+        let (ws, _) = sockeye::connect(format!("{}/room", node.url).as_str())
+            .await
+            .unwrap();
         // Subscribed (at the backplane too) once the node says so.
         node.wait_for(&format!("joined ({} connected)", c / 2 + 1)).await;
         let (w, mut r) = ws.split();
@@ -129,26 +139,47 @@ async fn scenario(kind: Kind) {
             }
         });
     }
-    let (elsewhere, _) = sockeye::connect(format!("{}/another-room", b.url).as_str()).await.unwrap();
+    let (elsewhere, _) = sockeye::connect(format!("{}/another-room", b.url).as_str())
+        .await
+        .unwrap();
     b.wait_for("joined (3 connected)").await;
     let mut received: Vec<Received> = vec![Vec::new(); CLIENTS];
 
     // Round 1: the backplane is up.
     send_round(&mut writers, 0).await;
-    collect(&mut readers, &mut received, PER_ROUND, "before the restart", &a, &b).await;
+    collect(
+        &mut readers,
+        &mut received,
+        PER_ROUND,
+        "before the restart",
+        &a,
+        &b,
+    )
+    .await;
 
     // Round 2: sent while the backplane is down; it comes back within the nodes' patience.
     server.kill();
     send_round(&mut writers, PER_ROUND).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     server.restart();
-    collect(&mut readers, &mut received, 2 * PER_ROUND, "after the restart", &a, &b).await;
+    collect(
+        &mut readers,
+        &mut received,
+        2 * PER_ROUND,
+        "after the restart",
+        &a,
+        &b,
+    )
+    .await;
 
     for (me, got) in received.iter().enumerate() {
         let mut next = [0usize; CLIENTS];
         for &(sender, seq) in got {
             assert_ne!(sender, me, "client {me} received its own message {seq}");
-            assert_eq!(seq, next[sender], "client {me}: from {sender}, out of order or duplicated");
+            assert_eq!(
+                seq, next[sender],
+                "client {me}: from {sender}, out of order or duplicated"
+            );
             next[sender] += 1;
         }
         for (sender, &n) in next.iter().enumerate() {

@@ -73,7 +73,11 @@ impl PreparedMessage {
         compress: impl FnOnce(&[u8]) -> Result<Vec<u8>, String>,
     ) -> Result<Bytes, String> {
         // A panic while holding the lock leaves at most a missing entry: still usable.
-        let mut cache = self.0.compressed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = self
+            .0
+            .compressed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((_, _, b)) = cache.iter().find(|(l, b, _)| *l == level && *b == bits) {
             return Ok(b.clone());
         }

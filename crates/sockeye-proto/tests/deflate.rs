@@ -292,9 +292,16 @@ fn a_prepared_message_is_compressed_once_for_connections_without_context_takeove
         assert_eq!(drain(&mut c, &wire).unwrap(), vec![Message::text(text.clone())]);
         // Twice on one connection: still decodable (no context carried over).
         s.send_prepared(&prepared).unwrap();
-        assert_eq!(drain(&mut c, &s.transmit_bytes()).unwrap(), vec![Message::text(text.clone())]);
+        assert_eq!(
+            drain(&mut c, &s.transmit_bytes()).unwrap(),
+            vec![Message::text(text.clone())]
+        );
     }
-    assert_eq!(prepared.compressed_forms(), 1, "one (level, window) seen: one compression");
+    assert_eq!(
+        prepared.compressed_forms(),
+        1,
+        "one (level, window) seen: one compression"
+    );
 
     // Context takeover: the connection compresses for itself, nothing is shared.
     let (mut c, mut s) = negotiated(DeflateConfig::default(), DeflateConfig::default());
@@ -309,8 +316,14 @@ fn a_prepared_message_is_compressed_once_for_connections_without_context_takeove
 
     // No compression negotiated: the shared payload, as `send` would.
     let mut plain = Connection::server(Config::default());
-    let mut client = Connection::client(Config::default(), sockeye_proto::frame::insecure_mask_keys_for_tests(2));
+    let mut client = Connection::client(
+        Config::default(),
+        sockeye_proto::frame::insecure_mask_keys_for_tests(2),
+    );
     plain.send_prepared(&prepared).unwrap();
-    assert_eq!(drain(&mut client, &plain.transmit_bytes()).unwrap(), vec![Message::text(text)]);
+    assert_eq!(
+        drain(&mut client, &plain.transmit_bytes()).unwrap(),
+        vec![Message::text(text)]
+    );
     assert!(PreparedMessage::new(Message::Ping(Default::default())).is_none());
 }

@@ -34,7 +34,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .serve_requests(move |ws, request, peer| {
             let hub = hub.clone();
             async move {
-                let Ok(room) = Topic::new(request.uri().path()) else { return };
+                let Ok(room) = Topic::new(request.uri().path()) else {
+                    return;
+                };
                 let since = request
                     .uri()
                     .query()

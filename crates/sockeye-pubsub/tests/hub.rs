@@ -7,21 +7,27 @@ use std::time::Duration;
 use sockeye::Message;
 use sockeye_pubsub::backplane::InProcess;
 use sockeye_pubsub::{
-    Delivery, Error, HistoryConfig, Hub, HubConfig, Position, Recovery, SlowPolicy, Subscriber, SubscriberConfig,
-    Topic,
+    Delivery, Error, HistoryConfig, Hub, HubConfig, Position, Recovery, SlowPolicy, Subscriber,
+    SubscriberConfig, Topic,
 };
 use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(5);
 
 async fn next(s: &mut Subscriber) -> Delivery {
-    timeout(WAIT, s.recv()).await.expect("no delivery within 5 s").unwrap().unwrap()
+    timeout(WAIT, s.recv())
+        .await
+        .expect("no delivery within 5 s")
+        .unwrap()
+        .unwrap()
 }
 
 /// The text and position of the next delivery, which must be a message.
 async fn next_text(s: &mut Subscriber) -> (String, Position) {
     match next(s).await {
-        Delivery::Message { message, position, .. } => match message {
+        Delivery::Message {
+            message, position, ..
+        } => match message {
             Message::Text(t) => (t.as_str().to_owned(), position.unwrap()),
             other => panic!("not text: {other:?}"),
         },
@@ -83,7 +89,9 @@ async fn publisher_order_is_kept_for_many_publishers() {
         let topic = topic.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..500 {
-                hub.publish(&topic, Message::text(format!("{p} {i}"))).await.unwrap();
+                hub.publish(&topic, Message::text(format!("{p} {i}")))
+                    .await
+                    .unwrap();
             }
         }));
     }
@@ -113,13 +121,19 @@ async fn a_slow_subscriber_is_closed_and_the_others_keep_everything() {
     slow.subscribe(&topic, None).await.unwrap();
     let payload = vec![b'x'; 1000];
     for i in 0..50 {
-        hub.publish(&topic, Message::binary(payload.clone())).await.unwrap();
+        hub.publish(&topic, Message::binary(payload.clone()))
+            .await
+            .unwrap();
         // The fast one reads as it goes.
         match next(&mut fast).await {
             Delivery::Message { position, .. } => assert_eq!(position.unwrap().offset, i + 1),
             other => panic!("{other:?}"),
         }
-        assert!(slow.queued_bytes() <= 10_000, "the bound holds: {}", slow.queued_bytes());
+        assert!(
+            slow.queued_bytes() <= 10_000,
+            "the bound holds: {}",
+            slow.queued_bytes()
+        );
     }
     match timeout(WAIT, slow.recv()).await.unwrap() {
         Some(Err(Error::TooSlow { queued, max })) => {
@@ -186,7 +200,10 @@ async fn resuming_gives_exactly_the_missed_publications_then_live_ones() {
     tokio::task::yield_now().await;
     let mut again = hub.subscriber(SubscriberConfig::default());
     let recovery = again.subscribe(&topic, seen).await.unwrap();
-    assert!(matches!(recovery, Recovery::Recovered { count } if count >= 2), "{recovery:?}");
+    assert!(
+        matches!(recovery, Recovery::Recovered { count } if count >= 2),
+        "{recovery:?}"
+    );
     publisher.await.unwrap();
     for i in 3..400 {
         let (text, position) = next_text(&mut again).await;
@@ -241,7 +258,10 @@ async fn resuming_from_another_epoch_or_too_far_back_reports_the_gap() {
         epoch: "another".into(),
         offset: 30,
     };
-    assert_eq!(stranger.subscribe(&topic, Some(foreign)).await.unwrap(), Recovery::Lost);
+    assert_eq!(
+        stranger.subscribe(&topic, Some(foreign)).await.unwrap(),
+        Recovery::Lost
+    );
     assert!(matches!(next(&mut stranger).await, Delivery::Gap { .. }));
     // Then live ones.
     hub.publish(&topic, Message::text("31")).await.unwrap();
@@ -250,17 +270,27 @@ async fn resuming_from_another_epoch_or_too_far_back_reports_the_gap() {
 
 #[tokio::test]
 async fn bad_input_is_a_clear_error() {
-    let hub = Hub::with_backplane(
-        HubConfig::default().max_payload(100),
-        |events| InProcess::new(events, HistoryConfig::default()),
-    );
+    let hub = Hub::with_backplane(HubConfig::default().max_payload(100), |events| {
+        InProcess::new(events, HistoryConfig::default())
+    });
     let topic = Topic::new("t").unwrap();
-    let e = hub.publish(&topic, Message::binary(vec![0; 101])).await.unwrap_err();
+    let e = hub
+        .publish(&topic, Message::binary(vec![0; 101]))
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::PayloadTooLarge { len: 101, max: 100 }));
     assert!(e.is_caller_fault());
     assert!(e.to_string().contains("max_payload"), "{e}");
-    let e = hub.publish(&topic, Message::Ping(Default::default())).await.unwrap_err();
+    let e = hub
+        .publish(&topic, Message::Ping(Default::default()))
+        .await
+        .unwrap_err();
     assert!(matches!(e, Error::NotData));
     assert!(Topic::new("").unwrap_err().to_string().contains("empty"));
-    assert!(Topic::new(&"x".repeat(300)).unwrap_err().to_string().contains("at most 256"));
+    assert!(
+        Topic::new(&"x".repeat(300))
+            .unwrap_err()
+            .to_string()
+            .contains("at most 256")
+    );
 }

@@ -73,8 +73,8 @@ pub use server::{Server, ServerStats, ShutdownHandle, accept, accept_with};
 pub use sockeye_proto::Config as ProtocolConfig;
 pub use sockeye_proto::Error as ProtocolError;
 pub use sockeye_proto::{
-    self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, PreparedMessage, ProtocolViolation, Role,
-    Utf8Bytes,
+    self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, PreparedMessage,
+    ProtocolViolation, Role, Utf8Bytes,
 };
 pub use split::{WebSocketReader, WebSocketWriter};
 pub use stream::MaybeTlsStream;

@@ -7,7 +7,9 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use futures_util::{Sink, Stream};
 use sockeye_proto::extension::deflate::PerMessageDeflate;
-use sockeye_proto::{CloseFrame, CloseState, Connection, DataKind, Message, PreparedMessage, Role, Transport};
+use sockeye_proto::{
+    CloseFrame, CloseState, Connection, DataKind, Message, PreparedMessage, Role, Transport,
+};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
 

@@ -16,10 +16,10 @@
 //! (feature `nats`, module `nats`).
 
 mod in_process;
-#[cfg(feature = "redis")]
-pub mod redis;
 #[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::fmt;
 use std::future::Future;
@@ -166,7 +166,8 @@ pub trait Backplane: Send + Sync + 'static {
 pub type EventSender = mpsc::Sender<Event>;
 
 /// What [`connect`] accepts, for error messages.
-pub const URL_FORMS: &str = "redis://HOST:PORT (feature `redis`), nats://HOST:PORT (feature `nats`) or memory:";
+pub const URL_FORMS: &str =
+    "redis://HOST:PORT (feature `redis`), nats://HOST:PORT (feature `nats`) or memory:";
 
 /// Checks a backplane URL without connecting (a command line can refuse a typo at once):
 /// [`Error::InvalidUrl`] says what is wrong and what is accepted.
@@ -228,7 +229,11 @@ pub(crate) fn host_port(authority: &str, default_port: u16) -> Result<String, St
 /// `memory:` (this process only). An unknown scheme, or one whose feature is not compiled in, is
 /// [`Error::InvalidUrl`]; an unreachable server is [`Error::Backplane`] (retry: the server may
 /// not be up yet).
-pub async fn connect(url: &str, history: crate::HistoryConfig, events: EventSender) -> Result<Box<dyn Backplane>, Error> {
+pub async fn connect(
+    url: &str,
+    history: crate::HistoryConfig,
+    events: EventSender,
+) -> Result<Box<dyn Backplane>, Error> {
     let scheme = url.split_once(':').map_or("", |(s, _)| s).to_ascii_lowercase();
     match scheme.as_str() {
         "memory" => Ok(Box::new(InProcess::new(events, history))),

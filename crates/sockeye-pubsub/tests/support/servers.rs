@@ -33,11 +33,17 @@ fn binary(name: &str) -> String {
             return p;
         }
     }
-    panic!("{name} is not installed: run `bash scripts/install-backplanes.sh` (the README's test command does)");
+    panic!(
+        "{name} is not installed: run `bash scripts/install-backplanes.sh` (the README's test command does)"
+    );
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl BackplaneServer {
@@ -83,10 +89,17 @@ impl BackplaneServer {
         let mut cmd = match self.kind {
             Kind::Redis { persistent } => {
                 let mut c = Command::new(binary("redis-server"));
-                c.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-                    .args(["--appendonly", if persistent { "yes" } else { "no" }])
-                    .args(["--appendfsync", "always", "--dir"])
-                    .arg(&self.dir);
+                c.args([
+                    "--port",
+                    &self.port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                ])
+                .args(["--appendonly", if persistent { "yes" } else { "no" }])
+                .args(["--appendfsync", "always", "--dir"])
+                .arg(&self.dir);
                 c
             }
             Kind::Nats { jetstream } => {
@@ -108,7 +121,12 @@ impl BackplaneServer {
         let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
-            assert!(Instant::now() < deadline, "{:?} did not start on port {}", self.kind, self.port);
+            assert!(
+                Instant::now() < deadline,
+                "{:?} did not start on port {}",
+                self.kind,
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         // Redis loads its append-only file before it answers; NATS starts JetStream just after
