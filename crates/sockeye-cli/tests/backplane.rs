@@ -289,3 +289,34 @@ async fn an_unreachable_backplane_is_retried_until_it_is_up() {
     let _ = child.wait();
     assert!(listening.is_some(), "the node never started serving");
 }
+
+#[tokio::test]
+async fn a_topic_name_too_long_is_closed_with_1008_saying_why() {
+    let mut node = {
+        // No backplane: the same hub, in one process.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ws"))
+            .args(["broadcast_server", "--host", "127.0.0.1", "--port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = lines
+            .find_map(|l| l.ok()?.split("listening on ").nth(1).map(str::to_string))
+            .expect("the server did not start");
+        (child, url)
+    };
+    let (mut ws, _) = sockeye::connect(format!("{}/{}", node.1, "x".repeat(300)).as_str())
+        .await
+        .unwrap();
+    match timeout(Duration::from_secs(5), ws.next()).await.unwrap() {
+        Some(Ok(Message::Close(Some(frame)))) => {
+            assert_eq!(frame.code, sockeye::CloseCode::POLICY_VIOLATION);
+            assert!(frame.reason.contains("at most 256"), "{}", frame.reason);
+        }
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+    let _ = node.0.kill();
+    let _ = node.0.wait();
+}
