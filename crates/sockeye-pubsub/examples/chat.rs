@@ -88,7 +88,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn parse_position(s: &str) -> Option<Position> {
     let (offset, epoch) = s.split_once('@')?;
     Some(Position {
-        epoch: epoch.to_string(),
+        epoch: epoch.into(),
         offset: offset.parse().ok()?,
     })
 }

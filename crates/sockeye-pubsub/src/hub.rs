@@ -471,7 +471,7 @@ impl Inner {
     /// (the empty one) is answered with [`History::Lost`] and where the topic stands.
     async fn latest_position(&self, topic: &Topic) -> Result<Option<Position>, Error> {
         let nowhere = Position {
-            epoch: String::new(),
+            epoch: "".into(),
             offset: u64::MAX,
         };
         Ok(match self.backplane.history(topic, Some(&nowhere), 0).await? {

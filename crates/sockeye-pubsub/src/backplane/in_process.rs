@@ -16,7 +16,7 @@ pub struct InProcess {
     events: EventSender,
     history: HistoryConfig,
     /// Random per instance: a position from another process's history is of another epoch.
-    epoch: String,
+    epoch: std::sync::Arc<str>,
 }
 
 #[derive(Debug, Default)]
@@ -40,7 +40,7 @@ impl InProcess {
             state: Mutex::default(),
             events,
             history,
-            epoch: format!("{:016x}", rand::random::<u64>()),
+            epoch: format!("{:016x}", rand::random::<u64>()).into(),
         }
     }
 

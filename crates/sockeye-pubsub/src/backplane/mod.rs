@@ -47,7 +47,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub struct Position {
     /// The history's identity; opaque, never empty (the hub asks for a topic's newest position
     /// with the empty epoch, which every history answers with [`History::Lost`]).
-    pub epoch: String,
+    pub epoch: std::sync::Arc<str>,
     /// The publication's offset in the topic. Contiguous (each publication is the previous plus
     /// one) where [`Capabilities::contiguous_offsets`] says so; always increasing.
     pub offset: u64,

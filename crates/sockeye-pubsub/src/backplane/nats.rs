@@ -471,7 +471,7 @@ impl Shared {
         let epoch = epoch_of(&info);
         let latest = match stream.get_last_raw_message_by_subject(&subject).await {
             Ok(m) => Some(Position {
-                epoch: epoch.clone(),
+                epoch: epoch.as_str().into(),
                 offset: m.sequence,
             }),
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => None,
@@ -479,7 +479,7 @@ impl Shared {
         };
         let start = match since {
             None => 1,
-            Some(p) if p.epoch != epoch || p.offset > info.state.last_sequence => {
+            Some(p) if *p.epoch != *epoch || p.offset > info.state.last_sequence => {
                 return Ok(History::Lost { latest });
             }
             Some(p) => {
@@ -572,7 +572,7 @@ impl Shared {
                     .stream_sequence;
                 got += 1;
                 let position = Position {
-                    epoch: epoch.to_owned(),
+                    epoch: epoch.into(),
                     offset: seq,
                 };
                 match decode(topic, &m.message.payload, Some(position)) {
@@ -640,7 +640,7 @@ async fn forward_js(
             continue;
         }
         let position = Position {
-            epoch: epoch.clone(),
+            epoch: epoch.as_str().into(),
             offset: seq,
         };
         match decode(&topic, &m.message.payload, Some(position)) {

@@ -389,11 +389,11 @@ impl Shared {
             });
         };
         let latest = Some(Position {
-            epoch: epoch.clone(),
+            epoch: epoch.as_str().into(),
             offset,
         });
         if let Some(since) = since {
-            if since.epoch != epoch || since.offset > offset {
+            if *since.epoch != *epoch || since.offset > offset {
                 return Ok(History::Lost { latest });
             }
             if since.offset < offset {
@@ -503,7 +503,10 @@ fn decode_body(topic: Topic, epoch: String, offset: u64, body: Bytes) -> Option<
     };
     Some(Publication {
         topic,
-        position: Some(Position { epoch, offset }),
+        position: Some(Position {
+            epoch: epoch.into(),
+            offset,
+        }),
         origin: Origin { node, publisher },
         kind,
         payload: body.slice(BODY_HEADER..),
