@@ -5,10 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use sockeye_pubsub::backplane::{Backplane, Capabilities, EVENT_QUEUE, nats};
@@ -17,146 +14,14 @@ use sockeye_pubsub::{
 };
 use tokio::time::timeout;
 
-const NATS_SERVER: &str = "/usr/sbin/nats-server";
+mod support;
+
+use support::servers::{BackplaneServer, Kind};
+
 /// Every test ends within this.
 const TEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// One delivery arrives within this.
 const RECV_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A `nats-server` of this test's own, killed by its PID on drop; its store directory removed.
-struct NatsServer {
-    child: Option<Child>,
-    port: u16,
-    jetstream: bool,
-    store: PathBuf,
-}
-
-static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
-
-fn fresh_store() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "sockeye-nats-test-{}-{}-{:x}",
-        std::process::id(),
-        NEXT_DIR.fetch_add(1, Ordering::Relaxed),
-        rand_u64()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(u64::from(std::process::id()));
-    h.finish()
-}
-
-impl NatsServer {
-    fn start(jetstream: bool) -> NatsServer {
-        assert!(
-            std::path::Path::new(NATS_SERVER).exists(),
-            "{NATS_SERVER} is missing: install it with `bash scripts/install-backplanes.sh`"
-        );
-        let mut s = NatsServer {
-            child: None,
-            // Picked by the server itself (-p -1): a port found free here could be taken by
-            // another test's server before this one binds it.
-            port: 0,
-            jetstream,
-            store: fresh_store(),
-        };
-        s.spawn();
-        s
-    }
-
-    /// Starts it on `self.port` (0: one the server picks) and waits until it listens.
-    fn spawn(&mut self) {
-        let port = if self.port == 0 {
-            "-1".to_owned()
-        } else {
-            self.port.to_string()
-        };
-        let mut cmd = Command::new(NATS_SERVER);
-        cmd.args(["-a", "127.0.0.1", "-p", &port]);
-        if self.jetstream {
-            cmd.arg("-js").arg("-sd").arg(&self.store);
-        }
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {NATS_SERVER}: {e} (see scripts/install-backplanes.sh)"));
-        // The log says where it listens; it is read to its end so that the server never blocks.
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            let mut log = Vec::new();
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some((_, addr)) = line.split_once("Listening for client connections on ") {
-                    let port = addr.trim().rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
-                    let _ = tx.send(Ok(port));
-                }
-                log.push(line);
-            }
-            let _ = tx.send(Err(log.join("\n")));
-        });
-        self.child = Some(child);
-        match rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(Some(port))) => {
-                assert!(
-                    self.port == 0 || self.port == port,
-                    "restarted on {port}, not {}",
-                    self.port
-                );
-                self.port = port;
-            }
-            other => panic!("nats-server did not start: {other:?}"),
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-
-    /// Kills it (its own PID only) and waits for it.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Starts it again on the same port and store.
-    fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    /// Starts it again on the same port with an empty store: JetStream's data is lost.
-    fn restart_with_fresh_store(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.store);
-        self.store = fresh_store();
-        self.spawn();
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.store);
-    }
-}
 
 /// A node: a hub over the NATS backplane.
 async fn node(url: &str, history: HistoryConfig) -> (Hub, Capabilities) {
@@ -215,7 +80,7 @@ async fn publish_when_back(hub: &Hub, topic: &Topic, text: &str) {
 
 async fn three_nodes_fan_out(jetstream: bool) {
     const N: usize = 300;
-    let server = NatsServer::start(jetstream);
+    let server = BackplaneServer::start(Kind::Nats { jetstream });
     let topic = Topic::new("rooms.* >{lobby} é").unwrap();
     let mut hubs = Vec::new();
     for _ in 0..3 {
@@ -307,7 +172,7 @@ async fn publish_fails_promptly(hub: &Hub, topic: &Topic) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_with_jetstream_recovers_everything() {
     timeout(TEST_TIMEOUT, async {
-        let mut server = NatsServer::start(true);
+        let mut server = BackplaneServer::start(Kind::Nats { jetstream: true });
         let topic = Topic::new("outage").unwrap();
         let (hub1, _) = node(&server.url(), HistoryConfig::default()).await;
         let (hub2, _) = node(&server.url(), HistoryConfig::default()).await;
@@ -368,7 +233,7 @@ async fn outage_with_jetstream_recovers_everything() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_core_nats_reports_the_gap() {
     timeout(TEST_TIMEOUT, async {
-        let mut server = NatsServer::start(false);
+        let mut server = BackplaneServer::start(Kind::Nats { jetstream: false });
         let topic = Topic::new("outage").unwrap();
         let (hub1, caps) = node(&server.url(), HistoryConfig::default()).await;
         assert!(!caps.history);
@@ -427,7 +292,7 @@ async fn outage_core_nats_reports_the_gap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_from_a_position_without_gap_or_duplicate() {
     timeout(TEST_TIMEOUT, async {
-        let server = NatsServer::start(true);
+        let server = BackplaneServer::start(Kind::Nats { jetstream: true });
         let topic = Topic::new("resume").unwrap();
         let other = Topic::new("other").unwrap();
         let (hub1, _) = node(&server.url(), HistoryConfig::default()).await;
@@ -493,7 +358,7 @@ async fn resume_from_a_position_without_gap_or_duplicate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_beyond_the_limits_is_lost_not_incomplete() {
     timeout(TEST_TIMEOUT, async {
-        let server = NatsServer::start(true);
+        let server = BackplaneServer::start(Kind::Nats { jetstream: true });
         let topic = Topic::new("short").unwrap();
         let history = HistoryConfig::new(5, Duration::from_secs(300));
         let (hub, _) = node(&server.url(), history).await;
@@ -530,7 +395,7 @@ async fn history_beyond_the_limits_is_lost_not_incomplete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_epoch_after_the_store_is_lost() {
     timeout(TEST_TIMEOUT, async {
-        let mut server = NatsServer::start(true);
+        let mut server = BackplaneServer::start(Kind::Nats { jetstream: true });
         let topic = Topic::new("epoch").unwrap();
         let (hub, _) = node(&server.url(), HistoryConfig::default()).await;
         let mut a = sub(&hub);
@@ -544,7 +409,7 @@ async fn new_epoch_after_the_store_is_lost() {
         }
         let old = old.unwrap();
 
-        server.restart_with_fresh_store();
+        server.restart_wiped();
         // The node recreates the stream by itself: a new epoch; the live subscriber is told.
         match timeout(Duration::from_secs(20), a.recv())
             .await

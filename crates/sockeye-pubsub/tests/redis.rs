@@ -5,10 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,120 +20,9 @@ use sockeye_pubsub::{
 use tokio::sync::mpsc;
 use tokio::time::timeout;
 
-/// A `redis-server` of this test's own: a free port, a fresh directory, killed on drop.
-struct RedisServer {
-    port: u16,
-    dir: PathBuf,
-    appendonly: bool,
-    child: Option<Child>,
-}
+mod support;
 
-impl RedisServer {
-    fn start(appendonly: bool) -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = std::env::temp_dir().join(format!(
-            "sockeye-redis-test-{}-{port}-{:x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut server = RedisServer {
-            port,
-            dir,
-            appendonly,
-            child: None,
-        };
-        server.restart();
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Starts it (again) on the same port and directory, and waits until it answers PING.
-    fn restart(&mut self) {
-        assert!(self.child.is_none(), "already running");
-        let log = std::fs::File::create(self.dir.join("redis.log")).unwrap();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-            ])
-            .args(["--appendonly", if self.appendonly { "yes" } else { "no" }])
-            .arg("--dir")
-            .arg(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start redis-server ({e}): these tests need a real one; \
-                     install it with `bash scripts/install-backplanes.sh`"
-                )
-            });
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.pong() {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
-                panic!("redis-server exited ({status}):\n{log}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server does not answer PING on {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn pong(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-        let mut buf = [0; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-    }
-
-    /// Sends it a signal by its own PID (`STOP`: it hangs, its connections stay open; `CONT`).
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().unwrap().id().to_string();
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal} {pid}");
-    }
-
-    /// Kills it (SIGKILL, by its own PID) and waits for it.
-    fn kill(&mut self) {
-        if self.child.is_some() {
-            self.signal("CONT"); // a stopped process dies of SIGKILL all the same; be tidy
-        }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use support::servers::{BackplaneServer, Kind};
 
 /// A TCP proxy in front of the server that can cut a node off (every connection closed, new
 /// ones refused) and let it back, while the server and the other nodes go on.
@@ -205,7 +91,7 @@ impl Drop for Proxy {
 }
 
 /// A node: a hub over its own connection to the server.
-async fn node(server: &RedisServer, history: HistoryConfig) -> Hub {
+async fn node(server: &BackplaneServer, history: HistoryConfig) -> Hub {
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
     let redis = Redis::connect(&server.url(), history, tx).await.unwrap();
     Hub::start(HubConfig::default(), Box::new(redis), rx)
@@ -260,7 +146,7 @@ async fn publish_when_back(sub: &Subscriber, topic: &Topic, s: String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_deliver_every_publication_once_in_order() {
     const N: usize = 300;
-    let server = RedisServer::start(false);
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
     let topic = Topic::new("rooms/lobby {all} é").unwrap();
     let mut hubs = Vec::new();
     for _ in 0..3 {
@@ -351,7 +237,7 @@ async fn three_nodes_deliver_every_publication_once_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_come_back_by_themselves_after_redis_restarts() {
-    let mut server = RedisServer::start(true);
+    let mut server = BackplaneServer::start(Kind::Redis { persistent: true });
     let topic = Topic::new("restart").unwrap();
     let run = async {
         let a = node(&server, HistoryConfig::default()).await;
@@ -384,7 +270,7 @@ async fn nodes_come_back_by_themselves_after_redis_restarts() {
             .await
             {
                 Ok(Err(Error::Backplane { what, .. })) => {
-                    assert!(what.contains(&format!("127.0.0.1:{}", server.port)), "{what}")
+                    assert!(what.contains(&format!("127.0.0.1:{}", server.port())), "{what}")
                 }
                 other => panic!("publish while Redis is down: {other:?}"),
             }
@@ -432,8 +318,8 @@ async fn nodes_come_back_by_themselves_after_redis_restarts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_recovers_what_it_missed_from_history() {
-    let server = RedisServer::start(false);
-    let proxy = Proxy::start(server.port).await;
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let proxy = Proxy::start(server.port()).await;
     let topic = Topic::new("cut off").unwrap();
     let run = async {
         let a = node(&server, HistoryConfig::default()).await;
@@ -486,7 +372,7 @@ async fn a_node_cut_off_recovers_what_it_missed_from_history() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_server_fails_publishes_promptly_and_is_noticed() {
-    let server = RedisServer::start(false);
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
     let topic = Topic::new("hung").unwrap();
     let run = async {
         let a = node(&server, HistoryConfig::default()).await;
@@ -538,7 +424,7 @@ async fn a_hung_server_fails_publishes_promptly_and_is_noticed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_that_wipes_the_history_is_reported_as_a_gap() {
-    let mut server = RedisServer::start(false);
+    let mut server = BackplaneServer::start(Kind::Redis { persistent: false });
     let topic = Topic::new("wiped").unwrap();
     let run = async {
         let a = node(&server, HistoryConfig::default()).await;
@@ -592,7 +478,7 @@ async fn a_restart_that_wipes_the_history_is_reported_as_a_gap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resuming_gets_exactly_the_missed_then_live_publications() {
-    let server = RedisServer::start(false);
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
     let topic = Topic::new("resume").unwrap();
     let run = async {
         let a = node(&server, HistoryConfig::default()).await;
@@ -655,7 +541,7 @@ async fn resuming_gets_exactly_the_missed_then_live_publications() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_is_bounded_by_length_and_age_and_says_when_it_is_short() {
-    let server = RedisServer::start(false);
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
     let run = async {
         // Trimmed: 1,000 publications with max_len 10 (MAXLEN ~ keeps at least 10, about 100).
         let (tx, _rx) = mpsc::channel(EVENT_QUEUE);
@@ -772,7 +658,7 @@ fn publication(topic: &Topic, i: u32) -> Publication {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backplane_subscribes_once_and_skips_foreign_messages() {
-    let server = RedisServer::start(false);
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
     let run = async {
         let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
         let redis = Redis::connect(&server.url(), HistoryConfig::default(), tx)
@@ -869,7 +755,7 @@ async fn bad_input_is_refused_clearly() {
     }
     assert!(started.elapsed() < Duration::from_secs(6));
 
-    let server = RedisServer::start(false);
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
     let hub = node(&server, HistoryConfig::default()).await;
     let topic = Topic::new("big").unwrap();
     let max = HubConfig::default().max_payload;

@@ -1,18 +1,20 @@
-//! Real Redis and NATS servers for the tests: started on a free loopback port in a directory of
-//! their own, stopped by their PID when dropped (never by name), restartable on the same port and
-//! directory (to test what survives a restart). `bash scripts/install-backplanes.sh` installs
-//! both; a missing binary fails the test with that advice.
+//! Real Redis and NATS servers for the tests, one per test: started in a directory of their own
+//! on a loopback port, stopped by their own PID when dropped (never by name), restartable on the
+//! same port and directory (to test what survives a restart). `bash scripts/install-backplanes.sh`
+//! installs both; a missing binary fails the test with that advice.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Which server, and how it keeps its data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// redis-server; `persistent`: append-only file, so history survives a restart.
+    /// redis-server; `persistent`: an append-only file, so history survives a restart.
     Redis { persistent: bool },
     /// nats-server; `jetstream`: with JetStream (file storage in its directory).
     Nats { jetstream: bool },
@@ -21,10 +23,13 @@ pub(crate) enum Kind {
 /// A running (or stopped) server.
 pub(crate) struct BackplaneServer {
     kind: Kind,
+    /// 0 until the first start.
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
 }
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
 fn binary(name: &str) -> String {
     for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
@@ -33,37 +38,36 @@ fn binary(name: &str) -> String {
             return p;
         }
     }
-    panic!(
-        "{name} is not installed: run `bash scripts/install-backplanes.sh` (the README's test command does)"
-    );
+    panic!("{name} is not installed: these tests need a real one; run `bash scripts/install-backplanes.sh`");
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+fn fresh_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "sockeye-backplane-test-{}-{}-{:x}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed),
+        Instant::now().elapsed().as_nanos() ^ u128::from(std::process::id())
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 impl BackplaneServer {
-    /// Starts one on a free port.
+    /// Starts one.
     pub(crate) fn start(kind: Kind) -> BackplaneServer {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!(
-            "sockeye-backplane-{}-{port}-{:x}",
-            std::process::id(),
-            rand_suffix()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
         let mut s = BackplaneServer {
             kind,
-            port,
-            dir,
+            port: 0,
+            dir: fresh_dir(),
             child: None,
         };
         s.restart();
         s
+    }
+
+    /// Its port.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 
     /// The URL a backplane connects to.
@@ -74,8 +78,21 @@ impl BackplaneServer {
         }
     }
 
-    /// Stops it (SIGKILL to its own PID: a crash, not a clean shutdown).
+    /// Sends it a signal by its own PID (`STOP`: it hangs with its connections open; `CONT`).
+    pub(crate) fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
+    /// Stops it: SIGKILL to its own PID (a crash, not a clean shutdown).
     pub(crate) fn kill(&mut self) {
+        if self.child.is_some() {
+            self.signal("CONT"); // a stopped process dies of SIGKILL all the same; be tidy
+        }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
@@ -83,62 +100,118 @@ impl BackplaneServer {
     }
 
     /// Starts it again (or for the first time) on the same port and directory, and waits until
-    /// it accepts connections.
+    /// it answers.
     pub(crate) fn restart(&mut self) {
         self.kill();
-        let mut cmd = match self.kind {
-            Kind::Redis { persistent } => {
-                let mut c = Command::new(binary("redis-server"));
-                c.args([
-                    "--port",
-                    &self.port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                ])
-                .args(["--appendonly", if persistent { "yes" } else { "no" }])
-                .args(["--appendfsync", "always", "--dir"])
-                .arg(&self.dir);
-                c
-            }
-            Kind::Nats { jetstream } => {
-                let mut c = Command::new(binary("nats-server"));
-                c.args(["-a", "127.0.0.1", "-p", &self.port.to_string()]);
-                if jetstream {
-                    c.arg("-js").arg("-sd").arg(&self.dir);
-                }
-                c
-            }
-        };
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let addr: SocketAddr = ([127, 0, 0, 1], self.port).into();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{:?} did not start on port {}",
-                self.kind,
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        match self.kind {
+            Kind::Redis { persistent } => self.start_redis(persistent),
+            Kind::Nats { jetstream } => self.start_nats(jetstream),
         }
-        // Redis loads its append-only file before it answers; NATS starts JetStream just after
-        // it listens: give both a moment.
-        std::thread::sleep(Duration::from_millis(200));
     }
 
-    /// Wipes its data directory (the next restart starts with no history: a new epoch).
-    pub(crate) fn wipe(&mut self) {
+    /// Starts it again on the same port with an empty directory: its history is lost (a new
+    /// epoch).
+    pub(crate) fn restart_wiped(&mut self) {
+        self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
-        std::fs::create_dir_all(&self.dir).unwrap();
+        self.dir = fresh_dir();
+        self.restart();
     }
+
+    fn start_redis(&mut self, persistent: bool) {
+        // Redis cannot pick its own port: a free one is found here; another test's server may
+        // take it first, so a first start that fails is tried again on another.
+        for _ in 0..5 {
+            let first = self.port == 0;
+            let port = if first {
+                TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+            } else {
+                self.port
+            };
+            let log = std::fs::File::create(self.dir.join("redis.log")).unwrap();
+            let mut child = Command::new(binary("redis-server"))
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+                .args(["--appendonly", if persistent { "yes" } else { "no" }])
+                .args(["--appendfsync", "always", "--dir"])
+                .arg(&self.dir)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if pong(port) {
+                    self.port = port;
+                    self.child = Some(child);
+                    return;
+                }
+                if let Some(status) = child.try_wait().unwrap() {
+                    let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                    assert!(first && log.contains("in use"), "redis-server exited ({status}):\n{log}");
+                    break; // the port was taken meanwhile: another one
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("redis-server does not answer PING on {port}");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server found no free port in 5 tries");
+    }
+
+    fn start_nats(&mut self, jetstream: bool) {
+        // `-p -1`: the server picks a free port and says which in its log.
+        let port = if self.port == 0 {
+            "-1".to_owned()
+        } else {
+            self.port.to_string()
+        };
+        let mut cmd = Command::new(binary("nats-server"));
+        cmd.args(["-a", "127.0.0.1", "-p", &port]);
+        if jetstream {
+            cmd.arg("-js").arg("-sd").arg(&self.dir);
+        }
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        // The log is read to its end, so that the server never blocks on it.
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut log = Vec::new();
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some((_, addr)) = line.split_once("Listening for client connections on ") {
+                    let _ = tx.send(Ok(addr.trim().rsplit(':').next().and_then(|p| p.parse::<u16>().ok())));
+                }
+                log.push(line);
+            }
+            let _ = tx.send(Err(log.join("\n")));
+        });
+        self.child = Some(child);
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(Some(port))) => {
+                assert!(self.port == 0 || self.port == port, "restarted on {port}, not {}", self.port);
+                self.port = port;
+            }
+            other => panic!("nats-server did not start: {other:?}"),
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server does not listen on {}", self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Whether a Redis server answers PING on `port`.
+fn pong(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
 impl Drop for BackplaneServer {
@@ -146,11 +219,4 @@ impl Drop for BackplaneServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn rand_suffix() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(Instant::now().elapsed().as_nanos());
-    h.finish()
 }

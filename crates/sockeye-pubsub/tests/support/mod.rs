@@ -1,0 +1,3 @@
+//! What the integration tests share.
+
+pub(crate) mod servers;
