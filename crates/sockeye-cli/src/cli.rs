@@ -198,8 +198,9 @@ Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, 
 
 Type a line to send it; /stop closes the connection and /start opens it again; Ctrl-D ends,
 Ctrl-C too (twice: at once). A dropped connection is re-opened after 100 ms, doubling up to
---max_wait; a server that refuses (HTTP 4xx, close codes 1002-1010 or 4000-4999) is not
-retried.
+--max_wait (each wait drawn between half and all of that, so that clients spread out); a
+server that refuses (HTTP 4xx, close codes 1002-1010 or 4000-4999) is not retried. Lines typed
+while disconnected are not sent.
 
 Exit codes: 0 done (or the peer closed with 1000/1001), 1 failed (refused, TLS, handshake,
   timeout, closed abnormally or with another code), 2 usage, 130 interrupted (Ctrl-C, SIGTERM).")]

@@ -64,14 +64,20 @@ pub(crate) async fn connect_with_config(
     config: &sockeye::Config,
 ) -> Result<(Client, http::Response<()>), Failure> {
     let request = request(opts, url)?;
-    match unless_interrupted(sockeye::connect_with(request, config)).await? {
-        Ok(connected) => Ok(connected),
-        Err(e) if e.timeout().is_some() => Err(Failure::new(format!(
+    unless_interrupted(sockeye::connect_with(request, config))
+        .await?
+        .map_err(|e| connect_failure(opts, url, e))
+}
+
+/// Why connecting to `url` failed, in the user's terms (a timeout names the flag that sets it).
+pub(crate) fn connect_failure(opts: &ClientOpts, url: &str, e: sockeye::Error) -> Failure {
+    if e.timeout().is_some() {
+        return Failure::new(format!(
             "{url}: no WebSocket handshake within {} s ({e}); --timeout sets the limit",
             opts.timeout
-        ))),
-        Err(e) => Err(e.into()),
+        ));
     }
+    e.into()
 }
 
 /// The close a user's Ctrl-C sends: 1001 (going away), then the peer's reply is awaited for at

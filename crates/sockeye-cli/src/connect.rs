@@ -1,190 +1,230 @@
-//! `connect`: an interactive client. Lines typed become messages; `/stop` closes the connection
-//! and `/start` opens it again. A connection that drops is re-opened after a backoff (100 ms
-//! doubling up to `--max_wait`) that applies to every reconnection, however the connection
-//! ended, and resets only after a connection that stayed up; a refusal that would only repeat
-//! (an HTTP 4xx answer, a close with 1002/1003/1007–1010 or an application code 4000–4999)
+//! `connect`: an interactive client on the library's reconnecting client
+//! ([`sockeye::reconnect`]). Lines typed become messages; `/stop` closes the connection and
+//! `/start` opens it again. A connection that drops is re-opened after a backoff (100 ms doubling
+//! up to `--max_wait`, with equal jitter: each wait is drawn in [d/2, d]) that applies to every
+//! reconnection, however the connection ended, and resets only after a connection that stayed
+//! up 10 s; a refusal that would only repeat (an HTTP 4xx answer other than 408/429, a close with
+//! 1002/1003/1007–1010 or an application code 4000–4999: the library's default final refusals)
 //! stops with a message instead. Ctrl-C, Ctrl-D and `/stop` work at any moment: while connected,
-//! while connecting and during a backoff; lines typed while disconnected are not sent later.
+//! while connecting and during a backoff; lines typed while disconnected are not sent later
+//! (`Offline::Refuse`).
 
 use std::io::Read;
 use std::pin::pin;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures_util::StreamExt;
+use sockeye::reconnect::{Disconnect, Event, Offline, ReconnectConfig, ReconnectingClient, SendError};
 use sockeye::{CloseCode, CloseFrame, Message};
 
 use crate::Failure;
 use crate::cli::ConnectArgs;
-use crate::client::{Client, connect, going_away, line_message};
+use crate::client::{connect_failure, line_message, request};
 use crate::console::Console;
-use crate::interrupt;
+use crate::interrupt::{self, CLOSE_GRACE};
 use crate::output::escape;
+use crate::tls::client_config;
 
 /// The first wait before reconnecting; it doubles up to `--max_wait`.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// A connection that stayed up this long was healthy: the next wait starts again from the first.
 const HEALTHY: Duration = Duration::from_secs(10);
 
-/// How a session ended.
-enum Ended {
-    /// The user typed /stop.
+/// Where the session is, as the user sees it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Connecting, or waiting to reconnect.
+    Disconnected,
+    /// A connection is open.
+    Connected,
+    /// `/stop` asked for a pause; waiting for the library to confirm it.
+    Stopping,
+    /// Stopped: waiting for `/start`.
     Stopped,
-    /// Input ended (Ctrl-D, end of a pipe).
-    InputClosed,
-    /// Ctrl-C.
-    Interrupted,
-    /// The server closed the connection with this frame (we did not ask).
-    ClosedByServer(Option<CloseFrame>),
-    /// The connection was lost.
-    Dropped(String),
-}
-
-/// What the user did while no connection was open.
-enum Waited<T> {
-    /// The wait (backoff, connection attempt, `/start`) finished, with its result.
-    Done(T),
-    /// `/stop`.
-    Stopped,
-    /// Ctrl-D or the end of a pipe.
-    InputClosed,
+    /// Ctrl-D: closing, then exit 0.
+    Leaving,
 }
 
 pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
+    let url = args.client.url.clone();
+    // Checked before anything is opened: a bad header is a usage error, never retried.
+    let request = request(&args.client, &url)?;
+    let config = client_config(&args.client)?;
+    let reconnect = ReconnectConfig::default()
+        .first_delay(FIRST_BACKOFF)
+        .max_delay(Duration::from_millis(args.max_wait).max(FIRST_BACKOFF))
+        .healthy_after(HEALTHY)
+        .offline(Offline::Refuse);
     let mut console = Console::start("ws> ");
-    let max_wait = Duration::from_millis(args.max_wait).max(FIRST_BACKOFF);
-    let mut backoff = FIRST_BACKOFF;
-    let mut started = true;
-    let mut first = true;
-    loop {
-        if !started {
-            match wait_for_start(&mut console).await? {
-                Waited::Done(()) => started = true,
-                Waited::InputClosed => return Ok(()),
-                Waited::Stopped => continue,
-            }
-        }
-        let connecting = pin!(connect(&args.client));
-        let attempt = match while_disconnected(&mut console, connecting, !first).await? {
-            Waited::Done(attempt) => attempt,
-            Waited::Stopped => {
-                started = false;
-                console.note("stopped: type /start to connect again".into())?;
-                continue;
-            }
-            Waited::InputClosed => return Ok(()),
-        };
-        first = false;
-        let why = match attempt {
-            Ok((ws, response)) => {
-                let since = Instant::now();
-                show_response(&console, &response, args.quiet)?;
-                match session(ws, &mut console, &args).await? {
-                    Ended::Stopped => {
-                        started = false;
-                        continue;
-                    }
-                    Ended::InputClosed => return Ok(()),
-                    Ended::Interrupted => return Err(Failure::interrupted()),
-                    Ended::ClosedByServer(frame) => {
-                        let code = frame.as_ref().map_or(1005, |f| f.code.0);
-                        if final_close(code) {
-                            return Err(Failure::new(format!(
-                                "the server closed the connection with {code} {}; not reconnecting: it would refuse again",
-                                frame
-                                    .as_ref()
-                                    .map_or(String::new(), |f| escape(f.reason.as_bytes()))
-                            )));
-                        }
-                        if args.no_reconnect {
-                            return if code == 1000 || code == 1001 {
-                                Ok(())
-                            } else {
-                                Err(Failure::new(format!(
-                                    "the server closed the connection with {code}"
-                                )))
-                            };
-                        }
-                        if since.elapsed() >= HEALTHY {
-                            backoff = FIRST_BACKOFF;
-                        }
-                        format!("closed by the server ({code})")
-                    }
-                    Ended::Dropped(why) if args.no_reconnect => {
-                        return Err(Failure::new(format!("disconnected: {why}")));
-                    }
-                    Ended::Dropped(why) => {
-                        if since.elapsed() >= HEALTHY {
-                            backoff = FIRST_BACKOFF;
-                        }
-                        why
-                    }
-                }
-            }
-            Err(failure) => {
-                if args.no_reconnect || failure.exit_code != 1 || refused_for_good(&failure) {
-                    return Err(failure);
-                }
-                format!("connection failed: {failure}")
-            }
-        };
-        console.note(format!(
-            "{why}; reconnecting in {} ms (Ctrl-C to stop)",
-            backoff.as_millis()
-        ))?;
-        let sleep = pin!(tokio::time::sleep(backoff));
-        match while_disconnected(&mut console, sleep, true).await? {
-            Waited::Done(()) => {}
-            Waited::Stopped => {
-                started = false;
-                console.note("stopped: type /start to connect again".into())?;
-            }
-            Waited::InputClosed => return Ok(()),
-        }
-        backoff = (backoff * 2).min(max_wait);
-    }
-}
-
-/// Runs `work` (a connection attempt or a backoff sleep) while listening to the user: Ctrl-C
-/// ends everything (exit 130), Ctrl-D ends it cleanly, `/stop` abandons the attempt, and a line
-/// typed now is not kept for later (it would be sent to a connection the user did not see open).
-///
-/// Without `read_input` (the first connection), input is left waiting: lines piped in before
-/// the connection opens are sent once it does.
-async fn while_disconnected<T>(
-    console: &mut Console,
-    mut work: std::pin::Pin<&mut impl Future<Output = T>>,
-    read_input: bool,
-) -> Result<Waited<T>, Failure> {
+    let mut client = ReconnectingClient::builder(request)
+        .config(config)
+        .reconnect(reconnect.clone())
+        .start();
     let mut stop = pin!(interrupt::requested());
+    let mut state = State::Disconnected;
+    // Lines piped in before the first connection opens are sent once it does: input is left
+    // waiting until the first attempt is over.
+    let mut read_input = false;
+    // `/stop` typed while disconnected: say so once stopped.
+    let mut stop_note = false;
+    // What the last disconnection was, for the reconnection note.
+    let mut why = String::new();
     loop {
+        let reading = read_input && matches!(state, State::Disconnected | State::Connected | State::Stopped);
         tokio::select! {
             biased;
-            _ = &mut stop => return Err(Failure::interrupted()),
-            done = &mut work => return Ok(Waited::Done(done)),
-            line = console.next_line(), if read_input => match line {
-                None => return Ok(Waited::InputClosed),
-                Some(line) if line.trim() == "/stop" => return Ok(Waited::Stopped),
-                Some(_) => console.note("not connected: line not sent".into())?,
+            _ = &mut stop => {
+                if state != State::Disconnected && state != State::Stopped {
+                    going_away(&mut client).await;
+                }
+                return Err(Failure::interrupted());
+            }
+            event = client.next() => {
+                let Some(event) = event else {
+                    // Closed after Ctrl-D, or gave up (reported with the event before).
+                    return Ok(());
+                };
+                match event {
+                    Event::Connected { response, .. } => {
+                        read_input = true;
+                        show_response(&console, &response, args.quiet)?;
+                        if state == State::Disconnected {
+                            state = State::Connected;
+                        }
+                    }
+                    Event::Message(m) => show(&console, &m, args.gunzip)?,
+                    // The reply to our close: 1000 as asked, or the server's own idea.
+                    Event::Disconnected(Disconnect::ClosedByUs { reply: Some(frame), .. }) => {
+                        let (code, reason) = (frame.code.0, escape(frame.reason.as_bytes()));
+                        if code == 1000 {
+                            console.print(format!("closed: {code} {reason}"))?;
+                        } else {
+                            console.print(format!("closed by the server: {code} {reason}"))?;
+                        }
+                    }
+                    Event::Disconnected(Disconnect::ClosedByUs { reply: None, .. }) => {}
+                    Event::Disconnected(disconnect) => {
+                        read_input = true;
+                        if state == State::Connected {
+                            state = State::Disconnected;
+                        }
+                        match ended(&console, &args, &reconnect, &url, disconnect)? {
+                            Some(reason) => why = reason,
+                            None => return Ok(()),
+                        }
+                    }
+                    // After a `/stop` the backoff is abandoned: do not announce it.
+                    Event::Reconnecting { delay, .. } if state == State::Disconnected => {
+                        console.note(format!(
+                            "{why}; reconnecting in {} ms (Ctrl-C to stop)",
+                            delay.as_millis()
+                        ))?;
+                    }
+                    Event::Paused => {
+                        if std::mem::take(&mut stop_note) {
+                            console.note("stopped: type /start to connect again".into())?;
+                        }
+                        if state == State::Stopping {
+                            state = State::Stopped;
+                        }
+                    }
+                    Event::GaveUp(_) => return Err(Failure::new(why)),
+                    _ => {}
+                }
+            }
+            line = console.next_line(), if reading => match (state, line) {
+                (State::Connected, None) => {
+                    client.close(Some(CloseFrame::new(CloseCode::NORMAL, "")));
+                    state = State::Leaving;
+                }
+                (_, None) => return Ok(()),
+                (State::Stopped, Some(line)) if line.trim() == "/start" => {
+                    client.resume();
+                    state = State::Disconnected;
+                }
+                (State::Stopped, Some(_)) => {
+                    console.note("stopped: type /start to connect again".into())?;
+                }
+                (State::Connected, Some(line)) if line.trim() == "/stop" => {
+                    client.pause(Some(CloseFrame::new(CloseCode::NORMAL, "")));
+                    state = State::Stopping;
+                }
+                (_, Some(line)) if line.trim() == "/stop" => {
+                    client.pause(None);
+                    stop_note = true;
+                    state = State::Stopping;
+                }
+                (State::Connected, Some(line)) if line.trim() == "/start" => {
+                    console.note("already connected".into())?;
+                }
+                (State::Connected, Some(line)) => {
+                    match client.send(line_message(line, args.binary)).await {
+                        Ok(()) => {}
+                        Err(SendError::NotConnected(_)) => console.note("not connected: line not sent".into())?,
+                        Err(e) => console.note(format!("{e}: line not sent"))?,
+                    }
+                }
+                (_, Some(_)) => console.note("not connected: line not sent".into())?,
             },
         }
     }
 }
 
-/// After `/stop`: waits for `/start`.
-async fn wait_for_start(console: &mut Console) -> Result<Waited<()>, Failure> {
-    let mut stop = pin!(interrupt::requested());
-    tokio::select! {
-        biased;
-        _ = &mut stop => Err(Failure::interrupted()),
-        line = console.next_line() => match line {
-            None => Ok(Waited::InputClosed),
-            Some(line) if line.trim() == "/start" => Ok(Waited::Done(())),
-            Some(_) => {
-                console.note("stopped: type /start to connect again".into())?;
-                Ok(Waited::Stopped)
+/// Reports a disconnection the user did not ask for. Returns why it happened, for the note
+/// that announces the reconnection; `None` to end the session cleanly (`-d`, closed with
+/// 1000/1001); or the failure that ends it: a final refusal, or any other end with `-d`.
+fn ended(
+    console: &Console,
+    args: &ConnectArgs,
+    reconnect: &ReconnectConfig,
+    url: &str,
+    disconnect: Disconnect,
+) -> Result<Option<String>, Failure> {
+    let refused = reconnect.is_final(&disconnect);
+    match disconnect {
+        Disconnect::Closed { frame, .. } => {
+            let code = frame.as_ref().map_or(1005, |f| f.code.0);
+            let reason = frame
+                .as_ref()
+                .map_or(String::new(), |f| escape(f.reason.as_bytes()));
+            console.print(format!("closed by the server: {code} {reason}"))?;
+            if refused {
+                return Err(Failure::new(format!(
+                    "the server closed the connection with {code} {reason}; not reconnecting: it would refuse again"
+                )));
             }
-        },
+            if args.no_reconnect {
+                return if code == 1000 || code == 1001 {
+                    Ok(None)
+                } else {
+                    Err(Failure::new(format!(
+                        "the server closed the connection with {code}"
+                    )))
+                };
+            }
+            Ok(Some(format!("closed by the server ({code})")))
+        }
+        Disconnect::Lost { error, .. } => {
+            if args.no_reconnect {
+                return Err(Failure::new(format!("disconnected: {error}")));
+            }
+            Ok(Some(error.to_string()))
+        }
+        Disconnect::Failed { error, .. } => {
+            let failure = connect_failure(&args.client, url, error);
+            if args.no_reconnect || refused {
+                return Err(failure);
+            }
+            Ok(Some(format!("connection failed: {failure}")))
+        }
+        other => Ok(Some(other.to_string())),
     }
+}
+
+/// Ctrl-C with a connection open (or closing): close it with 1001 and give the peer
+/// [`CLOSE_GRACE`] to answer, messages still arriving discarded.
+async fn going_away(client: &mut ReconnectingClient) {
+    client.close(Some(CloseFrame::new(CloseCode::GOING_AWAY, "")));
+    let _ = tokio::time::timeout(CLOSE_GRACE, async { while client.next().await.is_some() {} }).await;
 }
 
 fn show_response(console: &Console, response: &http::Response<()>, quiet: bool) -> Result<(), Failure> {
@@ -199,81 +239,6 @@ fn show_response(console: &Console, response: &http::Response<()>, quiet: bool) 
         }
     }
     Ok(())
-}
-
-/// A close code that says the server will not take this client as it is: reconnecting would
-/// only be refused again. Protocol and policy errors, and the application range (RFC 6455
-/// §7.4.2), where servers put their own refusals (4001 for a missing authorization in
-/// IXWebSocket's servers, 4003 forbidden, …).
-fn final_close(code: u16) -> bool {
-    matches!(code, 1002 | 1003 | 1007 | 1008 | 1009 | 1010 | 4000..=4999)
-}
-
-/// A handshake answered with a 4xx status other than 408 (timeout) and 429 (too many requests):
-/// the request itself is refused (unauthorized, forbidden, no such path) and will be again.
-fn refused_for_good(failure: &Failure) -> bool {
-    failure
-        .refused_status
-        .is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429)
-}
-
-async fn session(ws: Client, console: &mut Console, args: &ConnectArgs) -> Result<Ended, Failure> {
-    let (mut writer, mut reader) = ws.split();
-    let mut stop = pin!(interrupt::requested());
-    // Set once we sent a close: the close that comes back is the reply, not the server's idea.
-    let mut we_closed: Option<Ended> = None;
-    let mut server_close: Option<Option<CloseFrame>> = None;
-    loop {
-        tokio::select! {
-            biased;
-            _ = &mut stop, if we_closed.is_none() => {
-                going_away(&mut writer, &mut reader).await;
-                return Ok(Ended::Interrupted);
-            }
-            item = reader.next() => match item {
-                Some(Ok(Message::Close(frame))) => {
-                    let (code, reason) = frame.as_ref().map_or((1005, String::new()), |f| (f.code.0, escape(f.reason.as_bytes())));
-                    if we_closed.is_some() && code == 1000 {
-                        console.print(format!("closed: {code} {reason}"))?;
-                    } else {
-                        console.print(format!("closed by the server: {code} {reason}"))?;
-                        server_close = Some(frame);
-                    }
-                }
-                Some(Ok(m)) => show(console, &m, args.gunzip)?,
-                Some(Err(e)) => {
-                    return Ok(match (we_closed, server_close) {
-                        (Some(ended), _) => ended,
-                        (None, Some(frame)) => Ended::ClosedByServer(frame),
-                        (None, None) => Ended::Dropped(e.to_string()),
-                    });
-                }
-                None => {
-                    return Ok(match (we_closed, server_close) {
-                        (Some(ended), _) => ended,
-                        (None, Some(frame)) => Ended::ClosedByServer(frame),
-                        (None, None) => Ended::Dropped("the connection closed without a close frame".into()),
-                    });
-                }
-            },
-            line = console.next_line(), if we_closed.is_none() => match line {
-                None => {
-                    let _ = writer.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
-                    we_closed = Some(Ended::InputClosed);
-                }
-                Some(line) if line.trim() == "/stop" => {
-                    let _ = writer.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).await;
-                    we_closed = Some(Ended::Stopped);
-                }
-                Some(line) if line.trim() == "/start" => console.note("already connected".into())?,
-                Some(line) => {
-                    if let Err(e) = writer.send(line_message(line, args.binary)).await {
-                        return Ok(Ended::Dropped(e.to_string()));
-                    }
-                }
-            },
-        }
-    }
 }
 
 /// Prints a received message, control characters escaped; with `-g`, a gzip-compressed message

@@ -192,8 +192,6 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
 pub struct Failure {
     message: String,
     exit_code: u8,
-    /// The HTTP status of a refused handshake, for callers deciding whether to retry.
-    refused_status: Option<u16>,
 }
 
 impl std::fmt::Display for Failure {
@@ -204,14 +202,7 @@ impl std::fmt::Display for Failure {
 
 impl From<sockeye::Error> for Failure {
     fn from(e: sockeye::Error) -> Self {
-        let refused_status = match e.handshake_error() {
-            Some(sockeye::HandshakeError::Rejected { status, .. }) => Some(*status),
-            _ => None,
-        };
-        Failure {
-            refused_status,
-            ..Failure::new(e.to_string())
-        }
+        Failure::new(e.to_string())
     }
 }
 
@@ -227,7 +218,6 @@ impl Failure {
         Failure {
             message: what.into(),
             exit_code: 1,
-            refused_status: None,
         }
     }
 
@@ -236,7 +226,6 @@ impl Failure {
         Failure {
             message: what.into(),
             exit_code: 2,
-            refused_status: None,
         }
     }
 
@@ -246,7 +235,6 @@ impl Failure {
         Failure {
             message: String::new(),
             exit_code: 130,
-            refused_status: None,
         }
     }
 
@@ -255,7 +243,6 @@ impl Failure {
         Failure {
             message: String::new(),
             exit_code: 0,
-            refused_status: None,
         }
     }
 }

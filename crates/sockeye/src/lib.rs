@@ -41,7 +41,10 @@
 //!   [`Server`] (with [`ShutdownHandle`]) or [`accept_with`] for servers,
 //!   [`upgrade::Upgrade`] to take over a request served by hyper or axum;
 //! - [`WebSocket`]: `recv`/`send`/`feed`/`try_send`/`close`, `Stream` + `Sink`;
-//! - [`Config`]: every limit, timeout and default in one place, each with its reason.
+//! - [`Config`]: every limit, timeout and default in one place, each with its reason;
+//! - [`ReconnectingClient`] ([`reconnect`]): a client that stays connected — jittered
+//!   exponential backoff, the keepalive as heartbeat, events, an offline queue, a hook to
+//!   resubscribe on each connection.
 //!
 //! Features: `tls` (default; rustls with aws-lc-rs), `deflate` (default; permessage-deflate),
 //! `http2` (default; WebSockets over HTTP/2, RFC 8441, in [`Server`] and, when
@@ -57,6 +60,7 @@ mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
 pub mod proxy;
+pub mod reconnect;
 mod server;
 mod split;
 mod stream;
@@ -69,6 +73,7 @@ mod websocket;
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
 pub use config::{Config, ConfigBuilder, HttpVersion};
 pub use error::{Error, ErrorKind};
+pub use reconnect::ReconnectingClient;
 pub use server::{Server, ServerStats, ShutdownHandle, accept, accept_with};
 pub use sockeye_proto::Config as ProtocolConfig;
 pub use sockeye_proto::Error as ProtocolError;

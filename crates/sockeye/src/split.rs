@@ -271,6 +271,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
     pub fn buffered_amount(&self) -> usize {
         lock(&self.shared).buffered_amount()
     }
+
+    /// A second handle on the same sending half, for the reconnecting client: its sends are
+    /// serialized (one task flushes at a time), so the halves' one waker per side suffices.
+    pub(crate) fn handle(&self) -> WebSocketWriter<S> {
+        WebSocketWriter {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Queues a message without waiting (the receiving half, or the next flush, writes it).
+    pub(crate) fn queue_now(&self, message: Message) -> Result<(), Error> {
+        lock(&self.shared).queue(message)
+    }
+
+    /// Queues a close frame without waiting; the receiving half writes it and finishes the
+    /// closing handshake.
+    pub(crate) fn close_now(&self, frame: Option<CloseFrame>) -> Result<(), Error> {
+        lock(&self.shared).close_from_writer(frame)
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocketWriter<S> {
