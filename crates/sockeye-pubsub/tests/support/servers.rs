@@ -124,7 +124,11 @@ impl BackplaneServer {
         for _ in 0..5 {
             let first = self.port == 0;
             let port = if first {
-                TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+                TcpListener::bind("127.0.0.1:0")
+                    .unwrap()
+                    .local_addr()
+                    .unwrap()
+                    .port()
             } else {
                 self.port
             };
@@ -148,7 +152,10 @@ impl BackplaneServer {
                 }
                 if let Some(status) = child.try_wait().unwrap() {
                     let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
-                    assert!(first && log.contains("in use"), "redis-server exited ({status}):\n{log}");
+                    assert!(
+                        first && log.contains("in use"),
+                        "redis-server exited ({status}):\n{log}"
+                    );
                     break; // the port was taken meanwhile: another one
                 }
                 if Instant::now() > deadline {
@@ -174,7 +181,12 @@ impl BackplaneServer {
         if jetstream {
             cmd.arg("-js").arg("-sd").arg(&self.dir);
         }
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         // The log is read to its end, so that the server never blocks on it.
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -182,7 +194,11 @@ impl BackplaneServer {
             let mut log = Vec::new();
             for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some((_, addr)) = line.split_once("Listening for client connections on ") {
-                    let _ = tx.send(Ok(addr.trim().rsplit(':').next().and_then(|p| p.parse::<u16>().ok())));
+                    let _ = tx.send(Ok(addr
+                        .trim()
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| p.parse::<u16>().ok())));
                 }
                 log.push(line);
             }
@@ -191,14 +207,22 @@ impl BackplaneServer {
         self.child = Some(child);
         match rx.recv_timeout(Duration::from_secs(10)) {
             Ok(Ok(Some(port))) => {
-                assert!(self.port == 0 || self.port == port, "restarted on {port}, not {}", self.port);
+                assert!(
+                    self.port == 0 || self.port == port,
+                    "restarted on {port}, not {}",
+                    self.port
+                );
                 self.port = port;
             }
             other => panic!("nats-server did not start: {other:?}"),
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server does not listen on {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "nats-server does not listen on {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
