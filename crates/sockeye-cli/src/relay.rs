@@ -33,7 +33,7 @@ const BACKPLANE_MAX_MESSAGE: usize = (1 << 20) - 1024;
 /// meanwhile) before the client is closed with 1013 (try again later): a backplane restart of a
 /// few seconds loses nothing.
 const PUBLISH_PATIENCE: Duration = Duration::from_secs(10);
-/// Deliveries written to a socket before one flush.
+/// Deliveries fed to a socket at most before one flush.
 const BATCH: usize = 256;
 
 pub(crate) async fn server(
@@ -81,29 +81,34 @@ pub(crate) async fn server(
             // The reader asks the writer to close (the writer owns the sending half).
             let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
             let writer = tokio::spawn(async move {
-                let mut batch = Vec::with_capacity(BATCH);
                 let frame = loop {
                     let first = tokio::select! {
                         biased;
                         Ok(frame) = &mut close_rx => break frame,
                         d = subscriber.recv() => d,
                     };
-                    match first {
+                    let first = match first {
                         None => return, // the hub stopped: the server is stopping too
                         Some(Err(_)) => break too_slow(),
-                        Some(Ok(d)) => batch.push(d),
-                    }
-                    if subscriber.try_recv_many(&mut batch, BATCH - 1).is_err() {
-                        break too_slow();
-                    }
+                        Some(Ok(d)) => d,
+                    };
+                    // What is queued now goes out with one flush (no batch buffer per
+                    // connection: an idle one holds nothing).
                     let write = async {
-                        for d in batch.drain(..) {
+                        let mut next = Some(first);
+                        let mut fed = 0;
+                        while let Some(d) = next.take() {
                             match d {
                                 Delivery::Message { prepared, .. } => sink.feed_prepared(&prepared).await?,
                                 Delivery::Gap { topic, .. } if !quiet => {
                                     errln!("{addr}: messages on {topic} were missed during a backplane outage and could not be recovered");
                                 }
                                 _ => {}
+                            }
+                            fed += 1;
+                            if fed < BATCH {
+                                // A too-slow stop shows in `too_slow` below.
+                                next = subscriber.try_recv().and_then(Result::ok);
                             }
                         }
                         sink.flush().await
@@ -118,7 +123,6 @@ pub(crate) async fn server(
                     if written.is_err() {
                         return;
                     }
-                    batch.clear();
                 };
                 // Too slow: its backlog is not sent; the close goes out as soon as the socket
                 // takes it (it may not read at all: the close deadline then ends the connection).

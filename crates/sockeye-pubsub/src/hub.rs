@@ -388,8 +388,14 @@ impl Subscriber {
 
     /// Moves up to `max` queued deliveries into `out` without waiting (for batched writes);
     /// returns how many.
-    pub fn try_recv_many(&mut self, out: &mut Vec<Delivery>, max: usize) -> Result<usize, Error> {
+    pub fn try_recv_many(&self, out: &mut Vec<Delivery>, max: usize) -> Result<usize, Error> {
         self.queue.pop_many(out, max)
+    }
+
+    /// The next delivery if one is queued, without waiting (`None`: nothing queued): for a
+    /// writer that feeds what is queued, then flushes once.
+    pub fn try_recv(&self) -> Option<Result<Delivery, Error>> {
+        self.queue.pop()
     }
 
     /// Publications dropped for this subscriber under [`SlowPolicy::Drop`], in all.
