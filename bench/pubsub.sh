@@ -110,8 +110,8 @@ done
 
 # Memory per subscription: the Sockeye server's RSS growth per idle connection, subscribed (a
 # Subscriber and its writer task each) and not (`sockeye-nosub`: the same server, connections
-# only read).
-for s in sockeye-nosub sockeye; do
+# only read; `sockeye-split`: split into reading and writing halves, not subscribed).
+for s in sockeye-nosub sockeye-split sockeye; do
   PORT=$((PORT + 1))
   ps_start "$s" "$PORT" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
   pid=${PS_PIDS[0]}
@@ -122,7 +122,11 @@ for s in sockeye-nosub sockeye; do
   for _ in $(seq 600); do grep -q ready "$OUT/idle.log" 2>/dev/null && break; sleep 0.1; done
   sleep 1
   after=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
-  label="$PS_IDLE idle, $([ "$s" = sockeye ] && echo subscribed || echo 'not subscribed')"
+  case "$s" in
+    sockeye) label="$PS_IDLE idle, subscribed (split, Subscriber, writer task)" ;;
+    sockeye-split) label="$PS_IDLE idle, split into reader and writer, not subscribed" ;;
+    *) label="$PS_IDLE idle, not subscribed" ;;
+  esac
   if wait "$idle_pid"; then
     record pubsub-memory sockeye "$label" "{\"rss_kib\": $after, \"base_kib\": $before, \"per_conn_kib\": $(awk -v a="$after" -v b="$before" -v n="$PS_IDLE" 'BEGIN {printf "%.3f", (a - b) / n}')}"
   else

@@ -244,10 +244,13 @@ def pubsub_tables(runs, order):
             vals = [r["per_conn_kib"] for r in runs.get(("pubsub-memory", params, "sockeye"), []) if "per_conn_kib" in r]
             per[params] = statistics.median(vals) if vals else None
             out.append(f"| {params} | {fmt(per[params]) if per[params] is None else f'{per[params]:.2f}'} |")
-        sub = [v for p, v in per.items() if p.endswith(", subscribed")]
-        nosub = [v for p, v in per.items() if p.endswith("not subscribed")]
+        sub = [v for p, v in per.items() if "idle, subscribed" in p]
+        nosub = [v for p, v in per.items() if p.endswith("idle, not subscribed")]
+        split = [v for p, v in per.items() if "split into" in p]
         if sub and nosub and sub[0] is not None and nosub[0] is not None:
-            out.append(f"| **per subscription** (subscribed − not) | **{sub[0] - nosub[0]:.2f}** |")
+            out.append(f"| **per subscription** (subscribed − not subscribed) | **{sub[0] - nosub[0]:.2f}** |")
+        if sub and split and sub[0] is not None and split[0] is not None:
+            out.append(f"| per subscription above a split connection (Subscriber + writer task) | {sub[0] - split[0]:.2f} |")
     return out
 
 

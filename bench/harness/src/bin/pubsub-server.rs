@@ -9,6 +9,9 @@
 //!   and publishes what it receives, leaving itself out.
 //! - `sockeye-nosub`: the same server, but connections neither subscribe nor get a writer task:
 //!   the baseline of the memory scenario (an idle connection, no subscription).
+//! - `sockeye-split`: connections are split into their reading and writing halves (what any
+//!   server that writes from another task does) but do not subscribe: the memory scenario's
+//!   second baseline.
 //! - `raw`: the same sockets with no pub/sub layer at all (the ceiling): the handshake, then each
 //!   received frame is encoded once as a server frame and its bytes go to every other connection
 //!   through a `tokio::sync::broadcast` of `Bytes`; each connection's writer task copies what is
@@ -38,7 +41,7 @@ const TOPIC: &str = "bench";
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [system, port, rest @ ..] = &args[..] else {
-        return Err("usage: pubsub-server sockeye|sockeye-nosub|raw PORT [BACKPLANE]".into());
+        return Err("usage: pubsub-server sockeye|sockeye-nosub|sockeye-split|raw PORT [BACKPLANE]".into());
     };
     let backplane = rest.first().cloned().unwrap_or_else(|| "memory:".into());
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -47,15 +50,16 @@ fn main() -> Result<(), Error> {
     runtime.block_on(async {
         let listener = TcpListener::bind(("127.0.0.1", port.parse::<u16>()?)).await?;
         match system.as_str() {
-            "sockeye" => sockeye(listener, &backplane, true).await,
-            "sockeye-nosub" => sockeye(listener, &backplane, false).await,
+            "sockeye" => sockeye(listener, &backplane, true, false).await,
+            "sockeye-nosub" => sockeye(listener, &backplane, false, false).await,
+            "sockeye-split" => sockeye(listener, &backplane, true, true).await,
             "raw" => raw(listener).await,
             other => Err(format!("unknown system {other}").into()),
         }
     })
 }
 
-async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool) -> Result<(), Error> {
+async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_only: bool) -> Result<(), Error> {
     let hub = Hub::connect(backplane, HubConfig::default(), HistoryConfig::default()).await?;
     let topic = Topic::new(TOPIC)?;
     let mut config = sockeye::Config::default();
@@ -75,6 +79,11 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool) -> Res
                 return;
             }
             let (mut sink, mut stream) = ws.split();
+            if split_only {
+                let _keep = &mut sink;
+                while let Some(Ok(_)) = stream.next().await {}
+                return;
+            }
             let mut subscriber = hub.subscriber(SubscriberConfig::default());
             if let Err(e) = subscriber.subscribe(&topic, None).await {
                 eprintln!("cannot subscribe: {e}");
@@ -83,12 +92,16 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool) -> Res
             }
             let publisher = subscriber.publisher();
             let writer = tokio::spawn(async move {
-                let mut batch = Vec::with_capacity(BATCH);
+                // Allocated when the first delivery arrives: an idle subscriber holds no batch.
+                let mut batch = Vec::new();
                 loop {
                     match subscriber.recv().await {
                         None => return,
                         Some(Err(_)) => break,
-                        Some(Ok(d)) => batch.push(d),
+                        Some(Ok(d)) => {
+                            batch.reserve(BATCH);
+                            batch.push(d);
+                        }
                     }
                     if subscriber.try_recv_many(&mut batch, BATCH - 1).is_err() {
                         break;
