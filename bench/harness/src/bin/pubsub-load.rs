@@ -9,7 +9,8 @@
 //! carrying its sequence number and its send time (nanoseconds since this process's start, read
 //! by the receiving subscriber on the same clock). RATE: messages per second (paced every
 //! millisecond), or 0 for as fast as the servers take them: at most [`WINDOW`] messages per
-//! subscriber in flight on average, so that no system's queues grow without bound. Sending stops
+//! subscriber (and [`WINDOW_DELIVERIES`] in all) in flight on average, so that no system's queues
+//! grow without bound. Sending stops
 //! after MSGS or SECONDS, whichever comes first; then up to [`DRAIN`] for the rest to arrive.
 //!
 //! Before the measured messages, warm-up messages go out every 20 ms until every subscriber has
@@ -38,10 +39,13 @@ use tokio::net::TcpStream;
 type Error = Box<dyn std::error::Error>;
 type Result<T> = std::result::Result<T, Error>;
 
-/// Messages per subscriber in flight, on average, in the as-fast-as-possible runs.
+/// Messages per subscriber in flight, on average, in the as-fast-as-possible runs...
 const WINDOW: u64 = 128;
+/// ... and deliveries in flight in all, at most: what the slowest system delivers within [`DRAIN`],
+/// so that what is still on its way when sending stops arrives before the count.
+const WINDOW_DELIVERIES: u64 = 200_000;
 /// How long deliveries may still arrive after the last publish.
-const DRAIN: Duration = Duration::from_secs(5);
+const DRAIN: Duration = Duration::from_secs(10);
 /// Connections opened at once.
 const CONNECT_CONCURRENCY: usize = 32;
 /// Payload size.
@@ -394,6 +398,7 @@ async fn fanout(proto: Proto, addrs: &[String], subs: u64, msgs: u64, rate: u64,
     // Let the last warm-up messages go through everywhere.
     tokio::time::sleep(Duration::from_millis(200)).await;
 
+    let window = WINDOW.min((WINDOW_DELIVERIES / subs).max(1));
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(seconds);
     let mut sent = 0u64;
@@ -409,7 +414,7 @@ async fn fanout(proto: Proto, addrs: &[String], subs: u64, msgs: u64, rate: u64,
             // Due by now at the target rate.
             ((started.elapsed().as_secs_f64() * rate as f64) as u64 + 1).min(msgs)
         } else {
-            (shared.delivered.get() / shared.subs + WINDOW).min(msgs)
+            (shared.delivered.get() / shared.subs + window).min(msgs)
         };
         if allowed <= sent {
             if rate == 0 {
