@@ -136,8 +136,11 @@ def main(path, kind):
             old = open(path).read().split(PUBSUB_MARK)[0].rstrip("\n")
         except OSError:
             old = "# Benchmark results"
+        note = (f"\nPub/sub measured {datetime.date.today()} by `bash bench/run.sh --only=pubsub` on"
+                f" {os.cpu_count()} cores ({cpu_model()}), node {node_version()}; a separate run from the tables above.")
+        lines = "\n".join(pubsub).lstrip("\n").split("\n", 1)
         with open(path, "w") as f:
-            f.write(old + "\n\n" + "\n".join(pubsub).lstrip("\n") + "\n")
+            f.write(old + "\n\n" + lines[0] + "\n" + note + "\n" + lines[1] + "\n")
     if kind in ("full", "core"):
         # A core-only run keeps the pub/sub part of the last run that had one.
         kept = ""
@@ -269,6 +272,13 @@ def peer_versions():
     except (OSError, ValueError, KeyError) as e:
         found.append(f"(versions unreadable: {e})")
     return ", ".join(found)
+
+
+def node_version():
+    try:
+        return subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:
+        return "?"
 
 
 def cpu_model():
