@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Turns target/bench/results.jsonl into one table per scenario (medians of the repetitions,
 ratios to the best peer and to raw TCP), printed and written to bench/RESULTS.md (full runs only).
-Usage: report.py RESULTS.jsonl full|smoke"""
+Usage: report.py RESULTS.jsonl full|smoke|core|pubsub (core, pubsub: a `run.sh --only=…` run,
+which replaces only its part of RESULTS.md)"""
 import collections
 import datetime
 import json
@@ -124,9 +125,31 @@ def main(path, kind):
         out.append("|---|---|---|")
         for op, r in micro:
             out.append(f"| {op} | {r['instructions']:,} | {r['unit']} |")
-    text = "\n".join(out)
+    pubsub = pubsub_tables(runs, order)
+    text = "\n".join(out + pubsub)
     print(text)
-    if kind == "full":
+    here = os.path.dirname(os.path.abspath(__file__))
+    if kind == "pubsub" and pubsub:
+        # Only the pub/sub part of RESULTS.md is replaced, marked with this run's date.
+        path = os.path.join(here, "RESULTS.md")
+        try:
+            old = open(path).read().split(PUBSUB_MARK)[0].rstrip("\n")
+        except OSError:
+            old = "# Benchmark results"
+        note = (f"\nPub/sub measured {datetime.date.today()} by `bash bench/run.sh --only=pubsub` on"
+                f" {os.cpu_count()} cores ({cpu_model()}), node {node_version()}; a separate run from the tables above.")
+        lines = "\n".join(pubsub).lstrip("\n").split("\n", 1)
+        with open(path, "w") as f:
+            f.write(old + "\n\n" + lines[0] + "\n" + note + "\n" + lines[1] + "\n")
+    if kind in ("full", "core"):
+        # A core-only run keeps the pub/sub part of the last run that had one.
+        kept = ""
+        if kind == "core":
+            try:
+                parts = open(os.path.join(here, "RESULTS.md")).read().split(PUBSUB_MARK)
+                kept = "\n" + PUBSUB_MARK + parts[1] if len(parts) > 1 else ""
+            except OSError:
+                pass
         def version(cmd):
             try:
                 return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
@@ -142,7 +165,96 @@ def main(path, kind):
             "Figures on this shared machine are comparable within one run only.",
         ]
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "w") as f:
-            f.write("\n".join(header) + "\n" + text + "\n")
+            f.write("\n".join(header) + "\n" + text + "\n" + kept)
+
+
+PUBSUB_MARK = "<!-- pubsub: written by report.py; `run.sh --only=pubsub` replaces from here -->"
+PUBSUB_NAMES = {"raw": "pre-encoded (no pub/sub)", "sockeye": "Sockeye", "node": "Node ws (loop)",
+                "socketio": "Socket.IO"}
+NODE_NAMES = {"sockeye-redis": "Sockeye, Redis", "sockeye-nats": "Sockeye, NATS",
+              "sockeye-nats-js": "Sockeye, NATS + JetStream", "socketio-redis": "Socket.IO, Redis adapter"}
+
+
+def pubsub_cell(done):
+    """deliveries/s (p50 / p99 µs), medians of the repetitions; the worst loss if any."""
+    ok = [r for r in done if "deliveries_per_s" in r]
+    if not ok:
+        return None, "failed" if done else "—"
+    med = lambda k: statistics.median(r[k] for r in ok)
+    value = med("deliveries_per_s")
+    cell = f"{fmt(value)} ({fmt(med('p50_us'))} / {fmt(med('p99_us'))})"
+    lost = max(r.get("lost", 0) for r in ok)
+    closed = max(r.get("closed", 0) for r in ok)
+    if lost or closed:
+        cell += f" **lost {lost:,}" + (f", {closed} closed" if closed else "") + "**"
+    return value, cell
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "—"
+
+
+def pubsub_tables(runs, order):
+    out = []
+    fan = [k for k in order if k[0] == "pubsub-fanout"]
+    nodes = [k for k in order if k[0] == "pubsub-nodes"]
+    memory = [k for k in order if k[0] == "pubsub-memory"]
+    if not (fan or nodes or memory):
+        return out
+    out.append("\n" + PUBSUB_MARK)
+    out.append("\nPub/sub (section 11): one topic, 64-byte messages; one publisher connection, every other connection"
+               " subscribed. Deliveries/s: messages received by all subscribers ÷ time from the first publish to the"
+               " last delivery; in parentheses publish→deliver latency p50 / p99 in µs (send time in the message, read"
+               " by the same process). \"as fast as possible\": at most 128 messages per subscriber (200,000 deliveries in all) in flight;"
+               " paced rows aim at 100,000 deliveries/s. Any message lost or subscriber closed is shown in bold.")
+    if fan:
+        systems = [s for s in PUBSUB_NAMES if any(("pubsub-fanout", k[1], s) in runs for k in fan)]
+        out.append("\n### 11. pub/sub fan-out in one process (deliveries/s (p50 / p99 µs), higher is better)\n")
+        out.append("| params | " + " | ".join(PUBSUB_NAMES[s] for s in systems)
+                   + " | Sockeye ÷ best peer | Sockeye ÷ Socket.IO | Sockeye ÷ pre-encoded |")
+        out.append("|---" * (len(systems) + 4) + "|")
+        for _, params in fan:
+            vals, cells = {}, []
+            for s in systems:
+                vals[s], cell = pubsub_cell(runs.get(("pubsub-fanout", params, s), []))
+                cells.append(cell)
+            peers = [vals[s] for s in ("node", "socketio") if vals.get(s)]
+            ours = vals.get("sockeye")
+            out.append(f"| {params} | " + " | ".join(cells) + f" | {ratio(ours, max(peers) if peers else None)}"
+                       f" | {ratio(ours, vals.get('socketio'))} | {ratio(ours, vals.get('raw'))} |")
+    if nodes:
+        systems = [s for s in NODE_NAMES if any(("pubsub-nodes", k[1], s) in runs for k in nodes)]
+        out.append("\n### 11. pub/sub across 3 nodes on one backplane (deliveries/s (p50 / p99 µs), higher is better)\n")
+        out.append("Three server processes and the backplane's server share CPU 0; subscribers are spread over the"
+                   " nodes, the publisher is on the first.\n")
+        out.append("| params | " + " | ".join(NODE_NAMES[s] for s in systems)
+                   + " | Sockeye Redis ÷ Socket.IO | Sockeye NATS ÷ Socket.IO |")
+        out.append("|---" * (len(systems) + 3) + "|")
+        for _, params in nodes:
+            vals, cells = {}, []
+            for s in systems:
+                vals[s], cell = pubsub_cell(runs.get(("pubsub-nodes", params, s), []))
+                cells.append(cell)
+            io = vals.get("socketio-redis")
+            out.append(f"| {params} | " + " | ".join(cells)
+                       + f" | {ratio(vals.get('sockeye-redis'), io)} | {ratio(vals.get('sockeye-nats'), io)} |")
+    if memory:
+        out.append("\n### 11. pub/sub memory: Sockeye server RSS growth per idle connection (KiB, lower is better)\n")
+        out.append("| connections | KiB per connection |")
+        out.append("|---|---|")
+        per = {}
+        for _, params in memory:
+            vals = [r["per_conn_kib"] for r in runs.get(("pubsub-memory", params, "sockeye"), []) if "per_conn_kib" in r]
+            per[params] = statistics.median(vals) if vals else None
+            out.append(f"| {params} | {fmt(per[params]) if per[params] is None else f'{per[params]:.2f}'} |")
+        sub = [v for p, v in per.items() if "idle, subscribed" in p]
+        nosub = [v for p, v in per.items() if p.endswith("idle, not subscribed")]
+        split = [v for p, v in per.items() if "split into" in p]
+        if sub and nosub and sub[0] is not None and nosub[0] is not None:
+            out.append(f"| **per subscription** (subscribed − not subscribed) | **{sub[0] - nosub[0]:.2f}** |")
+        if sub and split and sub[0] is not None and split[0] is not None:
+            out.append(f"| per subscription above a split connection (Subscriber + writer task) | {sub[0] - split[0]:.2f} |")
+    return out
 
 
 def peer_versions():
@@ -160,6 +272,13 @@ def peer_versions():
     except (OSError, ValueError, KeyError) as e:
         found.append(f"(versions unreadable: {e})")
     return ", ".join(found)
+
+
+def node_version():
+    try:
+        return subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:
+        return "?"
 
 
 def cpu_model():

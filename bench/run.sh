@@ -7,19 +7,22 @@
 #
 #   bash bench/run.sh              # the full run (about 12 minutes on 2 cores)
 #   bash bench/run.sh --smoke      # every scenario briefly, one repetition (what CI runs)
+#   bash bench/run.sh --only=pubsub   # one part only: core (sections 1–10) or pubsub (11)
 #
 # Servers are single-threaded and pinned to CPU 0; the load generator runs on CPU 1.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 BENCH=$PWD
-SMOKE=0; REPS=3
+SMOKE=0; REPS=3; ONLY=
 for arg in "$@"; do
   case "$arg" in
     --smoke) SMOKE=1; REPS=1 ;;
     --reps=*) REPS=${arg#--reps=} ;;
-    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N]" >&2; exit 2 ;;
+    --only=core | --only=pubsub) ONLY=${arg#--only=} ;;
+    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N] [--only=core|pubsub]" >&2; exit 2 ;;
   esac
 done
+part() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
 OUT=$BENCH/../target/bench
 mkdir -p "$OUT"
 RESULTS=$OUT/results.jsonl
@@ -27,7 +30,7 @@ RESULTS=$OUT/results.jsonl
 
 echo "==> building (release)"
 (cd harness && cargo build --release --quiet)
-if ! command -v valgrind >/dev/null 2>&1; then
+if part core && ! command -v valgrind >/dev/null 2>&1; then
   echo "==> apt-get install valgrind (for the instruction counts)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null 2>&1 || {
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
@@ -35,7 +38,7 @@ if ! command -v valgrind >/dev/null 2>&1; then
 fi
 (cd peers/node-ws && { [ -d node_modules/ws ] || npm ci --no-audit --no-fund --loglevel=error; })
 VENV="${HOME}/.cache/sockeye/bench-venv"
-if ! "$VENV/bin/python" -c 'import picows' >/dev/null 2>&1; then
+if part core && ! "$VENV/bin/python" -c 'import picows' >/dev/null 2>&1; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r peers/picows/requirements.txt
 fi
@@ -90,6 +93,9 @@ run() { # scenario system params command...: runs REPS times, bounded, and recor
 }
 raw_flag() { [ "$1" = raw ] && echo --raw || true; }
 SERVERS="raw sockeye tungstenite fastwebsockets node picows"
+
+# Sections 1–10 (`--only=core`), not re-indented.
+if part core; then
 
 echo "==> 1. push: server pushes $PUSH_N × \"yo\""
 for s in $SERVERS; do
@@ -289,8 +295,14 @@ if command -v valgrind >/dev/null 2>&1; then
   done
 fi
 
+fi # part core
+
+if part pubsub; then
+  source "$BENCH/pubsub.sh"
+fi
+
 echo "==> report"
-python3 report.py "$RESULTS" "$([ "$SMOKE" = 1 ] && echo smoke || echo full)"
+python3 report.py "$RESULTS" "$([ "$SMOKE" = 1 ] && echo smoke || echo "${ONLY:-full}")"
 if [ "$FAILURES" -gt 0 ]; then
   echo "bench: $FAILURES runs failed" >&2
   exit 1

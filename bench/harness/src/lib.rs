@@ -15,8 +15,17 @@ pub async fn connect(addr: &str, raw: bool) -> std::io::Result<(TcpStream, Vec<u
     let leftover = if raw {
         Vec::new()
     } else {
-        client_handshake(&mut tcp, addr).await?
+        client_handshake(&mut tcp, addr, "/").await?
     };
+    Ok((tcp, leftover))
+}
+
+/// Connects and performs the opening handshake for the URL path `path` (with its query), e.g.
+/// Socket.IO's `/socket.io/?EIO=4&transport=websocket`; returns the stream and any bytes read past
+/// the response head.
+pub async fn connect_path(addr: &str, path: &str) -> std::io::Result<(TcpStream, Vec<u8>)> {
+    let mut tcp = tcp_connect(addr, true).await?;
+    let leftover = client_handshake(&mut tcp, addr, path).await?;
     Ok((tcp, leftover))
 }
 
@@ -34,9 +43,10 @@ async fn tcp_connect(addr: &str, nodelay: bool) -> std::io::Result<TcpStream> {
 async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     addr: &str,
+    path: &str,
 ) -> std::io::Result<Vec<u8>> {
     let request = format!(
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{}\r\n",
         if deflate_offered() {
             "Sec-WebSocket-Extensions: permessage-deflate\r\n"
@@ -111,7 +121,7 @@ impl Link {
             None => Box::new(tcp),
         };
         if !raw {
-            client_handshake(&mut stream, addr).await?;
+            client_handshake(&mut stream, addr, "/").await?;
         }
         Ok(stream)
     }

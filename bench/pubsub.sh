@@ -1,0 +1,138 @@
+# Section 11 of bench/run.sh (sourced by it): pub/sub fan-out. Uses run.sh's BIN, OUT, SMOKE,
+# REPS, PIN_SERVER, PIN_LOAD, PORT, record and run.
+#
+# Systems: Sockeye (`pubsub-server sockeye`: a sockeye-pubsub Hub, one writer task per connection
+# as in `ws broadcast_server`), the same sockets with no pub/sub layer (`pubsub-server raw`:
+# pre-encoded frame bytes through a tokio broadcast channel: the ceiling), Node `ws` looping over
+# its clients (peers/node-ws/pubsub.mjs) and Socket.IO (peers/socketio/server.mjs; across nodes
+# with @socket.io/redis-adapter). The load generator (`pubsub-load`) holds every subscriber and
+# the publisher in one thread on CPU 1.
+#
+# One process: servers on CPU 0. Across nodes: three server processes and the backplane's server
+# (redis-server, nats-server) share CPU 0; subscribers are spread over the three nodes, the
+# publisher is on the first.
+
+(cd peers/socketio && { [ -d node_modules/socket.io ] || npm ci --no-audit --no-fund --loglevel=error; })
+if ! command -v redis-server >/dev/null 2>&1 || ! { command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ]; }; then
+  bash ../scripts/install-backplanes.sh || echo "   redis-server/nats-server missing: the across-nodes rows will fail" >&2
+fi
+NATS_SERVER=$(command -v nats-server || echo /usr/sbin/nats-server)
+
+if [ "$SMOKE" = 1 ]; then
+  PS_SUBS="200"; PS_MAX_MSGS=500; PS_SECS=3; PS_PACED_SECS=1; PS_NODE_SUBS=150; PS_NODE_MSGS=300; PS_IDLE=1000
+else
+  PS_SUBS="1000 10000"; PS_MAX_MSGS=3000; PS_SECS=10; PS_PACED_SECS=3; PS_NODE_SUBS=1000; PS_NODE_MSGS=2000; PS_IDLE=10000
+fi
+# The paced runs aim at 100,000 deliveries/s in all: 1,000 subscribers × 100 msgs/s, 10,000 × 10.
+paced_rate() { echo $(( 100000 / $1 )); }
+# The as-fast-as-possible runs send PS_MAX_MSGS messages to 1,000 subscribers (fewer to more
+# subscribers: about 3 million deliveries at most), or stop after PS_SECS.
+max_msgs() { local m=$(( PS_MAX_MSGS * 1000 / $1 )); echo $(( m < 100 ? 100 : (m > PS_MAX_MSGS ? PS_MAX_MSGS : m) )); }
+
+PS_PIDS=()
+ps_stop_all() {
+  local pid
+  for pid in "${PS_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PS_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PS_PIDS=()
+}
+trap 'stop_server; ps_stop_all' EXIT
+ps_wait_ready() { # log what
+  for _ in $(seq 200); do grep -q "${3:-ready}" "$1" 2>/dev/null && return 0; sleep 0.05; done
+  echo "   $2 did not start" >&2; cat "$1" >&2; return 1
+}
+ps_start() { # system port [backplane-url]: starts one pub/sub server (a node) on CPU 0
+  local system=$1 port=$2 url=${3:-} log=$OUT/pubsub-$1-$2.log
+  : >"$log"
+  case "$system" in
+    node) "${PIN_SERVER[@]}" node peers/node-ws/pubsub.mjs "$port" >"$log" 2>&1 & ;;
+    socketio) "${PIN_SERVER[@]}" node peers/socketio/server.mjs "$port" $url >"$log" 2>&1 & ;;
+    *) "${PIN_SERVER[@]}" "$BIN/pubsub-server" "$system" "$port" ${url:-memory:} >"$log" 2>&1 & ;;
+  esac
+  PS_PIDS+=($!)
+  ps_wait_ready "$log" "the $system server on $port"
+}
+bp_start() { # redis|nats|nats-js → sets BP_URL; the server runs on CPU 0 in a temporary directory
+  PORT=$((PORT + 1))
+  local dir log
+  dir=$(mktemp -d "$OUT/backplane.XXXXXX")
+  log=$dir/log
+  case "$1" in
+    redis) "${PIN_SERVER[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$log" 2>&1 &
+           BP_URL=redis://127.0.0.1:$PORT ;;
+    nats) "${PIN_SERVER[@]}" "$NATS_SERVER" -a 127.0.0.1 -p "$PORT" >"$log" 2>&1 & BP_URL=nats://127.0.0.1:$PORT ;;
+    nats-js) "${PIN_SERVER[@]}" "$NATS_SERVER" -a 127.0.0.1 -p "$PORT" -js -sd "$dir" >"$log" 2>&1 & BP_URL=nats://127.0.0.1:$PORT ;;
+  esac
+  PS_PIDS+=($!)
+  ps_wait_ready "$log" "$1" "$([ "$1" = redis ] && echo 'Ready to accept' || echo 'Server is ready')"
+}
+
+echo "==> 11. pub/sub fan-out: one process (${PS_SUBS// /, } subscribers), three nodes, memory per subscription"
+for subs in $PS_SUBS; do
+  rate=$(paced_rate "$subs"); msgs=$(max_msgs "$subs")
+  for s in raw sockeye node socketio; do
+    PORT=$((PORT + 1))
+    ps_start "$s" "$PORT" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
+    proto=$([ "$s" = socketio ] && echo socketio || echo ws)
+    run pubsub-fanout "$s" "$subs subs, as fast as possible" "$BIN/pubsub-load" fanout "$proto" "127.0.0.1:$PORT" "$subs" "$msgs" 0 "$PS_SECS"
+    run pubsub-fanout "$s" "$subs subs × $rate msgs/s" "$BIN/pubsub-load" fanout "$proto" "127.0.0.1:$PORT" "$subs" $(( rate * PS_PACED_SECS )) "$rate" "$PS_PACED_SECS"
+    ps_stop_all
+  done
+done
+
+# Across nodes: three server processes on one backplane.
+subs=$PS_NODE_SUBS; rate=$(paced_rate "$subs")
+for variant in sockeye-redis sockeye-nats sockeye-nats-js socketio-redis; do
+  case "$variant" in
+    sockeye-redis | socketio-redis) backplane=redis ;;
+    sockeye-nats) backplane=nats ;;
+    sockeye-nats-js) backplane=nats-js ;;
+  esac
+  system=${variant%%-*}
+  bp_start "$backplane" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
+  addrs=
+  ok=1
+  for _ in 1 2 3; do
+    PORT=$((PORT + 1))
+    ps_start "$system" "$PORT" "$BP_URL" || ok=0
+    addrs=${addrs:+$addrs,}127.0.0.1:$PORT
+  done
+  if [ "$ok" = 1 ]; then
+    proto=$([ "$system" = socketio ] && echo socketio || echo ws)
+    run pubsub-nodes "$variant" "3 nodes, $subs subs × $rate msgs/s" "$BIN/pubsub-load" fanout "$proto" "$addrs" "$subs" $(( rate * PS_PACED_SECS )) "$rate" "$PS_PACED_SECS"
+    run pubsub-nodes "$variant" "3 nodes, $subs subs, as fast as possible" "$BIN/pubsub-load" fanout "$proto" "$addrs" "$subs" "$PS_NODE_MSGS" 0 "$PS_SECS"
+  else
+    FAILURES=$((FAILURES + 1))
+  fi
+  ps_stop_all
+  rm -rf "$OUT"/backplane.*
+done
+
+# Memory per subscription: the Sockeye server's RSS growth per idle connection, subscribed (a
+# Subscriber and its writer task each) and not (`sockeye-nosub`: the same server, connections
+# only read; `sockeye-split`: split into reading and writing halves, not subscribed).
+for s in sockeye-nosub sockeye-split sockeye; do
+  PORT=$((PORT + 1))
+  ps_start "$s" "$PORT" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
+  pid=${PS_PIDS[0]}
+  before=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
+  : >"$OUT/idle.log"
+  "${PIN_LOAD[@]}" timeout 120 "$BIN/loadgen" idle "127.0.0.1:$PORT" "$PS_IDLE" 3 >"$OUT/idle.log" 2>&1 &
+  idle_pid=$!
+  for _ in $(seq 600); do grep -q ready "$OUT/idle.log" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
+  after=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
+  case "$s" in
+    sockeye) label="$PS_IDLE idle, subscribed (split, Subscriber, writer task)" ;;
+    sockeye-split) label="$PS_IDLE idle, split into reader and writer, not subscribed" ;;
+    *) label="$PS_IDLE idle, not subscribed" ;;
+  esac
+  if wait "$idle_pid"; then
+    record pubsub-memory sockeye "$label" "{\"rss_kib\": $after, \"base_kib\": $before, \"per_conn_kib\": $(awk -v a="$after" -v b="$before" -v n="$PS_IDLE" 'BEGIN {printf "%.3f", (a - b) / n}')}"
+  else
+    echo "   pubsub-memory/$s failed: $(tail -1 "$OUT/idle.log")" >&2
+    record pubsub-memory sockeye "$label" '{"failed": true}'
+    FAILURES=$((FAILURES + 1))
+  fi
+  ps_stop_all
+done
