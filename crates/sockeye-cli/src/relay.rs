@@ -99,7 +99,7 @@ pub(crate) async fn server(
                         let mut fed = 0;
                         while let Some(d) = next.take() {
                             match d {
-                                Delivery::Message { prepared, .. } => sink.feed_prepared(&prepared).await?,
+                                Delivery::Message(m) => sink.feed_prepared(m.prepared()).await?,
                                 Delivery::Gap { topic, .. } if !quiet => {
                                     errln!("{addr}: messages on {topic} were missed during a backplane outage and could not be recovered");
                                 }

@@ -57,11 +57,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let writer = tokio::spawn(async move {
                     while let Some(Ok(delivery)) = me.recv().await {
                         let line = match delivery {
-                            Delivery::Message {
-                                position: Some(p),
-                                message: Message::Text(text),
-                                ..
-                            } => format!("[{}@{}] {text}", p.offset, p.epoch),
+                            Delivery::Message(m) => match (m.position(), m.message()) {
+                                (Some(p), Message::Text(text)) => {
+                                    format!("[{}@{}] {text}", p.offset, p.epoch)
+                                }
+                                _ => continue,
+                            },
                             Delivery::Gap { .. } => "[missed messages could not be recovered]".into(),
                             _ => continue,
                         };

@@ -29,9 +29,9 @@ use crate::{
 /// alice.subscribe(&lobby, None).await?;
 /// hub.publish(&lobby, "hello".into()).await?;
 /// match alice.recv().await {
-///     Some(Ok(Delivery::Message { message, position, .. })) => {
-///         assert_eq!(message, "hello".into());
-///         println!("at {}", position.unwrap()); // resume from here after a reconnect
+///     Some(Ok(Delivery::Message(published))) => {
+///         assert_eq!(published.message(), &"hello".into());
+///         println!("at {}", published.position().unwrap()); // resume from here after a reconnect
 ///     }
 ///     other => panic!("{other:?}"),
 /// }
@@ -187,23 +187,8 @@ impl Hub {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Delivery {
-    /// A publication.
-    Message {
-        /// Its topic.
-        topic: Topic,
-        /// Where it stands in the topic's history: keep the last one to resume from after a
-        /// reconnect (`None` from a backplane without history).
-        position: Option<Position>,
-        /// Who published it.
-        origin: Origin,
-        /// The message (its payload shared with every other subscriber).
-        message: Message,
-        /// The same message, prepared once for every subscriber: send it with
-        /// [`WebSocketWriter::feed_prepared`](sockeye::WebSocketWriter::feed_prepared) so that
-        /// with permessage-deflate (without context takeover) it is compressed once, not once
-        /// per connection.
-        prepared: PreparedMessage,
-    },
+    /// A publication (one shared handle for every subscriber it is delivered to).
+    Message(Published),
     /// Publications on `topic` were missed and could not be recovered: the backplane's server
     /// was unreachable and has no history, the history no longer reaches back far enough, or it
     /// was lost (a new epoch). Deliveries continue from `resume`.
@@ -221,13 +206,81 @@ pub enum Delivery {
     },
 }
 
+/// A publication as delivered: built once on this node and shared by every subscriber it goes
+/// to (queueing it for one more subscriber costs one reference count).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Published(Arc<PublishedInner>);
+
+#[derive(PartialEq, Eq)]
+struct PublishedInner {
+    topic: Topic,
+    position: Option<Position>,
+    origin: Origin,
+    prepared: PreparedMessage,
+}
+
+impl Published {
+    /// Its topic.
+    pub fn topic(&self) -> &Topic {
+        &self.0.topic
+    }
+
+    /// Where it stands in the topic's history: keep the last one to resume from after a
+    /// reconnect (`None` from a backplane without history).
+    pub fn position(&self) -> Option<&Position> {
+        self.0.position.as_ref()
+    }
+
+    /// Who published it.
+    pub fn origin(&self) -> Origin {
+        self.0.origin
+    }
+
+    /// The message (its payload shared with every other subscriber).
+    pub fn message(&self) -> &Message {
+        self.0.prepared.message()
+    }
+
+    /// The message prepared once for every subscriber: send it with
+    /// [`WebSocketWriter::feed_prepared`](sockeye::WebSocketWriter::feed_prepared) so that with
+    /// permessage-deflate (without context takeover) it is compressed once, not once per
+    /// connection.
+    pub fn prepared(&self) -> &PreparedMessage {
+        &self.0.prepared
+    }
+
+    /// Whether it is at or before `seam` in the same epoch (already delivered).
+    fn not_after(&self, seam: &Position) -> bool {
+        self.0
+            .position
+            .as_ref()
+            .is_some_and(|p| p.epoch == seam.epoch && p.offset <= seam.offset)
+    }
+}
+
+impl std::fmt::Debug for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Published")
+            .field("topic", &self.0.topic)
+            .field("position", &self.0.position)
+            .field("origin", &self.0.origin)
+            .field("message", self.message())
+            .finish()
+    }
+}
+
+/// What a queued delivery is counted as against [`SubscriberConfig::max_queued_bytes`]: its
+/// payload and what the queue holds for it, so that the bound is one of memory.
+const QUEUE_ITEM_COST: usize = std::mem::size_of::<Delivery>() + 16;
+
 impl Delivery {
     /// The bytes this delivery holds in a queue.
     fn size(&self) -> usize {
-        match self {
-            Delivery::Message { message, .. } => message.as_payload().len(),
-            _ => 0,
-        }
+        QUEUE_ITEM_COST
+            + match self {
+                Delivery::Message(p) => p.message().as_payload().len(),
+                _ => 0,
+            }
     }
 }
 
@@ -509,14 +562,12 @@ fn to_delivery(p: Publication) -> Option<Delivery> {
         DataKind::Text => Message::Text(Utf8Bytes::try_from(p.payload).ok()?),
         DataKind::Binary => Message::Binary(p.payload),
     };
-    let prepared = PreparedMessage::new(message.clone())?;
-    Some(Delivery::Message {
+    Some(Delivery::Message(Published(Arc::new(PublishedInner {
         topic: p.topic,
         position: p.position,
         origin: p.origin,
-        message,
-        prepared,
-    })
+        prepared: PreparedMessage::new(message)?,
+    }))))
 }
 
 /// Reads the backplane's events and delivers them; ends when the hub is dropped or the backplane
@@ -707,23 +758,22 @@ impl Queue {
         if s.stopped {
             return;
         }
-        if let Delivery::Message { topic, .. } = d
-            && let Some(held) = s.held.get_mut(topic)
+        // The maps are empty but while a subscription resumes: no hashing of the topic then.
+        if let Delivery::Message(p) = d
+            && !s.held.is_empty()
+            && let Some(held) = s.held.get_mut(p.topic())
         {
             held.push(d.clone());
             return;
         }
-        if let Delivery::Message {
-            topic,
-            position: Some(p),
-            ..
-        } = d
-            && let Some(seam) = s.seams.get(topic)
+        if let Delivery::Message(p) = d
+            && !s.seams.is_empty()
+            && let Some(seam) = s.seams.get(p.topic())
         {
-            if p.epoch == seam.epoch && p.offset <= seam.offset {
+            if p.not_after(seam) {
                 return;
             }
-            s.seams.remove(topic);
+            s.seams.remove(p.topic());
         }
         self.push_locked(&mut s, d.clone());
     }
@@ -773,22 +823,16 @@ impl Queue {
         }
         let mut seam = since;
         for d in recovered {
-            if let Delivery::Message {
-                position: Some(p), ..
-            } = &d
+            if let Delivery::Message(p) = &d
+                && let Some(position) = p.position()
             {
-                seam = Some(p.clone());
+                seam = Some(position.clone());
             }
             self.push_locked(&mut s, d);
         }
         for d in held {
             let duplicate = match (&d, &seam) {
-                (
-                    Delivery::Message {
-                        position: Some(p), ..
-                    },
-                    Some(seam),
-                ) => p.epoch == seam.epoch && p.offset <= seam.offset,
+                (Delivery::Message(p), Some(seam)) => p.not_after(seam),
                 _ => false,
             };
             if !duplicate {

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 pub use backplane::{Origin, Position, Publication};
 pub use error::Error;
-pub use hub::{Delivery, Hub, Publisher, Recovery, Subscriber};
+pub use hub::{Delivery, Hub, Published, Publisher, Recovery, Subscriber};
 pub use topic::Topic;
 
 /// How much history a backplane keeps per topic, for recovery.

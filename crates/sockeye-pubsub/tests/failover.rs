@@ -107,16 +107,15 @@ async fn serve(hub: Hub, ws: sockeye::WebSocket<sockeye::MaybeTlsStream>, reques
     let writer = tokio::spawn(async move {
         while let Some(Ok(d)) = me.recv().await {
             let line = match d {
-                Delivery::Message {
-                    position: Some(p),
-                    message,
-                    ..
-                } => format!(
-                    "{}@{}\n{}",
-                    p.offset,
-                    p.epoch,
-                    String::from_utf8_lossy(message.as_payload())
-                ),
+                Delivery::Message(m) if m.position().is_some() => {
+                    let p = m.position().unwrap();
+                    format!(
+                        "{}@{}\n{}",
+                        p.offset,
+                        p.epoch,
+                        String::from_utf8_lossy(m.message().as_payload())
+                    )
+                }
                 Delivery::Gap { .. } => "gap".to_string(),
                 _ => continue,
             };

@@ -42,11 +42,9 @@ async fn recv(s: &mut Subscriber) -> Delivery {
 /// The next message's text and position; panics on anything else.
 async fn recv_msg(s: &mut Subscriber) -> (String, Option<Position>) {
     match recv(s).await {
-        Delivery::Message {
-            message, position, ..
-        } => (
-            String::from_utf8(message.as_payload().to_vec()).unwrap(),
-            position,
+        Delivery::Message(m) => (
+            String::from_utf8(m.message().as_payload().to_vec()).unwrap(),
+            m.position().cloned(),
         ),
         other => panic!("expected a message, got {other:?}"),
     }

@@ -108,8 +108,8 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_
                     }
                     let write = async {
                         for d in batch.drain(..) {
-                            if let Delivery::Message { prepared, .. } = d {
-                                sink.feed_prepared(&prepared).await?;
+                            if let Delivery::Message(m) = d {
+                                sink.feed_prepared(m.prepared()).await?;
                             }
                         }
                         sink.flush().await
