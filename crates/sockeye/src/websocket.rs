@@ -57,7 +57,10 @@ use crate::split::{Side, Wakers, WebSocketReader, WebSocketWriter};
 /// - [`close`](Self::close) queues the close frame at its first poll; dropped later, the closing
 ///   handshake goes on: keep calling `recv` until `None` to finish it.
 pub struct WebSocket<S> {
-    inner: Inner<S>,
+    /// Boxed: a `WebSocket` is moved (into a task, into the shared state of its split halves)
+    /// as a pointer, so that a split connection does not hold two copies' worth of memory (the
+    /// moved-from slot in the task's future stays as large as what was moved).
+    inner: Box<Inner<S>>,
     /// The wakers of the task receiving and the task sending.
     wakers: Wakers,
 }
@@ -111,7 +114,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         conn.handle_timeout(Instant::now().into_std());
 
         WebSocket {
-            inner: Inner {
+            inner: Box::new(Inner {
                 stream,
                 conn,
                 high_water: config.write_buffer_high_water,
@@ -119,7 +122,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                 unflushed: false,
                 timer: None,
                 shutdown: None,
-            },
+            }),
             wakers: Wakers::default(),
         }
     }
