@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use sockeye::{CloseCode, CloseFrame, Message};
 use sockeye_pubsub::backplane::InProcess;
 use sockeye_pubsub::{
@@ -35,6 +35,12 @@ const BACKPLANE_MAX_MESSAGE: usize = (1 << 20) - 1024;
 const PUBLISH_PATIENCE: Duration = Duration::from_secs(10);
 /// Deliveries fed to a socket at most before one flush.
 const BATCH: usize = 256;
+/// Messages a client has already sent that are published together, at most (one backplane round
+/// trip for all of them), and their payload bytes: the batch ends at whichever comes first
+/// (one message of any size may always go).
+const READ_BATCH: usize = 256;
+/// See [`READ_BATCH`].
+const READ_BATCH_BYTES: usize = 1 << 20;
 
 pub(crate) async fn server(
     args: RelayArgs,
@@ -132,13 +138,30 @@ pub(crate) async fn server(
                 let _ = tokio::time::timeout(CLOSE_GRACE, sink.close(Some(frame))).await;
             });
             // On Ctrl-C the server's shutdown closes the connection (1001) and the stream ends.
-            while let Some(Ok(m)) = stream.next().await {
-                if !m.is_data() {
+            // What the client has sent and is already here goes to the backplane in one batch
+            // (one round trip), in order; the connection is not read while a batch waits.
+            let mut batch: Vec<Message> = Vec::new();
+            let mut reading = true;
+            while reading {
+                let Some(Ok(first)) = stream.next().await else { break };
+                let mut bytes = take(first, &mut batch);
+                while batch.len() < READ_BATCH && bytes < READ_BATCH_BYTES {
+                    match stream.next().now_or_never() {
+                        Some(Some(Ok(m))) => bytes += take(m, &mut batch),
+                        // Ended (or failed): what was read still goes out.
+                        Some(_) => {
+                            reading = false;
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                if batch.is_empty() {
                     continue;
                 }
-                if let Err(e) = publish_patiently(&publisher, &topic, m).await {
+                if let Err(e) = publish_patiently(&publisher, &topic, std::mem::take(&mut batch)).await {
                     if !quiet {
-                        errln!("{addr}: message not delivered: {e}; closing with 1013");
+                        errln!("{addr}: messages not delivered: {e}; closing with 1013");
                     }
                     let _ = close_tx.send(short_close(CloseCode::TRY_AGAIN_LATER, "pub/sub backplane unavailable"));
                     break;
@@ -182,23 +205,44 @@ async fn connect_backplane(url: &str, name: &str) -> Result<Hub, Failure> {
     }
 }
 
-/// Publishes, waiting out a backplane that is down for up to [`PUBLISH_PATIENCE`].
+/// Publishes a batch in order, waiting out a backplane that is down for up to
+/// [`PUBLISH_PATIENCE`].
+///
+/// Retried only when the error says that what is retried was not published: the whole batch
+/// when nothing of it was sent (the backplane is not connected: the usual outage), the rest of
+/// it when its start is known published and the rest known not. A batch that may be partly
+/// published (sent, and the answer lost: a connection dropped or a server hung mid-batch) is not
+/// retried: that could deliver some messages twice, so the client is closed with 1013 instead
+/// and knows that its last messages may not all have been delivered.
 async fn publish_patiently(
     publisher: &sockeye_pubsub::Publisher,
     topic: &Topic,
-    message: Message,
+    mut batch: Vec<Message>,
 ) -> Result<(), PubSubError> {
     let give_up = tokio::time::Instant::now() + PUBLISH_PATIENCE;
     let mut delay = Duration::from_millis(50);
     loop {
-        match publisher.publish(topic, message.clone()).await {
-            Err(PubSubError::Backplane { .. }) if tokio::time::Instant::now() + delay < give_up => {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
+        let patient = tokio::time::Instant::now() + delay < give_up;
+        match publisher.publish_many(topic, batch.clone()).await {
+            Err(PubSubError::Backplane { .. }) if patient => {}
+            Err(PubSubError::PartlyPublished { published, sent, .. }) if patient && published == sent => {
+                batch.drain(..sent);
             }
             r => return r,
         }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(1));
     }
+}
+
+/// Adds a data message to the batch (ping, pong and close are not published); its payload bytes.
+fn take(m: Message, batch: &mut Vec<Message>) -> usize {
+    if !m.is_data() {
+        return 0;
+    }
+    let len = m.as_payload().len();
+    batch.push(m);
+    len
 }
 
 fn too_slow() -> CloseFrame {

@@ -44,6 +44,24 @@ pub enum Error {
     },
     /// The hub has stopped (every handle to it was dropped, or its backplane ended).
     Closed,
+    /// A batch ([`Hub::publish_many`](crate::Hub::publish_many),
+    /// [`Backplane::publish_many`](crate::backplane::Backplane::publish_many)) failed after some
+    /// of it had been handed to the backplane's server: its first `published` publications were
+    /// published, the ones from there up to `sent` may or may not have been, and the rest (from
+    /// `sent` on) were not. Retrying from `sent` keeps the order and duplicates nothing; retrying
+    /// from `published` may duplicate what lies between.
+    ///
+    /// A batch that fails before anything of it was sent fails with the plain error instead
+    /// ([`Error::Backplane`], say): none of it was published, and it may be retried whole.
+    PartlyPublished {
+        /// Publications at the start of the batch known to be published.
+        published: usize,
+        /// Publications at the start of the batch that may have been published (at least
+        /// `published`).
+        sent: usize,
+        /// Why the batch failed.
+        source: Box<Error>,
+    },
 }
 
 impl Error {
@@ -89,6 +107,23 @@ impl fmt::Display for Error {
                 "subscriber too slow: {queued} bytes queued, over its bound of {max} (SubscriberConfig::max_queued_bytes)"
             ),
             Error::Closed => f.write_str("the hub has stopped"),
+            Error::PartlyPublished {
+                published,
+                sent,
+                source,
+            } if published == sent => write!(
+                f,
+                "{source} (the batch's first {published} publications were published, the rest were not)"
+            ),
+            Error::PartlyPublished {
+                published,
+                sent,
+                source,
+            } => write!(
+                f,
+                "{source} (the batch's first {published} publications were published, the next {} may or may not have been, the rest were not)",
+                sent.saturating_sub(*published)
+            ),
         }
     }
 }
@@ -97,6 +132,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Backplane { source: Some(e), .. } => Some(&**e),
+            Error::PartlyPublished { source, .. } => Some(&**source),
             _ => None,
         }
     }

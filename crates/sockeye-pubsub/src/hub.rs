@@ -139,7 +139,45 @@ impl Hub {
         self.publish_as(0, topic, message).await
     }
 
+    /// Publishes `messages` to every subscriber of `topic`, on every node, in order, as
+    /// [`publish`](Self::publish) one after the other would, but in one go: over Redis one round
+    /// trip for the whole batch, over NATS one server check and the acknowledgements awaited
+    /// together (see [`Backplane::publish_many`]).
+    ///
+    /// Every message is checked first (data only, each at most
+    /// [`HubConfig::max_payload`](crate::HubConfig)): one that does not pass refuses the whole
+    /// batch ([`Error::NotData`], [`Error::PayloadTooLarge`]) and nothing is published.
+    ///
+    /// Not all-or-nothing: a batch that fails at the backplane may be partly published, and
+    /// [`Error::PartlyPublished`] says how far it got; any other error means none of it was
+    /// published (it may be retried whole).
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+        self.publish_many_as(0, topic, messages).await
+    }
+
     async fn publish_as(&self, publisher: u64, topic: &Topic, message: Message) -> Result<(), Error> {
+        let publication = self.publication(publisher, topic, message)?;
+        self.inner.backplane.publish(publication).await
+    }
+
+    async fn publish_many_as(
+        &self,
+        publisher: u64,
+        topic: &Topic,
+        messages: Vec<Message>,
+    ) -> Result<(), Error> {
+        let publications = messages
+            .into_iter()
+            .map(|m| self.publication(publisher, topic, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        match publications.len() {
+            0 => Ok(()),
+            _ => self.inner.backplane.publish_many(publications).await,
+        }
+    }
+
+    /// A message as a publication, if it may be published.
+    fn publication(&self, publisher: u64, topic: &Topic, message: Message) -> Result<Publication, Error> {
         let kind = match &message {
             Message::Text(_) => DataKind::Text,
             Message::Binary(_) => DataKind::Binary,
@@ -152,7 +190,7 @@ impl Hub {
                 max: self.inner.config.max_payload,
             });
         }
-        let publication = Publication {
+        Ok(Publication {
             topic: topic.clone(),
             position: None,
             origin: Origin {
@@ -161,8 +199,7 @@ impl Hub {
             },
             kind,
             payload,
-        };
-        self.inner.backplane.publish(publication).await
+        })
     }
 
     /// Subscribers of `topic` on this node.
@@ -401,6 +438,12 @@ impl Subscriber {
         self.hub.publish_as(self.id, topic, message).await
     }
 
+    /// Publishes `messages` in order, in one go, to every subscriber of `topic` but this one:
+    /// see [`Hub::publish_many`] for what is checked and what an error means.
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+        self.hub.publish_many_as(self.id, topic, messages).await
+    }
+
     /// A handle that publishes as this subscriber (leaving it out of the fan-out), for the task
     /// that reads a connection while another writes this subscriber's deliveries.
     pub fn publisher(&self) -> Publisher {
@@ -482,6 +525,12 @@ impl Publisher {
     /// Publishes to every subscriber of `topic` but the one this handle came from, on every node.
     pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
         self.hub.publish_as(self.id, topic, message).await
+    }
+
+    /// Publishes `messages` in order, in one go, as this handle's subscriber: see
+    /// [`Hub::publish_many`] for what is checked and what an error means.
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+        self.hub.publish_many_as(self.id, topic, messages).await
     }
 }
 

@@ -293,3 +293,51 @@ async fn bad_input_is_a_clear_error() {
             .contains("at most 256")
     );
 }
+
+#[tokio::test]
+async fn a_batch_arrives_in_order_and_a_bad_one_is_refused_whole() {
+    let hub = Hub::with_backplane(HubConfig::default().max_payload(100), |events| {
+        InProcess::new(events, HistoryConfig::default())
+    });
+    let topic = Topic::new("batch").unwrap();
+    let mut reader = hub.subscriber(SubscriberConfig::default());
+    reader.subscribe(&topic, None).await.unwrap();
+    let mut writer = hub.subscriber(SubscriberConfig::default());
+    writer.subscribe(&topic, None).await.unwrap();
+    let publisher = writer.publisher();
+    let mut sent = 0;
+    for size in [1, 7, 100, 256, 136] {
+        let batch = (sent..sent + size)
+            .map(|i| Message::from(format!("m{i}")))
+            .collect();
+        publisher.publish_many(&topic, batch).await.unwrap();
+        sent += size;
+    }
+    hub.publish_many(&topic, Vec::new()).await.unwrap();
+    let mut last = 0;
+    for i in 0..sent {
+        let (t, p) = next_text(&mut reader).await;
+        assert_eq!(t, format!("m{i}"));
+        assert_eq!(p.offset, last + 1, "contiguous");
+        last = p.offset;
+    }
+    nothing_more(&mut reader).await;
+    // The publisher is left out, as with `publish`.
+    nothing_more(&mut writer).await;
+
+    // One message over the limit, or not data: nothing of the batch is published.
+    let e = publisher
+        .publish_many(
+            &topic,
+            vec!["ok".into(), Message::binary(vec![0; 101]), "ok".into()],
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::PayloadTooLarge { len: 101, max: 100 }), "{e}");
+    let e = hub
+        .publish_many(&topic, vec!["ok".into(), Message::Ping(Default::default())])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::NotData), "{e}");
+    nothing_more(&mut reader).await;
+}

@@ -147,6 +147,58 @@ async fn three_nodes_fan_out_core_nats() {
     timeout(TEST_TIMEOUT, three_nodes_fan_out(false)).await.unwrap();
 }
 
+/// 500 publications in batches reach another node once each, in order; a batch with a message
+/// over `max_payload` is refused whole.
+async fn batches_across_nodes(jetstream: bool) {
+    let server = BackplaneServer::start(Kind::Nats { jetstream });
+    let topic = Topic::new("batches").unwrap();
+    let (a, _) = node(&server.url(), HistoryConfig::default()).await;
+    let (b, _) = node(&server.url(), HistoryConfig::default()).await;
+    let mut sub_b = sub(&b);
+    sub_b.subscribe(&topic, None).await.unwrap();
+    let publisher = sub(&a).publisher();
+    let mut sent = 0;
+    for size in [1, 7, 100, 256, 136] {
+        let batch = (sent..sent + size).map(|i| format!("m{i}").into()).collect();
+        publisher.publish_many(&topic, batch).await.unwrap();
+        sent += size;
+    }
+    assert_eq!(sent, 500);
+    let mut last = 0;
+    for i in 0..sent {
+        let (text, position) = recv_msg(&mut sub_b).await;
+        assert_eq!(text, format!("m{i}"), "out of order, lost or duplicated");
+        if let Some(p) = position {
+            assert!(jetstream);
+            assert!(p.offset > last, "positions must increase");
+            last = p.offset;
+        }
+    }
+    quiet(&mut sub_b).await;
+    let max = HubConfig::default().max_payload;
+    match publisher
+        .publish_many(
+            &topic,
+            vec!["ok".into(), sockeye::Message::Binary(vec![0; max + 1].into())],
+        )
+        .await
+    {
+        Err(e @ Error::PayloadTooLarge { .. }) => assert!(e.to_string().contains("max_payload"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    quiet(&mut sub_b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_across_nodes_with_jetstream() {
+    timeout(TEST_TIMEOUT, batches_across_nodes(true)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_across_nodes_core_nats() {
+    timeout(TEST_TIMEOUT, batches_across_nodes(false)).await.unwrap();
+}
+
 /// Publishing while the server is down fails promptly with `Error::Backplane`.
 async fn publish_fails_promptly(hub: &Hub, topic: &Topic) {
     let started = Instant::now();
@@ -157,6 +209,21 @@ async fn publish_fails_promptly(hub: &Hub, topic: &Topic) {
     .await
     .expect("publish hung while the server was down");
     match r {
+        Err(Error::Backplane { what, .. }) => assert!(what.contains("nats://127.0.0.1:"), "{what}"),
+        other => panic!("expected Error::Backplane, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        started.elapsed()
+    );
+    // A batch too, with the plain error: nothing of it was sent (the server check failed).
+    let started = Instant::now();
+    let batch = vec!["batch 1".into(), "batch 2".into(), "batch 3".into()];
+    match timeout(Duration::from_secs(5), hub.publish_many(topic, batch))
+        .await
+        .expect("publish_many hung while the server was down")
+    {
         Err(Error::Backplane { what, .. }) => assert!(what.contains("nats://127.0.0.1:"), "{what}"),
         other => panic!("expected Error::Backplane, got {other:?}"),
     }

@@ -233,6 +233,136 @@ async fn three_nodes_deliver_every_publication_once_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_arrive_at_another_node_once_in_order() {
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let topic = Topic::new("batches").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node(&server, HistoryConfig::default()).await;
+        let mut sub_b = b.subscriber(SubscriberConfig::default());
+        sub_b.subscribe(&topic, None).await.unwrap();
+        let publisher = a.subscriber(SubscriberConfig::default()).publisher();
+        // An empty script cache (a restarted Redis) must not fail a batch.
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        // 500 in batches of several sizes (one of them a single publication), while another
+        // publisher on the same node publishes one by one.
+        let singles = {
+            let (a, topic) = (a.clone(), topic.clone());
+            tokio::spawn(async move {
+                for i in 0..50 {
+                    a.publish(&topic, text(format!("s{i}"))).await.unwrap();
+                }
+            })
+        };
+        let mut sent = 0;
+        for size in [1, 7, 100, 256, 136] {
+            let batch = (sent..sent + size).map(|i| text(format!("m{i}"))).collect();
+            publisher.publish_many(&topic, batch).await.unwrap();
+            sent += size;
+        }
+        assert_eq!(sent, 500);
+        singles.await.unwrap();
+        let (mut m, mut s) = (0, 0);
+        let mut last: Option<Position> = None;
+        while m + s < 550 {
+            let (t, p) = next_text(&mut sub_b).await;
+            if let Some(last) = &last {
+                assert_eq!(p.offset, last.offset + 1, "contiguous, once each");
+            }
+            last = Some(p);
+            if let Some(k) = t.strip_prefix('m') {
+                assert_eq!(k.parse::<usize>().unwrap(), m, "batches out of order");
+                m += 1;
+            } else {
+                assert_eq!(t, format!("s{s}"));
+                s += 1;
+            }
+        }
+        quiet(&mut sub_b, Duration::from_millis(300)).await;
+
+        // Refused whole, before anything is sent: one message over max_payload, or not data.
+        let max = HubConfig::default().max_payload;
+        match publisher
+            .publish_many(
+                &topic,
+                vec![text("ok".into()), Message::Binary(vec![0; max + 1].into())],
+            )
+            .await
+        {
+            Err(e @ Error::PayloadTooLarge { .. }) => {
+                assert!(e.is_caller_fault());
+                assert!(e.to_string().contains("max_payload"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            a.publish_many(&topic, vec![Message::Pong(Default::default())])
+                .await,
+            Err(Error::NotData)
+        ));
+        quiet(&mut sub_b, Duration::from_millis(300)).await;
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_while_redis_is_down_fails_promptly_with_nothing_published() {
+    let mut server = BackplaneServer::start(Kind::Redis { persistent: true });
+    let topic = Topic::new("batch outage").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node(&server, HistoryConfig::default()).await;
+        let mut sub_b = b.subscriber(SubscriberConfig::default());
+        sub_b.subscribe(&topic, None).await.unwrap();
+        a.publish_many(&topic, vec![text("before".into()), text("before 2".into())])
+            .await
+            .unwrap();
+        assert_eq!(next_text(&mut sub_b).await.0, "before");
+        assert_eq!(next_text(&mut sub_b).await.0, "before 2");
+        server.kill();
+        // Give the node a moment to see its connections close: then nothing is sent at all.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let batch: Vec<Message> = (0..10).map(|i| text(format!("lost {i}"))).collect();
+        match timeout(Duration::from_secs(5), a.publish_many(&topic, batch)).await {
+            Ok(Err(Error::Backplane { what, .. })) => {
+                assert!(what.contains(&format!("127.0.0.1:{}", server.port())), "{what}")
+            }
+            other => panic!("a batch while Redis is down: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        server.restart();
+        // Retried whole once Redis is back: every message once, in order.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let batch: Vec<Message> = (0..10).map(|i| text(format!("after {i}"))).collect();
+            match a.publish_many(&topic, batch).await {
+                Ok(()) => break,
+                Err(Error::Backplane { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        for i in 0..10 {
+            assert_eq!(next_text(&mut sub_b).await.0, format!("after {i}"));
+        }
+        quiet(&mut sub_b, Duration::from_millis(300)).await;
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_come_back_by_themselves_after_redis_restarts() {
     let mut server = BackplaneServer::start(Kind::Redis { persistent: true });
     let topic = Topic::new("restart").unwrap();

@@ -6,7 +6,8 @@
 //! - `sockeye`: a [`Hub`] on BACKPLANE (`memory:` by default, `redis://…`, `nats://…`) and a
 //!   `sockeye::Server`; every connection subscribes to the topic, with a writer task that drains
 //!   its subscriber in batches (as `ws broadcast_server` does: `crates/sockeye-cli/src/relay.rs`),
-//!   and publishes what it receives, leaving itself out.
+//!   and publishes what it receives, leaving itself out: what a connection has already sent goes
+//!   out in one batch (`publish_many`, one backplane round trip), as in relay.rs.
 //! - `sockeye-nosub`: the same server, but connections neither subscribe nor get a writer task:
 //!   the baseline of the memory scenario (an idle connection, no subscription).
 //! - `sockeye-split`: connections are split into their reading and writing halves (what any
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use sockeye::{CloseCode, CloseFrame};
 use sockeye_bench::{encode_frame, server_handshake};
 use sockeye_pubsub::{Delivery, HistoryConfig, Hub, HubConfig, SubscriberConfig, Topic};
@@ -35,6 +36,10 @@ type Error = Box<dyn std::error::Error>;
 
 /// Deliveries written to a socket before one flush (as in relay.rs).
 const BATCH: usize = 256;
+/// Messages already received from a client published together at most, and their bytes (as in
+/// relay.rs).
+const READ_BATCH: usize = 256;
+const READ_BATCH_BYTES: usize = 1 << 20;
 /// The topic every connection is on.
 const TOPIC: &str = "bench";
 
@@ -129,9 +134,25 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_
                 let close = CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow");
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(1), sink.close(Some(close))).await;
             });
-            while let Some(Ok(m)) = stream.next().await {
-                if m.is_data()
-                    && let Err(e) = publisher.publish(&topic, m).await
+            // What the client has already sent goes out as one batch (one backplane round trip),
+            // as in relay.rs: up to READ_BATCH messages or READ_BATCH_BYTES.
+            let mut batch: Vec<sockeye::Message> = Vec::new();
+            let mut reading = true;
+            while reading {
+                let Some(Ok(first)) = stream.next().await else { break };
+                let mut bytes = take(first, &mut batch);
+                while batch.len() < READ_BATCH && bytes < READ_BATCH_BYTES {
+                    match stream.next().now_or_never() {
+                        Some(Some(Ok(m))) => bytes += take(m, &mut batch),
+                        Some(_) => {
+                            reading = false;
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                if !batch.is_empty()
+                    && let Err(e) = publisher.publish_many(&topic, std::mem::take(&mut batch)).await
                 {
                     eprintln!("publish failed: {e}");
                     break;
@@ -142,6 +163,16 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_
     });
     serving.await?;
     Ok(())
+}
+
+/// Adds a data message to the batch; its payload bytes.
+fn take(m: sockeye::Message, batch: &mut Vec<sockeye::Message>) -> usize {
+    if !m.is_data() {
+        return 0;
+    }
+    let len = m.as_payload().len();
+    batch.push(m);
+    len
 }
 
 /// The ceiling: pre-encoded frame bytes written to every socket, no pub/sub layer.

@@ -44,6 +44,28 @@ impl InProcess {
         }
     }
 
+    /// Numbers `publication`, keeps it, and hands it to the hub if subscribed.
+    async fn publish_locked(&self, state: &mut State, mut publication: Publication) -> Result<(), Error> {
+        let now = Instant::now();
+        let h = state.topics.entry(publication.topic.clone()).or_default();
+        h.offset += 1;
+        publication.position = Some(Position {
+            epoch: self.epoch.clone(),
+            offset: h.offset,
+        });
+        if self.history.max_len > 0 {
+            h.kept.push_back((now, publication.clone()));
+        }
+        self.trim(h, now);
+        if state.subscribed.contains(&publication.topic) {
+            self.events
+                .send(Event::Publication(publication))
+                .await
+                .map_err(|_| Error::Closed)?;
+        }
+        Ok(())
+    }
+
     fn trim(&self, h: &mut TopicHistory, now: Instant) {
         while h.kept.len() > self.history.max_len
             || h.kept
@@ -63,27 +85,22 @@ impl Backplane for InProcess {
         }
     }
 
-    fn publish(&self, mut publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
             // Held across the send: two publications get their offsets and reach the hub in one
             // order.
             let mut state = self.state.lock().await;
-            let now = Instant::now();
-            let h = state.topics.entry(publication.topic.clone()).or_default();
-            h.offset += 1;
-            publication.position = Some(Position {
-                epoch: self.epoch.clone(),
-                offset: h.offset,
-            });
-            if self.history.max_len > 0 {
-                h.kept.push_back((now, publication.clone()));
-            }
-            self.trim(h, now);
-            if state.subscribed.contains(&publication.topic) {
-                self.events
-                    .send(Event::Publication(publication))
-                    .await
-                    .map_err(|_| Error::Closed)?;
+            self.publish_locked(&mut state, publication).await
+        })
+    }
+
+    /// Under one lock: the batch gets consecutive offsets, no other publication between them.
+    /// Fails only with [`Error::Closed`]: the hub has stopped, nothing more is delivered anyway.
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            let mut state = self.state.lock().await;
+            for p in publications {
+                self.publish_locked(&mut state, p).await?;
             }
             Ok(())
         })

@@ -144,6 +144,33 @@ pub trait Backplane: Send + Sync + 'static {
     /// acknowledgements, once it is written).
     fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>>;
 
+    /// Publishes several publications, in order, as if by `publish` one after the other
+    /// (each publisher's order is kept), but without waiting for each before sending the next:
+    /// a backplane over the network sends the whole batch in one round trip where it can.
+    ///
+    /// Returns once the server has them all. Not all-or-nothing: like a failed `publish`, whose
+    /// publication may have been published, a failed batch may be partly published, and the
+    /// error says how far it got:
+    /// - an error other than [`Error::PartlyPublished`] (and [`Error::Closed`], after which
+    ///   nothing is delivered anyway): nothing of the batch was published (it failed before
+    ///   sending anything: not connected, say); it may be retried whole;
+    /// - [`Error::PartlyPublished`] `{ published, sent, .. }`: the first `published` were
+    ///   published, the next ones up to `sent` may or may not have been (sent, not answered),
+    ///   the rest were not.
+    ///
+    /// The default publishes one by one with `publish`, in order, stopping at the first
+    /// failure.
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async move {
+            for (i, p) in publications.into_iter().enumerate() {
+                if let Err(e) = self.publish(p).await {
+                    return Err(partly_published(i, i + 1, e));
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Starts delivering the topic's publications as [`Event`]s. Subscribing twice is the same
     /// as once.
     fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>>;
@@ -160,6 +187,20 @@ pub trait Backplane: Send + Sync + 'static {
         since: Option<&Position>,
         limit: usize,
     ) -> BoxFuture<'_, Result<History, Error>>;
+}
+
+/// The error of a batch that failed after its first `sent` publications were handed to the
+/// server, of which the first `published` are known to be published: the plain error when
+/// nothing was sent, [`Error::PartlyPublished`] otherwise.
+pub(crate) fn partly_published(published: usize, sent: usize, error: Error) -> Error {
+    if sent == 0 {
+        return error;
+    }
+    Error::PartlyPublished {
+        published,
+        sent: sent.max(published),
+        source: Box::new(error),
+    }
 }
 
 /// The channel a backplane's events go to.

@@ -40,7 +40,9 @@
 //! send it after the reconnect, when the call has failed. A publication not acknowledged
 //! (JetStream) or written (core) within 2 s in all fails the same way. So a failed publication is
 //! not sent later behind the caller's back, but for a connection lost in the instant between that
-//! round trip and the write. The cost: one round trip more per publication.
+//! round trip and the write. The cost: one round trip more per publication, or per batch with
+//! [`Backplane::publish_many`]: one check, then the whole batch, then its acknowledgements
+//! awaited together (2 s for all of it).
 //!
 //! # Message format
 //!
@@ -454,6 +456,97 @@ impl Shared {
         Ok(())
     }
 
+    /// See [`Backplane::publish_many`] for [`Nats`].
+    async fn publish_many(&self, batch: Vec<Publication>) -> Result<(), Error> {
+        let n = batch.len();
+        let Some(first) = batch.first() else {
+            return Ok(());
+        };
+        let what = if n == 1 {
+            format!("publish on {}", first.topic)
+        } else if batch.iter().all(|p| p.topic == first.topic) {
+            format!("publish {n} publications on {}", first.topic)
+        } else {
+            format!("publish {n} publications")
+        };
+        if self.client.connection_state() != State::Connected {
+            return Err(Error::Backplane {
+                what: format!("{}: {what}: not connected (reconnecting)", self.server),
+                source: None,
+            });
+        }
+        let max = self.client.server_info().max_payload;
+        let mut bodies = Vec::with_capacity(n);
+        for p in &batch {
+            let body = encode(p);
+            if max > 0 && body.len() > max {
+                return Err(Error::Backplane {
+                    what: format!(
+                        "{}: publish on {}: {} bytes with the header, over the server's max_payload of {max}",
+                        self.server,
+                        p.topic,
+                        body.len()
+                    ),
+                    source: None,
+                });
+            }
+            bodies.push((subject(&p.topic), body));
+        }
+        drop(batch);
+        // How far the batch got: handed to the client (`sent`), acknowledged (`published`).
+        let mut sent = 0;
+        let mut published = 0;
+        let run = async {
+            // A round trip through the server first, once for the batch: a connection that died
+            // before the client noticed would otherwise take the batch into its buffer and send
+            // it after the reconnect, when this call has long failed.
+            self.client
+                .request(self.ping.clone(), Bytes::new())
+                .await
+                .map_err(|e| self.failed(format_args!("{what}: server check"), e))?;
+            match &self.js {
+                Some(js) => {
+                    let mut acks = Vec::with_capacity(n);
+                    for (subject, body) in bodies {
+                        let ack = js
+                            .context
+                            .publish(subject, body)
+                            .await
+                            .map_err(|e| self.failed(&what, e))?;
+                        sent += 1;
+                        acks.push(ack);
+                    }
+                    // In order: the first one not acknowledged ends what is known published.
+                    for ack in acks {
+                        ack.await.map_err(|e| self.failed(&what, e))?;
+                        published += 1;
+                    }
+                    Ok(())
+                }
+                None => {
+                    for (subject, body) in bodies {
+                        self.client
+                            .publish(subject, body)
+                            .await
+                            .map_err(|e| self.failed(&what, e))?;
+                        sent += 1;
+                    }
+                    self.client.flush().await.map_err(|e| self.failed(&what, e))?;
+                    published = sent;
+                    Ok(())
+                }
+            }
+        };
+        let result = match tokio::time::timeout(REQUEST_TIMEOUT, run).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Backplane {
+                what: format!("{}: {what}: no answer within {REQUEST_TIMEOUT:?}", self.server),
+                source: None,
+            }),
+        };
+        result.map_err(|e| super::partly_published(published, sent, e))
+    }
+
     async fn history_js(
         &self,
         js: &Js,
@@ -711,69 +804,26 @@ impl Backplane for Nats {
 
     fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move {
-            let s = &self.shared;
-            let topic = &publication.topic;
-            if s.client.connection_state() != State::Connected {
-                return Err(Error::Backplane {
-                    what: format!("{}: publish on {topic}: not connected (reconnecting)", s.server),
-                    source: None,
-                });
-            }
-            let body = encode(&publication);
-            let max = s.client.server_info().max_payload;
-            if max > 0 && body.len() > max {
-                return Err(Error::Backplane {
-                    what: format!(
-                        "{}: publish on {topic}: {} bytes with the header, over the server's max_payload of {max}",
-                        s.server,
-                        body.len()
-                    ),
-                    source: None,
-                });
-            }
-            let subject = subject(topic);
-            let sent = tokio::time::timeout(REQUEST_TIMEOUT, async {
-                // A round trip through the server first: a connection that died before the
-                // client noticed would otherwise take the publication into its buffer and send
-                // it after the reconnect, when this call has long failed.
-                s.client
-                    .request(s.ping.clone(), Bytes::new())
-                    .await
-                    .map_err(|e| s.failed(format_args!("publish on {topic}: server check"), e))?;
-                match &s.js {
-                    Some(js) => {
-                        let ack = js
-                            .context
-                            .publish(subject, body)
-                            .await
-                            .map_err(|e| s.failed(format_args!("publish on {topic}"), e))?;
-                        ack.await
-                            .map_err(|e| s.failed(format_args!("publish on {topic}"), e))
-                            .map(drop)
-                    }
-                    None => {
-                        s.client
-                            .publish(subject, body)
-                            .await
-                            .map_err(|e| s.failed(format_args!("publish on {topic}"), e))?;
-                        s.client
-                            .flush()
-                            .await
-                            .map_err(|e| s.failed(format_args!("publish on {topic}"), e))
-                    }
-                }
-            })
-            .await;
-            sent.unwrap_or_else(|_| {
-                Err(Error::Backplane {
-                    what: format!(
-                        "{}: publish on {topic}: no answer within {REQUEST_TIMEOUT:?}",
-                        s.server
-                    ),
-                    source: None,
+            // The batch's error for one publication is the same error (sent or not).
+            self.shared
+                .publish_many(vec![publication])
+                .await
+                .map_err(|e| match e {
+                    Error::PartlyPublished { source, .. } => *source,
+                    e => e,
                 })
-            })
         })
+    }
+
+    /// One server check (a round trip to the backplane's own responder) for the whole batch,
+    /// then every publication without waiting, then (JetStream) every acknowledgement, awaited
+    /// in order; core NATS: one flush. [`REQUEST_TIMEOUT`] for the whole of it. A batch refused
+    /// before anything was sent (not connected, the server check failed, a publication over the
+    /// server's `max_payload`) fails with the plain [`Error::Backplane`]; later failures with
+    /// [`Error::PartlyPublished`]: with JetStream, the publications acknowledged before the
+    /// first that was not are known to be published.
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.shared.publish_many(publications))
     }
 
     fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {

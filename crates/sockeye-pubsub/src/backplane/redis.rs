@@ -15,7 +15,10 @@
 //! - **Recovery by itself**: when the pub/sub connection drops, the backplane says
 //!   [`Event::Lost`], reconnects with backoff (50 ms doubling to 2 s, with jitter), subscribes
 //!   again to every topic and says [`Event::Restored`]. Publishing while Redis is down fails at
-//!   once with [`Error::Backplane`] (nothing is queued); the next publish reconnects. A server
+//!   once with [`Error::Backplane`] (nothing is queued); the next publish reconnects.
+//! - **Batches** ([`Backplane::publish_many`]) go in one pipeline, one round trip: the publish
+//!   script once per publication, each atomic and in order. A batch that fails part-way says how
+//!   far it got ([`Error::PartlyPublished`]). A server
 //!   that hangs without closing its connections is noticed too: commands time out after
 //!   [`RESPONSE_TIMEOUT`], and the pub/sub connection is checked with a PING every 5 s.
 //! - **Backpressure**: when the hub is behind, the reader waits on the event channel; the Redis
@@ -291,6 +294,22 @@ impl Shared {
     }
 
     async fn publish(&self, p: Publication) -> Result<(), Error> {
+        let topic = p.topic.clone();
+        let mut conn = self.commands().await?;
+        let result: Result<u64, RedisError> = self.invocation(&p).invoke_async(&mut conn).await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Not retried: the script may have run before the connection dropped, and a
+                // retry would publish twice.
+                self.reset_commands().await;
+                Err(self.error(&format!("publish to {topic}"), e))
+            }
+        }
+    }
+
+    /// The publish script's keys and arguments for `p` (see [`PUBLISH_SCRIPT`]).
+    fn script_input(&self, p: &Publication) -> ([String; 2], Vec<Vec<u8>>) {
         let hex = p.topic.to_hex();
         let mut body = Vec::with_capacity(BODY_HEADER + p.payload.len());
         body.extend_from_slice(&p.origin.node.to_be_bytes());
@@ -307,28 +326,98 @@ impl Shared {
         } else {
             0
         };
-        let mut conn = self.commands().await?;
-        let result: Result<u64, RedisError> = self
-            .publish
-            .key(meta_key(&hex))
-            .key(stream_key(&hex))
-            .arg(channel(&hex))
-            .arg(body)
-            .arg(format!("{:016x}", rand::random::<u64>()))
-            .arg(max_len)
-            .arg(stream_ttl)
-            .arg(meta_ttl)
-            .invoke_async(&mut conn)
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                // Not retried: the script may have run before the connection dropped, and a
-                // retry would publish twice.
-                self.reset_commands().await;
-                Err(self.error(&format!("publish to {}", p.topic), e))
+        let args = vec![
+            channel(&hex).into_bytes(),
+            body,
+            format!("{:016x}", rand::random::<u64>()).into_bytes(),
+            max_len.to_string().into_bytes(),
+            stream_ttl.to_string().into_bytes(),
+            meta_ttl.to_string().into_bytes(),
+        ];
+        ([meta_key(&hex), stream_key(&hex)], args)
+    }
+
+    /// The publish script's invocation for `p` (`EVALSHA`, then `EVAL` if Redis does not have the
+    /// script).
+    fn invocation(&self, p: &Publication) -> redis::ScriptInvocation<'_> {
+        let ([meta, stream], args) = self.script_input(p);
+        let mut invocation = self.publish.key(meta);
+        invocation.key(stream).arg(args);
+        invocation
+    }
+
+    /// Publishes a batch in one round trip: one pipeline (not a transaction) of `SCRIPT LOAD`
+    /// then one `EVALSHA` of the publish script per publication. Each script runs atomically, in
+    /// order (one connection); other clients' commands may run between them.
+    ///
+    /// `SCRIPT LOAD` first, in the same pipeline, so that no `EVALSHA` meets an empty script
+    /// cache (a restarted Redis): otherwise some of the batch could fail with NOSCRIPT while
+    /// others ran (another node loading the script meanwhile), and resending would duplicate.
+    async fn publish_many(&self, batch: Vec<Publication>) -> Result<(), Error> {
+        let n = batch.len();
+        match n {
+            0 => return Ok(()),
+            1 => {
+                // One publication: the script's own NOSCRIPT fallback, nothing to load.
+                let p = batch.into_iter().next().ok_or(Error::Closed)?;
+                let mut conn = self.commands().await?;
+                let topic = p.topic.clone();
+                let result: Result<u64, RedisError> = self.invocation(&p).invoke_async(&mut conn).await;
+                return match result {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        self.reset_commands().await;
+                        Err(super::partly_published(
+                            0,
+                            1,
+                            self.error(&format!("publish to {topic}"), e),
+                        ))
+                    }
+                };
             }
+            _ => {}
         }
+        let what = if batch.iter().all(|p| p.topic == batch[0].topic) {
+            format!("publish {n} publications to {}", batch[0].topic)
+        } else {
+            format!("publish {n} publications")
+        };
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("SCRIPT").arg("LOAD").arg(PUBLISH_SCRIPT);
+        for p in &batch {
+            let (keys, args) = self.script_input(p);
+            pipe.cmd("EVALSHA")
+                .arg(self.publish.get_hash())
+                .arg(keys.len())
+                .arg(&keys[..])
+                .arg(args);
+        }
+        drop(batch);
+        // Nothing sent if there is no connection: the batch can be retried whole.
+        let mut conn = self.commands().await?;
+        let replies: Vec<Result<Value, RedisError>> = match pipe.query_async(&mut conn).await {
+            Ok(r) => r,
+            Err(e) => {
+                // Sent, no answer (the connection dropped, or no reply within the timeout): any
+                // prefix of the batch may have been published.
+                self.reset_commands().await;
+                return Err(super::partly_published(0, n, self.error(&what, e)));
+            }
+        };
+        // SCRIPT LOAD's reply aside: what counts is which scripts ran.
+        let results: Vec<Result<Value, RedisError>> = replies.into_iter().skip(1).collect();
+        let published = results.iter().take_while(|r| r.is_ok()).count();
+        if published == n && results.len() == n {
+            return Ok(());
+        }
+        // Each failed script did not publish (PUBLISH is its last call); a later one may have.
+        let sent = results.iter().rposition(Result::is_ok).map_or(0, |i| i + 1);
+        let first_error = results
+            .into_iter()
+            .find_map(Result::err)
+            .map_or_else(|| self.error(&what, "missing reply"), |e| self.error(&what, e));
+        Err(super::partly_published(published, sent, first_error))
     }
 
     fn has_history(&self) -> bool {
@@ -622,6 +711,16 @@ impl Backplane for Redis {
 
     fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(self.shared.publish(publication))
+    }
+
+    /// One pipeline for the batch, one round trip: `SCRIPT LOAD`, then the publish script once
+    /// per publication, each atomic, in order. Failing before anything was sent (no connection)
+    /// is the plain [`Error::Backplane`]; a pipeline sent but unanswered (connection dropped,
+    /// [`RESPONSE_TIMEOUT`] for the whole batch) is [`Error::PartlyPublished`] with nothing known
+    /// (`published` 0, `sent` the whole batch); a script that failed on the server is reported
+    /// with exactly how many before it were published.
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.shared.publish_many(publications))
     }
 
     fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
