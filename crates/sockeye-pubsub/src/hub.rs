@@ -4,7 +4,7 @@
 //! into every subscriber's queue under one lock, without an `await` per subscriber: a slow
 //! subscriber only ever fills its own queue, whose bound and [`SlowPolicy`] decide what happens.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -129,7 +129,7 @@ impl Hub {
             hub: self.clone(),
             id: self.inner.next_subscriber.fetch_add(1, Ordering::Relaxed),
             queue: Arc::new(Queue::new(config)),
-            topics: HashSet::new(),
+            topics: Vec::new(),
         }
     }
 
@@ -346,7 +346,9 @@ pub struct Subscriber {
     hub: Hub,
     id: u64,
     queue: Arc<Queue>,
-    topics: HashSet<Topic>,
+    /// A list, not a set: a connection subscribes to a few topics, and an idle subscriber should
+    /// cost little (a set's table is a hundred bytes more).
+    topics: Vec<Topic>,
 }
 
 impl Subscriber {
@@ -387,7 +389,7 @@ impl Subscriber {
             }
             state.subscribers.insert(self.id, Arc::clone(&self.queue));
         }
-        self.topics.insert(topic.clone());
+        self.topics.push(topic.clone());
         let Some(since) = resume else {
             return Ok(Recovery::Live);
         };
@@ -425,10 +427,17 @@ impl Subscriber {
 
     /// Unsubscribes from `topic`; what was already queued for it stays queued.
     pub async fn unsubscribe(&mut self, topic: &Topic) -> Result<(), Error> {
-        if !self.topics.remove(topic) {
+        let Some(i) = self.topics.iter().position(|t| t == topic) else {
             return Ok(());
+        };
+        self.topics.swap_remove(i);
+        {
+            let mut s = lock(&self.queue.state);
+            if let Some(r) = s.resuming.as_mut() {
+                r.seams.remove(topic);
+                s.tidy();
+            }
         }
-        lock(&self.queue.state).seams.remove(topic);
         self.hub.inner.leave(topic, self.id).await
     }
 
@@ -536,7 +545,7 @@ impl Publisher {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        let topics: Vec<Topic> = self.topics.drain().collect();
+        let topics = std::mem::take(&mut self.topics);
         if topics.is_empty() {
             return;
         }
@@ -785,11 +794,35 @@ struct QueueState {
     /// [`SlowPolicy::Close`] fired: `(queued, max)`, reported once.
     too_slow: Option<(usize, usize)>,
     stopped: bool,
+    /// Only while a subscription resumes (boxed: an idle subscriber holds a pointer's worth).
+    resuming: Option<Box<Resuming>>,
+}
+
+/// The state of subscriptions that resume from a position.
+#[derive(Debug, Default)]
+struct Resuming {
     /// Topics being recovered: their live deliveries wait here until the history is queued.
     held: HashMap<Topic, Vec<Delivery>>,
     /// Topics recovered: the last position queued from history. A live publication at or before
     /// it that was still on its way from the backplane when the recovery ended is a duplicate.
     seams: HashMap<Topic, Position>,
+}
+
+impl QueueState {
+    fn resuming(&mut self) -> &mut Resuming {
+        self.resuming.get_or_insert_with(Box::default)
+    }
+
+    /// Frees the resuming state once nothing resumes.
+    fn tidy(&mut self) {
+        if self
+            .resuming
+            .as_ref()
+            .is_some_and(|r| r.held.is_empty() && r.seams.is_empty())
+        {
+            self.resuming = None;
+        }
+    }
 }
 
 impl Queue {
@@ -807,22 +840,21 @@ impl Queue {
         if s.stopped {
             return;
         }
-        // The maps are empty but while a subscription resumes: no hashing of the topic then.
+        // Nothing to look up but while a subscription resumes: no hashing of the topic then.
         if let Delivery::Message(p) = d
-            && !s.held.is_empty()
-            && let Some(held) = s.held.get_mut(p.topic())
+            && let Some(r) = s.resuming.as_mut()
         {
-            held.push(d.clone());
-            return;
-        }
-        if let Delivery::Message(p) = d
-            && !s.seams.is_empty()
-            && let Some(seam) = s.seams.get(p.topic())
-        {
-            if p.not_after(seam) {
+            if let Some(held) = r.held.get_mut(p.topic()) {
+                held.push(d.clone());
                 return;
             }
-            s.seams.remove(p.topic());
+            if let Some(seam) = r.seams.get(p.topic()) {
+                if p.not_after(seam) {
+                    return;
+                }
+                r.seams.remove(p.topic());
+                s.tidy();
+            }
         }
         self.push_locked(&mut s, d.clone());
     }
@@ -841,7 +873,7 @@ impl Queue {
                     s.stopped = true;
                     s.items.clear();
                     s.bytes = 0;
-                    s.held.clear();
+                    s.resuming = None;
                     self.notify.notify_one();
                     self.stop.notify_waiters();
                     return;
@@ -858,15 +890,17 @@ impl Queue {
 
     fn hold(&self, topic: &Topic) {
         let mut s = lock(&self.state);
-        s.seams.remove(topic);
-        s.held.insert(topic.clone(), Vec::new());
+        let r = s.resuming();
+        r.seams.remove(topic);
+        r.held.insert(topic.clone(), Vec::new());
     }
 
     /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
     /// after both `since` and the last recovered one.
     fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Position>) {
         let mut s = lock(&self.state);
-        let held = s.held.remove(topic).unwrap_or_default();
+        let held = s.resuming().held.remove(topic).unwrap_or_default();
+        s.tidy();
         if s.stopped {
             return;
         }
@@ -889,7 +923,7 @@ impl Queue {
             }
         }
         if let Some(seam) = seam {
-            s.seams.insert(topic.clone(), seam);
+            s.resuming().seams.insert(topic.clone(), seam);
         }
     }
 
