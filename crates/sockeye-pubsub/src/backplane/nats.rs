@@ -817,7 +817,7 @@ impl Backplane for Nats {
 
     /// One server check (a round trip to the backplane's own responder) for the whole batch,
     /// then every publication without waiting, then (JetStream) every acknowledgement, awaited
-    /// in order; core NATS: one flush. [`REQUEST_TIMEOUT`] for the whole of it. A batch refused
+    /// in order; core NATS: one flush. The request timeout (2 s) for the whole of it. A batch refused
     /// before anything was sent (not connected, the server check failed, a publication over the
     /// server's `max_payload`) fails with the plain [`Error::Backplane`]; later failures with
     /// [`Error::PartlyPublished`]: with JetStream, the publications acknowledged before the
