@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
 use sockeye::{CloseCode, CloseFrame, Message};
 use sockeye_pubsub::backplane::InProcess;
 use sockeye_pubsub::{
     Delivery, Error as PubSubError, HistoryConfig, Hub, HubConfig, SlowPolicy, SubscriberConfig, Topic,
+    next_batch,
 };
 
 use crate::Failure;
@@ -141,21 +141,9 @@ pub(crate) async fn server(
             // What the client has sent and is already here goes to the backplane in one batch
             // (one round trip), in order; the connection is not read while a batch waits.
             let mut batch: Vec<Message> = Vec::new();
-            let mut reading = true;
-            while reading {
-                let Some(Ok(first)) = stream.next().await else { break };
-                let mut bytes = take(first, &mut batch);
-                while batch.len() < READ_BATCH && bytes < READ_BATCH_BYTES {
-                    match stream.next().now_or_never() {
-                        Some(Some(Ok(m))) => bytes += take(m, &mut batch),
-                        // Ended (or failed): what was read still goes out.
-                        Some(_) => {
-                            reading = false;
-                            break;
-                        }
-                        None => break,
-                    }
-                }
+            let mut open = true;
+            while open {
+                open = next_batch(&mut stream, &mut batch, READ_BATCH, READ_BATCH_BYTES).await;
                 if batch.is_empty() {
                     continue;
                 }
@@ -236,15 +224,6 @@ async fn publish_patiently(
 }
 
 /// Adds a data message to the batch (ping, pong and close are not published); its payload bytes.
-fn take(m: Message, batch: &mut Vec<Message>) -> usize {
-    if !m.is_data() {
-        return 0;
-    }
-    let len = m.as_payload().len();
-    batch.push(m);
-    len
-}
-
 fn too_slow() -> CloseFrame {
     CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow: messages were dropped")
 }

@@ -18,6 +18,7 @@
 #![deny(missing_docs)]
 
 pub mod backplane;
+mod batch;
 mod error;
 mod hub;
 mod topic;
@@ -25,6 +26,7 @@ mod topic;
 use std::time::Duration;
 
 pub use backplane::{Origin, Position, Publication};
+pub use batch::next_batch;
 pub use error::Error;
 pub use hub::{Delivery, Hub, Published, Publisher, Recovery, Subscriber};
 pub use topic::Topic;

@@ -24,10 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use sockeye::{CloseCode, CloseFrame};
 use sockeye_bench::{encode_frame, server_handshake};
-use sockeye_pubsub::{Delivery, HistoryConfig, Hub, HubConfig, SubscriberConfig, Topic};
+use sockeye_pubsub::{next_batch, Delivery, HistoryConfig, Hub, HubConfig, SubscriberConfig, Topic};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
@@ -137,20 +137,9 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_
             // What the client has already sent goes out as one batch (one backplane round trip),
             // as in relay.rs: up to READ_BATCH messages or READ_BATCH_BYTES.
             let mut batch: Vec<sockeye::Message> = Vec::new();
-            let mut reading = true;
-            while reading {
-                let Some(Ok(first)) = stream.next().await else { break };
-                let mut bytes = take(first, &mut batch);
-                while batch.len() < READ_BATCH && bytes < READ_BATCH_BYTES {
-                    match stream.next().now_or_never() {
-                        Some(Some(Ok(m))) => bytes += take(m, &mut batch),
-                        Some(_) => {
-                            reading = false;
-                            break;
-                        }
-                        None => break,
-                    }
-                }
+            let mut open = true;
+            while open {
+                open = next_batch(&mut stream, &mut batch, READ_BATCH, READ_BATCH_BYTES).await;
                 if !batch.is_empty()
                     && let Err(e) = publisher.publish_many(&topic, std::mem::take(&mut batch)).await
                 {
@@ -166,15 +155,6 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_
 }
 
 /// Adds a data message to the batch; its payload bytes.
-fn take(m: sockeye::Message, batch: &mut Vec<sockeye::Message>) -> usize {
-    if !m.is_data() {
-        return 0;
-    }
-    let len = m.as_payload().len();
-    batch.push(m);
-    len
-}
-
 /// The ceiling: pre-encoded frame bytes written to every socket, no pub/sub layer.
 async fn raw(listener: TcpListener) -> Result<(), Error> {
     // (sender id, the server frame's bytes); room for every message of a bounded run, so that a
