@@ -27,7 +27,7 @@ use crate::extension::deflate::PerMessageDeflate;
 use crate::frame::{
     CloseCode, CloseFrame, FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode, apply_mask,
 };
-use crate::message::Message;
+use crate::message::{Incoming, Message, MessageChunk};
 use crate::transmit::Transmit;
 use crate::utf8::{Utf8Bytes, Utf8Validator};
 
@@ -131,17 +131,45 @@ pub type MaskKeySource = Box<dyn FnMut() -> [u8; 4] + Send + Sync>;
 #[derive(Debug)]
 struct IncomingFrame {
     header: FrameHeader,
+    /// Payload bytes not yet taken from the read buffer.
     len: usize,
+    /// Payload bytes already taken (streamed) from the read buffer: where the mask's phase is.
+    offset: usize,
     /// Payload bytes at the front of the read buffer already unmasked (and checked, if text).
     processed: usize,
 }
 
-/// A data message that is being reassembled from fragments or inflated.
+/// A data message that is being reassembled from fragments or inflated, or streamed.
 #[derive(Debug)]
 struct Reassembly {
     kind: DataKind,
-    /// The message bytes so far (inflated, if the message is compressed).
+    /// The message bytes so far (inflated, if the message is compressed); empty when streamed.
     data: Vec<u8>,
+    /// The message's size so far, for the limit: `data.len()`, or what was streamed.
+    size: usize,
+    /// Handed over in pieces ([`Connection::poll_chunk`]) rather than whole.
+    streamed: bool,
+    /// Streamed: the first piece went out.
+    started: bool,
+}
+
+/// The most a streamed compressed message inflates to in one piece: the bound on the memory a
+/// streamed message takes, whatever its size.
+const STREAM_INFLATE_PIECE: usize = 64 << 10;
+
+/// Frames at least this large are split off a read buffer of their own size; afterwards the
+/// connection moves what is left to a fresh buffer, so that it does not keep the largest message
+/// it ever received (tungstenite #500) once the application drops that message.
+const SHRINK_AFTER_FRAME: usize = 256 << 10;
+
+/// One step of the streaming receive path.
+enum StreamStep {
+    /// A piece to hand over.
+    Chunk(MessageChunk),
+    /// The frame's bytes have not arrived yet.
+    Wait,
+    /// Progress without a piece (an empty fragment, input the inflater buffered): go on.
+    Continue,
 }
 
 /// A WebSocket connection after the handshake: a deterministic state machine with no I/O.
@@ -174,6 +202,8 @@ pub struct Connection {
     deflate: Option<PerMessageDeflate>,
     /// The kind of the fragmented message being sent, if one is in progress.
     sending_fragmented: Option<DataKind>,
+    /// Bytes of pongs the engine queued by itself since the transmit queue was last seen empty.
+    auto_replies: usize,
     transmit: Transmit,
     mask_keys: Option<MaskKeySource>,
     transport: Transport,
@@ -241,6 +271,7 @@ impl Connection {
             message_compressed: false,
             deflate: None,
             sending_fragmented: None,
+            auto_replies: 0,
             transmit: Transmit::default(),
             mask_keys,
             transport: Transport::Open,
@@ -505,6 +536,60 @@ impl Connection {
         if let Some(message) = self.poll_short_message() {
             return Ok(Some(message));
         }
+        if self.reassembly.as_ref().is_some_and(|r| r.streamed) {
+            return Err(Error::InvalidInput(
+                "a message is being received in pieces: take the rest with poll_chunk",
+            ));
+        }
+        match self.poll_part(false)? {
+            Some(Incoming::Control(message)) => Ok(Some(message)),
+            // Whole-message mode hands over data messages as `Control(Message::Text|Binary)`
+            // (see `poll_part`); it never cuts pieces.
+            Some(Incoming::Chunk(_)) | None => Ok(None),
+        }
+    }
+
+    /// Parses buffered bytes and returns what comes next, a data message as pieces: a piece as
+    /// soon as any of its bytes have arrived (see [`MessageChunk`]), or a control frame whole.
+    /// `Ok(None)` when more bytes are needed (or the connection is closed). Memory stays bounded
+    /// whatever the message size: the read buffer holds at most what the I/O layer read, and a
+    /// compressed message is inflated 64 KiB at a time. Errors as for
+    /// [`poll_message`](Self::poll_message).
+    ///
+    /// The two may be mixed between messages; a message begun with `poll_message` (fragments
+    /// gathered so far) continues here, the gathered part as its first piece; one begun here must
+    /// be finished here (`poll_message` refuses with [`Error::InvalidInput`] until then).
+    ///
+    /// ```
+    /// use sockeye_proto::{Config, Connection, Incoming};
+    ///
+    /// let mut server = Connection::server(Config::default());
+    /// // The first half of a masked "Hello" (RFC 6455 §5.7), then the rest.
+    /// let frame = [0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58];
+    /// server.receive(&frame[..8]);
+    /// let Some(Incoming::Chunk(first)) = server.poll_chunk().unwrap() else { panic!() };
+    /// assert_eq!((&first.data[..], first.first, first.last), (&b"He"[..], true, false));
+    /// assert_eq!(server.poll_chunk().unwrap(), None);
+    /// server.receive(&frame[8..]);
+    /// let Some(Incoming::Chunk(rest)) = server.poll_chunk().unwrap() else { panic!() };
+    /// assert_eq!((&rest.data[..], rest.first, rest.last), (&b"llo"[..], false, true));
+    /// ```
+    pub fn poll_chunk(&mut self) -> Result<Option<Incoming>, Error> {
+        if self.reassembly.is_none()
+            && self.incoming.is_none()
+            && let Some(message) = self.poll_short_message()
+        {
+            return Ok(Some(whole_as_piece(message)));
+        }
+        Ok(self.poll_part(true)?.map(|part| match part {
+            Incoming::Control(message) => whole_as_piece(message),
+            chunk => chunk,
+        }))
+    }
+
+    /// The receive path of both modes: whole messages come out as `Control(Message)` (of any
+    /// kind), streamed pieces as `Chunk`.
+    fn poll_part(&mut self, streaming: bool) -> Result<Option<Incoming>, Error> {
         loop {
             if self.state == CloseState::Closed || self.reply_owed.is_some() {
                 // §7.1.7: after failing, and after the closing handshake, input is not processed
@@ -513,6 +598,9 @@ impl Connection {
                 self.read_buf.clear();
                 self.incoming = None;
                 return Ok(None);
+            }
+            if streaming && let Some(gathered) = self.start_streaming() {
+                return Ok(Some(Incoming::Chunk(gathered)));
             }
             let frame = match self.incoming.take() {
                 Some(frame) => frame,
@@ -526,19 +614,182 @@ impl Connection {
                         IncomingFrame {
                             header,
                             len,
+                            offset: 0,
                             processed: 0,
                         }
                     }
                     Err(v) => return Err(self.fail(v)),
                 },
             };
-            let Some(payload) = self.take_payload(frame)? else {
+            if streaming && !frame.header.opcode.is_control() {
+                match self.stream_data(frame)? {
+                    StreamStep::Chunk(chunk) => return Ok(Some(Incoming::Chunk(chunk))),
+                    StreamStep::Wait => return Ok(None),
+                    StreamStep::Continue => continue,
+                }
+            }
+            let Some(payload) = self.take_payload(frame, !streaming)? else {
                 return Ok(None);
             };
             if let Some(message) = self.on_frame(payload.0, payload.1)? {
-                return Ok(Some(message));
+                return Ok(Some(Incoming::Control(message)));
             }
         }
+    }
+
+    /// Streaming takes over a message that `poll_message` began: returns what it gathered as the
+    /// first piece (if anything), and from then on the message is streamed.
+    fn start_streaming(&mut self) -> Option<MessageChunk> {
+        let r = self.reassembly.as_mut().filter(|r| !r.streamed)?;
+        r.streamed = true;
+        if r.data.is_empty() {
+            return None;
+        }
+        r.started = true;
+        Some(MessageChunk {
+            kind: r.kind,
+            data: Bytes::from(std::mem::take(&mut r.data)),
+            first: true,
+            last: false,
+        })
+    }
+
+    /// Unmasks (and, in uncompressed text, checks) the payload bytes of `frame` that have arrived,
+    /// as [`take_payload`](Self::take_payload) does. On invalid UTF-8 the connection fails and the
+    /// rest of the frame will be skipped.
+    fn process_arrived(&mut self, frame: &mut IncomingFrame) -> Result<(), Error> {
+        let available = self.read_buf.len().min(frame.len);
+        if available > frame.processed {
+            let fresh = &mut self.read_buf[frame.processed..available];
+            if let Some(key) = frame.header.mask {
+                apply_mask(fresh, key, frame.offset + frame.processed);
+            }
+            // Fail fast (§8.1): check text as it arrives, not when the message is complete.
+            if !frame.header.opcode.is_control()
+                && !self.message_compressed
+                && let Some(utf8) = &mut self.utf8
+                && utf8.feed(fresh).is_err()
+            {
+                let error = self.fail(ProtocolViolation::InvalidUtf8);
+                // Stay in step with the peer's framing: skip the rest of this frame.
+                frame.processed = 0;
+                return Err(error);
+            }
+            frame.processed = available;
+        }
+        Ok(())
+    }
+
+    /// Streams a data frame: hands over what has arrived of it (inflated, if compressed).
+    fn stream_data(&mut self, mut frame: IncomingFrame) -> Result<StreamStep, Error> {
+        if let Err(e) = self.process_arrived(&mut frame) {
+            self.incoming = Some(frame);
+            return Err(e);
+        }
+        if frame.header.opcode != OpCode::Continuation && self.reassembly.is_none() {
+            self.reassembly = Some(Reassembly {
+                kind: if frame.header.opcode == OpCode::Text {
+                    DataKind::Text
+                } else {
+                    DataKind::Binary
+                },
+                data: Vec::new(),
+                size: 0,
+                streamed: true,
+                started: false,
+            });
+        }
+        if self.message_compressed {
+            return self.stream_compressed(frame);
+        }
+        let n = frame.processed;
+        let frame_done = n == frame.len;
+        if n == 0 && !frame_done {
+            self.incoming = Some(frame);
+            return Ok(StreamStep::Wait);
+        }
+        let data = self.read_buf.split_to(n).freeze();
+        let message_done = frame_done && frame.header.fin;
+        if !frame_done {
+            frame.len -= n;
+            frame.offset += n;
+            frame.processed = 0;
+            self.incoming = Some(frame);
+        }
+        self.streamed_piece(data, message_done)
+    }
+
+    /// Streams what has arrived of a compressed frame, inflated a bounded piece at a time.
+    fn stream_compressed(&mut self, mut frame: IncomingFrame) -> Result<StreamStep, Error> {
+        let limit = self.config.max_message_size;
+        let so_far = self.reassembly.as_ref().map_or(0, |r| r.size);
+        let mut out = Vec::with_capacity(STREAM_INFLATE_PIECE);
+        let Some(d) = self.deflate.as_mut() else {
+            return Err(self.fail(ProtocolViolation::ReservedBits(FrameHeader::RSV1)));
+        };
+        let inflated = d
+            .inflate_some(&self.read_buf[..frame.processed], &mut out, so_far, limit)
+            .and_then(|used| {
+                self.read_buf.advance(used);
+                frame.len -= used;
+                frame.offset += used;
+                frame.processed -= used;
+                if frame.len == 0 && frame.header.fin && out.len() < out.capacity() {
+                    d.inflate_finish(&mut out, so_far, limit)
+                } else {
+                    Ok(false)
+                }
+            })
+            .and_then(|done| match &mut self.utf8 {
+                // Fail fast on text: check each piece as it is inflated.
+                Some(utf8) => utf8
+                    .feed(&out)
+                    .map(|()| done)
+                    .map_err(|_| ProtocolViolation::InvalidUtf8),
+                None => Ok(done),
+            });
+        let message_done = match inflated {
+            Ok(done) => done,
+            Err(v) => return Err(self.fail(v)),
+        };
+        // A fragment's input is all in: the next frame continues the deflate stream (what the
+        // inflater still holds comes out with it). The last frame stays until drained.
+        let frame_over = frame.len == 0 && (!frame.header.fin || message_done);
+        let waiting = !frame_over && out.is_empty() && frame.processed == 0;
+        if !frame_over {
+            self.incoming = Some(frame);
+        }
+        if waiting {
+            return Ok(StreamStep::Wait);
+        }
+        if out.is_empty() && !message_done {
+            return Ok(StreamStep::Continue);
+        }
+        self.streamed_piece(Bytes::from(out), message_done)
+    }
+
+    /// Hands over a streamed piece; the last one ends the message.
+    fn streamed_piece(&mut self, data: Bytes, message_done: bool) -> Result<StreamStep, Error> {
+        let Some(r) = self.reassembly.as_mut() else {
+            return Err(self.fail(ProtocolViolation::UnexpectedContinuation));
+        };
+        r.size += data.len();
+        if data.is_empty() && !message_done {
+            return Ok(StreamStep::Continue);
+        }
+        let first = !std::mem::replace(&mut r.started, true);
+        let kind = r.kind;
+        if message_done {
+            self.reassembly = None;
+            self.message_compressed = false;
+            self.finish_text()?;
+        }
+        Ok(StreamStep::Chunk(MessageChunk {
+            kind,
+            data,
+            first,
+            last: message_done,
+        }))
     }
 
     /// The hot case in one step: a whole short data message in one frame (FIN, no RSV bits, at
@@ -618,7 +869,7 @@ impl Connection {
                 let Some(r) = &self.reassembly else {
                     return Err(self.fail(ProtocolViolation::UnexpectedContinuation));
                 };
-                let size = r.data.len() as u64 + h.payload_len;
+                let size = r.size as u64 + h.payload_len;
                 if size > self.config.max_message_size as u64 {
                     let limit = self.config.max_message_size;
                     return Err(self.fail(ProtocolViolation::MessageTooBig { size, limit }));
@@ -645,40 +896,36 @@ impl Connection {
 
     /// Unmasks (and, inside a text message, validates) the payload bytes that have arrived, and
     /// splits the payload off once it is complete. Returns `None`, keeping the frame, while waiting.
-    fn take_payload(&mut self, mut frame: IncomingFrame) -> Result<Option<(FrameHeader, Bytes)>, Error> {
-        let available = self.read_buf.len().min(frame.len);
-        if available > frame.processed {
-            let fresh = &mut self.read_buf[frame.processed..available];
-            if let Some(key) = frame.header.mask {
-                apply_mask(fresh, key, frame.processed);
-            }
-            // Fail fast (§8.1): check text as it arrives, not when the message is complete.
-            if !frame.header.opcode.is_control()
-                && !self.message_compressed
-                && let Some(utf8) = &mut self.utf8
-                && utf8.feed(fresh).is_err()
-            {
-                let error = self.fail(ProtocolViolation::InvalidUtf8);
-                // Stay in step with the peer's framing: skip the rest of this frame.
-                self.incoming = Some(IncomingFrame {
-                    processed: 0,
-                    ..frame
-                });
-                return Err(error);
-            }
-            frame.processed = available;
+    ///
+    /// `reserve`: make room for the whole frame in one allocation (whole-message mode), rather
+    /// than growing the buffer read by read.
+    fn take_payload(
+        &mut self,
+        mut frame: IncomingFrame,
+        reserve: bool,
+    ) -> Result<Option<(FrameHeader, Bytes)>, Error> {
+        if let Err(e) = self.process_arrived(&mut frame) {
+            self.incoming = Some(frame);
+            return Err(e);
         }
-        if available < frame.len {
-            // Make room for the rest of the frame in one allocation, up to a bound: the length is
-            // the peer's claim, and with the limits lifted it may be anything up to 2^63.
-            const MAX_UPFRONT: usize = 16 << 20;
-            self.read_buf
-                .reserve((frame.len - self.read_buf.len()).min(MAX_UPFRONT));
-
+        if self.read_buf.len() < frame.len {
+            if reserve {
+                // Up to a bound: the length is the peer's claim, and with the limits lifted it
+                // may be anything up to 2^63.
+                const MAX_UPFRONT: usize = 16 << 20;
+                self.read_buf
+                    .reserve((frame.len - self.read_buf.len()).min(MAX_UPFRONT));
+            }
             self.incoming = Some(frame);
             return Ok(None);
         }
-        Ok(Some((frame.header, self.read_buf.split_to(frame.len).freeze())))
+        let payload = self.read_buf.split_to(frame.len).freeze();
+        if frame.len >= SHRINK_AFTER_FRAME {
+            // The buffer shares its allocation with the payload: move what follows it to a
+            // buffer of its own, so the large one is freed with the message.
+            self.read_buf = BytesMut::from(&self.read_buf[..]);
+        }
+        Ok(Some((frame.header, payload)))
     }
 
     /// Acts on a complete frame; returns the message it completes, if any.
@@ -687,7 +934,12 @@ impl Connection {
             OpCode::Ping => {
                 // §5.5.2: answer with a pong carrying the same data, unless we already sent a close.
                 if self.config.auto_pong && self.state == CloseState::Open {
+                    if self.transmit.is_empty() {
+                        self.auto_replies = 0;
+                    }
+                    let before = self.transmit.len();
                     self.encode_frame(OpCode::Pong, true, &payload);
+                    self.auto_replies += self.transmit.len() - before;
                 }
                 Ok(Some(Message::Ping(payload)))
             }
@@ -735,6 +987,9 @@ impl Connection {
             self.reassembly = Some(Reassembly {
                 kind,
                 data: Vec::new(),
+                size: 0,
+                streamed: false,
+                started: false,
             });
         }
         // `check_header` made sure a continuation has a message to continue.
@@ -761,6 +1016,7 @@ impl Connection {
         } else {
             r.data.extend_from_slice(&payload);
         }
+        r.size = r.data.len();
         if !header.fin {
             return Ok(None);
         }
@@ -934,6 +1190,20 @@ impl Connection {
         self.transmit.len()
     }
 
+    /// How many of the bytes waiting in [`transmit`](Self::transmit) may be pongs the engine
+    /// queued by itself (§5.5.2): those queued since the queue was last empty, an upper bound.
+    /// An I/O layer stops reading while these pile up unwritten — a peer that sends pings and
+    /// reads no pongs must not grow our memory — but not merely because the application's own
+    /// output is stuck: a peer that echoes as it reads waits for us to read in turn, and
+    /// neither would ever move again.
+    pub fn queued_auto_replies(&self) -> usize {
+        if self.transmit.is_empty() {
+            0
+        } else {
+            self.auto_replies
+        }
+    }
+
     /// Takes everything waiting to be written as one contiguous buffer (a convenience for tests and
     /// simple I/O layers; [`transmit`](Self::transmit) avoids the copy).
     pub fn transmit_bytes(&mut self) -> Vec<u8> {
@@ -1018,4 +1288,20 @@ impl Connection {
         tail.extend_from_slice(&buf[..n]);
         self.transmit.commit(n);
     }
+}
+
+/// A whole data message as the one piece of its message, for [`Connection::poll_chunk`]; control
+/// frames stay whole.
+fn whole_as_piece(message: Message) -> Incoming {
+    let (kind, data) = match message {
+        Message::Text(text) => (DataKind::Text, text.into_bytes()),
+        Message::Binary(data) => (DataKind::Binary, data),
+        control => return Incoming::Control(control),
+    };
+    Incoming::Chunk(MessageChunk {
+        kind,
+        data,
+        first: true,
+        last: true,
+    })
 }

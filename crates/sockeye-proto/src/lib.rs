@@ -52,7 +52,7 @@ pub use config::Config;
 pub use connection::{CloseState, Connection, DataKind, MaskKeySource, Role, Transport};
 pub use error::{Error, HandshakeError, ProtocolViolation};
 pub use frame::{CloseCode, CloseFrame};
-pub use message::Message;
+pub use message::{Incoming, Message, MessageChunk};
 pub use prepared::PreparedMessage;
 pub use transmit::Transmit;
 pub use utf8::Utf8Bytes;

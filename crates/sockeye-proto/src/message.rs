@@ -81,3 +81,37 @@ impl From<Bytes> for Message {
         Message::Binary(b)
     }
 }
+
+/// A piece of a data message, delivered as it arrives by
+/// [`Connection::poll_chunk`](crate::Connection::poll_chunk), for messages too large to hold
+/// whole (RFC 6455 §5.4: a message is a sequence of frames, and a frame a sequence of bytes; the
+/// pieces follow neither boundary).
+///
+/// The pieces of one message arrive in order, the first with `first` set and the last with
+/// `last` set (one piece may be both). Their concatenation is the message. The limits of the
+/// [`Config`](crate::Config) hold as for whole messages, and a text message is checked as it
+/// arrives: every piece handed over is a valid UTF-8 prefix, though one piece may end inside a
+/// code point that the next one finishes (the whole message is valid once `last` arrives).
+/// Compressed messages (RFC 7692) arrive inflated, a bounded piece at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MessageChunk {
+    /// Whether the message is text or binary.
+    pub kind: crate::DataKind,
+    /// The bytes of this piece, possibly empty (an empty message is one empty piece).
+    pub data: Bytes,
+    /// The first piece of its message.
+    pub first: bool,
+    /// The last piece of its message: the message is complete.
+    pub last: bool,
+}
+
+/// What [`Connection::poll_chunk`](crate::Connection::poll_chunk) hands over: a piece of a data
+/// message, or a control frame (ping, pong, close) whole, as [`Message`] carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    /// A piece of a text or binary message.
+    Chunk(MessageChunk),
+    /// A ping, pong or close frame: never `Message::Text` or `Message::Binary`.
+    Control(Message),
+}

@@ -41,6 +41,11 @@ pub enum Error {
     /// handshake, a connection closed without a close frame (1006), a timeout (`"handshake"`,
     /// `"close"`, `"keepalive"`), a send on a closed connection, input the protocol cannot carry.
     WebSocket(sockeye_proto::Error),
+    /// The stream or reader a message was being sent from failed
+    /// ([`WebSocket::send_stream`](crate::WebSocket::send_stream),
+    /// [`send_reader`](crate::WebSocket::send_reader)). If part of the message had gone out,
+    /// the connection is being closed with 1011: a message cannot be abandoned halfway.
+    Source(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// The broad class of an [`Error`], for matching without the details.
@@ -70,6 +75,8 @@ pub enum ErrorKind {
     WriteBufferFull,
     /// Compressing a message failed.
     Compression,
+    /// The source a message was being sent from failed.
+    Source,
 }
 
 impl Error {
@@ -81,6 +88,7 @@ impl Error {
             Error::Tls(_) => ErrorKind::Tls,
             Error::Proxy(_) => ErrorKind::Proxy,
             Error::WriteBufferFull => ErrorKind::WriteBufferFull,
+            Error::Source(_) => ErrorKind::Source,
             Error::WebSocket(e) => match e {
                 sockeye_proto::Error::Protocol(_) => ErrorKind::Protocol,
                 sockeye_proto::Error::Handshake(_) => ErrorKind::Handshake,
@@ -154,6 +162,7 @@ impl fmt::Display for Error {
                 f.write_str("the write buffer is full (the peer reads slowly); the message was not queued")
             }
             Error::WebSocket(e) => e.fmt(f),
+            Error::Source(e) => write!(f, "the message's source failed: {e}"),
         }
     }
 }
@@ -166,6 +175,7 @@ impl std::error::Error for Error {
             #[cfg(feature = "tls")]
             Error::Tls(t) => Some(t),
             Error::WebSocket(sockeye_proto::Error::Handshake(h)) => Some(h),
+            Error::Source(e) => Some(e.as_ref()),
             _ => None,
         }
     }

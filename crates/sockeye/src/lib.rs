@@ -40,7 +40,9 @@
 //! - [`connect`] / [`connect_with`] for clients (`ws://`, `wss://`, through [`proxy`]s),
 //!   [`Server`] (with [`ShutdownHandle`]) or [`accept_with`] for servers,
 //!   [`upgrade::Upgrade`] to take over a request served by hyper or axum;
-//! - [`WebSocket`]: `recv`/`send`/`feed`/`try_send`/`close`, `Stream` + `Sink`;
+//! - [`WebSocket`]: `recv`/`send`/`feed`/`try_send`/`close`, `Stream` + `Sink`; messages of any
+//!   size in bounded memory with `recv_chunk` (pieces as they arrive) and `send_stream` /
+//!   `send_reader` (fragments from a `Stream` or an `AsyncRead`);
 //! - [`Config`]: every limit, timeout and default in one place, each with its reason;
 //! - [`ReconnectingClient`] ([`reconnect`]): a client that stays connected — jittered
 //!   exponential backoff, the keepalive as heartbeat, events, an offline queue, a hook to
@@ -64,6 +66,7 @@ pub mod reconnect;
 mod server;
 mod split;
 mod stream;
+mod streaming;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[cfg(feature = "hyper")]
@@ -78,8 +81,8 @@ pub use server::{Server, ServerStats, ShutdownHandle, accept, accept_with};
 pub use sockeye_proto::Config as ProtocolConfig;
 pub use sockeye_proto::Error as ProtocolError;
 pub use sockeye_proto::{
-    self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Message, PreparedMessage,
-    ProtocolViolation, Role, Utf8Bytes,
+    self as proto, Bytes, CloseCode, CloseFrame, DataKind, HandshakeError, Incoming, Message, MessageChunk,
+    PreparedMessage, ProtocolViolation, Role, Utf8Bytes,
 };
 pub use split::{WebSocketReader, WebSocketWriter};
 pub use stream::MaybeTlsStream;

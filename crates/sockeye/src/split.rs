@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use futures_util::{Sink, Stream};
-use sockeye_proto::{CloseFrame, DataKind, Message, PreparedMessage};
+use sockeye_proto::{CloseFrame, DataKind, Incoming, Message, PreparedMessage};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::Error;
@@ -175,6 +175,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketReader<S> {
         lock(&self.shared).poll_recv(cx)
     }
 
+    /// The next piece of a data message, or control frame, as it arrives; see
+    /// [`WebSocket::recv_chunk`]. Cancel safe.
+    pub async fn recv_chunk(&mut self) -> Option<Result<Incoming, Error>> {
+        poll_fn(|cx| self.poll_recv_chunk(cx)).await
+    }
+
+    /// Polls for the next piece or control frame; see [`WebSocket::recv_chunk`].
+    pub fn poll_recv_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Incoming, Error>>> {
+        lock(&self.shared).poll_recv_chunk(cx)
+    }
+
     /// Puts the halves back together. Fails, handing them back, if they come from different
     /// connections.
     #[allow(clippy::result_large_err)]
@@ -254,6 +265,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
             .send_fragment(kind, payload, fin)?)
     }
 
+    /// Sends one message from a [`Stream`] of chunks, as fragments; see
+    /// [`WebSocket::send_stream`].
+    pub async fn send_stream<St, B, E>(&mut self, kind: DataKind, source: St) -> Result<(), Error>
+    where
+        St: Stream<Item = Result<B, E>>,
+        B: Into<Bytes>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        crate::streaming::send_stream(self, kind, source).await
+    }
+
+    /// Sends what `reader` yields as one message; see [`WebSocket::send_reader`].
+    pub async fn send_reader<R: AsyncRead>(&mut self, kind: DataKind, reader: R) -> Result<(), Error> {
+        crate::streaming::send_reader(self, kind, reader).await
+    }
+
     /// Writes everything queued.
     pub async fn flush(&mut self) -> Result<(), Error> {
         poll_fn(|cx| lock(&self.shared).poll_write_out(cx)).await
@@ -289,6 +316,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
     /// closing handshake.
     pub(crate) fn close_now(&self, frame: Option<CloseFrame>) -> Result<(), Error> {
         lock(&self.shared).close_from_writer(frame)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> crate::streaming::FragmentSink for WebSocketWriter<S> {
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        lock(&self.shared).poll_below_high_water(cx)
+    }
+
+    fn queue_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
+        Ok(lock(&self.shared)
+            .connection_mut()
+            .send_fragment(kind, payload, fin)?)
+    }
+
+    fn poll_flush_queue(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        lock(&self.shared).poll_write_out(cx)
+    }
+
+    fn queue_close(&mut self, frame: CloseFrame) {
+        let _ = lock(&self.shared).close_from_writer(Some(frame));
     }
 }
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use futures_util::{Sink, Stream};
 use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::{
-    CloseFrame, CloseState, Connection, DataKind, Message, PreparedMessage, Role, Transport,
+    CloseFrame, CloseState, Connection, DataKind, Incoming, Message, PreparedMessage, Role, Transport,
 };
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{Instant, Sleep};
@@ -238,6 +238,49 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         Ok(self.inner.conn.send_fragment(kind, payload, fin)?)
     }
 
+    /// Sends one message of `kind` from a [`Stream`] of chunks, as fragments (RFC 6455 §5.4),
+    /// and flushes it: for messages too large to hold, or produced as they go. Memory stays
+    /// bounded — a chunk is queued as soon as it comes, and the source waits while the write
+    /// queue is over [`Config::write_buffer_high_water`]. When the source makes us wait, what it
+    /// gave is written first. Text chunks are checked as they come and must add up to UTF-8
+    /// (they may split code points). Fragments are not compressed.
+    ///
+    /// If the source fails (or text is not UTF-8) before anything was sent, the connection goes
+    /// on; after, the message cannot be finished, so the connection is closed with 1011.
+    /// Either way the error is returned ([`Error::Source`] for the source's own).
+    ///
+    /// ```no_run
+    /// # async fn demo(ws: &mut sockeye::WebSocket<tokio::net::TcpStream>) -> Result<(), sockeye::Error> {
+    /// use sockeye::{Bytes, DataKind};
+    /// let rows = futures_util::stream::iter((0..1_000_000).map(|i| {
+    ///     Ok::<_, std::io::Error>(Bytes::from(format!("{{\"row\":{i}}}\n")))
+    /// }));
+    /// ws.send_stream(DataKind::Text, rows).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_stream<St, B, E>(&mut self, kind: DataKind, source: St) -> Result<(), Error>
+    where
+        St: Stream<Item = Result<B, E>>,
+        B: Into<Bytes>,
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        crate::streaming::send_stream(self, kind, source).await
+    }
+
+    /// Sends everything `reader` yields, until its end, as one message of `kind` (64 KiB
+    /// fragments); see [`send_stream`](Self::send_stream) for memory, errors and text.
+    ///
+    /// ```no_run
+    /// # async fn demo(ws: &mut sockeye::WebSocket<tokio::net::TcpStream>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // Everything a backend sends until it closes, as one binary message.
+    /// let backend = tokio::net::TcpStream::connect("127.0.0.1:9000").await?;
+    /// ws.send_reader(sockeye::DataKind::Binary, backend).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_reader<R: AsyncRead>(&mut self, kind: DataKind, reader: R) -> Result<(), Error> {
+        crate::streaming::send_reader(self, kind, reader).await
+    }
+
     /// Writes everything queued.
     pub async fn flush(&mut self) -> Result<(), Error> {
         poll_fn(|cx| self.poll_write_out(cx)).await
@@ -273,16 +316,49 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// Polls for the next message; the engine of [`recv`](Self::recv) and the `Stream` impl.
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
+        self.poll_received(cx)
+    }
+
+    /// The next piece of a data message, or the next control frame, as it arrives: messages of
+    /// any size in bounded memory (see [`MessageChunk`](sockeye_proto::MessageChunk)). `None`
+    /// once the connection is closed. Cancel safe, like [`recv`](Self::recv); the two may be
+    /// mixed between messages (a message begun here must be finished here: `recv` returns
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) until then).
+    ///
+    /// A streaming echo, forwarding each piece as it arrives (cut-through):
+    ///
+    /// ```no_run
+    /// # async fn demo(mut ws: sockeye::WebSocket<tokio::net::TcpStream>) -> Result<(), sockeye::Error> {
+    /// use sockeye::Incoming;
+    /// while let Some(item) = ws.recv_chunk().await {
+    ///     match item? {
+    ///         Incoming::Chunk(piece) => ws.send_fragment(piece.kind, piece.data, piece.last).await?,
+    ///         Incoming::Control(_) => {} // pings are answered, closes replied to, by the engine
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn recv_chunk(&mut self) -> Option<Result<Incoming, Error>> {
+        poll_fn(|cx| self.poll_recv_chunk(cx)).await
+    }
+
+    /// Polls for the next piece or control frame; see [`recv_chunk`](Self::recv_chunk).
+    pub fn poll_recv_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Incoming, Error>>> {
+        self.poll_received(cx)
+    }
+
+    /// The receive path of whole messages and of pieces alike.
+    fn poll_received<T: Received>(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
         // The busy case: a message already buffered needs no I/O, hence no waker.
-        if let Ok(Some(message)) = self.inner.conn.poll_message() {
-            if matches!(message, Message::Close(_)) {
+        if let Some(next) = take_next::<T>(&mut self.inner.conn) {
+            if next.as_ref().is_ok_and(T::is_close) {
                 // Send the close reply (and, as a server, close the stream) now, even if the
                 // application stops polling. A failure here ends the stream at the next
                 // receive; the close frame is what the application must see first.
                 let mut io = Context::from_waker(self.wakers.select(Side::Reader, cx.waker()));
                 let _ = self.inner.poll_transport(&mut io);
             }
-            return Poll::Ready(Some(Ok(message)));
+            return Poll::Ready(Some(next));
         }
         let mut io = Context::from_waker(self.wakers.select(Side::Reader, cx.waker()));
         let result = self.inner.poll_recv(&mut io);
@@ -350,8 +426,52 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     }
 }
 
+/// What a receive takes from the engine: a whole message ([`Message`]) or a piece
+/// ([`Incoming`]).
+trait Received: Sized {
+    fn next(conn: &mut Connection) -> Result<Option<Self>, sockeye_proto::Error>;
+    fn is_close(&self) -> bool;
+}
+
+impl Received for Message {
+    #[inline]
+    fn next(conn: &mut Connection) -> Result<Option<Self>, sockeye_proto::Error> {
+        conn.poll_message()
+    }
+
+    #[inline]
+    fn is_close(&self) -> bool {
+        matches!(self, Message::Close(_))
+    }
+}
+
+impl Received for Incoming {
+    #[inline]
+    fn next(conn: &mut Connection) -> Result<Option<Self>, sockeye_proto::Error> {
+        conn.poll_chunk()
+    }
+
+    #[inline]
+    fn is_close(&self) -> bool {
+        matches!(self, Incoming::Control(Message::Close(_)))
+    }
+}
+
+/// The next message or piece the engine has, to hand over. A protocol error is kept by the
+/// engine and reported once the stream is closed, after the close frame that explains it has
+/// gone out (§7.1.7); the application's own mistake (receiving a streamed message whole) is
+/// reported at once.
+#[inline]
+fn take_next<T: Received>(conn: &mut Connection) -> Option<Result<T, Error>> {
+    match T::next(conn) {
+        Ok(Some(next)) => Some(Ok(next)),
+        Err(e @ sockeye_proto::Error::InvalidInput(_)) => Some(Err(e.into())),
+        _ => None,
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
-    fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Message, Error>>> {
+    fn poll_recv<T: Received>(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
         // The caller found nothing buffered: do I/O until a message, the end, or a wait.
         loop {
             // Open, the busy case, inline: write what is queued (replies, pongs, close frames)
@@ -369,9 +489,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                 Poll::Ready(None) => false,
                 Poll::Pending => true,
             };
-            // Backpressure on input: while our output is over the high-water mark (a peer that
-            // sends pings but does not read the pongs, say), read nothing more.
-            let filled = if write_blocked && self.conn.transmit_len() >= self.high_water {
+            // Backpressure on input: while the pongs we owe pile up unwritten past the
+            // high-water mark (a peer that sends pings but does not read the pongs), read
+            // nothing more. Not for the application's own output: with a peer that echoes as
+            // it reads, both sides would then wait for each other forever.
+            let filled = if write_blocked && self.conn.queued_auto_replies() >= self.high_water {
                 Poll::Pending
             } else {
                 self.poll_fill(cx)
@@ -382,14 +504,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                 }
                 Poll::Ready(Ok(_)) => {
                     self.conn.note_input();
-                    // A protocol error is kept by the engine and reported once the stream is
-                    // closed, after the close frame that explains it has gone out (§7.1.7).
-                    if let Ok(Some(message)) = self.conn.poll_message() {
-                        if matches!(message, Message::Close(_)) {
-                            // As in `WebSocket::poll_recv`: the reply goes out now.
+                    if let Some(next) = take_next::<T>(&mut self.conn) {
+                        if next.as_ref().is_ok_and(T::is_close) {
+                            // As in `WebSocket::poll_received`: the reply goes out now.
                             let _ = self.poll_transport(cx);
                         }
-                        return Poll::Ready(Some(Ok(message)));
+                        return Poll::Ready(Some(next));
                     }
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(self.end_with(e.into())))),
@@ -525,6 +645,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
         self.unflushed = false;
         Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> crate::streaming::FragmentSink for WebSocket<S> {
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.poll_below_high_water(cx)
+    }
+
+    fn queue_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
+        Ok(self.inner.conn.send_fragment(kind, payload, fin)?)
+    }
+
+    fn poll_flush_queue(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.poll_write_out(cx)
+    }
+
+    fn queue_close(&mut self, frame: CloseFrame) {
+        let _ = self.close_from_writer(Some(frame));
     }
 }
 

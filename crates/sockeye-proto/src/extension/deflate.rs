@@ -242,6 +242,8 @@ pub struct PerMessageDeflate {
     inflate_reset: bool,
     deflater: Option<Compress>,
     inflater: Option<Decompress>,
+    /// Streaming receive: how much of the message's tail (§7.2.2) has been fed to the inflater.
+    tail_fed: usize,
 }
 
 impl std::fmt::Debug for PerMessageDeflate {
@@ -274,6 +276,7 @@ impl PerMessageDeflate {
             inflate_reset: theirs.1,
             deflater: None,
             inflater: None,
+            tail_fed: 0,
         }
     }
 
@@ -390,6 +393,75 @@ impl PerMessageDeflate {
                 ));
             }
         }
+    }
+}
+
+impl PerMessageDeflate {
+    /// Streaming receive: inflates what it can of `input` into `out`, up to `out`'s capacity, the
+    /// bound of one piece handed to the application. Returns how much of `input` it used; what it
+    /// did not use is to be passed again with the next call. Call it with empty input to drain
+    /// what a full `out` left inside the inflater. Fails with 1009 once the message (`so_far`
+    /// bytes before this piece) would pass `limit`, and with 1007 on data that is not deflate.
+    pub(crate) fn inflate_some(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<u8>,
+        so_far: usize,
+        limit: usize,
+    ) -> Result<usize, ProtocolViolation> {
+        let bits = self.inflate_bits.max(9);
+        let d = self
+            .inflater
+            .get_or_insert_with(|| Decompress::new_with_window_bits(false, bits));
+        let mut consumed = 0;
+        loop {
+            let (in_before, out_before) = (d.total_in(), out.len());
+            let status = d
+                .decompress_vec(&input[consumed..], out, FlushDecompress::Sync)
+                .map_err(|e| ProtocolViolation::Decompression(e.to_string()))?;
+            consumed += (d.total_in() - in_before) as usize;
+            let size = so_far.saturating_add(out.len());
+            if size > limit {
+                return Err(ProtocolViolation::MessageTooBig {
+                    size: size as u64,
+                    limit,
+                });
+            }
+            if status == Status::StreamEnd {
+                // The peer ended the deflate stream (BFINAL); the next data starts a new one.
+                d.reset(false);
+            }
+            if consumed == input.len() || out.len() == out.capacity() {
+                return Ok(consumed);
+            }
+            let progressed = d.total_in() != in_before || out.len() != out_before;
+            if !progressed && status != Status::StreamEnd {
+                return Err(ProtocolViolation::Decompression(
+                    "the compressed data stopped making progress".into(),
+                ));
+            }
+        }
+    }
+
+    /// Streaming receive, once the last frame's payload is in: feeds the four bytes the sender
+    /// removed (§7.2.2) and drains the inflater. Returns whether the message is complete; while
+    /// `false`, `out` is full: hand it over and call again with a fresh one.
+    pub(crate) fn inflate_finish(
+        &mut self,
+        out: &mut Vec<u8>,
+        so_far: usize,
+        limit: usize,
+    ) -> Result<bool, ProtocolViolation> {
+        let fed = self.inflate_some(&TAIL[self.tail_fed..], out, so_far, limit)?;
+        self.tail_fed += fed;
+        if self.tail_fed < TAIL.len() || out.len() == out.capacity() {
+            return Ok(false);
+        }
+        self.tail_fed = 0;
+        if self.inflate_reset {
+            self.inflater = None;
+        }
+        Ok(true)
     }
 }
 

@@ -1,0 +1,137 @@
+//! Sending one message from a source of unknown length — a [`Stream`] of chunks or an
+//! [`AsyncRead`] — as fragments (RFC 6455 §5.4), in bounded memory: each chunk is queued as it
+//! comes, the write queue's high-water mark holds the source back while the peer is slow, and
+//! nothing waits for the whole message. Receiving in pieces is
+//! [`WebSocket::recv_chunk`](crate::WebSocket::recv_chunk).
+//!
+//! Fragments are sent uncompressed: RFC 7692 compresses a message as a whole, and a stream's
+//! end is not known in advance. A source that fails in the middle leaves a message that cannot
+//! be finished nor taken back (the protocol has no way to abandon one), so the connection is
+//! closed with 1011 and the source's error returned as [`Error::Source`].
+
+use std::future::poll_fn;
+use std::pin::pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::{FutureExt, Stream, StreamExt};
+use sockeye_proto::utf8::Utf8Validator;
+use sockeye_proto::{CloseCode, CloseFrame, DataKind};
+use tokio::io::AsyncRead;
+
+use crate::error::Error;
+
+/// The sending side of a connection, as the streaming sender drives it: a [`WebSocket`] or its
+/// [`WebSocketWriter`].
+///
+/// [`WebSocket`]: crate::WebSocket
+/// [`WebSocketWriter`]: crate::WebSocketWriter
+pub(crate) trait FragmentSink {
+    /// Ready once the write queue is below its high-water mark.
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>;
+    /// Queues one fragment.
+    fn queue_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error>;
+    /// Writes everything queued.
+    fn poll_flush_queue(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>;
+    /// Starts the closing handshake (the message cannot be finished).
+    fn queue_close(&mut self, frame: CloseFrame);
+}
+
+/// How much [`send_reader`] reads at a time: one fragment per read.
+pub(crate) const READ_CHUNK: usize = 64 << 10;
+
+/// Sends the chunks of `source` as one message of `kind`, then flushes. See
+/// [`WebSocket::send_stream`](crate::WebSocket::send_stream).
+pub(crate) async fn send_stream<W, St, B, E>(sink: &mut W, kind: DataKind, source: St) -> Result<(), Error>
+where
+    W: FragmentSink,
+    St: Stream<Item = Result<B, E>>,
+    B: Into<Bytes>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut source = pin!(source);
+    let mut text = (kind == DataKind::Text).then(Utf8Validator::new);
+    // One chunk is held back until the next is known, so that the last one carries FIN: a
+    // message of one chunk is one frame. When the source makes us wait, what is held goes out
+    // first (the peer should not wait for our source) and an empty final frame ends the message.
+    let mut held: Option<Bytes> = None;
+    let mut started = false;
+    loop {
+        let next = match source.next().now_or_never() {
+            Some(next) => next,
+            None => {
+                if let Some(chunk) = held.take() {
+                    send_piece(sink, kind, chunk, false).await?;
+                    started = true;
+                }
+                poll_fn(|cx| sink.poll_flush_queue(cx)).await?;
+                source.next().await
+            }
+        };
+        let chunk = match next {
+            Some(Ok(chunk)) => chunk.into(),
+            Some(Err(e)) => return Err(abandon(sink, started, Error::Source(e.into())).await),
+            None => break,
+        };
+        if let Some(v) = &mut text
+            && v.feed(&chunk).is_err()
+        {
+            let error = Error::WebSocket(sockeye_proto::Error::InvalidInput(
+                "the text message's chunks are not UTF-8",
+            ));
+            return Err(abandon(sink, started, error).await);
+        }
+        if chunk.is_empty() {
+            continue;
+        }
+        if let Some(previous) = held.replace(chunk) {
+            send_piece(sink, kind, previous, false).await?;
+            started = true;
+        }
+    }
+    if text.is_some_and(|v| !v.is_complete()) {
+        let error = Error::WebSocket(sockeye_proto::Error::InvalidInput(
+            "the text message ends inside a UTF-8 sequence",
+        ));
+        return Err(abandon(sink, started, error).await);
+    }
+    send_piece(sink, kind, held.unwrap_or_default(), true).await?;
+    poll_fn(|cx| sink.poll_flush_queue(cx)).await
+}
+
+/// Sends what `reader` yields until its end as one message; see
+/// [`WebSocket::send_reader`](crate::WebSocket::send_reader).
+pub(crate) async fn send_reader<W, R>(sink: &mut W, kind: DataKind, reader: R) -> Result<(), Error>
+where
+    W: FragmentSink,
+    R: AsyncRead,
+{
+    let chunks = tokio_util::io::ReaderStream::with_capacity(reader, READ_CHUNK);
+    send_stream(sink, kind, chunks).await
+}
+
+/// Queues one fragment once there is room.
+async fn send_piece<W: FragmentSink>(
+    sink: &mut W,
+    kind: DataKind,
+    chunk: Bytes,
+    fin: bool,
+) -> Result<(), Error> {
+    poll_fn(|cx| sink.poll_room(cx)).await?;
+    sink.queue_fragment(kind, chunk, fin)
+}
+
+/// The message cannot be finished: once part of it is out, the connection must close (1011) —
+/// the peer would otherwise wait for the rest forever. Before any of it, nothing was sent and the
+/// connection goes on.
+async fn abandon<W: FragmentSink>(sink: &mut W, started: bool, error: Error) -> Error {
+    if started {
+        sink.queue_close(CloseFrame::new(
+            CloseCode::INTERNAL_ERROR,
+            "message source failed",
+        ));
+        // Best effort: the receiving side writes it too, and the connection is ending anyway.
+        let _ = poll_fn(|cx| sink.poll_flush_queue(cx)).await;
+    }
+    error
+}
