@@ -15,6 +15,8 @@ pub struct Transmit {
     /// The batch buffer that small frames are encoded into.
     tail: BytesMut,
     len: usize,
+    /// Bytes written out of `tail` since the queue was last empty: how large it grew.
+    tail_written: usize,
 }
 
 impl Transmit {
@@ -116,16 +118,27 @@ impl Buf for Transmit {
                 }
                 None => {
                     self.tail.advance(cnt);
-                    return;
+                    self.tail_written += cnt;
+                    break;
                 }
             }
         }
         if self.len == 0 {
-            // Reuse the batch buffer's allocation from its start.
-            self.tail.clear();
+            if std::mem::take(&mut self.tail_written) > KEEP_AFTER_WRITE {
+                // It grew for a large message (a client's masked copy): give it back rather
+                // than keep the largest message ever sent (tungstenite #500).
+                self.tail = BytesMut::new();
+            } else {
+                // Reuse the batch buffer's allocation from its start.
+                self.tail.clear();
+            }
         }
     }
 }
+
+/// The largest batch buffer kept once everything is written: room for batches of small frames
+/// (a write-buffer's worth is typically below it), not for large messages.
+const KEEP_AFTER_WRITE: usize = 256 << 10;
 
 #[cfg(test)]
 mod tests {
@@ -147,5 +160,27 @@ mod tests {
         assert_eq!(t.chunk(), b"de");
         t.advance(3);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_large_batch_buffer_is_not_kept_once_written() {
+        // Where the next batch goes once everything is written: the same allocation for small
+        // batches, a new one after a large batch.
+        fn next_batch_start(t: &mut Transmit, batch: usize) -> (usize, usize) {
+            t.tail().extend_from_slice(&vec![7u8; batch]);
+            t.commit(batch);
+            let start = t.tail.as_ptr() as usize;
+            t.advance(batch / 2);
+            t.advance(batch - batch / 2);
+            assert!(t.is_empty());
+            t.tail().reserve(64);
+            (start, t.tail.as_ptr() as usize)
+        }
+        let mut t = Transmit::default();
+        let (start, next) = next_batch_start(&mut t, 64 << 10);
+        assert_eq!(start, next, "a small batch buffer is reused");
+        let mut t = Transmit::default();
+        let (start, next) = next_batch_start(&mut t, 4 << 20);
+        assert_ne!(start, next, "a 4 MiB batch buffer is given back");
     }
 }

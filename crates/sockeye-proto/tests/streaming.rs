@@ -428,3 +428,27 @@ fn a_fragmented_compressed_message_at_every_split_point() {
     let points: Vec<usize> = (1..bytes.len()).collect();
     assert_eq!(streamed(&mut s, &bytes, &points).messages, want);
 }
+
+/// After a large message the read buffer is not kept at its size: once the application drops
+/// the message, the connection holds no more than what follows it (tungstenite #500).
+#[test]
+fn the_read_buffer_shrinks_after_a_large_message() {
+    let mut c = client(config());
+    c.send(Message::binary(vec![1u8; 4 << 20])).unwrap();
+    c.send(Message::text("next")).unwrap();
+    let bytes = c.transmit_bytes();
+    let mut s = Connection::server(config());
+    // As an I/O layer reads: 64 KiB at a time.
+    let mut messages = Vec::new();
+    for piece in bytes.chunks(64 << 10) {
+        messages.extend(drain(&mut s, piece).unwrap());
+    }
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0].as_payload().len(), 4 << 20);
+    drop(messages);
+    assert!(
+        s.read_buffer().capacity() < 64 << 10,
+        "the read buffer kept {} bytes",
+        s.read_buffer().capacity()
+    );
+}
