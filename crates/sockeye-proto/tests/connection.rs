@@ -501,3 +501,21 @@ fn a_huge_claimed_length_is_not_allocated_up_front() {
         s.read_buffer().capacity()
     );
 }
+
+/// The engine's own pongs are counted apart from the application's output: an I/O layer stops
+/// reading while its pongs pile up, never because the application's queue is full.
+#[test]
+fn queued_auto_replies_count_only_the_engines_pongs() {
+    let mut s = server();
+    s.send(Message::binary(vec![0u8; 100_000])).unwrap();
+    assert_eq!(s.queued_auto_replies(), 0, "the application's output is not counted");
+    let ping = client_frame(true, 0, OpCode::Ping, &[1u8; 100]);
+    for _ in 0..10 {
+        drain(&mut s, &ping).unwrap();
+    }
+    assert_eq!(s.queued_auto_replies(), 10 * 102);
+    let _ = s.transmit_bytes();
+    assert_eq!(s.queued_auto_replies(), 0, "written: nothing owed");
+    drain(&mut s, &ping).unwrap();
+    assert_eq!(s.queued_auto_replies(), 102);
+}
