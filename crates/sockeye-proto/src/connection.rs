@@ -489,15 +489,22 @@ impl Connection {
         &mut self.read_buf
     }
 
-    /// Frees the read buffer and the outbound batch buffer when they are empty, so that a
+    /// Gives up the read buffer and the outbound batch buffer when they are empty, so that a
     /// connection waiting for input holds no buffer memory; the next read or send allocates
     /// again. An I/O layer calls it when the connection goes idle: with thousands of mostly quiet
     /// connections, memory then follows the busy ones, not every connection's largest message.
-    pub fn release_idle_buffers(&mut self) {
-        if self.read_buf.is_empty() {
-            self.read_buf = BytesMut::new();
-        }
+    ///
+    /// Returns the read buffer's allocation, empty, when no message still shares it and it holds
+    /// `reuse` bytes from its start: the I/O layer may keep it for the next read of any
+    /// connection (a pool), so that a busy connection pays no allocation per wait. A buffer
+    /// shared with messages the application holds is simply let go.
+    pub fn release_idle_buffers(&mut self, reuse: usize) -> Option<BytesMut> {
         self.transmit.release_if_empty();
+        if !self.read_buf.is_empty() || self.read_buf.capacity() == 0 {
+            return None;
+        }
+        let mut buffer = std::mem::take(&mut self.read_buf);
+        (reuse > 0 && buffer.try_reclaim(reuse)).then_some(buffer)
     }
 
     /// How many received bytes are buffered and not yet turned into messages.

@@ -508,7 +508,11 @@ fn a_huge_claimed_length_is_not_allocated_up_front() {
 fn queued_auto_replies_count_only_the_engines_pongs() {
     let mut s = server();
     s.send(Message::binary(vec![0u8; 100_000])).unwrap();
-    assert_eq!(s.queued_auto_replies(), 0, "the application's output is not counted");
+    assert_eq!(
+        s.queued_auto_replies(),
+        0,
+        "the application's output is not counted"
+    );
     let ping = client_frame(true, 0, OpCode::Ping, &[1u8; 100]);
     for _ in 0..10 {
         drain(&mut s, &ping).unwrap();

@@ -580,6 +580,7 @@ impl ShutdownSignal {
         ShutdownWatch {
             flag: Arc::clone(&self.flag),
             signal: Box::pin(self.token.clone().cancelled_owned()),
+            registered: None,
         }
     }
 }
@@ -588,6 +589,9 @@ impl ShutdownSignal {
 pub(crate) struct ShutdownWatch {
     flag: Arc<AtomicBool>,
     signal: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    /// The waker `signal` was last polled with: it stays registered, so polling again with the
+    /// same task's waker would only cost time (once per wait for input, on the busy path).
+    registered: Option<std::task::Waker>,
 }
 
 impl ShutdownWatch {
@@ -598,6 +602,13 @@ impl ShutdownWatch {
 
     /// Whether the shutdown has begun, waking the task when it does (while waiting for input).
     pub(crate) fn poll_begun(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        if self.begun() {
+            return true;
+        }
+        if self.registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            return false;
+        }
+        self.registered = Some(cx.waker().clone());
         self.signal.as_mut().poll(cx).is_ready()
     }
 }

@@ -4,7 +4,7 @@ use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use futures_util::{Sink, Stream};
 use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::{
@@ -520,8 +520,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                     if self.going_away(Some(cx)) || self.poll_timer(cx) {
                         continue;
                     }
-                    if !write_blocked {
-                        self.conn.release_idle_buffers();
+                    if !write_blocked && let Some(buffer) = self.conn.release_idle_buffers(self.read_chunk) {
+                        read_pool::put(buffer, self.read_chunk);
                     }
                     return Poll::Pending;
                 }
@@ -621,7 +621,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         let buf = self.conn.read_buffer();
         if buf.capacity() - buf.len() < self.read_chunk / 4 {
-            buf.reserve(self.read_chunk);
+            match read_pool::take(self.read_chunk) {
+                Some(pooled) if buf.capacity() == 0 => *buf = pooled,
+                _ => buf.reserve(self.read_chunk),
+            }
         }
         tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, buf)
     }
@@ -633,11 +636,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         }
         while !self.conn.transmit().is_empty() {
             self.unflushed = true;
-            let n = ready!(tokio_util::io::poll_write_buf(
-                Pin::new(&mut self.stream),
-                cx,
-                self.conn.transmit()
-            ))?;
+            let transmit = self.conn.transmit();
+            let n = if transmit.is_contiguous() {
+                // One piece (the busy case: a batch of small frames): a plain write, without
+                // the vectored path's array of 64 I/O slices to fill.
+                let n = ready!(Pin::new(&mut self.stream).poll_write(cx, transmit.chunk()))?;
+                transmit.advance(n);
+                n
+            } else {
+                ready!(tokio_util::io::poll_write_buf(
+                    Pin::new(&mut self.stream),
+                    cx,
+                    transmit
+                ))?
+            };
             if n == 0 {
                 return Poll::Ready(Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()));
             }
@@ -699,5 +711,44 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
             this.close_from_writer(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")))?;
         }
         this.poll_write_out(cx)
+    }
+}
+
+/// Read buffers given up by connections that went idle, kept per thread for the next connection
+/// that reads. An idle connection then holds no buffer (memory follows the busy connections),
+/// and a busy one does not pay an allocation and a free of a whole read buffer at every wait for
+/// input: the buffer it gives up is the one it takes back (uWebSockets shares one receive buffer
+/// per event loop for the same reason).
+mod read_pool {
+    use std::cell::RefCell;
+
+    use bytes::BytesMut;
+
+    /// Enough for the connections one thread serves at once between two waits; the rest are
+    /// freed. At most this many read buffers (64 KiB each by default) per thread.
+    const MAX_POOLED: usize = 4;
+
+    thread_local! {
+        static POOL: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A buffer of at least `read_chunk` bytes, if one is pooled.
+    pub(super) fn take(read_chunk: usize) -> Option<BytesMut> {
+        POOL.with(|pool| pool.borrow_mut().pop())
+            .filter(|b| b.capacity() >= read_chunk)
+    }
+
+    /// Keeps `buffer` (empty) for the next read, unless the pool is full or the buffer is far
+    /// larger than a read needs (it grew for a large message: let it go).
+    pub(super) fn put(buffer: BytesMut, read_chunk: usize) {
+        if buffer.capacity() > 2 * read_chunk {
+            return;
+        }
+        POOL.with(|pool| {
+            let mut pool = pool.borrow_mut();
+            if pool.len() < MAX_POOLED {
+                pool.push(buffer);
+            }
+        });
     }
 }
