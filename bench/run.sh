@@ -116,9 +116,15 @@ for s in $SERVERS; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
   raw=$(raw_flag "$s")
-  for kind in text binary; do
+  # Repetitions outermost, text and binary alternating: a slow stretch of the shared machine then
+  # lands in one repetition of every row, not in whole rows (one full run had Sockeye's first 24
+  # invocations, text 0 to binary 16, at ~62 µs and every later one at ~47: a step in time that
+  # read as "text costs 15 µs more"; interleaved, text and binary measure the same).
+  for _ in $(seq "$REPS"); do
     for size in $SIZES; do
-      run rtt "$s" "$kind $size" "$BIN/loadgen" rtt "$addr" "$RTT_N" "$size" "$kind" $raw
+      for kind in text binary; do
+        REPS=1 run rtt "$s" "$kind $size" "$BIN/loadgen" rtt "$addr" "$RTT_N" "$size" "$kind" $raw
+      done
     done
   done
   for conns in 100 1000; do
@@ -196,10 +202,17 @@ memory_with() { # system h2bench idle version conns variant
   fi
   stop_server
 }
-echo "==> 6. memory: server RSS with $IDLE idle connections, and $DEFLATE_IDLE with permessage-deflate"
+echo "==> 6. memory: server RSS with $IDLE idle connections (ws:// and wss://), and $DEFLATE_IDLE with permessage-deflate"
 for s in sockeye tungstenite fastwebsockets node picows; do
   memory "$s" echo "$IDLE" "$IDLE idle"
 done
+# The same over TLS 1.3 (each server's TLS library: rustls for the Rust servers, OpenSSL for
+# Node and picows), with the certificate of section 3.
+export BENCH_TLS="$OUT/tls"
+for s in sockeye tungstenite fastwebsockets node picows; do
+  memory "$s" echo "$IDLE" "$IDLE idle, wss"
+done
+unset BENCH_TLS
 # One compressed message each first, so that compression state exists (it is allocated lazily).
 # Of the peers only Node ws has permessage-deflate.
 export BENCH_DEFLATE=1

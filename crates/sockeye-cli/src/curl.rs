@@ -340,7 +340,7 @@ impl Plan {
                     .connect(name, tcp)
                     .await
                     .map_err(|e| tls_failure(host, port, &e))?;
-                MaybeTlsStream::ClientTls(tls)
+                MaybeTlsStream::ClientTls(Box::new(tls))
             } else {
                 MaybeTlsStream::Plain(tcp)
             };

@@ -155,7 +155,7 @@ async fn connection(
         Some(acceptor) => {
             let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
             match handshake.await {
-                Ok(Ok(tls)) => MaybeTlsStream::ServerTls(tls),
+                Ok(Ok(tls)) => MaybeTlsStream::ServerTls(Box::new(tls)),
                 Ok(Err(e)) => return tracing::info!(%peer, "TLS handshake failed: {e}"),
                 Err(_) => return tracing::info!(%peer, "TLS handshake timed out"),
             }

@@ -291,7 +291,7 @@ async fn wrap_tls(
         std::pin::Pin::new(&mut handshake).poll(cx).map_err(Error::from)
     })
     .await?;
-    Ok(MaybeTlsStream::ClientTls(stream))
+    Ok(MaybeTlsStream::ClientTls(Box::new(stream)))
 }
 
 #[cfg(not(feature = "tls"))]
