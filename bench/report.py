@@ -21,6 +21,7 @@ METRICS = {
     "push-server": ("msgs_per_s", "msgs/s", True),
     "push-client": ("msgs_per_s", "msgs/s", True),
     "rtt": ("mean_us", "µs: mean (p50 / p99); ratios of means", False),
+    "rtt-under-load": ("mean_us", "µs: mean (p50 / p99); ratios of means", False),
     "connect": ("mean_us", "µs: mean (p50 / p99); ratios of means", False),
     "connect-parallel": ("conns_per_s", "conns/s", True),
     "echo-many": ("msgs_per_s", "msgs/s", True),
@@ -33,10 +34,13 @@ TITLES = {
     "push-server": "1. push, server side: the server sends N × \"yo\"; our load generator counts",
     "push-client": "1. push, client side: each client receives N × \"yo\" from a pre-encoded push server",
     "rtt": "2. round trip: sequential echoes",
+    "rtt-under-load": "2. round trip under load: one client's sequential 64 B echoes while 100 other"
+                      " connections run echo-many (16 in flight each) against the same server",
     "connect": "3. connect: TCP connect (+ TLS) + handshake + close, sequential",
     "connect-parallel": "3. connect: 16 loops in parallel, as many as fit",
-    "echo-many": "4. echo-many: pipelined 64-byte binary echoes",
-    "large": "5. large binary echo",
+    "echo-many": "4. echo-many: pipelined 64-byte binary echoes (\"wss\": over TLS 1.3)",
+    "large": "5. large binary echo (\"streamed\": Sockeye's server cut-through, recv_chunk → send_fragment,"
+             " against raw TCP, echo checked as it arrives; \"wss\": over TLS 1.3)",
     "memory": "6. memory: server RSS growth with idle connections",
     "compressed": "7. compressed (permessage-deflate): push and echo, Sockeye's client against each server",
     "instructions": "8. instructions per operation, side by side (user space and syscall entry, not the kernel)",

@@ -8,6 +8,8 @@
 #   bash bench/run.sh              # the full run (about 12 minutes on 2 cores)
 #   bash bench/run.sh --smoke      # every scenario briefly, one repetition (what CI runs)
 #   bash bench/run.sh --only=pubsub   # one part only: core (sections 1–10) or pubsub (11)
+#   bash bench/run.sh --only=streamed,wss,under-load   # parts of core: 5's streamed rows, 4's
+#                                  # and 5's wss rows, 2's round trips under load (comma list)
 #
 # Servers are single-threaded and pinned to CPU 0; the load generator runs on CPU 1.
 set -euo pipefail
@@ -18,11 +20,26 @@ for arg in "$@"; do
   case "$arg" in
     --smoke) SMOKE=1; REPS=1 ;;
     --reps=*) REPS=${arg#--reps=} ;;
-    --only=core | --only=pubsub) ONLY=${arg#--only=} ;;
-    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N] [--only=core|pubsub]" >&2; exit 2 ;;
+    --only=*)
+      ONLY=${arg#--only=}
+      for p in ${ONLY//,/ }; do
+        case "$p" in core | pubsub | streamed | wss | under-load) ;; *) echo "unknown part $p" >&2; exit 2 ;; esac
+      done ;;
+    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N] [--only=core|pubsub|streamed|wss|under-load[,…]]" >&2; exit 2 ;;
   esac
 done
-part() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
+# Whether a part runs: everything without --only; core includes streamed, wss and under-load.
+part() {
+  [ -z "$ONLY" ] && return 0
+  local p
+  for p in ${ONLY//,/ }; do
+    [ "$p" = "$1" ] && return 0
+    [ "$p" = core ] && case "$1" in streamed | wss | under-load) return 0 ;; esac
+  done
+  return 1
+}
+# The peers' servers (Node ws, picows) take part in these.
+peers_needed() { part core || part wss || part under-load; }
 OUT=$BENCH/../target/bench
 mkdir -p "$OUT"
 RESULTS=$OUT/results.jsonl
@@ -38,7 +55,7 @@ if part core && ! command -v valgrind >/dev/null 2>&1; then
 fi
 (cd peers/node-ws && { [ -d node_modules/ws ] || npm ci --no-audit --no-fund --loglevel=error; })
 VENV="${HOME}/.cache/sockeye/bench-venv"
-if part core && ! "$VENV/bin/python" -c 'import picows' >/dev/null 2>&1; then
+if peers_needed && ! "$VENV/bin/python" -c 'import picows' >/dev/null 2>&1; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r peers/picows/requirements.txt
 fi
@@ -49,10 +66,10 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 if [ "$SMOKE" = 1 ]; then
   PUSH_N=20000; RTT_N=50; CONN_N=50; SECS=1; CONN_SECS=1; LARGE_REPS=1; IDLE=200; DEFLATE_IDLE=100
-  DEFLATE_PUSH_N=2000; SIZES="0 1024"
+  DEFLATE_PUSH_N=2000; SIZES="0 1024"; LOAD_SECS=3
 else
   PUSH_N=1000000; RTT_N=1000; CONN_N=1000; SECS=5; CONN_SECS=3; LARGE_REPS=10; IDLE=10000
-  DEFLATE_IDLE=1000; DEFLATE_PUSH_N=100000; SIZES="0 16 64 256 1024 4096"
+  DEFLATE_IDLE=1000; DEFLATE_PUSH_N=100000; SIZES="0 16 64 256 1024 4096"; LOAD_SECS=10
 fi
 PORT=9700
 SERVER_PID=
@@ -93,6 +110,8 @@ run() { # scenario system params command...: runs REPS times, bounded, and recor
 }
 raw_flag() { [ "$1" = raw ] && echo --raw || true; }
 SERVERS="raw sockeye tungstenite fastwebsockets node picows"
+
+"$BIN/bench-server" gen-cert "$OUT/tls"
 
 # Sections 1–10 (`--only=core`), not re-indented.
 if part core; then
@@ -135,12 +154,87 @@ for s in $SERVERS; do
   stop_server
 done
 
+fi # part core (sections 1, 2, 4, 5)
+
+# Rows of sections 4 and 5 over wss:// (TLS 1.3, the self-signed certificate of the connect
+# scenarios), every system: the same load generator, BENCH_TLS for the servers and for it.
+if part wss; then
+echo "==> 4, 5 over wss: echo-many, large"
+export BENCH_TLS="$OUT/tls"
+for s in $SERVERS; do
+  start_server "$s" echo
+  addr=127.0.0.1:$PORT
+  raw=$(raw_flag "$s")
+  for conns in 100 1000; do
+    run echo-many "$s" "$conns×16×64B, wss" "$BIN/loadgen" echo-many "$addr" "$conns" 16 64 "$SECS" $raw
+  done
+  run large "$s" "1 MiB, wss" "$BIN/loadgen" large "$addr" $((1 << 20)) "$LARGE_REPS" $raw
+  run large "$s" "16 MiB, wss" "$BIN/loadgen" large "$addr" $((16 << 20)) $(( LARGE_REPS > 3 ? 3 : LARGE_REPS )) $raw
+  stop_server
+done
+unset BENCH_TLS
+fi
+
+# Section 5, streamed: the same large echo, Sockeye's server cut-through (`recv_chunk` →
+# `send_fragment`: each piece goes back out as it arrives) against the raw TCP baseline (which
+# echoes each read); the load generator checks the echo as it arrives (`large-streamed`), for
+# both alike. No peer can hand over part of a frame, so they sit these rows out.
+if part streamed; then
+echo "==> 5. large, streamed (cut-through)"
+for variant in ws wss; do
+  if [ "$variant" = wss ]; then export BENCH_TLS="$OUT/tls"; label=", wss"; else unset BENCH_TLS; label=""; fi
+  for s in raw sockeye; do
+    start_server "$s" stream
+    raw=$(raw_flag "$s")
+    run large "$s" "1 MiB, streamed$label" "$BIN/loadgen" large-streamed "127.0.0.1:$PORT" $((1 << 20)) "$LARGE_REPS" $raw
+    run large "$s" "16 MiB, streamed$label" "$BIN/loadgen" large-streamed "127.0.0.1:$PORT" $((16 << 20)) $(( LARGE_REPS > 3 ? 3 : LARGE_REPS )) $raw
+    stop_server
+  done
+done
+unset BENCH_TLS
+fi
+
+# Section 2 under load: one client's sequential 64-byte round trips while a second load
+# generator process (also on CPU 1) keeps 100 connections × 16 in flight of echo-many going
+# against the same server. The round trips stop after RTT_N or LOAD_SECS − 1 seconds, whichever
+# comes first, so that the load outlasts them; the load's own msgs/s is recorded beside them.
+if part under-load; then
+echo "==> 2. round trip under load (100 connections of echo-many)"
+for s in $SERVERS; do
+  start_server "$s" echo
+  addr=127.0.0.1:$PORT
+  raw=$(raw_flag "$s")
+  for _ in $(seq "$REPS"); do
+    : >"$OUT/load.log"
+    timeout $((LOAD_SECS + 60)) "${PIN_LOAD[@]}" "$BIN/loadgen" echo-many "$addr" 100 16 64 "$LOAD_SECS" $raw --ready \
+      >"$OUT/load.json" 2>"$OUT/load.log" &
+    load_pid=$!
+    for _ in $(seq 600); do grep -q ready "$OUT/load.log" 2>/dev/null && break; sleep 0.05; done
+    json=
+    if grep -q ready "$OUT/load.log" \
+      && json=$(timeout 120 "${PIN_LOAD[@]}" "$BIN/loadgen" rtt "$addr" "$RTT_N" 64 binary $((LOAD_SECS - 1)) $raw 2>"$OUT/last-error.log" | tail -1) \
+      && [ -n "$json" ] && kill -0 "$load_pid" 2>/dev/null && wait "$load_pid"; then
+      load=$(grep -o '"msgs_per_s": [0-9]*' "$OUT/load.json" | grep -o '[0-9]*$')
+      record rtt-under-load "$s" "64 B binary, 100×16×64B echo-many" "${json%\}}, \"load_msgs_per_s\": ${load:-0}}"
+    else
+      echo "   rtt-under-load/$s failed: $(tail -1 "$OUT/last-error.log") $(tail -1 "$OUT/load.log")" >&2
+      record rtt-under-load "$s" "64 B binary, 100×16×64B echo-many" '{"failed": true}'
+      FAILURES=$((FAILURES + 1))
+      kill "$load_pid" 2>/dev/null || true
+      wait "$load_pid" 2>/dev/null || true
+    fi
+  done
+  stop_server
+done
+fi
+
+if part core; then
+
 # Connection churn last: it leaves the kernel's tables fuller than any other scenario. Three ways
 # in: ws:// (TCP_NODELAY on, every system's default), ws:// with Nagle's algorithm left on, and
 # wss:// (TLS 1.3, a self-signed certificate the load generator trusts). The servers and the load
 # generator read BENCH_NODELAY and BENCH_TLS. picows has no way to turn TCP_NODELAY off before its
 # handshake (asyncio sets it on every TCP socket), so it sits that variant out.
-"$BIN/bench-server" gen-cert "$OUT/tls"
 for variant in ws nodelay-off wss; do
   case "$variant" in
     ws) label=""; export BENCH_NODELAY=1; unset BENCH_TLS ;;

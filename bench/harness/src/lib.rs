@@ -111,6 +111,17 @@ impl Link {
 
     /// Connects (TLS when asked) and, unless `raw`, performs the opening handshake.
     pub async fn open(&self, addr: &str, raw: bool) -> std::io::Result<Box<dyn Io>> {
+        Ok(self.open_buffered(addr, raw).await?.0)
+    }
+
+    /// Whether this link is wss:// (`BENCH_TLS` was set).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// [`open`](Self::open), also returning any bytes read past the response head (as
+    /// [`connect`] does).
+    pub async fn open_buffered(&self, addr: &str, raw: bool) -> std::io::Result<(Box<dyn Io>, Vec<u8>)> {
         let tcp = tcp_connect(addr, self.nodelay).await?;
         let mut stream: Box<dyn Io> = match &self.tls {
             Some(connector) => {
@@ -120,10 +131,12 @@ impl Link {
             }
             None => Box::new(tcp),
         };
-        if !raw {
-            client_handshake(&mut stream, addr, "/").await?;
-        }
-        Ok(stream)
+        let leftover = if raw {
+            Vec::new()
+        } else {
+            client_handshake(&mut stream, addr, "/").await?
+        };
+        Ok((stream, leftover))
     }
 }
 

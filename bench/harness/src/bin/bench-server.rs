@@ -3,11 +3,14 @@
 //! `bench-server SYSTEM MODE PORT [N]` — SYSTEM: sockeye, tungstenite, fastwebsockets, raw
 //! (TCP, no WebSocket: echoes bytes, or writes pre-encoded frames) or encoded (raw after a real
 //! handshake: the push server for client-side figures); MODE: `echo`, `push` (N
-//! two-byte text messages "yo" to each client, then a close frame), `deflate` (Sockeye's echo
+//! two-byte text messages "yo" to each client, then a close frame), `stream` (Sockeye only: a
+//! cut-through echo with `recv_chunk` and `send_fragment`, each piece forwarded as it arrives;
+//! the raw server echoes each read as it comes in any mode), `deflate` (Sockeye's echo
 //! with permessage-deflate; the other modes turn it off, as the peers' defaults do) or
 //! `deflate-push` (N ~1 KiB JSON messages, compressed). `BENCH_TLS=DIR` serves wss:// with
 //! `DIR/cert.pem` and `DIR/key.pem` (`bench-server gen-cert DIR` writes them); `BENCH_NODELAY=0`
-//! leaves Nagle's algorithm on.
+//! leaves Nagle's algorithm on; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size` (for
+//! experiments; `run.sh` keeps the default).
 //! Each system is used the way its documentation shows.
 
 use std::time::Duration;
@@ -47,6 +50,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("ready");
         if system == "sockeye" {
             return sockeye_server(listener, mode, n, tls, nodelay).await;
+        }
+        if mode == "stream" && system != "raw" {
+            return Err(format!("{system} has no streaming echo: it hands over whole frames").into());
         }
         if !matches!(
             system.as_str(),
@@ -113,11 +119,16 @@ async fn sockeye_server(
     // The HTTP/2 scenarios hold thousands of idle WebSockets on one connection.
     config.http2_max_concurrent_streams = 20_000;
     config.tcp_nodelay = nodelay;
+    // For experiments only (run.sh never sets it): Sockeye's read size, 64 KiB by default.
+    if let Some(bytes) = std::env::var("BENCH_READ_CHUNK").ok().and_then(|v| v.parse().ok()) {
+        config.read_chunk_size = bytes;
+    }
     let push = match mode {
         "push" => Some(sockeye::Message::text("yo")),
         "deflate-push" => Some(sockeye::Message::text(sockeye_bench::json_document())),
         _ => None,
     };
+    let stream = mode == "stream";
     let mut server = sockeye::Server::from_listener(listener, config);
     if let Some(tls) = tls {
         server = server.with_tls(tls.acceptor());
@@ -133,6 +144,18 @@ async fn sockeye_server(
                         .is_ok()
                     {
                         let _ = ws.close(None).await;
+                    }
+                    return;
+                }
+                if stream {
+                    // Cut-through: each piece of a message goes back out as a fragment as soon
+                    // as it arrives (queued here, written by the next receive).
+                    while let Some(Ok(item)) = ws.recv_chunk().await {
+                        if let sockeye::Incoming::Chunk(piece) = item
+                            && ws.send_fragment(piece.kind, piece.data, piece.last).await.is_err()
+                        {
+                            break;
+                        }
                     }
                     return;
                 }

@@ -3,23 +3,34 @@
 //!
 //! ```text
 //! loadgen push ADDR N [--raw]                          msgs/s received from a pushing server
-//! loadgen rtt ADDR COUNT SIZE text|binary [--raw]      sequential echoes: mean/p50/p99 µs
+//! loadgen rtt ADDR COUNT SIZE text|binary [SECONDS] [--raw]
+//!                                                      sequential echoes: mean/p50/p99 µs (at
+//!                                                      most COUNT, and for at most SECONDS)
 //! loadgen connect ADDR COUNT [--raw]                   connect + handshake + close, sequentially
 //! loadgen connect-parallel ADDR SECONDS CONCURRENCY [--raw]
-//! loadgen echo-many ADDR CONNS INFLIGHT SIZE SECONDS [--raw]
+//! loadgen echo-many ADDR CONNS INFLIGHT SIZE SECONDS [--raw] [--ready]
+//!                                                      (--ready: "ready" on stderr once all
+//!                                                      connections are up: the background load
+//!                                                      of the round trips under load)
 //! loadgen large ADDR SIZE REPS [--raw]                 one big binary echo at a time: MB/s
+//! loadgen large-streamed ADDR SIZE REPS [--raw]        the same message, its echo checked as it
+//!                                                      arrives, in one frame or in fragments
 //! loadgen idle ADDR CONNS SECONDS                      hold idle connections (for memory)
 //! ```
-//! The connect scenarios and `idle` read `BENCH_TLS=DIR` (wss://), `BENCH_NODELAY=0` and
-//! `BENCH_DEFLATE=1` (idle: one compressed message per connection first) from the environment.
+//! The connect scenarios, echo-many, large, large-streamed and `idle` read `BENCH_TLS=DIR`
+//! (wss://); the connect scenarios and `idle` also `BENCH_NODELAY=0` and `BENCH_DEFLATE=1` (idle:
+//! one compressed message per connection first) from the environment.
 //! `--raw`: the server is the raw TCP baseline (no handshake; it echoes our masked bytes as they are).
 
 use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use sockeye_bench::{Link, connect, encode_frame, json_document, stats};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use sockeye_bench::{Io, Link, connect, encode_frame, json_document, stats};
+use sockeye_proto::frame::FrameHeader;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T> = std::result::Result<T, Error>;
@@ -27,7 +38,8 @@ type Result<T> = std::result::Result<T, Error>;
 fn main() -> Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let raw = args.iter().any(|a| a == "--raw");
-    args.retain(|a| a != "--raw");
+    let ready = args.iter().any(|a| a == "--ready");
+    args.retain(|a| a != "--raw" && a != "--ready");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -35,7 +47,10 @@ fn main() -> Result<()> {
     let json = runtime.block_on(async {
         Ok::<_, Error>(match a(0)?.as_str() {
             "push" => push(&a(1)?, a(2)?.parse()?, raw).await?,
-            "rtt" => rtt(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, a(4)? == "text", raw).await?,
+            "rtt" => {
+                let seconds = args.get(5).map_or(Ok(f64::INFINITY), |s| s.parse())?;
+                rtt(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, a(4)? == "text", seconds, raw).await?
+            }
             "connect" => connect_sequential(&a(1)?, a(2)?.parse()?, raw).await?,
             "connect-parallel" => connect_parallel(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, raw).await?,
             "echo-many" => {
@@ -46,10 +61,12 @@ fn main() -> Result<()> {
                     a(4)?.parse()?,
                     a(5)?.parse()?,
                     raw,
+                    ready,
                 )
                 .await?
             }
-            "large" => large(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, raw).await?,
+            "large" => large(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, raw, false).await?,
+            "large-streamed" => large(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, raw, true).await?,
             "idle" => idle(&a(1)?, a(2)?.parse()?, a(3)?.parse()?).await?,
             other => return Err(format!("unknown scenario {other}").into()),
         })
@@ -83,7 +100,7 @@ fn pattern(size: usize, text: bool) -> Vec<u8> {
 }
 
 /// Reads into `buf` until it holds at least `want` bytes.
-async fn read_at_least(tcp: &mut TcpStream, buf: &mut Vec<u8>, want: usize) -> Result<()> {
+async fn read_at_least<S: AsyncRead + Unpin>(tcp: &mut S, buf: &mut Vec<u8>, want: usize) -> Result<()> {
     while buf.len() < want {
         if buf.capacity() - buf.len() < 64 << 10 {
             buf.reserve(256 << 10);
@@ -128,11 +145,16 @@ async fn push(addr: &str, n: u64, raw: bool) -> Result<String> {
     ))
 }
 
-async fn rtt(addr: &str, count: usize, size: usize, text: bool, raw: bool) -> Result<String> {
+async fn rtt(addr: &str, count: usize, size: usize, text: bool, seconds: f64, raw: bool) -> Result<String> {
     let (mut tcp, mut buf) = connect(addr, raw).await?;
     let (sent, echo) = echo_of(if text { 1 } else { 2 }, &pattern(size, text), raw);
     let mut samples = Vec::with_capacity(count);
+    // No deadline without SECONDS (infinite).
+    let deadline = Duration::try_from_secs_f64(seconds).ok().and_then(|d| Instant::now().checked_add(d));
     for _ in 0..count {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
         let t = Instant::now();
         tcp.write_all(&sent).await?;
         read_at_least(&mut tcp, &mut buf, echo.len()).await?;
@@ -142,9 +164,10 @@ async fn rtt(addr: &str, count: usize, size: usize, text: bool, raw: bool) -> Re
         }
         buf.drain(..echo.len());
     }
+    let n = samples.len();
     let (mean, p50, p99) = stats(&mut samples);
     Ok(format!(
-        r#"{{"mean_us": {mean:.1}, "p50_us": {p50:.1}, "p99_us": {p99:.1}}}"#
+        r#"{{"mean_us": {mean:.1}, "p50_us": {p50:.1}, "p99_us": {p99:.1}, "round_trips": {n}}}"#
     ))
 }
 
@@ -225,12 +248,36 @@ async fn echo_many(
     size: usize,
     seconds: u64,
     raw: bool,
+    ready: bool,
+) -> Result<String> {
+    let link = Link::from_env()?;
+    if link.is_tls() {
+        let mut streams = Vec::with_capacity(conns);
+        for _ in 0..conns {
+            streams.push(link.open_buffered(addr, raw).await?);
+        }
+        echo_many_on(streams, inflight, size, seconds, raw, ready).await
+    } else {
+        let mut streams = Vec::with_capacity(conns);
+        for _ in 0..conns {
+            streams.push(connect(addr, raw).await?);
+        }
+        echo_many_on(streams, inflight, size, seconds, raw, ready).await
+    }
+}
+
+async fn echo_many_on<S: Io + 'static>(
+    streams: Vec<(S, Vec<u8>)>,
+    inflight: usize,
+    size: usize,
+    seconds: u64,
+    raw: bool,
+    ready: bool,
 ) -> Result<String> {
     let (sent, echo) = echo_of(2, &pattern(size, false), raw);
     let mut set = tokio::task::JoinSet::new();
-    let mut streams = Vec::with_capacity(conns);
-    for _ in 0..conns {
-        streams.push(connect(addr, raw).await?);
+    if ready {
+        eprintln!("ready");
     }
     // The clock starts once every connection is up.
     let started = Instant::now();
@@ -283,43 +330,204 @@ async fn echo_many(
     ))
 }
 
-async fn large(addr: &str, size: usize, reps: usize, raw: bool) -> Result<String> {
-    let (mut tcp, mut buf) = connect(addr, raw).await?;
-    let (sent, echo) = echo_of(2, &pattern(size, false), raw);
+async fn large(addr: &str, size: usize, reps: usize, raw: bool, streamed: bool) -> Result<String> {
+    let link = Link::from_env()?;
+    if link.is_tls() {
+        let (stream, buf) = link.open_buffered(addr, raw).await?;
+        large_on(stream, buf, size, reps, raw, streamed).await
+    } else {
+        let (tcp, buf) = connect(addr, raw).await?;
+        large_on(tcp, buf, size, reps, raw, streamed).await
+    }
+}
+
+/// `reps` echoes of one `size`-byte binary message, one at a time, written in one frame while the
+/// echo is read. Whole (`streamed` false): the echo is gathered and compared once complete, and
+/// must be one frame. Streamed: each read is checked and dropped at once, and the echo may come in
+/// fragments (the server forwards pieces as they arrive); what the raw baseline returns, our
+/// own masked frame, is checked as it arrives all the same.
+async fn large_on<S: AsyncRead + AsyncWrite + Unpin>(
+    mut tcp: S,
+    mut buf: Vec<u8>,
+    size: usize,
+    reps: usize,
+    raw: bool,
+    streamed: bool,
+) -> Result<String> {
+    let payload = pattern(size, false);
+    let (sent, echo) = echo_of(2, &payload, raw);
     let started = Instant::now();
+    let mut frames = 0usize;
     for _ in 0..reps {
-        tcp_write(&sent, &mut tcp, &mut buf, echo.len()).await?;
-        if buf[..echo.len()] != echo[..] {
-            return Err("an echo differs".into());
+        if streamed {
+            let mut check = if raw {
+                StreamCheck::Bytes { expected: &sent, at: 0 }
+            } else {
+                StreamCheck::Frames(FrameCheck::new(&payload))
+            };
+            write_while_reading(&sent, &mut tcp, &mut buf, |buf| check.consume(buf)).await?;
+            if let StreamCheck::Frames(f) = &check {
+                frames += f.frames;
+            }
+        } else {
+            let want = echo.len();
+            write_while_reading(&sent, &mut tcp, &mut buf, |buf| Ok(buf.len() >= want)).await?;
+            if buf[..echo.len()] != echo[..] {
+                return Err("an echo differs".into());
+            }
+            buf.drain(..echo.len());
         }
-        buf.drain(..echo.len());
     }
     let secs = started.elapsed().as_secs_f64();
     Ok(format!(
-        r#"{{"mb_per_s": {:.1}}}"#,
-        (size * reps) as f64 / secs / 1e6
+        r#"{{"mb_per_s": {:.1}, "frames_per_echo": {:.1}}}"#,
+        (size * reps) as f64 / secs / 1e6,
+        if streamed && !raw { frames as f64 / reps as f64 } else { 1.0 }
     ))
 }
 
-/// Writes `data` while reading the echo as it comes (a big echo would deadlock otherwise).
-async fn tcp_write(data: &[u8], tcp: &mut TcpStream, buf: &mut Vec<u8>, want: usize) -> Result<()> {
-    let (mut reader, mut writer) = tcp.split();
-    let write = async { writer.write_all(data).await };
-    let read = async {
-        while buf.len() < want {
+/// Writes `data` while reading what comes back (a big echo would deadlock otherwise), handing
+/// `buf` to `consume` after each read until it says the echo is complete.
+async fn write_while_reading<S: AsyncRead + AsyncWrite + Unpin>(
+    data: &[u8],
+    tcp: &mut S,
+    buf: &mut Vec<u8>,
+    mut consume: impl FnMut(&mut Vec<u8>) -> Result<bool>,
+) -> Result<()> {
+    let (mut written, mut flushed, mut done) = (0, false, consume(buf)?);
+    poll_fn(|cx| {
+        while written < data.len() {
+            match Pin::new(&mut *tcp).poll_write(cx, &data[written..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err("the server stopped reading".into())),
+                Poll::Ready(Ok(n)) => written += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                Poll::Pending => break,
+            }
+        }
+        // TLS: what was encrypted but not yet written.
+        if written == data.len() && !flushed {
+            match Pin::new(&mut *tcp).poll_flush(cx) {
+                Poll::Ready(Ok(())) => flushed = true,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                Poll::Pending => {}
+            }
+        }
+        while !done {
             if buf.capacity() - buf.len() < 256 << 10 {
                 buf.reserve(1 << 20);
             }
-            if reader.read_buf(buf).await? == 0 {
-                return Err(std::io::Error::other("closed"));
+            let mut read = ReadBuf::uninit(buf.spare_capacity_mut());
+            match Pin::new(&mut *tcp).poll_read(cx, &mut read) {
+                Poll::Ready(Ok(())) => {
+                    let n = read.filled().len();
+                    if n == 0 {
+                        return Poll::Ready(Err("the server closed the connection".into()));
+                    }
+                    // SAFETY: `poll_read` initialised the first `n` bytes of the spare capacity.
+                    unsafe { buf.set_len(buf.len() + n) };
+                    match consume(buf) {
+                        Ok(d) => done = d,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                Poll::Pending => break,
             }
         }
-        Ok(())
-    };
-    let (w, r) = tokio::join!(write, read);
-    w?;
-    r?;
-    Ok(())
+        if done && flushed {
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Checks a streamed echo as it arrives, dropping what was checked.
+enum StreamCheck<'a> {
+    /// The raw baseline: our own bytes back.
+    Bytes { expected: &'a [u8], at: usize },
+    /// A WebSocket server: unmasked frames (one, or a binary fragment and continuations) whose
+    /// payloads add up to `payload`.
+    Frames(FrameCheck<'a>),
+}
+
+impl StreamCheck<'_> {
+    /// Consumes what `buf` holds; whether the echo is complete.
+    fn consume(&mut self, buf: &mut Vec<u8>) -> Result<bool> {
+        match self {
+            StreamCheck::Bytes { expected, at } => {
+                let n = buf.len().min(expected.len() - *at);
+                if buf[..n] != expected[*at..*at + n] {
+                    return Err("an echo differs".into());
+                }
+                *at += n;
+                buf.drain(..n);
+                Ok(*at == expected.len())
+            }
+            StreamCheck::Frames(f) => f.consume(buf),
+        }
+    }
+}
+
+struct FrameCheck<'a> {
+    payload: &'a [u8],
+    /// Payload bytes checked so far.
+    at: usize,
+    /// Payload bytes left in the current frame; `None` between frames.
+    left: Option<usize>,
+    fin: bool,
+    frames: usize,
+}
+
+impl<'a> FrameCheck<'a> {
+    fn new(payload: &'a [u8]) -> Self {
+        FrameCheck { payload, at: 0, left: None, fin: false, frames: 0 }
+    }
+
+    fn consume(&mut self, buf: &mut Vec<u8>) -> Result<bool> {
+        let mut pos = 0;
+        loop {
+            match self.left {
+                None if self.fin => break,
+                None => {
+                    let Some((header, len)) = FrameHeader::parse(&buf[pos..]).map_err(|e| format!("{e:?}"))? else {
+                        break;
+                    };
+                    let opcode = header.opcode.as_u8();
+                    let expected = if self.frames == 0 { 2 } else { 0 };
+                    if opcode != expected || header.mask.is_some() || header.rsv != 0 {
+                        return Err(format!("unexpected frame: opcode {opcode}, fragment {}", self.frames).into());
+                    }
+                    if self.at + header.payload_len as usize > self.payload.len() {
+                        return Err("the echo is longer than the message".into());
+                    }
+                    pos += len;
+                    self.frames += 1;
+                    self.fin = header.fin;
+                    self.left = Some(header.payload_len as usize);
+                }
+                Some(left) => {
+                    let n = left.min(buf.len() - pos);
+                    if buf[pos..pos + n] != self.payload[self.at..self.at + n] {
+                        return Err("an echo differs".into());
+                    }
+                    pos += n;
+                    self.at += n;
+                    self.left = (left > n).then_some(left - n);
+                    if left > n {
+                        break;
+                    }
+                }
+            }
+        }
+        buf.drain(..pos);
+        let done = self.fin && self.left.is_none();
+        if done && self.at != self.payload.len() {
+            return Err("the echo is shorter than the message".into());
+        }
+        Ok(done)
+    }
 }
 
 /// Opens `conns` connections and holds them idle for `seconds`. With `BENCH_DEFLATE=1` each
