@@ -36,6 +36,10 @@ pub struct Config {
     /// the sender when the peer reads slowly.
     pub write_buffer_high_water: usize,
     /// How much to read from the socket at once. Default 64 KiB (one loopback TCP segment burst).
+    /// While reads keep filling the buffer (a large transfer), each read asks for twice as much,
+    /// up to 4× this; the size returns to this once the connection waits for input. Messages
+    /// received in pieces ([`WebSocket::recv_chunk`](crate::WebSocket::recv_chunk)) arrive at
+    /// most one read at a time.
     pub read_chunk_size: usize,
     /// The most connections a [`Server`](crate::Server) handles at once, handshakes included.
     /// Above it, new clients are turned away before any task or TLS handshake is spent on them:
