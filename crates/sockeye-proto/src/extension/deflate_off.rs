@@ -29,4 +29,23 @@ impl PerMessageDeflate {
     ) -> Result<(), ProtocolViolation> {
         match *self {}
     }
+
+    pub(crate) fn inflate_some(
+        &mut self,
+        _input: &[u8],
+        _out: &mut Vec<u8>,
+        _so_far: usize,
+        _limit: usize,
+    ) -> Result<usize, ProtocolViolation> {
+        match *self {}
+    }
+
+    pub(crate) fn inflate_finish(
+        &mut self,
+        _out: &mut Vec<u8>,
+        _so_far: usize,
+        _limit: usize,
+    ) -> Result<bool, ProtocolViolation> {
+        match *self {}
+    }
 }
