@@ -157,9 +157,9 @@ struct Reassembly {
 /// streamed message takes, whatever its size.
 const STREAM_INFLATE_PIECE: usize = 64 << 10;
 
-/// Frames at least this large are split off a read buffer of their own size; afterwards the
-/// connection moves what is left to a fresh buffer, so that it does not keep the largest message
-/// it ever received (tungstenite #500) once the application drops that message.
+/// Frames at least this large are read into a buffer of their own size, reused while large frames
+/// follow each other; after the first smaller frame the connection moves what is left to a fresh
+/// buffer, so that it does not keep the largest message it ever received (tungstenite #500).
 const SHRINK_AFTER_FRAME: usize = 256 << 10;
 
 /// One step of the streaming receive path.
@@ -192,6 +192,8 @@ pub struct Connection {
     /// the echo the engine sends if the close deadline passes first. Data may still be sent.
     reply_owed: Option<Option<CloseFrame>>,
     read_buf: BytesMut,
+    /// `read_buf` grew for a large frame (see [`SHRINK_AFTER_FRAME`]).
+    read_buf_grown: bool,
     incoming: Option<IncomingFrame>,
     reassembly: Option<Reassembly>,
     /// Validates the text message being received, across frames and reads (after inflation,
@@ -265,6 +267,7 @@ impl Connection {
             state: CloseState::Open,
             reply_owed: None,
             read_buf: BytesMut::new(),
+            read_buf_grown: false,
             incoming: None,
             reassembly: None,
             utf8: None,
@@ -842,11 +845,21 @@ impl Connection {
         }
         self.read_buf.advance(header_len);
         let payload = self.read_buf.split_to(len).freeze();
+        self.shrink_read_buf();
         Some(if first == 0x81 {
             Message::Text(Utf8Bytes::from_validated(payload))
         } else {
             Message::Binary(payload)
         })
+    }
+
+    /// After the first small frame that follows large ones: move what follows to a buffer of its
+    /// own, so the large one is freed with the last message that shares it.
+    #[inline]
+    fn shrink_read_buf(&mut self) {
+        if std::mem::take(&mut self.read_buf_grown) {
+            self.read_buf = BytesMut::from(&self.read_buf[..]);
+        }
     }
 
     /// Checks a header against the role, the negotiated extensions and the message in progress.
@@ -928,9 +941,9 @@ impl Connection {
         }
         let payload = self.read_buf.split_to(frame.len).freeze();
         if frame.len >= SHRINK_AFTER_FRAME {
-            // The buffer shares its allocation with the payload: move what follows it to a
-            // buffer of its own, so the large one is freed with the message.
-            self.read_buf = BytesMut::from(&self.read_buf[..]);
+            self.read_buf_grown = true;
+        } else {
+            self.shrink_read_buf();
         }
         Ok(Some((frame.header, payload)))
     }

@@ -137,12 +137,15 @@ impl Buf for Transmit {
         }
         if self.len == 0 {
             let written = std::mem::take(&mut self.tail_written);
-            self.largest_batch = self.largest_batch.max(written);
-            if written > KEEP_AFTER_WRITE {
-                // It grew for a large message (a client's masked copy): give it back rather
-                // than keep the largest message ever sent (tungstenite #500).
+            if written <= KEEP_AFTER_WRITE && self.largest_batch > KEEP_AFTER_WRITE {
+                // It grew for large messages (a client's masked copies) and the last batch was
+                // small: give it back rather than keep the largest message ever sent
+                // (tungstenite #500). While large batches follow each other it is reused:
+                // allocating and faulting in megabytes per message would cost more.
                 self.tail = BytesMut::new();
+                self.largest_batch = written;
             } else {
+                self.largest_batch = self.largest_batch.max(written);
                 // Reuse the batch buffer's allocation from its start.
                 self.tail.clear();
             }
@@ -153,8 +156,8 @@ impl Buf for Transmit {
 /// A batch buffer that never held more than this is kept while the connection is idle.
 const KEEP_WHEN_IDLE: usize = 512;
 
-/// The largest batch buffer kept once everything is written: room for batches of small frames
-/// (a write-buffer's worth is typically below it), not for large messages.
+/// Batches up to this size are small: a batch buffer that grew past it is given back after the
+/// first small batch that follows (room for batches of small frames, not for large messages).
 const KEEP_AFTER_WRITE: usize = 256 << 10;
 
 #[cfg(test)]
@@ -198,6 +201,8 @@ mod tests {
         assert_eq!(start, next, "a small batch buffer is reused");
         let mut t = Transmit::default();
         let (start, next) = next_batch_start(&mut t, 4 << 20);
-        assert_ne!(start, next, "a 4 MiB batch buffer is given back");
+        assert_eq!(start, next, "reused while large batches follow each other");
+        let (start, next) = next_batch_start(&mut t, 64);
+        assert_ne!(start, next, "the 4 MiB buffer is given back after a small batch");
     }
 }

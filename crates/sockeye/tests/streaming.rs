@@ -5,31 +5,11 @@
 
 mod pattern;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::stream;
-use pattern::{Pattern, PatternCheck};
+use pattern::{Pattern, PatternCheck, streaming_echo};
 use sockeye::{Bytes, CloseCode, Config, DataKind, Error, ErrorKind, Incoming, Message, Server};
-
-/// A server that echoes every message in pieces, forwarding each as it arrives.
-async fn streaming_echo(config: Config) -> SocketAddr {
-    let server = Server::bind("127.0.0.1:0", config).await.unwrap();
-    let addr = server.local_addr().unwrap();
-    tokio::spawn(server.serve(|mut ws, _| async move {
-        while let Some(Ok(incoming)) = ws.recv_chunk().await {
-            if let Incoming::Chunk(piece) = incoming
-                && ws
-                    .send_fragment(piece.kind, piece.data, piece.last)
-                    .await
-                    .is_err()
-            {
-                break;
-            }
-        }
-    }));
-    addr
-}
 
 fn big_config() -> Config {
     Config::builder().max_message_size(64 << 20).build()

@@ -6,8 +6,8 @@
 
 mod pattern;
 
-use pattern::{Pattern, PatternCheck};
-use sockeye::{Config, DataKind, Incoming, Server};
+use pattern::{Pattern, PatternCheck, streaming_echo};
+use sockeye::{Config, DataKind, Incoming};
 
 const MESSAGE: u64 = 1 << 30;
 /// The bound for the streamed echo of 1 GiB.
@@ -29,20 +29,7 @@ fn a_1_gib_message_streams_through_an_echo_in_bounded_memory() {
         .unwrap();
     let config = Config::builder().max_message_size(2 << 30).build();
     let (peak, before, received) = runtime.block_on(async move {
-        let server = Server::bind("127.0.0.1:0", config.clone()).await.unwrap();
-        let addr = server.local_addr().unwrap();
-        tokio::spawn(server.serve(|mut ws, _| async move {
-            while let Some(Ok(incoming)) = ws.recv_chunk().await {
-                if let Incoming::Chunk(piece) = incoming
-                    && ws
-                        .send_fragment(piece.kind, piece.data, piece.last)
-                        .await
-                        .is_err()
-                {
-                    break;
-                }
-            }
-        }));
+        let addr = streaming_echo(config.clone()).await;
         let (ws, _) = sockeye::connect_with(format!("ws://{addr}/").as_str(), &config)
             .await
             .unwrap();

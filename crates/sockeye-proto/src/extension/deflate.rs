@@ -357,46 +357,19 @@ impl PerMessageDeflate {
         out: &mut Vec<u8>,
         limit: usize,
     ) -> Result<(), ProtocolViolation> {
-        // flate2 accepts 9–15; a larger window than the peer's decodes its stream all the same.
-        let bits = self.inflate_bits.max(9);
-        let d = self
-            .inflater
-            .get_or_insert_with(|| Decompress::new_with_window_bits(false, bits));
         let mut consumed = 0;
         loop {
             if out.len() == out.capacity() {
-                let target = grow_target(out.len(), out.capacity(), input.len(), limit);
+                let target = grow_target(out.len(), out.capacity(), input.len() - consumed, limit);
                 out.reserve_exact(target - out.len());
             }
-            let (in_before, out_before) = (d.total_in(), out.len());
-            let status = d
-                .decompress_vec(&input[consumed..], out, FlushDecompress::Sync)
-                .map_err(|e| ProtocolViolation::Decompression(e.to_string()))?;
-            consumed += (d.total_in() - in_before) as usize;
-            if out.len() > limit {
-                return Err(ProtocolViolation::MessageTooBig {
-                    size: out.len() as u64,
-                    limit,
-                });
-            }
-            if status == Status::StreamEnd {
-                // The peer ended the deflate stream (BFINAL); the next data starts a new one.
-                d.reset(false);
-            }
-            let progressed = d.total_in() != in_before || out.len() != out_before;
+            consumed += self.inflate_some(&input[consumed..], out, 0, limit)?;
             if consumed == input.len() && out.len() < out.capacity() {
                 return Ok(());
             }
-            if !progressed && status != Status::StreamEnd {
-                return Err(ProtocolViolation::Decompression(
-                    "the compressed data stopped making progress".into(),
-                ));
-            }
         }
     }
-}
 
-impl PerMessageDeflate {
     /// Streaming receive: inflates what it can of `input` into `out`, up to `out`'s capacity, the
     /// bound of one piece handed to the application. Returns how much of `input` it used; what it
     /// did not use is to be passed again with the next call. Call it with empty input to drain

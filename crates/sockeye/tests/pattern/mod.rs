@@ -1,12 +1,33 @@
-//! A byte stream of any length whose every byte depends on its position, produced and checked
-//! without holding it: byte `i` is byte `i % 8` of the little-endian `u64` `i / 8`. A lost,
-//! repeated or reordered piece shows at its first byte.
+//! What the streaming tests share: a byte stream of any length whose every byte depends on its
+//! position, produced and checked without holding it (byte `i` is byte `i % 8` of the
+//! little-endian `u64` `i / 8`: a lost, repeated or reordered piece shows at its first byte), and
+//! a server that echoes in pieces.
 #![allow(dead_code)]
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use sockeye::{Config, Incoming, Server};
 use tokio::io::{AsyncRead, ReadBuf};
+
+/// A server that echoes every message in pieces, forwarding each as it arrives (cut-through).
+pub(crate) async fn streaming_echo(config: Config) -> std::net::SocketAddr {
+    let server = Server::bind("127.0.0.1:0", config).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve(|mut ws, _| async move {
+        while let Some(Ok(incoming)) = ws.recv_chunk().await {
+            if let Incoming::Chunk(piece) = incoming
+                && ws
+                    .send_fragment(piece.kind, piece.data, piece.last)
+                    .await
+                    .is_err()
+            {
+                break;
+            }
+        }
+    }));
+    addr
+}
 
 fn byte_at(i: u64) -> u8 {
     (i / 8).to_le_bytes()[(i % 8) as usize]
