@@ -313,6 +313,8 @@ export BENCH_DEFLATE=1
 for s in sockeye node; do
   memory "$s" deflate "$DEFLATE_IDLE" "$DEFLATE_IDLE idle, permessage-deflate"
 done
+# Sockeye's states pooled (the default) or dedicated to each connection (DeflateConfig::pool None).
+BENCH_DEFLATE_POOL=0 memory sockeye deflate "$DEFLATE_IDLE" "$DEFLATE_IDLE idle, permessage-deflate, dedicated states"
 unset BENCH_DEFLATE
 
 echo "==> 7. compressed: permessage-deflate push and pipelined echo, ~1 KiB JSON (Sockeye's client for both)"
@@ -324,6 +326,14 @@ for s in sockeye node; do
   run compressed "$s" "echo, 16 in flight, ~1 KiB JSON" "$BIN/bench-client" compressed-echo "127.0.0.1:$PORT" "$SECS"
   stop_server
 done
+export BENCH_DEFLATE_POOL=0
+start_server sockeye deflate-push "$DEFLATE_PUSH_N"
+run compressed sockeye "push $DEFLATE_PUSH_N × ~1.2 KiB JSON, dedicated states" "$BIN/bench-client" compressed-push "127.0.0.1:$PORT" "$DEFLATE_PUSH_N"
+stop_server
+start_server sockeye deflate
+run compressed sockeye "echo, 16 in flight, ~1 KiB JSON, dedicated states" "$BIN/bench-client" compressed-echo "127.0.0.1:$PORT" "$SECS"
+stop_server
+unset BENCH_DEFLATE_POOL
 
 echo "==> 10. WebSockets over HTTP/2 (RFC 8441) vs HTTP/1.1: Sockeye's client and server on both ends"
 for variant in ws wss; do
@@ -343,7 +353,7 @@ unset BENCH_TLS
 
 echo "==> 8. micro-benchmarks: instructions per operation (callgrind)"
 if command -v valgrind >/dev/null 2>&1; then
-  for op in mask parse utf8 engine deflate; do
+  for op in mask parse utf8 engine deflate deflate-many deflate-many-dedicated; do
     base=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/microbench" "$op" 0 2>&1 | awk '/Collected/ {print $4}')
     full=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/microbench" "$op" 1 2>&1 | awk '/Collected/ {print $4}')
     unit=$("$BIN/microbench" "$op" describe)

@@ -23,11 +23,9 @@ impl Negotiated {
             server_max_window_bits: 8 + self.server_max_window_bits % 8,
             client_max_window_bits: 8 + self.client_max_window_bits % 8,
         };
-        let config = DeflateConfig {
-            level: u32::from(self.level % 10),
-            min_compress_size: usize::from(self.min_compress_size),
-            ..DeflateConfig::default()
-        };
+        let config = DeflateConfig::default()
+            .level(u32::from(self.level % 10))
+            .min_compress_size(usize::from(self.min_compress_size));
         PerMessageDeflate::new(role, params, &config)
     }
 }

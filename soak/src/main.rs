@@ -236,10 +236,10 @@ async fn connect(
     socket.bind(SocketAddr::new(source, 0))?;
     let stream = socket.connect(target).await?;
     stream.set_nodelay(true)?;
-    let deflate = compress.then(|| DeflateConfig {
-        server_no_context_takeover: true,
-        client_no_context_takeover: true,
-        ..DeflateConfig::default()
+    let deflate = compress.then(|| {
+        DeflateConfig::default()
+            .server_no_context_takeover(true)
+            .client_no_context_takeover(true)
     });
     let config = config().to_builder().deflate(deflate).build();
     let (ws, _) = sockeye::client_handshake(stream, url, &config).await?;

@@ -15,9 +15,9 @@ fn main() {
     let text: String = (0..200).map(|i| format!(r#"{{"id":{i},"v":"x{}"}},"#, i * 7919 % 1000)).collect();
     let cases = [
         ("window 15, context takeover (default)", DeflateConfig::default()),
-        ("window 15, no context takeover", DeflateConfig { server_no_context_takeover: true, client_no_context_takeover: true, ..Default::default() }),
-        ("window 12, context takeover", DeflateConfig { server_max_window_bits: 12, client_max_window_bits: 12, ..Default::default() }),
-        ("window 9, no context takeover", DeflateConfig { server_max_window_bits: 9, client_max_window_bits: 9, server_no_context_takeover: true, client_no_context_takeover: true, ..Default::default() }),
+        ("window 15, no context takeover", DeflateConfig::default().server_no_context_takeover(true).client_no_context_takeover(true)),
+        ("window 12, context takeover", DeflateConfig::default().server_max_window_bits(12).client_max_window_bits(12)),
+        ("window 9, no context takeover", DeflateConfig::default().server_max_window_bits(9).client_max_window_bits(9).server_no_context_takeover(true).client_no_context_takeover(true)),
     ];
     println!("| negotiation | server connection, idle | after 1 message each way |");
     println!("|---|---|---|");

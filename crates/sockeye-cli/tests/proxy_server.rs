@@ -67,6 +67,20 @@ impl Running {
     fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
+
+    /// Whether the log shows `pattern` within 5 s. The server writes a line before it acts on
+    /// it, but the line reaches `log` through a pipe and a thread: checking right after the
+    /// client saw the action races with them (a CI run lost that race).
+    fn logged(&self, pattern: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.log().contains(pattern) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
 }
 
 impl Drop for Running {
@@ -356,7 +370,7 @@ async fn an_upstream_down_or_lost_closes_the_client_clearly_and_promptly() {
     assert_eq!(frame.code, CloseCode(1014), "{frame:?}");
     assert!(frame.reason.starts_with("bad gateway"), "{frame:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert!(proxy.log().contains("cannot reach"), "{}", proxy.log());
+    assert!(proxy.logged("cannot reach"), "{}", proxy.log());
 
     // The upstream goes away mid-connection: the client is closed with 1011.
     let echo = Running::start(&["echo_server", "-q"]);

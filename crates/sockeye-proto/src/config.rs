@@ -62,8 +62,9 @@ pub struct Config {
     /// (`"keepalive"`) and the transport is dropped. Default 30 s, so a dead peer is found within
     /// about a minute.
     pub keepalive_timeout: Duration,
-    /// permessage-deflate (RFC 7692): `Some` to offer it (client) or accept it (server). Default on:
-    /// state is allocated only once a compressed message flows, so idle connections pay nothing.
+    /// permessage-deflate (RFC 7692): `Some` to offer it (client) or accept it (server). Default on,
+    /// with compression states borrowed per message from a pool shared by the connections made
+    /// from clones of this config, so idle connections hold no zlib state (see `DeflateConfig`).
     #[cfg(feature = "deflate")]
     pub deflate: Option<crate::extension::deflate::DeflateConfig>,
 }

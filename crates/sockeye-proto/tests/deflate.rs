@@ -73,10 +73,7 @@ fn compressed_messages_are_smaller_on_the_wire_and_arrive_intact() {
 /// failed with "invalid stored block lengths"). Empty messages now go uncompressed.
 #[test]
 fn empty_messages_with_no_compression_threshold_stay_decodable() {
-    let config = DeflateConfig {
-        min_compress_size: 0,
-        ..DeflateConfig::default()
-    };
+    let config = DeflateConfig::default().min_compress_size(0);
     let (mut c, mut s) = negotiated(config.clone(), config);
     for text in ["$\0", "", "", "J\0", "", "after"] {
         s.send(Message::text(text)).unwrap();
@@ -191,10 +188,7 @@ fn compressed_messages_inflate_with_no_size_limit() {
 
 #[test]
 fn window_bits_8_is_accepted_and_messages_go_uncompressed() {
-    let client = DeflateConfig {
-        server_max_window_bits: 8,
-        ..DeflateConfig::default()
-    };
+    let client = DeflateConfig::default().server_max_window_bits(8);
     let (mut c, mut s) = negotiated(client, DeflateConfig::default());
     let text = "abcabcabc".repeat(50);
     s.send(Message::text(text.clone())).unwrap();
@@ -214,14 +208,12 @@ fn window_bits_8_is_accepted_and_messages_go_uncompressed() {
 
 fn any_config() -> impl Strategy<Value = DeflateConfig> {
     (any::<bool>(), any::<bool>(), 8u8..16, 8u8..16, 0usize..64).prop_map(|(snct, cnct, sb, cb, min)| {
-        DeflateConfig {
-            server_no_context_takeover: snct,
-            client_no_context_takeover: cnct,
-            server_max_window_bits: sb,
-            client_max_window_bits: cb,
-            min_compress_size: min,
-            ..DeflateConfig::default()
-        }
+        DeflateConfig::default()
+            .server_no_context_takeover(snct)
+            .client_no_context_takeover(cnct)
+            .server_max_window_bits(sb)
+            .client_max_window_bits(cb)
+            .min_compress_size(min)
     })
 }
 
@@ -274,10 +266,7 @@ proptest! {
 #[test]
 fn a_prepared_message_is_compressed_once_for_connections_without_context_takeover() {
     use sockeye_proto::PreparedMessage;
-    let shared = DeflateConfig {
-        server_no_context_takeover: true,
-        ..DeflateConfig::default()
-    };
+    let shared = DeflateConfig::default().server_no_context_takeover(true);
     let text = "a publication for every subscriber of the topic; ".repeat(40);
     let prepared = PreparedMessage::new(Message::text(text.clone())).unwrap();
     let mut first_wire = None;

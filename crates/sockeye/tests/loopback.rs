@@ -470,6 +470,48 @@ async fn permessage_deflate_is_negotiated_by_default_and_can_be_refused() {
     assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("plain"));
 }
 
+/// Many connections of one server share a pool of one compression state each way: states are
+/// lent from connection to connection between messages, and context takeover (each client's
+/// messages and echoes refer back to the previous ones) survives, in both directions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_sharing_a_small_deflate_pool_keep_their_context() {
+    use sockeye::proto::extension::deflate::{DeflateConfig, DeflatePool};
+    let pool = DeflatePool::new(1);
+    let config = Config::builder()
+        .deflate(Some(DeflateConfig::default().pool(Some(pool.clone()))))
+        .build();
+    let server = Server::bind("127.0.0.1:0", config).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(server.serve(|mut ws, _| async move {
+        while let Some(Ok(m)) = ws.next().await {
+            if m.is_data() && ws.send(m).await.is_err() {
+                break;
+            }
+        }
+    }));
+    let clients = (0..8).map(|c| {
+        tokio::spawn(async move {
+            let (mut ws, _) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
+            assert!(ws.connection().is_deflate_enabled());
+            for i in 0..40 {
+                let text = format!(
+                    "{{\"client\":{c},\"seq\":{i},\"body\":\"{}\"}}",
+                    "salmon run ".repeat(i % 7 * 40 + 1)
+                );
+                ws.send(Message::text(text.clone())).await.unwrap();
+                assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text(text));
+                tokio::task::yield_now().await;
+            }
+            ws.close(None).await.unwrap();
+        })
+    });
+    for client in clients.collect::<Vec<_>>() {
+        client.await.unwrap();
+    }
+    let (compressors, decompressors) = pool.idle();
+    assert!(compressors <= 1 && decompressors <= 1, "{:?}", pool.idle());
+}
+
 /// Regression (issue 13): a port that is not a number, or over 65535, fell back to port 80 and
 /// a connection was opened. Now the URL is refused first: the "proxy" below, through which any
 /// connection would go, sees none.

@@ -9,7 +9,8 @@
 //! with permessage-deflate; the other modes turn it off, as the peers' defaults do) or
 //! `deflate-push` (N ~1 KiB JSON messages, compressed). `BENCH_TLS=DIR` serves wss:// with
 //! `DIR/cert.pem` and `DIR/key.pem` (`bench-server gen-cert DIR` writes them); `BENCH_NODELAY=0`
-//! leaves Nagle's algorithm on; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size` (for
+//! leaves Nagle's algorithm on; `BENCH_DEFLATE_POOL=0` gives each Sockeye connection dedicated
+//! compression states instead of the default shared pool; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size` (for
 //! experiments; `run.sh` keeps the default).
 //! Each system is used the way its documentation shows.
 
@@ -114,6 +115,8 @@ async fn sockeye_server(
     let mut config = sockeye::Config::default();
     if !mode.starts_with("deflate") {
         config.protocol.deflate = None;
+    } else if std::env::var_os("BENCH_DEFLATE_POOL").is_some_and(|v| v == "0") {
+        config.protocol.deflate = Some(sockeye::proto::extension::deflate::DeflateConfig::default().pool(None));
     }
     config.max_connections = 100_000;
     // The HTTP/2 scenarios hold thousands of idle WebSockets on one connection.

@@ -11,12 +11,33 @@
 //! uncompressed (RSV1 clear), which RFC 7692 allows message by message; it still inflates what
 //! the peer sends (a 512-byte window decodes a 256-byte-window stream).
 //!
-//! **Memory.** The compressor and decompressor are allocated on the first compressed message in
-//! each direction, so connections that never exchange a compressed message cost nothing. After
-//! one message each way a server connection holds about 420 KiB with window bits 15 and context
-//! takeover (the default), about 310 KiB with 12 bits (`bench/deflate-backends`, `deflate-memory`).
-//! Without context takeover nothing is kept between messages, so the state is freed after each
-//! one: such connections hold no compression memory while idle.
+//! **Memory.** A zlib-rs compressor is about 300 KiB whatever its window (its hash table alone is
+//! a fixed 128 KiB) and a decompressor about 40 KiB with a 15-bit window, so a connection that
+//! kept both between messages held ~344 KiB. By default connections keep neither: each borrows a
+//! compressor (decompressor) from a [`DeflatePool`] shared by the connections of one
+//! [`DeflateConfig`] for one message, and gives it back after. A state given back remembers whose
+//! context it holds; the next message of the same connection gets the same state back, context
+//! intact, unless the pool lent it to another connection in between. Context takeover (§7.1.1)
+//! survives that too: each connection keeps the plaintext its context covers (its last messages,
+//! at most a window: 2^bits bytes), and a state lent to it without its context is reset and primed
+//! with that text (deflateSetDictionary / inflateSetDictionary, valid for raw deflate). The
+//! trade-offs, as uWebSockets' `SHARED_COMPRESSOR`/`DEDICATED_COMPRESSOR` put them:
+//!
+//! - pooled (the default, [`DeflateConfig::pool`] `Some`): an idle connection holds only the text
+//!   of its context, up to 2^bits bytes each way (a few KiB after small messages, ≤ 64 KiB at 15
+//!   bits), and the pool holds at most [`DeflatePool::idle_limit`] states per direction. A
+//!   connection whose state was lent to another pays a reset and a re-prime on its next message
+//!   (tens of µs at 15 bits): size the pool to the number of connections that send compressed
+//!   messages at the same time;
+//! - dedicated (`pool: None`): each connection keeps its own states (~344 KiB with context
+//!   takeover), no re-priming ever: the fastest for many connections busy at once.
+//!
+//! Without context takeover nothing carries over between messages: pooled states are reset and
+//! shared by all such connections (dedicated ones are freed after each message).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
@@ -32,6 +53,7 @@ pub const NAME: &str = "permessage-deflate";
 /// The names follow RFC 7692 §7.1: "server" parameters govern what the server compresses,
 /// "client" parameters what the client compresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeflateConfig {
     /// zlib compression level, 0–9. Default 1: on WebSocket-sized JSON it compresses about 5×
     /// faster than level 6 for about 35% more bytes (see `bench/deflate-backends`).
@@ -50,6 +72,11 @@ pub struct DeflateConfig {
     /// Messages shorter than this are sent uncompressed: compressing a few bytes costs time and
     /// often makes them longer. Default 32 bytes.
     pub min_compress_size: usize,
+    /// Where connections borrow their compression states, one message at a time (see the
+    /// [module docs](self) for the trade-offs). Connections made from clones of one config share
+    /// it. Default `Some(DeflatePool::default())`: idle connections hold no zlib state. `None`:
+    /// each connection keeps its own (~344 KiB with context takeover).
+    pub pool: Option<DeflatePool>,
 }
 
 impl Default for DeflateConfig {
@@ -61,7 +88,217 @@ impl Default for DeflateConfig {
             server_no_context_takeover: false,
             client_no_context_takeover: false,
             min_compress_size: 32,
+            pool: Some(DeflatePool::default()),
         }
+    }
+}
+
+impl DeflateConfig {
+    /// Sets the compression level (0–9).
+    pub fn level(mut self, level: u32) -> Self {
+        self.level = level;
+        self
+    }
+
+    /// Sets the largest window the server may compress with (8–15 bits).
+    pub fn server_max_window_bits(mut self, bits: u8) -> Self {
+        self.server_max_window_bits = bits;
+        self
+    }
+
+    /// Sets the largest window the client may compress with (8–15 bits).
+    pub fn client_max_window_bits(mut self, bits: u8) -> Self {
+        self.client_max_window_bits = bits;
+        self
+    }
+
+    /// Asks for (client) or imposes (server) a fresh context for every server message.
+    pub fn server_no_context_takeover(mut self, on: bool) -> Self {
+        self.server_no_context_takeover = on;
+        self
+    }
+
+    /// The same for client messages.
+    pub fn client_no_context_takeover(mut self, on: bool) -> Self {
+        self.client_no_context_takeover = on;
+        self
+    }
+
+    /// Sets the size below which messages go uncompressed.
+    pub fn min_compress_size(mut self, bytes: usize) -> Self {
+        self.min_compress_size = bytes;
+        self
+    }
+
+    /// Sets where compression states are borrowed from (`None`: dedicated per connection).
+    pub fn pool(mut self, pool: Option<DeflatePool>) -> Self {
+        self.pool = pool;
+        self
+    }
+}
+
+/// Compressors and decompressors lent to connections for one message at a time (see the
+/// [module docs](self)). Cloning shares the pool. Two pools compare equal when their idle limits
+/// are: the pool is a resource, its limit the setting.
+///
+/// ```
+/// use sockeye_proto::extension::deflate::{DeflateConfig, DeflatePool};
+/// // Up to 64 idle states each way, shared by every connection made from clones of `shared`.
+/// let shared = DeflateConfig::default().pool(Some(DeflatePool::new(64)));
+/// assert_eq!(shared.pool.as_ref().map(DeflatePool::idle_limit), Some(64));
+/// // Each connection keeps its own states (~344 KiB with context takeover): no re-priming ever.
+/// let dedicated = DeflateConfig::default().pool(None);
+/// assert!(dedicated.pool.is_none());
+/// ```
+#[derive(Clone)]
+pub struct DeflatePool {
+    shared: Arc<PoolShared>,
+}
+
+struct PoolShared {
+    idle_limit: usize,
+    compressors: Mutex<VecDeque<Lent<Compress>>>,
+    decompressors: Mutex<VecDeque<Lent<Decompress>>>,
+    next_owner: AtomicU64,
+}
+
+/// An idle state in the pool: what it was made for (level and window bits) and whose context it
+/// holds (0: nobody's, to be reset before use).
+struct Lent<T> {
+    kind: (u32, u8),
+    owner: u64,
+    state: T,
+}
+
+/// What the pool lent: the borrower's own state, context intact, or another's, to reset.
+enum Borrowed<T> {
+    Kept(T),
+    Other(T),
+}
+
+impl DeflatePool {
+    /// Idle states kept per direction by default: 8 (at most ~2.7 MiB for the pool).
+    pub const DEFAULT_IDLE_LIMIT: usize = 8;
+
+    /// A pool that keeps at most `idle_limit` idle compressors and as many decompressors; states
+    /// given back beyond that are freed, oldest first. 0 keeps nothing: every message allocates.
+    pub fn new(idle_limit: usize) -> Self {
+        DeflatePool {
+            shared: Arc::new(PoolShared {
+                idle_limit,
+                compressors: Mutex::new(VecDeque::new()),
+                decompressors: Mutex::new(VecDeque::new()),
+                next_owner: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    /// The most idle states kept per direction.
+    pub fn idle_limit(&self) -> usize {
+        self.shared.idle_limit
+    }
+
+    /// Idle (compressors, decompressors) in the pool now.
+    pub fn idle(&self) -> (usize, usize) {
+        (
+            lock(&self.shared.compressors).len(),
+            lock(&self.shared.decompressors).len(),
+        )
+    }
+
+    fn new_owner(&self) -> u64 {
+        self.shared.next_owner.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Default for DeflatePool {
+    fn default() -> Self {
+        DeflatePool::new(Self::DEFAULT_IDLE_LIMIT)
+    }
+}
+
+impl std::fmt::Debug for DeflatePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (compressors, decompressors) = self.idle();
+        f.debug_struct("DeflatePool")
+            .field("idle_limit", &self.shared.idle_limit)
+            .field("idle_compressors", &compressors)
+            .field("idle_decompressors", &decompressors)
+            .finish()
+    }
+}
+
+impl PartialEq for DeflatePool {
+    fn eq(&self, other: &Self) -> bool {
+        self.shared.idle_limit == other.shared.idle_limit
+    }
+}
+
+impl Eq for DeflatePool {}
+
+/// A poisoned lock only means another thread panicked while moving states in or out of the
+/// queue; the queue itself is always whole, so go on with it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Takes the borrower's own idle state if the pool still has it, else the least recently
+/// returned one of the right kind.
+fn borrow<T>(idle: &Mutex<VecDeque<Lent<T>>>, kind: (u32, u8), owner: u64) -> Option<Borrowed<T>> {
+    let mut idle = lock(idle);
+    if let Some(i) = idle.iter().rposition(|l| l.owner == owner && l.kind == kind) {
+        return idle.remove(i).map(|l| Borrowed::Kept(l.state));
+    }
+    let i = idle.iter().position(|l| l.kind == kind)?;
+    idle.remove(i).map(|l| Borrowed::Other(l.state))
+}
+
+/// Returns a state; the oldest idle one is freed (outside the lock) when past the limit.
+fn give_back<T>(idle: &Mutex<VecDeque<Lent<T>>>, limit: usize, lent: Lent<T>) {
+    let evicted = {
+        let mut idle = lock(idle);
+        idle.push_back(lent);
+        (idle.len() > limit).then(|| idle.pop_front()).flatten()
+    };
+    drop(evicted);
+}
+
+/// The plaintext a compression context covers (the last 2^bits bytes since it started), kept so
+/// that a pooled state can be primed with it. A ring: appending a small message to a full window
+/// costs its own length, not the window's.
+#[derive(Debug, Default)]
+struct History {
+    bytes: VecDeque<u8>,
+    window: usize,
+}
+
+impl History {
+    fn new(bits: u8) -> Self {
+        History {
+            bytes: VecDeque::new(),
+            window: 1 << bits,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        let data = &data[data.len().saturating_sub(self.window)..];
+        let excess = (self.bytes.len() + data.len()).saturating_sub(self.window);
+        self.bytes.drain(..excess);
+        let needed = self.bytes.len() + data.len();
+        if needed > self.bytes.capacity() {
+            // Grow geometrically but never past the window.
+            let target = (self.bytes.capacity() * 2).clamp(needed, self.window.max(needed));
+            self.bytes.reserve_exact(target - self.bytes.len());
+        }
+        self.bytes.extend(data);
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+    }
+
+    fn contiguous(&mut self) -> &[u8] {
+        self.bytes.make_contiguous()
     }
 }
 
@@ -240,8 +477,15 @@ pub struct PerMessageDeflate {
     compress_reset: bool,
     inflate_bits: u8,
     inflate_reset: bool,
+    /// Dedicated: kept between messages (with context takeover). Pooled: held during one message.
     deflater: Option<Compress>,
     inflater: Option<Decompress>,
+    /// `None`: dedicated states. `Some`: borrowed per message, as `owner`.
+    pool: Option<DeflatePool>,
+    owner: u64,
+    /// Pooled with context takeover: the text our compression context covers, and the peer's.
+    sent: History,
+    received: History,
     /// Streaming receive: how much of the message's tail (§7.2.2) has been fed to the inflater.
     tail_fed: usize,
 }
@@ -251,6 +495,7 @@ impl std::fmt::Debug for PerMessageDeflate {
         f.debug_struct("PerMessageDeflate")
             .field("compress_bits", &self.compress_bits)
             .field("inflate_bits", &self.inflate_bits)
+            .field("pooled", &self.pool.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -267,15 +512,22 @@ impl PerMessageDeflate {
             Role::Server => (server, client),
             Role::Client => (client, server),
         };
+        // zlib needs at least 9 bits; a 9-bit window also decodes an 8-bit one (module docs).
+        let inflate_bits = theirs.0.max(9);
+        let pool = config.pool.clone();
         PerMessageDeflate {
             level: config.level.min(9),
             min_compress_size: config.min_compress_size,
             compress_bits: ours.0,
             compress_reset: ours.1,
-            inflate_bits: theirs.0,
+            inflate_bits,
             inflate_reset: theirs.1,
             deflater: None,
             inflater: None,
+            owner: pool.as_ref().map_or(0, DeflatePool::new_owner),
+            pool,
+            sent: History::new(ours.0),
+            received: History::new(inflate_bits),
             tail_fed: 0,
         }
     }
@@ -295,6 +547,110 @@ impl PerMessageDeflate {
         self.compress_reset.then_some((self.level, self.compress_bits))
     }
 
+    /// The owner a state is given back under: nobody for a context that is not kept.
+    fn owner_for(&self, reset: bool) -> u64 {
+        if reset { 0 } else { self.owner }
+    }
+
+    /// The compressor for the next message: our own, or one from the pool with our context.
+    fn take_deflater(&mut self) -> Result<Compress, String> {
+        if let Some(c) = self.deflater.take() {
+            return Ok(c);
+        }
+        let kind = (self.level, self.compress_bits);
+        let borrowed = self
+            .pool
+            .as_ref()
+            .and_then(|p| borrow(&p.shared.compressors, kind, self.owner));
+        let mut c = match borrowed {
+            Some(Borrowed::Kept(c)) => return Ok(c),
+            Some(Borrowed::Other(mut c)) => {
+                c.reset();
+                c
+            }
+            None => Compress::new_with_window_bits(Compression::new(kind.0), false, kind.1),
+        };
+        if !self.compress_reset && !self.sent.bytes.is_empty() {
+            // §7.1.1: the peer still holds our last window; prime a fresh state with it.
+            c.set_dictionary(self.sent.contiguous())
+                .map_err(|e| format!("priming the compressor: {e}"))?;
+        }
+        Ok(c)
+    }
+
+    /// Keeps the compressor after a message, or gives it back to the pool.
+    fn put_deflater(&mut self, c: Compress) {
+        match &self.pool {
+            Some(pool) => {
+                let owner = self.owner_for(self.compress_reset);
+                let lent = Lent {
+                    kind: (self.level, self.compress_bits),
+                    owner,
+                    state: c,
+                };
+                give_back(&pool.shared.compressors, pool.shared.idle_limit, lent);
+            }
+            // Nothing carries over to the next message: free the state until then.
+            None if self.compress_reset => {}
+            None => self.deflater = Some(c),
+        }
+    }
+
+    /// Makes sure a decompressor is held for the message that is arriving (until it ends).
+    fn hold_inflater(&mut self) -> Result<(), ProtocolViolation> {
+        if self.inflater.is_some() {
+            return Ok(());
+        }
+        let kind = (0, self.inflate_bits);
+        let borrowed = self
+            .pool
+            .as_ref()
+            .and_then(|p| borrow(&p.shared.decompressors, kind, self.owner));
+        let d = match borrowed {
+            Some(Borrowed::Kept(d)) => d,
+            Some(Borrowed::Other(mut d)) => {
+                d.reset(false);
+                self.prime(&mut d)?;
+                d
+            }
+            None => {
+                let mut d = Decompress::new_with_window_bits(false, kind.1);
+                self.prime(&mut d)?;
+                d
+            }
+        };
+        self.inflater = Some(d);
+        Ok(())
+    }
+
+    /// Gives a fresh decompressor the window the peer's next message may refer to.
+    fn prime(&mut self, d: &mut Decompress) -> Result<(), ProtocolViolation> {
+        if self.inflate_reset || self.received.bytes.is_empty() {
+            return Ok(());
+        }
+        d.set_dictionary(self.received.contiguous())
+            .map(drop)
+            .map_err(|e| ProtocolViolation::Decompression(format!("priming the decompressor: {e}")))
+    }
+
+    /// At the end of a message: keeps the decompressor or gives it back to the pool.
+    fn message_inflated(&mut self) {
+        let Some(d) = self.inflater.take() else { return };
+        match &self.pool {
+            Some(pool) => {
+                let owner = self.owner_for(self.inflate_reset);
+                let lent = Lent {
+                    kind: (0, self.inflate_bits),
+                    owner,
+                    state: d,
+                };
+                give_back(&pool.shared.decompressors, pool.shared.idle_limit, lent);
+            }
+            None if self.inflate_reset => {}
+            None => self.inflater = Some(d),
+        }
+    }
+
     /// Compresses one whole message (§7.2.1): sync flush, then drop the trailing `00 00 FF FF`.
     ///
     /// `input` is never empty: the connection compresses only what
@@ -303,10 +659,7 @@ impl PerMessageDeflate {
     /// empty input, and an empty payload with RSV1 is not DEFLATE data.)
     pub(crate) fn compress(&mut self, input: &[u8]) -> Result<Vec<u8>, String> {
         debug_assert!(!input.is_empty(), "empty messages are sent uncompressed");
-        let (level, bits) = (self.level, self.compress_bits);
-        let c = self
-            .deflater
-            .get_or_insert_with(|| Compress::new_with_window_bits(Compression::new(level), false, bits));
+        let mut c = self.take_deflater()?;
         let mut out = Vec::with_capacity(input.len() / 2 + 64);
         let start = c.total_in();
         loop {
@@ -314,6 +667,7 @@ impl PerMessageDeflate {
             if out.len() == out.capacity() {
                 out.reserve(out.capacity().max(64));
             }
+            // On error the state is dropped, not given back: the connection fails anyway.
             c.compress_vec(&input[consumed..], &mut out, FlushCompress::Sync)
                 .map_err(|e| e.to_string())?;
             // Done when all input is in and the flush left room to spare.
@@ -324,10 +678,10 @@ impl PerMessageDeflate {
         if out.ends_with(&TAIL) {
             out.truncate(out.len() - TAIL.len());
         }
-        if self.compress_reset {
-            // Nothing carries over to the next message: free the state until then.
-            self.deflater = None;
+        if self.pool.is_some() && !self.compress_reset {
+            self.sent.push(input);
         }
+        self.put_deflater(c);
         Ok(out)
     }
 
@@ -344,9 +698,7 @@ impl PerMessageDeflate {
         self.inflate_piece(input, out, limit)?;
         if last {
             self.inflate_piece(&TAIL, out, limit)?;
-            if self.inflate_reset {
-                self.inflater = None;
-            }
+            self.message_inflated();
         }
         Ok(())
     }
@@ -382,10 +734,11 @@ impl PerMessageDeflate {
         so_far: usize,
         limit: usize,
     ) -> Result<usize, ProtocolViolation> {
-        let bits = self.inflate_bits.max(9);
-        let d = self
-            .inflater
-            .get_or_insert_with(|| Decompress::new_with_window_bits(false, bits));
+        let keep_history = self.pool.is_some() && !self.inflate_reset;
+        self.hold_inflater()?;
+        let (Some(d), received) = (&mut self.inflater, &mut self.received) else {
+            return Err(ProtocolViolation::Decompression("no decompressor".into()));
+        };
         let mut consumed = 0;
         loop {
             let (in_before, out_before) = (d.total_in(), out.len());
@@ -393,6 +746,9 @@ impl PerMessageDeflate {
                 .decompress_vec(&input[consumed..], out, FlushDecompress::Sync)
                 .map_err(|e| ProtocolViolation::Decompression(e.to_string()))?;
             consumed += (d.total_in() - in_before) as usize;
+            if keep_history {
+                received.push(&out[out_before..]);
+            }
             let size = so_far.saturating_add(out.len());
             if size > limit {
                 return Err(ProtocolViolation::MessageTooBig {
@@ -401,8 +757,10 @@ impl PerMessageDeflate {
                 });
             }
             if status == Status::StreamEnd {
-                // The peer ended the deflate stream (BFINAL); the next data starts a new one.
+                // The peer ended the deflate stream (BFINAL); the next data starts a new one,
+                // with no history.
                 d.reset(false);
+                received.clear();
             }
             if consumed == input.len() || out.len() == out.capacity() {
                 return Ok(consumed);
@@ -431,9 +789,7 @@ impl PerMessageDeflate {
             return Ok(false);
         }
         self.tail_fed = 0;
-        if self.inflate_reset {
-            self.inflater = None;
-        }
+        self.message_inflated();
         Ok(true)
     }
 }
@@ -664,6 +1020,145 @@ mod tests {
             .inflate(&[0xff, 0xff, 0xff, 0xff, 0x00], true, &mut out, 1 << 20)
             .unwrap_err();
         assert_eq!(err.close_code(), crate::CloseCode::INVALID_PAYLOAD);
+    }
+
+    /// Connections sharing one pool: `n` servers and their clients, all with context takeover.
+    fn pooled(n: usize, idle_limit: usize) -> (DeflatePool, Vec<(PerMessageDeflate, PerMessageDeflate)>) {
+        let pool = DeflatePool::new(idle_limit);
+        let server = DeflateConfig::default()
+            .min_compress_size(0)
+            .pool(Some(pool.clone()));
+        let client = DeflateConfig::default().min_compress_size(0);
+        let pairs = (0..n)
+            .map(|_| {
+                (
+                    PerMessageDeflate::new(Role::Client, TAKEOVER_15, &client),
+                    PerMessageDeflate::new(Role::Server, TAKEOVER_15, &server),
+                )
+            })
+            .collect();
+        (pool, pairs)
+    }
+
+    fn json(i: usize) -> Vec<u8> {
+        format!(r#"{{"id":{i},"user":"someone","text":"the same words again and again","tags":["a","b"]}}"#)
+            .repeat(12)
+            .into_bytes()
+    }
+
+    /// An idle pooled connection holds no zlib state, only the text of its contexts; the pool
+    /// holds one state per direction for all of them.
+    #[test]
+    fn idle_pooled_connections_hold_no_zlib_state() {
+        let (pool, mut pairs) = pooled(50, 8);
+        for (i, (client, server)) in pairs.iter_mut().enumerate() {
+            let mut out = Vec::new();
+            server
+                .inflate(&client.compress(&json(i)).unwrap(), true, &mut out, 1 << 20)
+                .unwrap();
+            assert_eq!(out, json(i));
+            let z = server.compress(&json(i)).unwrap();
+            let mut back = Vec::new();
+            client.inflate(&z, true, &mut back, 1 << 20).unwrap();
+            assert_eq!(back, json(i));
+            assert!(server.deflater.is_none() && server.inflater.is_none());
+            assert_eq!(
+                (server.sent.bytes.len(), server.received.bytes.len()),
+                (json(i).len(), json(i).len())
+            );
+        }
+        // Messages one at a time: the same state went round every connection.
+        assert_eq!(pool.idle(), (1, 1));
+    }
+
+    /// A connection whose pooled state was lent to another in between still compresses against
+    /// its own last message (the state is re-primed), and the peer decodes every message.
+    #[test]
+    fn context_survives_a_lent_state() {
+        let (pool, mut pairs) = pooled(2, 1);
+        let message: Vec<u8> = (0..300)
+            .flat_map(|i| format!("{i}:{} ", i * 7919 % 1000).into_bytes())
+            .collect();
+        let mut sizes = Vec::new();
+        for round in 0..4 {
+            for (client, server) in pairs.iter_mut() {
+                let z = server.compress(&message).unwrap();
+                if round > 0 {
+                    sizes.push(z.len());
+                }
+                let mut out = Vec::new();
+                client.inflate(&z, true, &mut out, 1 << 20).unwrap();
+                assert_eq!(out, message);
+                let z = client.compress(&message).unwrap();
+                let mut out = Vec::new();
+                server.inflate(&z, true, &mut out, 1 << 20).unwrap();
+                assert_eq!(out, message);
+            }
+        }
+        let first = PerMessageDeflate::new(Role::Server, TAKEOVER_15, &DeflateConfig::default())
+            .compress(&message)
+            .unwrap()
+            .len();
+        // A repeat of the last message is a few back-references, not a fresh compression.
+        assert!(
+            sizes.iter().all(|&s| s * 10 < first),
+            "{sizes:?} vs {first} bytes from scratch"
+        );
+        assert_eq!(pool.idle(), (1, 1));
+    }
+
+    /// Dedicated states (no pool) are kept between messages, as before pooling.
+    #[test]
+    fn dedicated_states_are_kept() {
+        let config = DeflateConfig::default().pool(None);
+        let mut server = PerMessageDeflate::new(Role::Server, TAKEOVER_15, &config);
+        let mut client = PerMessageDeflate::new(Role::Client, TAKEOVER_15, &config);
+        let z = server.compress(&json(1)).unwrap();
+        let mut out = Vec::new();
+        client.inflate(&z, true, &mut out, 1 << 20).unwrap();
+        assert!(server.deflater.is_some() && client.inflater.is_some());
+        assert!(server.sent.bytes.is_empty() && client.received.bytes.is_empty());
+    }
+
+    /// The history keeps exactly the last window of what went through, whatever the sizes.
+    #[test]
+    fn history_keeps_the_last_window() {
+        let mut h = History::new(9);
+        let mut all = Vec::new();
+        for (i, len) in [0usize, 100, 300, 200, 512, 700, 1, 511, 3]
+            .into_iter()
+            .enumerate()
+        {
+            let data: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+            h.push(&data);
+            all.extend_from_slice(&data);
+            let want = &all[all.len().saturating_sub(512)..];
+            assert_eq!(h.contiguous(), want);
+            assert!(h.bytes.capacity() <= 1024, "capacity {}", h.bytes.capacity());
+        }
+    }
+
+    proptest! {
+        /// Connections sharing a small pool, messages interleaved in random order, in both
+        /// directions and with random pieces: every message decodes to what was sent.
+        #[test]
+        fn interleaved_pooled_connections_round_trip(
+            order in proptest::collection::vec((0usize..4, any::<bool>(), 1usize..3000, any::<prop::sample::Index>()), 1..40),
+            idle_limit in 0usize..3,
+        ) {
+            let (_pool, mut pairs) = pooled(4, idle_limit);
+            for (n, (who, to_client, len, cut)) in order.into_iter().enumerate() {
+                let message: Vec<u8> = json(n).into_iter().cycle().skip(n * 13).take(len).collect();
+                let (client, server) = &mut pairs[who];
+                let (from, to) = if to_client { (server, client) } else { (client, server) };
+                let z = from.compress(&message).unwrap();
+                let at = cut.index(z.len() + 1);
+                let mut out = Vec::new();
+                to.inflate(&z[..at], false, &mut out, 1 << 20).unwrap();
+                to.inflate(&z[at..], true, &mut out, 1 << 20).unwrap();
+                prop_assert_eq!(out, message);
+            }
+        }
     }
 
     proptest! {
