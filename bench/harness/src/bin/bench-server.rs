@@ -10,8 +10,9 @@
 //! `deflate-push` (N ~1 KiB JSON messages, compressed). `BENCH_TLS=DIR` serves wss:// with
 //! `DIR/cert.pem` and `DIR/key.pem` (`bench-server gen-cert DIR` writes them); `BENCH_NODELAY=0`
 //! leaves Nagle's algorithm on; `BENCH_DEFLATE_POOL=0` gives each Sockeye connection dedicated
-//! compression states instead of the default shared pool; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size` (for
-//! experiments; `run.sh` keeps the default).
+//! compression states instead of the default shared pool; `BENCH_KEEPALIVE=0` turns Sockeye's
+//! keepalive (and so its timer) off; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size`
+//! (for experiments; `run.sh` keeps the default).
 //! Each system is used the way its documentation shows.
 
 use std::time::Duration;
@@ -125,6 +126,11 @@ async fn sockeye_server(
     // For experiments only (run.sh never sets it): Sockeye's read size, 64 KiB by default.
     if let Some(bytes) = std::env::var("BENCH_READ_CHUNK").ok().and_then(|v| v.parse().ok()) {
         config.read_chunk_size = bytes;
+    }
+    // For the instructions row without a timer: `BENCH_KEEPALIVE=0` turns keepalive off (the
+    // peers in the run have none), so the difference is what the engine's one timer costs.
+    if std::env::var_os("BENCH_KEEPALIVE").is_some_and(|v| v == "0") {
+        config.protocol.keepalive_interval = None;
     }
     let push = match mode {
         "push" => Some(sockeye::Message::text("yo")),

@@ -27,7 +27,7 @@ fn main() {
             "parse" => "1,000,000 headers",
             "utf8" => "~1 MiB validated",
             "engine" => "100,000 frames of 64 B",
-            "deflate" => "1,000 messages of ~1 KiB, both ways",
+            "deflate" | "deflate-dedicated" => "1,000 messages of ~1 KiB, both ways",
             "deflate-many" | "deflate-many-dedicated" => "1,000 messages of ~1 KiB over 64 connections, both ways",
             _ => "?",
         };
@@ -82,14 +82,17 @@ fn main() {
                 }
             }
         }
-        "deflate" => {
+        "deflate" | "deflate-dedicated" => {
             let params = DeflateParams {
                 server_no_context_takeover: false,
                 client_no_context_takeover: false,
                 server_max_window_bits: 15,
                 client_max_window_bits: 15,
             };
-            let config = DeflateConfig::default();
+            let mut config = DeflateConfig::default();
+            if op == "deflate-dedicated" {
+                config = config.pool(None);
+            }
             let mut client = Connection::client(Config::default(), sockeye_proto::frame::insecure_mask_keys_for_tests(1));
             client.set_deflate(Some(PerMessageDeflate::new(Role::Client, params, &config)));
             let mut server = Connection::server(Config::default());
