@@ -112,7 +112,7 @@ run() { # scenario system params command...: runs REPS times, bounded, and recor
     fi
   done
 }
-raw_flag() { [ "$1" = raw ] && echo --raw || true; }
+raw_flag() { case "$1" in raw | raw-sf) echo --raw ;; esac; }
 SERVERS="raw sockeye tungstenite fastwebsockets node picows"
 
 "$BIN/bench-server" gen-cert "$OUT/tls"
@@ -157,6 +157,11 @@ for s in $SERVERS; do
   run large "$s" "16 MiB" "$BIN/loadgen" large "$addr" $((16 << 20)) $(( LARGE_REPS > 3 ? 3 : LARGE_REPS )) $raw
   stop_server
 done
+# The floor of a whole-message echo: raw TCP that reads each frame whole before writing it back.
+start_server raw-sf echo
+run large raw-sf "1 MiB" "$BIN/loadgen" large "127.0.0.1:$PORT" $((1 << 20)) "$LARGE_REPS" --raw
+run large raw-sf "16 MiB" "$BIN/loadgen" large "127.0.0.1:$PORT" $((16 << 20)) $(( LARGE_REPS > 3 ? 3 : LARGE_REPS )) --raw
+stop_server
 
 fi # part core (sections 1, 2, 4, 5)
 

@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if !matches!(
             system.as_str(),
-            "tungstenite" | "fastwebsockets" | "raw" | "encoded"
+            "tungstenite" | "fastwebsockets" | "raw" | "raw-sf" | "encoded"
         ) {
             return Err(format!("unknown system {system}").into());
         }
@@ -102,6 +102,7 @@ async fn serve_one<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         "tungstenite" => tungstenite(stream, mode, n).await,
         "fastwebsockets" => fastws(stream, mode, n).await,
         "raw" => raw(stream, mode, n, false).await,
+        "raw-sf" => raw_store_and_forward(stream).await,
         _ => raw(stream, mode, n, true).await,
     }
 }
@@ -242,6 +243,46 @@ async fn fastws<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: 
 
 /// Raw TCP; `handshake`: answer the opening handshake first ("encoded": the fastest possible
 /// WebSocket push server, pre-encoded frames, for measuring clients).
+/// The floor of any whole-message server in the large echo: raw TCP that reads each frame whole
+/// (from its header's length) before writing it back unchanged, with no parsing beyond the header,
+/// no unmasking and no copy but the read. What it loses against `raw` (which echoes each read as it
+/// arrives) is what storing the message costs, whoever does it.
+async fn raw_store_and_forward<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S) {
+    let mut buf: Vec<u8> = Vec::with_capacity(256 << 10);
+    loop {
+        // A whole frame buffered? Header: 2 bytes, then 2 or 8 of length, then 4 of mask (§5.2).
+        let total = frame_length(&buf);
+        if let Some(total) = total
+            && buf.len() >= total
+        {
+            if tcp.write_all(&buf[..total]).await.is_err() {
+                return;
+            }
+            buf.drain(..total);
+            continue;
+        }
+        if buf.capacity() - buf.len() < 64 << 10 {
+            buf.reserve(total.map_or(256 << 10, |t| t - buf.len()));
+        }
+        match tcp.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The length of the frame at the start of `buf`, header included, once its header is there.
+fn frame_length(buf: &[u8]) -> Option<usize> {
+    let (b1, rest) = (*buf.get(1)?, &buf[2..]);
+    let mask = if b1 & 0x80 != 0 { 4 } else { 0 };
+    let (extra, len) = match b1 & 0x7F {
+        126 => (2, u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize),
+        127 => (8, u64::from_be_bytes(rest.get(..8)?.try_into().ok()?) as usize),
+        n => (0, n as usize),
+    };
+    Some(2 + extra + mask + len)
+}
+
 async fn raw<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: u64, handshake: bool) {
     if handshake {
         if server_handshake(&mut tcp).await.is_err() {
