@@ -492,6 +492,16 @@ impl Connection {
         &mut self.read_buf
     }
 
+    /// How many bytes of the frame being received have yet to arrive (0 between frames). A
+    /// frame received whole gets room for all of it in the read buffer up front; an I/O layer
+    /// that reads into [`read_buffer`](Self::read_buffer) should fill that room rather than
+    /// reserve more, which would copy the frame into a larger allocation.
+    pub fn frame_bytes_missing(&self) -> usize {
+        self.incoming
+            .as_ref()
+            .map_or(0, |f| f.len.saturating_sub(self.read_buf.len()))
+    }
+
     /// Gives up the read buffer and the outbound batch buffer when they are empty, so that a
     /// connection waiting for input holds no buffer memory; the next read or send allocates
     /// again. An I/O layer calls it when the connection goes idle: with thousands of mostly quiet

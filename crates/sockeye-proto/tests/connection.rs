@@ -502,6 +502,48 @@ fn a_huge_claimed_length_is_not_allocated_up_front() {
     );
 }
 
+/// A frame received whole gets room for all of it once its header is in, and says how much is
+/// missing: an I/O layer that reads into that room (never reserving more) receives the frame with
+/// no reallocation, so no copy of what has arrived.
+#[test]
+fn a_frame_received_whole_says_what_is_missing_and_fits_its_room() {
+    let payload: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let wire = client_frame(true, 0, OpCode::Binary, &payload);
+    let mut s = server();
+    assert_eq!(s.frame_bytes_missing(), 0, "between frames");
+    let (first, mut rest) = wire.split_at(1000);
+    s.read_buffer().extend_from_slice(first);
+    s.note_input();
+    assert_eq!(s.poll_message(), Ok(None));
+    let header_len = wire.len() - payload.len();
+    assert_eq!(s.frame_bytes_missing(), payload.len() - (1000 - header_len));
+    let capacity = s.read_buffer().capacity();
+    assert!(capacity - s.read_buffer().len() >= s.frame_bytes_missing());
+    while !rest.is_empty() {
+        // What a socket read does: fill part of the room.
+        let n = rest.len().min(70_000);
+        let buf = s.read_buffer();
+        assert!(
+            buf.capacity() - buf.len() >= n,
+            "the room holds the rest of the frame"
+        );
+        buf.extend_from_slice(&rest[..n]);
+        rest = &rest[n..];
+        s.note_input();
+        assert_eq!(
+            s.read_buffer().capacity(),
+            capacity,
+            "no reallocation while the frame arrives"
+        );
+        if !rest.is_empty() {
+            assert_eq!(s.poll_message(), Ok(None));
+            assert_eq!(s.frame_bytes_missing(), rest.len());
+        }
+    }
+    assert_eq!(s.poll_message(), Ok(Some(Message::binary(payload))));
+    assert_eq!(s.frame_bytes_missing(), 0);
+}
+
 /// The engine's own pongs are counted apart from the application's output: an I/O layer stops
 /// reading while its pongs pile up, never because the application's queue is full.
 #[test]
