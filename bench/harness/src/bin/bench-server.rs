@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use sockeye_bench::{encode_frame, nodelay_from_env, server_handshake};
+use sockeye_proto::frame::FrameHeader;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -241,8 +242,6 @@ async fn fastws<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: 
     }
 }
 
-/// Raw TCP; `handshake`: answer the opening handshake first ("encoded": the fastest possible
-/// WebSocket push server, pre-encoded frames, for measuring clients).
 /// The floor of any whole-message server in the large echo: raw TCP that reads each frame whole
 /// (from its header's length) before writing it back unchanged, with no parsing beyond the header,
 /// no unmasking and no copy but the read. What it loses against `raw` (which echoes each read as it
@@ -250,8 +249,12 @@ async fn fastws<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: 
 async fn raw_store_and_forward<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S) {
     let mut buf: Vec<u8> = Vec::with_capacity(256 << 10);
     loop {
-        // A whole frame buffered? Header: 2 bytes, then 2 or 8 of length, then 4 of mask (§5.2).
-        let total = frame_length(&buf);
+        // A whole frame buffered? The engine's header parser gives its length (§5.2); a header it
+        // refuses ends the connection, as any server would.
+        let total = match FrameHeader::parse(&buf) {
+            Ok(header) => header.map(|(h, header_len)| header_len + h.payload_len as usize),
+            Err(_) => return,
+        };
         if let Some(total) = total
             && buf.len() >= total
         {
@@ -271,18 +274,8 @@ async fn raw_store_and_forward<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S) {
     }
 }
 
-/// The length of the frame at the start of `buf`, header included, once its header is there.
-fn frame_length(buf: &[u8]) -> Option<usize> {
-    let (b1, rest) = (*buf.get(1)?, &buf[2..]);
-    let mask = if b1 & 0x80 != 0 { 4 } else { 0 };
-    let (extra, len) = match b1 & 0x7F {
-        126 => (2, u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize),
-        127 => (8, u64::from_be_bytes(rest.get(..8)?.try_into().ok()?) as usize),
-        n => (0, n as usize),
-    };
-    Some(2 + extra + mask + len)
-}
-
+/// Raw TCP; `handshake`: answer the opening handshake first ("encoded": the fastest possible
+/// WebSocket push server, pre-encoded frames, for measuring clients).
 async fn raw<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: u64, handshake: bool) {
     if handshake {
         if server_handshake(&mut tcp).await.is_err() {
