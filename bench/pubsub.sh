@@ -67,7 +67,7 @@ bp_start() { # redis|nats|nats-js → sets BP_URL; the server runs on CPU 0 in a
   ps_wait_ready "$log" "$1" "$([ "$1" = redis ] && echo 'Ready to accept' || echo 'Server is ready')"
 }
 
-echo "==> 11. pub/sub fan-out: one process (${PS_SUBS// /, } subscribers), three nodes, memory per subscription"
+section "11. pub/sub fan-out: one process (${PS_SUBS// /, } subscribers), three nodes, memory per subscription"
 for subs in $PS_SUBS; do
   rate=$(paced_rate "$subs"); msgs=$(max_msgs "$subs")
   for s in raw sockeye node socketio; do

@@ -42,17 +42,19 @@ part() {
 peers_needed() { part core || part wss || part under-load; }
 OUT=$BENCH/../target/bench
 mkdir -p "$OUT"
+# Each section says when it began (seconds since the start), so a slow run shows where it went.
+section() { printf '==> [%d s] %s\n' "$SECONDS" "$*"; }
 RESULTS=$OUT/results.jsonl
 : >"$RESULTS"
 
-echo "==> building (release)"
+section "building (release)"
 # The harness is a workspace of its own (the peers' crates stay out of the project's lock file)
 # but builds into the project's target directory: the dependencies both share with the same
 # features (aws-lc-sys, rustls, hyper...) compile once, minutes saved on a fresh machine.
 export CARGO_TARGET_DIR="$BENCH/../target"
 (cd harness && cargo build --release --quiet)
 if part core && ! command -v valgrind >/dev/null 2>&1; then
-  echo "==> apt-get install valgrind (for the instruction counts)"
+  section "apt-get install valgrind (for the instruction counts)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null 2>&1 || {
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
   }
@@ -120,7 +122,7 @@ SERVERS="raw sockeye tungstenite fastwebsockets node picows"
 # Sections 1–10 (`--only=core`), not re-indented.
 if part core; then
 
-echo "==> 1. push: server pushes $PUSH_N × \"yo\""
+section "1. push: server pushes $PUSH_N × \"yo\""
 for s in $SERVERS; do
   start_server "$s" push
   run push-server "$s" "$PUSH_N" "$BIN/loadgen" push "127.0.0.1:$PORT" "$PUSH_N" $(raw_flag "$s")
@@ -134,7 +136,7 @@ run push-client node "$PUSH_N" node peers/node-ws/client.mjs "127.0.0.1:$PORT" "
 run push-client picows "$PUSH_N" "$VENV/bin/python" peers/picows/client.py "127.0.0.1:$PORT" "$PUSH_N"
 stop_server
 
-echo "==> 2, 4, 5. round trip, echo-many, large"
+section "2, 4, 5. round trip, echo-many, large"
 for s in $SERVERS; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
@@ -168,7 +170,7 @@ fi # part core (sections 1, 2, 4, 5)
 # Rows of sections 4 and 5 over wss:// (TLS 1.3, the self-signed certificate of the connect
 # scenarios), every system: the same load generator, BENCH_TLS for the servers and for it.
 if part wss; then
-echo "==> 4, 5 over wss: echo-many, large"
+section "4, 5 over wss: echo-many, large"
 export BENCH_TLS="$OUT/tls"
 for s in $SERVERS; do
   start_server "$s" echo
@@ -189,7 +191,7 @@ fi
 # echoes each read); the load generator checks the echo as it arrives (`large-streamed`), for
 # both alike. No peer can hand over part of a frame, so they sit these rows out.
 if part streamed; then
-echo "==> 5. large, streamed (cut-through)"
+section "5. large, streamed (cut-through)"
 for variant in ws wss; do
   if [ "$variant" = wss ]; then export BENCH_TLS="$OUT/tls"; label=", wss"; else unset BENCH_TLS; label=""; fi
   for s in raw sockeye; do
@@ -208,7 +210,7 @@ fi
 # against the same server. The round trips stop after RTT_N or LOAD_SECS − 1 seconds, whichever
 # comes first, so that the load outlasts them; the load's own msgs/s is recorded beside them.
 if part under-load; then
-echo "==> 2. round trip under load (100 connections of echo-many)"
+section "2. round trip under load (100 connections of echo-many)"
 for s in $SERVERS; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
@@ -250,7 +252,7 @@ for variant in ws nodelay-off wss; do
     nodelay-off) label=", no TCP_NODELAY"; export BENCH_NODELAY=0; unset BENCH_TLS ;;
     wss) label=", wss"; export BENCH_NODELAY=1 BENCH_TLS="$OUT/tls" ;;
   esac
-  echo "==> 3. connect over $variant"
+  section "3. connect over $variant"
   for s in $SERVERS; do
     [ "$variant" = nodelay-off ] && [ "$s" = picows ] && continue
     start_server "$s" echo
@@ -305,7 +307,7 @@ memory_with() { # system h2bench idle version conns variant
   fi
   stop_server
 }
-echo "==> 6. memory: server RSS with $IDLE idle connections (ws:// and wss://), and $DEFLATE_IDLE with permessage-deflate"
+section "6. memory: server RSS with $IDLE idle connections (ws:// and wss://), and $DEFLATE_IDLE with permessage-deflate"
 for s in sockeye tungstenite fastwebsockets node picows; do
   memory "$s" echo "$IDLE" "$IDLE idle"
 done
@@ -326,7 +328,7 @@ done
 BENCH_DEFLATE_POOL=0 memory sockeye deflate "$DEFLATE_IDLE" "$DEFLATE_IDLE idle, permessage-deflate, dedicated states"
 unset BENCH_DEFLATE
 
-echo "==> 7. compressed: permessage-deflate push and pipelined echo, ~1 KiB JSON (Sockeye's client for both)"
+section "7. compressed: permessage-deflate push and pipelined echo, ~1 KiB JSON (Sockeye's client for both)"
 for s in sockeye node; do
   start_server "$s" deflate-push "$DEFLATE_PUSH_N"
   run compressed "$s" "push $DEFLATE_PUSH_N × ~1.2 KiB JSON" "$BIN/bench-client" compressed-push "127.0.0.1:$PORT" "$DEFLATE_PUSH_N"
@@ -344,7 +346,7 @@ run compressed sockeye "echo, 16 in flight, ~1 KiB JSON, dedicated states" "$BIN
 stop_server
 unset BENCH_DEFLATE_POOL
 
-echo "==> 10. WebSockets over HTTP/2 (RFC 8441) vs HTTP/1.1: Sockeye's client and server on both ends"
+section "10. WebSockets over HTTP/2 (RFC 8441) vs HTTP/1.1: Sockeye's client and server on both ends"
 for variant in ws wss; do
   if [ "$variant" = wss ]; then export BENCH_TLS="$OUT/tls"; label=", wss"; else unset BENCH_TLS; label=""; fi
   start_server sockeye echo
@@ -360,7 +362,7 @@ for variant in ws wss; do
 done
 unset BENCH_TLS
 
-echo "==> 8. micro-benchmarks: instructions per operation (callgrind)"
+section "8. micro-benchmarks: instructions per operation (callgrind)"
 if command -v valgrind >/dev/null 2>&1; then
   for op in mask parse utf8 engine deflate deflate-dedicated deflate-many deflate-many-dedicated; do
     base=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null "$BIN/microbench" "$op" 0 2>&1 | awk '/Collected/ {print $4}')
@@ -405,7 +407,7 @@ per_unit() { # system operation small large small-count large-count
     FAILURES=$((FAILURES + 1))
   fi
 }
-echo "==> 8b. instructions per operation, side by side (callgrind)"
+section "8b. instructions per operation, side by side (callgrind)"
 if command -v valgrind >/dev/null 2>&1; then
   [ "$SMOKE" = 1 ] && CG=(5000 10000 50 100 20 40) || CG=(50000 100000 500 1000 100 200)
   for s in raw sockeye tungstenite fastwebsockets; do
@@ -427,7 +429,7 @@ if part pubsub; then
   source "$BENCH/pubsub.sh"
 fi
 
-echo "==> report"
+section "report"
 python3 report.py "$RESULTS" "$([ "$SMOKE" = 1 ] && echo smoke || echo "${ONLY:-full}")"
 if [ "$FAILURES" -gt 0 ]; then
   echo "bench: $FAILURES runs failed" >&2

@@ -78,7 +78,10 @@ autobahn_pair ws
 # and a sample of the compression sections, as over wss://. Sections 12 and 13 drive the same
 # engine whatever the transport and take wstest's Python ~14 minutes per role; the ws pass above
 # runs them all (the whole suite over HTTP/2: conformance/run.sh server|client --http2).
-SAMPLE='1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.1.*,13.3.*,13.7.*'
+# The sample: 12.1 (every message size, default parameters) and 13.7 (several offers, the
+# window sizes and context takeover negotiated); 13.3 (a 9-bit window) ran here too until it
+# pushed CI past 45 minutes (~57 s per role and transport).
+SAMPLE='1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.1.*,13.7.*'
 autobahn_pair h2 --http2 --cases "$SAMPLE"
 # wss://: every section but the compression-heavy 12.* and 13.*, of which a sample runs. The full
 # suite over TLS (conformance/run.sh server|client --tls) adds about 12 minutes and is run by hand.

@@ -527,7 +527,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                     }
                     if !write_blocked {
                         self.read_size = self.read_chunk;
-                        if let Some(buffer) = self.conn.release_idle_buffers(self.read_chunk) {
+                        if let Some(buffer) = self.conn.release_idle_buffers(self.read_chunk / 4) {
                             read_pool::put(buffer, self.read_chunk);
                         }
                     }
@@ -634,9 +634,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         let room = buf.capacity() - buf.len();
         let sized_for_frame = missing > 0 && room >= missing;
         if room < read_size / 4 && !sized_for_frame {
-            match read_pool::take(read_size) {
-                Some(pooled) if buf.capacity() == 0 => *buf = pooled,
-                _ => buf.reserve(read_size),
+            match (buf.capacity() == 0)
+                .then(|| read_pool::take(read_size))
+                .flatten()
+            {
+                Some(pooled) => *buf = pooled,
+                None => buf.reserve(read_size),
             }
         }
         let room = buf.capacity() - buf.len();
@@ -782,10 +785,11 @@ mod read_pool {
         static POOL: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
     }
 
-    /// A buffer of at least `read_chunk` bytes, if one is pooled.
-    pub(super) fn take(read_chunk: usize) -> Option<BytesMut> {
+    /// A buffer with room for at least a quarter of `read_size` (what a read asks room for), if
+    /// one is pooled.
+    pub(super) fn take(read_size: usize) -> Option<BytesMut> {
         POOL.with(|pool| pool.borrow_mut().pop())
-            .filter(|b| b.capacity() >= read_chunk)
+            .filter(|b| b.capacity() >= read_size / 4)
     }
 
     /// Keeps `buffer` (empty) for the next read, unless the pool is full or the buffer is far
