@@ -527,7 +527,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                     }
                     if !write_blocked {
                         self.read_size = self.read_chunk;
-                        if let Some(buffer) = self.conn.release_idle_buffers(self.read_chunk / 4) {
+                        if let Some(buffer) = self
+                            .conn
+                            .release_idle_buffers(read_pool::least_room(self.read_chunk))
+                        {
                             read_pool::put(buffer, self.read_chunk);
                         }
                     }
@@ -633,13 +636,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         let buf = self.conn.read_buffer();
         let room = buf.capacity() - buf.len();
         let sized_for_frame = missing > 0 && room >= missing;
-        if room < read_size / 4 && !sized_for_frame {
-            match (buf.capacity() == 0)
-                .then(|| read_pool::take(read_size))
-                .flatten()
+        if room < read_pool::least_room(read_size) && !sized_for_frame {
+            if buf.capacity() == 0
+                && let Some(pooled) = read_pool::take(read_size)
             {
-                Some(pooled) => *buf = pooled,
-                None => buf.reserve(read_size),
+                *buf = pooled;
+            } else {
+                buf.reserve(read_size);
             }
         }
         let room = buf.capacity() - buf.len();
@@ -785,11 +788,16 @@ mod read_pool {
         static POOL: RefCell<Vec<BytesMut>> = const { RefCell::new(Vec::new()) };
     }
 
-    /// A buffer with room for at least a quarter of `read_size` (what a read asks room for), if
-    /// one is pooled.
+    /// The least room a read of `read_size` is made with: less, and the buffer grows (or is
+    /// taken from the pool) first. A pooled buffer keeps at least this much for the next read.
+    pub(super) fn least_room(read_size: usize) -> usize {
+        read_size / 4
+    }
+
+    /// A buffer with room for a read of `read_size`, if one is pooled.
     pub(super) fn take(read_size: usize) -> Option<BytesMut> {
         POOL.with(|pool| pool.borrow_mut().pop())
-            .filter(|b| b.capacity() >= read_size / 4)
+            .filter(|b| b.capacity() >= least_room(read_size))
     }
 
     /// Keeps `buffer` (empty) for the next read, unless the pool is full or the buffer is far
