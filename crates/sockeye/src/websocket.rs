@@ -794,7 +794,7 @@ mod read_pool {
         read_size / 4
     }
 
-    /// A buffer with room for a read of `read_size`, if one is pooled.
+    /// A pooled buffer with at least the least room for a read of `read_size`, if there is one.
     pub(super) fn take(read_size: usize) -> Option<BytesMut> {
         POOL.with(|pool| pool.borrow_mut().pop())
             .filter(|b| b.capacity() >= least_room(read_size))
