@@ -356,6 +356,7 @@ impl Connection {
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next, or `None` when no timer
     /// runs. The instant may be in the past: call it at once then.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
         if matches!(self.transport, Transport::Abort | Transport::Closed) {
             return None;
@@ -513,12 +514,21 @@ impl Connection {
     /// without that room is simply let go. Room is taken back only when it runs short, not at
     /// every wait (~50 instructions of a 64-byte echo, callgrind).
     pub fn release_idle_buffers(&mut self, reuse: usize) -> Option<BytesMut> {
-        self.transmit.release_if_empty();
+        self.release_idle_write_buffer();
         if !self.read_buf.is_empty() || self.read_buf.capacity() == 0 {
             return None;
         }
         let mut buffer = std::mem::take(&mut self.read_buf);
         (reuse > 0 && buffer.try_reclaim(reuse)).then_some(buffer)
+    }
+
+    /// Gives up the outbound batch buffer when it is empty and grew for a large batch, and the
+    /// queue of shared frames when it is empty: the half of
+    /// [`release_idle_buffers`](Self::release_idle_buffers) for an I/O layer that keeps the read
+    /// buffer through a wait.
+    #[inline]
+    pub fn release_idle_write_buffer(&mut self) {
+        self.transmit.release_if_empty();
     }
 
     /// How many received bytes are buffered and not yet turned into messages.

@@ -40,6 +40,13 @@ pub struct Config {
     /// up to 4× this; the size returns to this once the connection waits for input. Messages
     /// received in pieces ([`WebSocket::recv_chunk`](crate::WebSocket::recv_chunk)) arrive at
     /// most one read at a time.
+    ///
+    /// Memory: a connection waiting for input holds no read buffer. Its buffer goes to a pool of
+    /// its thread for the next connection that reads, except for up to 4 connections per thread
+    /// that keep theirs while they wait (until their next keepalive deadline), so that a
+    /// connection answering one message at a time does not hand its buffer back and forth. A
+    /// thread thus holds at most 8 idle buffers of up to twice this size; a larger one (grown
+    /// for a large message) is freed when the connection waits.
     pub read_chunk_size: usize,
     /// The most connections a [`Server`](crate::Server) handles at once, handshakes included.
     /// Above it, new clients are turned away before any task or TLS handshake is spent on them:

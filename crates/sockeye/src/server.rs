@@ -635,11 +635,13 @@ pub(crate) struct ShutdownWatch {
 
 impl ShutdownWatch {
     /// Whether the shutdown has begun (the send path: an atomic load).
+    #[inline]
     pub(crate) fn begun(&self) -> bool {
         self.flag.load(Ordering::Acquire)
     }
 
     /// Whether the shutdown has begun, waking the task when it does (while waiting for input).
+    #[inline]
     pub(crate) fn poll_begun(&mut self, cx: &mut std::task::Context<'_>) -> bool {
         if self.begun() {
             return true;

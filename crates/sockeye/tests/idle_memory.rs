@@ -1,0 +1,160 @@
+//! What connections waiting for input hold: a thread keeps a few read buffers (its pool and its
+//! keepers, see `read_pool` in `websocket.rs`), not one per connection, and no connection keeps a
+//! buffer that grew for a large message.
+//!
+//! Heap use is counted by a counting allocator (stats_alloc) for the whole test binary; the tests
+//! here take a lock so that one's allocations do not land in the other's figures.
+#![allow(clippy::unwrap_used)]
+
+use std::alloc::System;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use sockeye::{Config, ProtocolConfig, Server};
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// One measuring test at a time.
+static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Bytes of heap in use by the whole test process. stats_alloc already counts a realloc's
+/// growth in `bytes_allocated` (and its shrinking in `bytes_deallocated`); `bytes_reallocated` is
+/// the same change again, not to be added.
+fn heap_in_use() -> isize {
+    let s = GLOBAL.stats();
+    s.bytes_allocated as isize - s.bytes_deallocated as isize
+}
+
+/// The read size the server uses (the default, 64 KiB, stated here so the bounds below follow).
+const READ_CHUNK: usize = 64 << 10;
+
+/// An echo server on this test's runtime (current-thread: every connection on one thread).
+async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut protocol = ProtocolConfig::default();
+    protocol.deflate = None;
+    protocol.max_message_size = 4 << 20;
+    protocol.max_frame_size = 4 << 20;
+    let config = Config::builder()
+        .read_chunk_size(READ_CHUNK)
+        .protocol(protocol)
+        .build();
+    let server = Server::from_listener(listener, config);
+    tokio::spawn(server.serve(|mut ws, _| async move {
+        while let Some(Ok(message)) = ws.next().await {
+            if message.is_data() && ws.send(message).await.is_err() {
+                break;
+            }
+        }
+    }));
+    addr
+}
+
+/// Completes the opening handshake on a raw socket (no client library: its buffers would count).
+async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(tcp.read_u8().await.unwrap());
+    }
+    tcp
+}
+
+/// Sends one masked binary frame of `len` bytes (mask key 0: the payload goes as is) and reads
+/// the unmasked echo back, checking it.
+async fn echo_once(tcp: &mut TcpStream, len: usize) {
+    let mut frame = vec![0x82];
+    match len {
+        0..=125 => frame.push(0x80 | len as u8),
+        126..=0xFFFF => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        _ => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&[0; 4]);
+    frame.extend(std::iter::repeat_n(0x5A, len));
+    tcp.write_all(&frame).await.unwrap();
+    let header = match len {
+        0..=125 => 2,
+        126..=0xFFFF => 4,
+        _ => 10,
+    };
+    let mut echo = vec![0; header + len];
+    tcp.read_exact(&mut echo).await.unwrap();
+    assert_eq!(echo[0], 0x82);
+    assert!(echo[header..].iter().all(|&b| b == 0x5A), "the echo differs");
+}
+
+/// Lets the server's connection tasks reach their wait for input.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn connections_waiting_for_input_share_a_few_read_buffers_per_thread() {
+    let _measuring = MEASURING.lock().await;
+    const CONNECTIONS: usize = 200;
+    let addr = echo_server().await;
+    settle().await;
+    let before = heap_in_use();
+    let mut clients = Vec::with_capacity(CONNECTIONS);
+    for _ in 0..CONNECTIONS {
+        clients.push(raw_upgraded(addr).await);
+    }
+    // Every connection reads a message and waits again: with a buffer kept by each, the heap
+    // would grow by 64 KiB a connection.
+    for client in &mut clients {
+        echo_once(client, 64).await;
+    }
+    settle().await;
+    let per_connection = (heap_in_use() - before) / CONNECTIONS as isize;
+    eprintln!("heap per waiting connection, both ends: {per_connection} bytes");
+    // Both ends' sockets, the server's connection state, and at most eight 64 KiB buffers
+    // (four pooled, four kept) shared by the 200: about 7 KiB a connection.
+    assert!(
+        per_connection < (READ_CHUNK / 4) as isize,
+        "{per_connection} bytes per waiting connection: read buffers are kept per connection"
+    );
+    // Still connections that work.
+    for client in &mut clients {
+        echo_once(client, 64).await;
+    }
+}
+
+#[tokio::test]
+async fn a_read_buffer_grown_for_a_large_message_is_let_go_when_the_connection_waits() {
+    let _measuring = MEASURING.lock().await;
+    const LARGE: usize = 2 << 20;
+    let addr = echo_server().await;
+    let mut client = raw_upgraded(addr).await;
+    echo_once(&mut client, 64).await;
+    settle().await;
+    let before = heap_in_use();
+    echo_once(&mut client, LARGE).await;
+    settle().await;
+    let grown = heap_in_use() - before;
+    eprintln!("heap after a {LARGE}-byte echo: {grown} bytes more");
+    // The message, its frame on the way out and the buffer it was read into are all gone; at
+    // most a read buffer of the usual size is kept (this connection is a keeper).
+    assert!(
+        grown < (2 * READ_CHUNK) as isize,
+        "{grown} bytes still held after a {LARGE}-byte message"
+    );
+    echo_once(&mut client, 64).await;
+}
