@@ -421,6 +421,20 @@ if command -v valgrind >/dev/null 2>&1; then
     per_unit "$s" "connect + handshake + close, server, per connection" "${CG[4]}" "${CG[5]}" \
       "$(cg_server "$s" echo 0 connect "${CG[4]}")" "$(cg_server "$s" echo 0 connect "${CG[5]}")"
   done
+  # Like for like: fastwebsockets has no keepalive, so no timer. Without a timer on either side
+  # (Sockeye's keepalive off), then with one pending on both (fastwebsockets' server holding one
+  # tokio timer, as a server with any timeout does): tokio's time driver reads the clock and
+  # turns the deadline into a timeout at every park while a timer is pending.
+  for s in sockeye fastwebsockets; do
+    [ "$s" = sockeye ] && export BENCH_KEEPALIVE=0
+    per_unit "$s" "round trip 64 B text, server, per echo, no timer" "${CG[2]}" "${CG[3]}" \
+      "$(cg_server "$s" echo 0 rtt "${CG[2]}" 64 text)" "$(cg_server "$s" echo 0 rtt "${CG[3]}" 64 text)"
+    unset BENCH_KEEPALIVE
+    [ "$s" = fastwebsockets ] && export BENCH_TIMER=1
+    per_unit "$s" "round trip 64 B text, server, per echo, one timer pending" "${CG[2]}" "${CG[3]}" \
+      "$(cg_server "$s" echo 0 rtt "${CG[2]}" 64 text)" "$(cg_server "$s" echo 0 rtt "${CG[3]}" 64 text)"
+    unset BENCH_TIMER
+  done
 fi
 
 fi # part core

@@ -83,7 +83,7 @@ impl Transmit {
     /// Frees the batch buffer and the queue's storage if nothing is waiting, unless the batch
     /// buffer only ever held a few frames since the last time: then it stays, costing an idle
     /// connection a few hundred bytes at most and a busy one no allocation per wait.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release_if_empty(&mut self) {
         if self.len == 0 {
             if std::mem::take(&mut self.largest_batch) > KEEP_WHEN_IDLE {

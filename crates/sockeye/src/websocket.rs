@@ -632,12 +632,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
 
     /// The engine's one timer: sleeps until its next deadline, and when that passes tells the
     /// engine the time. Returns whether it did (there may be a ping or a close to act on).
-    #[inline]
+    #[inline(always)]
     fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(deadline) = self.conn.poll_timeout() else {
-            return false;
-        };
-        let deadline = Instant::from_std(deadline);
+        // No deadline (keepalive off, no close under way): decided inline, in the caller.
+        match self.conn.poll_timeout() {
+            Some(deadline) => self.poll_timer_until(Instant::from_std(deadline), cx),
+            None => false,
+        }
+    }
+
+    /// [`poll_timer`](Self::poll_timer) with a deadline.
+    fn poll_timer_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
         let timer = match &mut self.timer {
             Some(timer) => timer,
             None => self.timer.insert(EngineTimer {

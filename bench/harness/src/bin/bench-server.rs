@@ -11,8 +11,11 @@
 //! `DIR/cert.pem` and `DIR/key.pem` (`bench-server gen-cert DIR` writes them); `BENCH_NODELAY=0`
 //! leaves Nagle's algorithm on; `BENCH_DEFLATE_POOL=0` gives each Sockeye connection dedicated
 //! compression states instead of the default shared pool; `BENCH_KEEPALIVE=0` turns Sockeye's
-//! keepalive (and so its timer) off; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size`
-//! (for experiments; `run.sh` keeps the default).
+//! keepalive (and so its timer) off; `BENCH_TIMER=1` keeps one tokio timer pending (an hour
+//! away) for the whole run, as a server with any timeout has, so that a peer without keepalive
+//! pays what tokio's time driver costs at every park with a timer pending, as Sockeye's keepalive
+//! does; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size` (for experiments; `run.sh`
+//! keeps the default).
 //! Each system is used the way its documentation shows.
 
 use std::time::Duration;
@@ -50,6 +53,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     runtime.block_on(async {
         let listener = TcpListener::bind(("127.0.0.1", port.parse::<u16>()?)).await?;
+        if std::env::var_os("BENCH_TIMER").is_some_and(|v| v == "1") {
+            tokio::spawn(tokio::time::sleep(Duration::from_secs(3600)));
+        }
         println!("ready");
         if system == "sockeye" {
             return sockeye_server(listener, mode, n, tls, nodelay).await;
