@@ -5,12 +5,14 @@
 //! test compares heap use early and late in its own run, so they tolerate running side by side.
 #![allow(clippy::unwrap_used)]
 
+mod raw_client;
+
 use std::alloc::System;
 use std::time::{Duration, Instant};
 
 use sockeye::{Config, Message, ProtocolConfig, Server};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 #[global_allocator]
@@ -40,16 +42,7 @@ fn config() -> Config {
 /// Completes the opening handshake on a raw socket that will then misbehave.
 async fn raw_upgraded(addr: std::net::SocketAddr) -> TcpStream {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(tcp.read_u8().await.unwrap());
-    }
+    raw_client::upgrade(&mut tcp).await;
     tcp
 }
 

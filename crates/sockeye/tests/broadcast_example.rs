@@ -2,13 +2,14 @@
 //! not read is skipped, without slowing the others, which get every message.
 #![allow(clippy::unwrap_used)]
 
+mod raw_client;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use sockeye::{Config, Message, Server};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[allow(dead_code)] // the example's `main`
 #[path = "../examples/broadcast.rs"]
@@ -38,16 +39,7 @@ async fn a_client_that_never_reads_is_skipped_and_the_others_get_every_message()
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut slow = socket.connect(addr).await.unwrap();
-    slow.write_all(
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(slow.read_u8().await.unwrap());
-    }
+    let head = raw_client::upgrade(&mut slow).await;
     assert!(head.starts_with(b"HTTP/1.1 101"));
 
     // Three healthy clients, one of which also sends; each checks it gets every message in order.

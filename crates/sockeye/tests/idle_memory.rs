@@ -6,6 +6,8 @@
 //! here take a lock so that one's allocations do not land in the other's figures.
 #![allow(clippy::unwrap_used)]
 
+mod raw_client;
+
 use std::alloc::System;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -59,16 +61,7 @@ async fn echo_server() -> SocketAddr {
 /// Completes the opening handshake on a raw socket (no client library: its buffers would count).
 async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
     let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(
-        b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-    )
-    .await
-    .unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        head.push(tcp.read_u8().await.unwrap());
-    }
+    raw_client::upgrade(&mut tcp).await;
     tcp
 }
 
