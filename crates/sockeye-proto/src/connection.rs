@@ -587,9 +587,6 @@ impl Connection {
                 "a message is being received in pieces: take the rest with poll_chunk",
             ));
         }
-        if self.read_buf.is_empty() && self.incoming.is_none() {
-            return Ok(None);
-        }
         match self.poll_part(false)? {
             Some(Incoming::Control(message)) => Ok(Some(message)),
             // Whole-message mode hands over data messages as `Control(Message::Text|Binary)`

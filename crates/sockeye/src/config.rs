@@ -43,10 +43,11 @@ pub struct Config {
     ///
     /// Memory: a connection waiting for input holds no read buffer. Its buffer goes to a pool of
     /// its thread for the next connection that reads, except for up to 4 connections per thread
-    /// that keep theirs while they wait (until their next keepalive deadline), so that a
-    /// connection answering one message at a time does not hand its buffer back and forth. A
-    /// thread thus holds at most 8 idle buffers of up to twice this size; a larger one (grown
-    /// for a large message) is freed when the connection waits.
+    /// that keep theirs while they wait, so that a connection answering one message at a time
+    /// does not hand its buffer back and forth. Such a keeper gives its buffer up at its next
+    /// keepalive deadline and keeps one again only after its next data message (with keepalive
+    /// off, it keeps it until it closes). A thread thus holds at most 8 idle buffers of a few
+    /// reads' size; a larger one (grown for a large message) is freed when the connection waits.
     pub read_chunk_size: usize,
     /// The most connections a [`Server`](crate::Server) handles at once, handshakes included.
     /// Above it, new clients are turned away before any task or TLS handshake is spent on them:

@@ -91,18 +91,33 @@ struct Inner<S> {
     /// kept filling it) since it was last given up. Its capacity, once the frame is split off,
     /// no longer shows the allocation behind it.
     read_buffer_grown: bool,
+    /// A data message (or a piece of one) was handed to the application since the read buffer
+    /// was last given up: only such a connection takes a keeper's place, so that one that only
+    /// answers keepalive pings does not hold a buffer.
+    data_delivered: bool,
 }
 
-/// A connection that ends while keeping its read buffer gives it to the pool, as it would have
-/// at its next wait: the next connection to read (a client connecting right after) then takes it
-/// instead of allocating one.
+/// A connection dropped while it keeps its read buffer (still open: a closed one gave it up
+/// when its transport closed) gives it to the pool, as it would have at its next wait.
 impl<S> Drop for Inner<S> {
     fn drop(&mut self) {
-        if self.keeper.take().is_some()
-            && !self.read_buffer_grown
-            && let Some(buffer) = self
-                .conn
-                .release_idle_buffers(read_pool::least_room(self.read_chunk))
+        if self.keeper.is_some() {
+            self.give_back_read_buffer();
+        }
+    }
+}
+
+impl<S> Inner<S> {
+    /// Gives up the keeper's place, if any, and the read buffer: to the thread's pool when it is
+    /// empty and of a read's size, else let go (with the batch buffer, when empty).
+    fn give_back_read_buffer(&mut self) {
+        self.keeper = None;
+        self.data_delivered = false;
+        let grown = std::mem::take(&mut self.read_buffer_grown);
+        if let Some(buffer) = self
+            .conn
+            .release_idle_buffers(read_pool::least_room(self.read_chunk))
+            && !grown
         {
             read_pool::put(buffer, self.read_chunk);
         }
@@ -152,6 +167,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                 shutdown: None,
                 keeper: None,
                 read_buffer_grown: false,
+                data_delivered: false,
             }),
             wakers: Wakers::default(),
         }
@@ -381,6 +397,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     fn poll_received<T: Received>(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
         // The busy case: a message already buffered needs no I/O, hence no waker.
         if let Some(next) = take_next::<T>(&mut self.inner.conn) {
+            self.inner.note_delivered(&next);
             if next.as_ref().is_ok_and(T::is_close) {
                 // Send the close reply (and, as a server, close the stream) now, even if the
                 // application stops polling. A failure here ends the stream at the next
@@ -392,6 +409,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         }
         let mut io = Context::from_waker(self.wakers.select(Side::Reader, cx.waker()));
         let result = self.inner.poll_recv(&mut io);
+        if let Poll::Ready(Some(next)) = &result {
+            self.inner.note_delivered(next);
+        }
         if result.is_ready() && self.inner.conn.transport() == Transport::Closed {
             // A sender waiting for room must learn that there will be none.
             self.wakers.wake_writer();
@@ -461,6 +481,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 trait Received: Sized {
     fn next(conn: &mut Connection) -> Result<Option<Self>, sockeye_proto::Error>;
     fn is_close(&self) -> bool;
+    fn is_data(&self) -> bool;
 }
 
 impl Received for Message {
@@ -473,6 +494,11 @@ impl Received for Message {
     fn is_close(&self) -> bool {
         matches!(self, Message::Close(_))
     }
+
+    #[inline]
+    fn is_data(&self) -> bool {
+        Message::is_data(self)
+    }
 }
 
 impl Received for Incoming {
@@ -484,6 +510,11 @@ impl Received for Incoming {
     #[inline]
     fn is_close(&self) -> bool {
         matches!(self, Incoming::Control(Message::Close(_)))
+    }
+
+    #[inline]
+    fn is_data(&self) -> bool {
+        matches!(self, Incoming::Chunk(_))
     }
 }
 
@@ -570,26 +601,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// few keepers a thread allows): a connection that waits after every message then pays no
     /// pool round trip per message (~125 instructions of a 64-byte echo, callgrind), while memory
     /// still follows the busy connections, not every connection's read buffer. A keeper lets its
-    /// buffer go when one of its deadlines passes (every keepalive interval, 30 s by default), so
-    /// that it does not keep it through hours of silence, and when the buffer grew for a large
-    /// message.
+    /// buffer go when one of its deadlines passes (every keepalive interval, 30 s by default) and
+    /// takes a place again only after its next data message, so that a connection that only
+    /// answers pings does not keep one; and it lets go of a buffer that grew for a large message.
+    /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes.
     fn release_idle_buffers(&mut self, timer_fired: bool) {
-        let read_chunk = self.read_chunk;
         let buf = self.conn.read_buffer();
         if !buf.is_empty() {
             // A frame in progress: its bytes stay where they are.
             self.conn.release_idle_write_buffer();
             return;
         }
-        let keepable = buf.capacity() != 0 && !self.read_buffer_grown;
+        let keepable = buf.capacity() != 0 && !self.read_buffer_grown && self.data_delivered;
         if keepable && !timer_fired && (self.keeper.is_some() || self.take_keeper()) {
             self.conn.release_idle_write_buffer();
             return;
         }
-        self.keeper = None;
-        self.read_buffer_grown = false;
-        if let Some(buffer) = self.conn.release_idle_buffers(read_pool::least_room(read_chunk)) {
-            read_pool::put(buffer, read_chunk);
+        self.give_back_read_buffer();
+    }
+
+    /// Notes what a receive hands to the application (see `data_delivered`).
+    #[inline]
+    fn note_delivered<T: Received>(&mut self, next: &Result<T, Error>) {
+        if next.as_ref().is_ok_and(T::is_data) {
+            self.data_delivered = true;
         }
     }
 
@@ -635,6 +670,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
 
     /// The transport is closed: the result to end the stream with.
     fn close_transport(&mut self) -> Result<(), Error> {
+        // Before the engine lets its buffers go: the read buffer can serve the next connection.
+        self.give_back_read_buffer();
         self.conn.transport_closed();
         self.conn.take_error().map_or(Ok(()), |e| Err(e.into()))
     }
@@ -642,6 +679,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// The stream failed: the connection is over. The engine's own error, if it had one (the
     /// violation that failed the connection), explains more than the stream's.
     fn end_with(&mut self, error: Error) -> Error {
+        self.give_back_read_buffer();
         self.conn.transport_closed();
         self.conn.take_error().map_or(error, Error::from)
     }
@@ -852,8 +890,11 @@ impl EngineTimer {
 /// that a connection answering one message at a time does not move its buffer to the pool and
 /// back for every message. Their number is bounded per thread, not by time: a delay would need a
 /// timer per connection, and with one every connection that saw input within the delay would hold
-/// its buffer (10,000 connections each sending once a second: 640 MiB). With the pool, a thread
-/// holds at most `MAX_POOLED + MAX_KEPT` idle read buffers, whatever the number of connections.
+/// its buffer (10,000 connections each sending once a second: 640 MiB). A thread grants at most
+/// `MAX_KEPT` places (a keeper that moves to another worker keeps its place at the thread that
+/// granted it) and pools at most `MAX_POOLED` buffers: at most 8 idle read buffers per thread,
+/// each of a few reads' size (a buffer that grew for a large message is neither kept nor pooled),
+/// whatever the number of connections.
 mod read_pool {
     use std::cell::RefCell;
     use std::sync::Arc;
@@ -914,7 +955,11 @@ mod read_pool {
 
     /// A pooled buffer with at least the least room for a read of `read_size`, if there is one.
     pub(super) fn take(read_size: usize) -> Option<BytesMut> {
-        POOL.with(|pool| pool.borrow_mut().pop())
+        // `try_with`: a connection may be polled or dropped while the thread's locals are being
+        // torn down (a runtime kept in a thread local); it then allocates, or frees.
+        POOL.try_with(|pool| pool.borrow_mut().pop())
+            .ok()
+            .flatten()
             .filter(|b| b.capacity() >= least_room(read_size))
     }
 
@@ -924,7 +969,7 @@ mod read_pool {
         if buffer.capacity() > most_kept(read_chunk) {
             return;
         }
-        POOL.with(|pool| {
+        let _ = POOL.try_with(|pool| {
             let mut pool = pool.borrow_mut();
             if pool.len() < MAX_POOLED {
                 pool.push(buffer);

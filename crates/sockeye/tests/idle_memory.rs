@@ -2,14 +2,16 @@
 //! keepers, see `read_pool` in `websocket.rs`), not one per connection, and no connection keeps a
 //! buffer that grew for a large message.
 //!
-//! Heap use is counted by a counting allocator (stats_alloc) for the whole test binary; the tests
-//! here take a lock so that one's allocations do not land in the other's figures.
+//! Heap use is counted by a counting allocator (stats_alloc) for the whole test binary; each test
+//! holds a lock from before its runtime starts until after it is torn down, so that one's
+//! allocations and frees do not land in the other's figures.
 #![allow(clippy::unwrap_used)]
 
 mod raw_client;
 
 use std::alloc::System;
 use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -22,7 +24,18 @@ use tokio::net::{TcpListener, TcpStream};
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// One measuring test at a time.
-static MEASURING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+static MEASURING: Mutex<()> = Mutex::new(());
+
+/// Runs `test` on a runtime of its own (current-thread: every connection on one thread), holding
+/// the lock until the runtime and everything it ran are gone.
+fn measuring<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F) {
+    let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(test());
+}
 
 /// Bytes of heap in use by the whole test process. stats_alloc already counts a realloc's
 /// growth in `bytes_allocated` (and its shrinking in `bytes_deallocated`); `bytes_reallocated` is
@@ -35,7 +48,7 @@ fn heap_in_use() -> isize {
 /// The read size the server uses (the default, 64 KiB, stated here so the bounds below follow).
 const READ_CHUNK: usize = 64 << 10;
 
-/// An echo server on this test's runtime (current-thread: every connection on one thread).
+/// An echo server on this test's runtime.
 async fn echo_server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -99,55 +112,59 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
-#[tokio::test]
-async fn connections_waiting_for_input_share_a_few_read_buffers_per_thread() {
-    let _measuring = MEASURING.lock().await;
-    const CONNECTIONS: usize = 200;
-    let addr = echo_server().await;
-    settle().await;
-    let before = heap_in_use();
-    let mut clients = Vec::with_capacity(CONNECTIONS);
-    for _ in 0..CONNECTIONS {
-        clients.push(raw_upgraded(addr).await);
-    }
-    // Every connection reads a message and waits again: with a buffer kept by each, the heap
-    // would grow by 64 KiB a connection.
-    for client in &mut clients {
-        echo_once(client, 64).await;
-    }
-    settle().await;
-    let per_connection = (heap_in_use() - before) / CONNECTIONS as isize;
-    eprintln!("heap per waiting connection, both ends: {per_connection} bytes");
-    // Both ends' sockets, the server's connection state, and at most eight 64 KiB buffers
-    // (four pooled, four kept) shared by the 200: about 7 KiB a connection.
-    assert!(
-        per_connection < (READ_CHUNK / 4) as isize,
-        "{per_connection} bytes per waiting connection: read buffers are kept per connection"
-    );
-    // Still connections that work.
-    for client in &mut clients {
-        echo_once(client, 64).await;
-    }
+#[test]
+fn connections_waiting_for_input_share_a_few_read_buffers_per_thread() {
+    measuring(|| async {
+        const CONNECTIONS: usize = 200;
+        let addr = echo_server().await;
+        settle().await;
+        let before = heap_in_use();
+        let mut clients = Vec::with_capacity(CONNECTIONS);
+        for _ in 0..CONNECTIONS {
+            clients.push(raw_upgraded(addr).await);
+        }
+        // Every connection reads a message and waits again: with a buffer kept by each, the heap
+        // would grow by 64 KiB a connection.
+        for client in &mut clients {
+            echo_once(client, 64).await;
+        }
+        settle().await;
+        let per_connection = (heap_in_use() - before) / CONNECTIONS as isize;
+        eprintln!("heap per waiting connection, both ends: {per_connection} bytes");
+        // Both ends' sockets, the server's connection state, and at most eight 64 KiB buffers
+        // (four pooled, four kept) shared by the 200: about 7 KiB a connection.
+        assert!(
+            per_connection < (READ_CHUNK / 4) as isize,
+            "{per_connection} bytes per waiting connection: read buffers are kept per connection"
+        );
+        // Still connections that work.
+        for client in &mut clients {
+            echo_once(client, 64).await;
+        }
+    });
 }
 
-#[tokio::test]
-async fn a_read_buffer_grown_for_a_large_message_is_let_go_when_the_connection_waits() {
-    let _measuring = MEASURING.lock().await;
-    const LARGE: usize = 2 << 20;
-    let addr = echo_server().await;
-    let mut client = raw_upgraded(addr).await;
-    echo_once(&mut client, 64).await;
-    settle().await;
-    let before = heap_in_use();
-    echo_once(&mut client, LARGE).await;
-    settle().await;
-    let grown = heap_in_use() - before;
-    eprintln!("heap after a {LARGE}-byte echo: {grown} bytes more");
-    // The message, its frame on the way out and the buffer it was read into are all gone; at
-    // most a read buffer of the usual size is kept (this connection is a keeper).
-    assert!(
-        grown < (2 * READ_CHUNK) as isize,
-        "{grown} bytes still held after a {LARGE}-byte message"
-    );
-    echo_once(&mut client, 64).await;
+#[test]
+fn a_read_buffer_grown_for_a_large_message_is_let_go_when_the_connection_waits() {
+    measuring(|| async {
+        const LARGE: usize = 2 << 20;
+        let addr = echo_server().await;
+        let mut client = raw_upgraded(addr).await;
+        echo_once(&mut client, 64).await;
+        settle().await;
+        let before = heap_in_use();
+        echo_once(&mut client, LARGE).await;
+        settle().await;
+        let grown = heap_in_use() - before;
+        eprintln!("heap after a {LARGE}-byte echo: {grown} bytes more");
+        // The message, its frame on the way out and the buffer it was read into are all gone; at
+        // most a read buffer of the usual size is kept (this connection is a keeper, so the large
+        // frame grew its kept buffer rather than one taken from the pool: the grown buffer is the one
+        // that must be let go).
+        assert!(
+            grown < (2 * READ_CHUNK) as isize,
+            "{grown} bytes still held after a {LARGE}-byte message"
+        );
+        echo_once(&mut client, 64).await;
+    });
 }
