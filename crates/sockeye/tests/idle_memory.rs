@@ -48,14 +48,15 @@ fn heap_in_use() -> isize {
 /// The read size the server uses (the default, 64 KiB, stated here so the bounds below follow).
 const READ_CHUNK: usize = 64 << 10;
 
-/// An echo server on this test's runtime.
-async fn echo_server() -> SocketAddr {
+/// An echo server on this test's runtime, with keepalive pings every `keepalive` (or none).
+async fn echo_server(keepalive: Option<Duration>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut protocol = ProtocolConfig::default();
     protocol.deflate = None;
     protocol.max_message_size = 4 << 20;
     protocol.max_frame_size = 4 << 20;
+    protocol.keepalive_interval = keepalive;
     let config = Config::builder()
         .read_chunk_size(READ_CHUNK)
         .protocol(protocol)
@@ -81,6 +82,12 @@ async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
 /// Sends one masked binary frame of `len` bytes (mask key 0: the payload goes as is) and reads
 /// the unmasked echo back, checking it.
 async fn echo_once(tcp: &mut TcpStream, len: usize) {
+    send_binary(tcp, len).await;
+    read_echo(tcp, len).await;
+}
+
+/// Sends one masked binary frame of `len` bytes, of 0x5A each (mask key 0: as is).
+async fn send_binary(tcp: &mut TcpStream, len: usize) {
     let mut frame = vec![0x82];
     match len {
         0..=125 => frame.push(0x80 | len as u8),
@@ -96,6 +103,10 @@ async fn echo_once(tcp: &mut TcpStream, len: usize) {
     frame.extend_from_slice(&[0; 4]);
     frame.extend(std::iter::repeat_n(0x5A, len));
     tcp.write_all(&frame).await.unwrap();
+}
+
+/// Reads the echo of [`send_binary`]'s frame and checks it.
+async fn read_echo(tcp: &mut TcpStream, len: usize) {
     let header = match len {
         0..=125 => 2,
         126..=0xFFFF => 4,
@@ -116,7 +127,7 @@ async fn settle() {
 fn connections_waiting_for_input_share_a_few_read_buffers_per_thread() {
     measuring(|| async {
         const CONNECTIONS: usize = 200;
-        let addr = echo_server().await;
+        let addr = echo_server(None).await;
         settle().await;
         let before = heap_in_use();
         let mut clients = Vec::with_capacity(CONNECTIONS);
@@ -148,7 +159,7 @@ fn connections_waiting_for_input_share_a_few_read_buffers_per_thread() {
 fn a_read_buffer_grown_for_a_large_message_is_let_go_when_the_connection_waits() {
     measuring(|| async {
         const LARGE: usize = 2 << 20;
-        let addr = echo_server().await;
+        let addr = echo_server(None).await;
         let mut client = raw_upgraded(addr).await;
         echo_once(&mut client, 64).await;
         settle().await;
@@ -166,5 +177,68 @@ fn a_read_buffer_grown_for_a_large_message_is_let_go_when_the_connection_waits()
             "{grown} bytes still held after a {LARGE}-byte message"
         );
         echo_once(&mut client, 64).await;
+    });
+}
+
+/// Sends a masked ping (mask key 0) and reads the server's pong.
+async fn ping(tcp: &mut TcpStream) {
+    tcp.write_all(&[0x89, 0x84, 0, 0, 0, 0, b'p', b'i', b'n', b'g'])
+        .await
+        .unwrap();
+    let mut pong = [0; 6];
+    tcp.read_exact(&mut pong).await.unwrap();
+    assert_eq!(pong, [0x8A, 4, b'p', b'i', b'n', b'g']);
+}
+
+#[test]
+fn keepers_give_their_buffers_up_at_a_keepalive_check_and_not_back_for_a_ping() {
+    measuring(|| async {
+        const CONNECTIONS: usize = 16;
+        const INTERVAL: Duration = Duration::from_secs(1);
+        let addr = echo_server(Some(INTERVAL)).await;
+        let mut clients = Vec::with_capacity(CONNECTIONS);
+        for _ in 0..CONNECTIONS {
+            clients.push(raw_upgraded(addr).await);
+        }
+        // The first four connections to receive data keep their buffers; the others pass one
+        // pooled buffer along (each reads, echoes and waits before the next is polled): five
+        // read buffers in all.
+        for client in &mut clients {
+            echo_once(client, 64).await;
+        }
+        settle().await;
+        let kept = heap_in_use();
+        // The first keepalive check, an interval after the echo, finds input seen and sends no
+        // ping; its timer wakes each connection, and the four keepers give their buffers up:
+        // the pool takes three, the fourth is freed.
+        tokio::time::sleep(INTERVAL + INTERVAL / 4).await;
+        let after_check = heap_in_use();
+        eprintln!(
+            "heap after the keepalive check: {} bytes less",
+            kept - after_check
+        );
+        assert!(
+            kept - after_check >= (READ_CHUNK * 3 / 4) as isize,
+            "{} bytes given up at the keepalive check: the keepers kept their buffers",
+            kept - after_check
+        );
+        // Each client pings, before the next check: input, but no data message, so no keeper
+        // again. (Four keepers again would take the four pooled buffers, and the connections
+        // after them would allocate one more to pass along.)
+        for client in &mut clients {
+            ping(client).await;
+        }
+        settle().await;
+        let after_pings = heap_in_use();
+        eprintln!("heap after the pings: {} bytes more", after_pings - after_check);
+        assert!(
+            after_pings - after_check < (READ_CHUNK / 2) as isize,
+            "{} bytes more after the pings: connections that only answered pings kept buffers",
+            after_pings - after_check
+        );
+        // Data makes keepers again, and the connections still work.
+        for client in &mut clients {
+            echo_once(client, 64).await;
+        }
     });
 }
