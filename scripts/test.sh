@@ -15,9 +15,10 @@ step "rustfmt"
 cargo fmt --all --check
 # The suite's release builds (the ws tool, the soak, the conformance testee, the benchmarks' smoke
 # harness) skip LTO: the same code, checked the same way, built about a minute sooner (the
-# harness: 126 s instead of 212 on a 2-core VM, 153 s instead of 223 within CI). bench/run.sh run on its own keeps the profile's thin LTO
-# for the figures it records. (Building the release ws tool beside clippy and the debug build was
-# tried too, and was ~90 s slower on 2 cores than one build after the other.)
+# harness: 126 s instead of 212 on a 2-core VM, 153 s instead of 223 within CI). bench/run.sh run
+# on its own keeps the profile's thin LTO for the figures it records. (Building the release ws
+# tool beside clippy and the debug build was tried too, and was ~90 s slower on 2 cores than one
+# build after the other.)
 export CARGO_PROFILE_RELEASE_LTO=false
 step "clippy (warnings are errors), every feature, and the build without default features"
 cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings

@@ -607,17 +607,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes.
     fn release_idle_buffers(&mut self, timer_fired: bool) {
         let buf = self.conn.read_buffer();
-        if !buf.is_empty() {
-            // A frame in progress: its bytes stay where they are.
+        // A frame in progress keeps its bytes where they are; an empty buffer stays with a keeper.
+        let frame_in_progress = !buf.is_empty();
+        let keepable = buf.capacity() != 0 && !self.read_buffer_grown && self.data_delivered && !timer_fired;
+        if frame_in_progress || (keepable && (self.keeper.is_some() || self.take_keeper())) {
             self.conn.release_idle_write_buffer();
-            return;
+        } else {
+            self.give_back_read_buffer();
         }
-        let keepable = buf.capacity() != 0 && !self.read_buffer_grown && self.data_delivered;
-        if keepable && !timer_fired && (self.keeper.is_some() || self.take_keeper()) {
-            self.conn.release_idle_write_buffer();
-            return;
-        }
-        self.give_back_read_buffer();
     }
 
     /// Notes what a receive hands to the application (see `data_delivered`).

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use sockeye::proto::frame::{FrameHeader, MAX_HEADER_LEN, OpCode};
 use sockeye::{Config, ProtocolConfig, Server};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -79,43 +80,42 @@ async fn raw_upgraded(addr: SocketAddr) -> TcpStream {
     tcp
 }
 
+/// `count` connections, each upgraded on a raw socket.
+async fn raw_clients(addr: SocketAddr, count: usize) -> Vec<TcpStream> {
+    let mut clients = Vec::with_capacity(count);
+    for _ in 0..count {
+        clients.push(raw_upgraded(addr).await);
+    }
+    clients
+}
+
 /// Sends one masked binary frame of `len` bytes (mask key 0: the payload goes as is) and reads
 /// the unmasked echo back, checking it.
 async fn echo_once(tcp: &mut TcpStream, len: usize) {
-    send_binary(tcp, len).await;
-    read_echo(tcp, len).await;
-}
-
-/// Sends one masked binary frame of `len` bytes, of 0x5A each (mask key 0: as is).
-async fn send_binary(tcp: &mut TcpStream, len: usize) {
-    let mut frame = vec![0x82];
-    match len {
-        0..=125 => frame.push(0x80 | len as u8),
-        126..=0xFFFF => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        _ => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(len as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&[0; 4]);
+    let header = |mask| FrameHeader {
+        fin: true,
+        rsv: 0,
+        opcode: OpCode::Binary,
+        mask,
+        payload_len: len as u64,
+    };
+    let mut encoded = [0; MAX_HEADER_LEN];
+    let n = header(Some([0; 4])).encode(&mut encoded);
+    let mut frame = encoded[..n].to_vec();
     frame.extend(std::iter::repeat_n(0x5A, len));
     tcp.write_all(&frame).await.unwrap();
+    let m = header(None).encode(&mut encoded);
+    let mut echo = vec![0; m + len];
+    tcp.read_exact(&mut echo).await.unwrap();
+    assert_eq!(echo[..m], encoded[..m], "the echo's header differs");
+    assert!(echo[m..].iter().all(|&b| b == 0x5A), "the echo differs");
 }
 
-/// Reads the echo of [`send_binary`]'s frame and checks it.
-async fn read_echo(tcp: &mut TcpStream, len: usize) {
-    let header = match len {
-        0..=125 => 2,
-        126..=0xFFFF => 4,
-        _ => 10,
-    };
-    let mut echo = vec![0; header + len];
-    tcp.read_exact(&mut echo).await.unwrap();
-    assert_eq!(echo[0], 0x82);
-    assert!(echo[header..].iter().all(|&b| b == 0x5A), "the echo differs");
+/// One 64-byte echo on each of `clients`, one after the other.
+async fn echo_each(clients: &mut [TcpStream]) {
+    for client in clients {
+        echo_once(client, 64).await;
+    }
 }
 
 /// Lets the server's connection tasks reach their wait for input.
@@ -130,15 +130,10 @@ fn connections_waiting_for_input_share_a_few_read_buffers_per_thread() {
         let addr = echo_server(None).await;
         settle().await;
         let before = heap_in_use();
-        let mut clients = Vec::with_capacity(CONNECTIONS);
-        for _ in 0..CONNECTIONS {
-            clients.push(raw_upgraded(addr).await);
-        }
+        let mut clients = raw_clients(addr, CONNECTIONS).await;
         // Every connection reads a message and waits again: with a buffer kept by each, the heap
         // would grow by 64 KiB a connection.
-        for client in &mut clients {
-            echo_once(client, 64).await;
-        }
+        echo_each(&mut clients).await;
         settle().await;
         let per_connection = (heap_in_use() - before) / CONNECTIONS as isize;
         eprintln!("heap per waiting connection, both ends: {per_connection} bytes");
@@ -149,9 +144,7 @@ fn connections_waiting_for_input_share_a_few_read_buffers_per_thread() {
             "{per_connection} bytes per waiting connection: read buffers are kept per connection"
         );
         // Still connections that work.
-        for client in &mut clients {
-            echo_once(client, 64).await;
-        }
+        echo_each(&mut clients).await;
     });
 }
 
@@ -196,16 +189,11 @@ fn keepers_give_their_buffers_up_at_a_keepalive_check_and_not_back_for_a_ping() 
         const CONNECTIONS: usize = 16;
         const INTERVAL: Duration = Duration::from_secs(1);
         let addr = echo_server(Some(INTERVAL)).await;
-        let mut clients = Vec::with_capacity(CONNECTIONS);
-        for _ in 0..CONNECTIONS {
-            clients.push(raw_upgraded(addr).await);
-        }
+        let mut clients = raw_clients(addr, CONNECTIONS).await;
         // The first four connections to receive data keep their buffers; the others pass one
         // pooled buffer along (each reads, echoes and waits before the next is polled): five
         // read buffers in all.
-        for client in &mut clients {
-            echo_once(client, 64).await;
-        }
+        echo_each(&mut clients).await;
         settle().await;
         let kept = heap_in_use();
         // The first keepalive check, an interval after the echo, finds input seen and sends no
@@ -237,8 +225,6 @@ fn keepers_give_their_buffers_up_at_a_keepalive_check_and_not_back_for_a_ping() 
             after_pings - after_check
         );
         // Data makes keepers again, and the connections still work.
-        for client in &mut clients {
-            echo_once(client, 64).await;
-        }
+        echo_each(&mut clients).await;
     });
 }
