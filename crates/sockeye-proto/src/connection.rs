@@ -861,14 +861,8 @@ impl Connection {
             return None;
         }
         let body = header_len..header_len + len;
-        let key = masked.then(|| {
-            [
-                self.read_buf[2],
-                self.read_buf[3],
-                self.read_buf[4],
-                self.read_buf[5],
-            ]
-        });
+        // One four-byte load, not four byte loads to assemble (the length check above covers it).
+        let key = masked.then(|| <[u8; 4]>::try_from(&self.read_buf[2..6]).unwrap_or_default());
         if let Some(key) = key {
             apply_mask(&mut self.read_buf[body.clone()], key, 0);
         }

@@ -127,7 +127,22 @@ impl Buf for Transmit {
         n
     }
 
-    fn advance(&mut self, mut cnt: usize) {
+    #[inline]
+    fn advance(&mut self, cnt: usize) {
+        // The usual case, inline: everything was one batch in `tail`, written at once.
+        if cnt == self.len && self.queued.is_empty() {
+            self.len = 0;
+            self.tail_written += cnt;
+            self.drained();
+        } else {
+            self.advance_pieces(cnt);
+        }
+    }
+}
+
+impl Transmit {
+    /// [`Buf::advance`] through the queued pieces and into `tail`.
+    fn advance_pieces(&mut self, mut cnt: usize) {
         assert!(cnt <= self.len, "advanced past the end of the transmit queue");
         self.len -= cnt;
         while cnt > 0 {
@@ -154,26 +169,38 @@ impl Buf for Transmit {
             }
         }
         if self.len == 0 {
-            self.tail_sent = 0;
-            let written = std::mem::take(&mut self.tail_written);
-            if written <= KEEP_AFTER_WRITE && self.largest_batch > KEEP_AFTER_WRITE {
-                // It grew for large messages (a client's masked copies) and the last batch was
-                // small: give it back rather than keep the largest message ever sent
-                // (tungstenite #500). While large batches follow each other it is reused:
-                // allocating and faulting in megabytes per message would cost more.
-                self.tail = BytesMut::new();
-                self.tail_advanced = false;
-                self.largest_batch = written;
-            } else {
-                self.largest_batch = self.largest_batch.max(written);
-                // Reuse the batch buffer's allocation from its start.
-                self.tail.clear();
-                if std::mem::take(&mut self.tail_advanced) {
-                    // More than the room after the written bytes it dropped: takes that back.
-                    let _ = self.tail.try_reclaim(self.tail.capacity() + 1);
-                }
+            self.drained();
+        }
+    }
+
+    /// Everything queued is written: the batch buffer is reused from its start, or given back.
+    #[inline]
+    fn drained(&mut self) {
+        self.tail_sent = 0;
+        let written = std::mem::take(&mut self.tail_written);
+        if written <= KEEP_AFTER_WRITE && self.largest_batch > KEEP_AFTER_WRITE {
+            // It grew for large messages (a client's masked copies) and the last batch was
+            // small: give it back rather than keep the largest message ever sent
+            // (tungstenite #500). While large batches follow each other it is reused:
+            // allocating and faulting in megabytes per message would cost more.
+            self.give_back_tail(written);
+        } else {
+            self.largest_batch = self.largest_batch.max(written);
+            // Reuse the batch buffer's allocation from its start.
+            self.tail.clear();
+            if std::mem::take(&mut self.tail_advanced) {
+                // More than the room after the written bytes it dropped: takes that back.
+                let _ = self.tail.try_reclaim(self.tail.capacity() + 1);
             }
         }
+    }
+
+    /// See [`drained`](Self::drained): the batch buffer grew for large messages.
+    #[cold]
+    fn give_back_tail(&mut self, written: usize) {
+        self.tail = BytesMut::new();
+        self.tail_advanced = false;
+        self.largest_batch = written;
     }
 }
 

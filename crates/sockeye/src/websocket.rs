@@ -468,6 +468,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     }
 
     /// Waits until the write queue is below the high-water mark (the sending side).
+    #[inline]
     pub(crate) fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         if self.inner.going_away(None) || self.inner.conn.transmit_len() >= self.inner.high_water {
             ready!(self.poll_write_out(cx))?;
@@ -522,7 +523,7 @@ impl Received for Incoming {
 /// engine and reported once the stream is closed, after the close frame that explains it has
 /// gone out (§7.1.7); the application's own mistake (receiving a streamed message whole) is
 /// reported at once.
-#[inline]
+#[inline(always)]
 fn take_next<T: Received>(conn: &mut Connection) -> Option<Result<T, Error>> {
     match T::next(conn) {
         Ok(Some(next)) => Some(Ok(next)),
@@ -604,7 +605,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// buffer go when one of its deadlines passes (every keepalive interval, 30 s by default) and
     /// takes a place again only after its next data message, so that a connection that only
     /// answers pings does not keep one; and it lets go of a buffer that grew for a large message.
-    /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes.
+    /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes. Inline: a
+    /// keeper's case is a few tests at every wait.
+    #[inline(always)]
     fn release_idle_buffers(&mut self, timer_fired: bool) {
         let buf = self.conn.read_buffer();
         // A frame in progress keeps its bytes where they are; an empty buffer stays with a keeper.
@@ -656,13 +659,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
 
     /// Open: writes what is queued (replies, pongs, close frames). Same answers as
     /// [`poll_transport`](Self::poll_transport).
-    #[inline]
+    #[inline(always)]
     fn poll_write_queued(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(), Error>>> {
         if self.conn.transmit().is_empty() && !self.unflushed {
             return Poll::Ready(None);
         }
-        self.poll_write_out(cx)
-            .map(|r| r.err().map(|e| Err(self.end_with(e))))
+        // Inline here, the path of every reply to a message; out of line everywhere else.
+        self.write_out(cx).map(|r| r.err().map(|e| Err(self.end_with(e))))
     }
 
     /// The transport is closed: the result to end the stream with.
@@ -692,8 +695,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         }
     }
 
-    /// [`poll_timer`](Self::poll_timer) with a deadline.
+    /// [`poll_timer`](Self::poll_timer) with a deadline. The usual case (the timer is set for
+    /// this deadline and will wake this task) is decided inline: the keepalive deadline stays put
+    /// while messages flow, so it is the case of every wait of a busy connection.
+    #[inline(always)]
     fn poll_timer_until(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
+        if self
+            .timer
+            .as_ref()
+            .is_some_and(|timer| timer.is_set(deadline, cx))
+        {
+            return false;
+        }
+        self.poll_timer_reset(deadline, cx)
+    }
+
+    /// [`poll_timer_until`](Self::poll_timer_until) when the timer is not set as it should be.
+    fn poll_timer_reset(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
         let timer = match &mut self.timer {
             Some(timer) => timer,
             None => self.timer.insert(EngineTimer {
@@ -730,7 +748,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         self.conn.close_state() == CloseState::Open && self.conn.close(Some(frame)).is_ok()
     }
 
-    /// Reads once from the stream into the engine's buffer.
+    /// Reads once from the stream into the engine's buffer. Inline: its one caller runs it twice
+    /// per message (the read, then the wait), and a call level costs ~16 instructions each time.
+    #[inline(always)]
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
         let read_size = self.read_size;
         // The engine made room for the rest of a frame received whole: read into it. Reserving a
@@ -762,6 +782,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
 
     /// Writes everything queued, then flushes the stream.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.write_out(cx)
+    }
+
+    /// [`poll_write_out`](Self::poll_write_out)'s body, inlined where the receive path writes.
+    #[inline(always)]
+    fn write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         if matches!(self.conn.transport(), Transport::Abort | Transport::Closed) {
             return Poll::Ready(Err(Error::closed()));
         }
@@ -856,14 +882,19 @@ struct EngineTimer {
 }
 
 impl EngineTimer {
-    /// Whether `deadline` has passed; if not, `cx` will be woken when it does.
+    /// Whether the sleep is registered for `deadline` with `cx`'s waker and has not fired:
+    /// nothing to redo.
+    #[inline(always)]
+    fn is_set(&self, deadline: Instant, cx: &Context<'_>) -> bool {
+        self.sleep.deadline() == deadline
+            && !self.sleep.is_elapsed()
+            && self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()))
+    }
+
+    /// Whether `deadline` has passed; if not, `cx` will be woken when it does. For a timer that is
+    /// not [set](Self::is_set) as asked.
     fn elapsed(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
-        let armed = self.sleep.deadline() == deadline;
-        if armed && !self.sleep.is_elapsed() && self.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            // Registered with this deadline and this waker already: nothing to redo.
-            return false;
-        }
-        if !armed {
+        if self.sleep.deadline() != deadline {
             self.sleep.as_mut().reset(deadline);
         }
         if self.sleep.as_mut().poll(cx).is_ready() {

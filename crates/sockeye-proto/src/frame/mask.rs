@@ -23,12 +23,13 @@ pub fn insecure_mask_keys_for_tests(seed: u32) -> crate::MaskKeySource {
 /// no `unsafe` is needed to reach the speed (see the `mask` micro-benchmark in `bench/`).
 #[inline]
 pub fn apply_mask(buf: &mut [u8], key: [u8; 4], offset: usize) {
-    // Rotate the key so that index 0 of `buf` lines up with key byte `offset % 4`.
-    let key = {
-        let r = offset % 4;
-        [key[r], key[(r + 1) % 4], key[(r + 2) % 4], key[(r + 3) % 4]]
-    };
-    let wide = u64::from_ne_bytes([key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3]]);
+    // Rotate the key so that index 0 of `buf` lines up with key byte `offset % 4`: as a word in
+    // memory order, byte `r` moves to the front.
+    let shift = 8 * (offset % 4) as u32;
+    let key = u32::from_le_bytes(key).rotate_right(shift).to_le_bytes();
+    // The key twice over, in memory order: the same in either byte order.
+    let half = u64::from(u32::from_ne_bytes(key));
+    let wide = half | half << 32;
     let mut chunks = buf.chunks_exact_mut(8);
     for chunk in &mut chunks {
         let mut word = [0u8; 8];
