@@ -167,7 +167,9 @@ fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T
 
 /// Sockeye's client with permessage-deflate (its default), which the server must accept.
 async fn connect_deflate(addr: &str) -> Result<sockeye::WebSocket<sockeye::MaybeTlsStream>> {
-    let config = sockeye::Config::builder().proxy(sockeye::proxy::ProxyConfig::Direct).build();
+    let config = sockeye::Config::builder()
+        .proxy(sockeye::proxy::ProxyConfig::Direct)
+        .build();
     let (ws, _) = sockeye::connect_with(format!("ws://{addr}/").as_str(), &config).await?;
     if !ws.connection().is_deflate_enabled() {
         return Err("permessage-deflate was not negotiated".into());

@@ -125,14 +125,18 @@ async fn sockeye_server(
     if !mode.starts_with("deflate") {
         config.protocol.deflate = None;
     } else if std::env::var_os("BENCH_DEFLATE_POOL").is_some_and(|v| v == "0") {
-        config.protocol.deflate = Some(sockeye::proto::extension::deflate::DeflateConfig::default().pool(None));
+        config.protocol.deflate =
+            Some(sockeye::proto::extension::deflate::DeflateConfig::default().pool(None));
     }
     config.max_connections = 100_000;
     // The HTTP/2 scenarios hold thousands of idle WebSockets on one connection.
     config.http2_max_concurrent_streams = 20_000;
     config.tcp_nodelay = nodelay;
     // For experiments only (run.sh never sets it): Sockeye's read size, 64 KiB by default.
-    if let Some(bytes) = std::env::var("BENCH_READ_CHUNK").ok().and_then(|v| v.parse().ok()) {
+    if let Some(bytes) = std::env::var("BENCH_READ_CHUNK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         config.read_chunk_size = bytes;
     }
     // For the instructions row without a timer: `BENCH_KEEPALIVE=0` turns keepalive off (the
@@ -169,7 +173,10 @@ async fn sockeye_server(
                     // as it arrives (queued here, written by the next receive).
                     while let Some(Ok(item)) = ws.recv_chunk().await {
                         if let sockeye::Incoming::Chunk(piece) = item
-                            && ws.send_fragment(piece.kind, piece.data, piece.last).await.is_err()
+                            && ws
+                                .send_fragment(piece.kind, piece.data, piece.last)
+                                .await
+                                .is_err()
                         {
                             break;
                         }

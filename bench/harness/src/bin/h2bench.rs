@@ -138,7 +138,9 @@ async fn echo_many(client: &Client, conns: u64, in_flight: u64, size: usize, sec
             ws.flush().await?;
             while let Some(reply) = ws.recv().await {
                 if reply? != payload {
-                    return Err(sockeye::Error::from(sockeye::ProtocolError::InvalidInput("the echo differs")));
+                    return Err(sockeye::Error::from(sockeye::ProtocolError::InvalidInput(
+                        "the echo differs",
+                    )));
                 }
                 echoed += 1;
                 if Instant::now() >= deadline {

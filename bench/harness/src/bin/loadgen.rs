@@ -49,7 +49,15 @@ fn main() -> Result<()> {
             "push" => push(&a(1)?, a(2)?.parse()?, raw).await?,
             "rtt" => {
                 let seconds = args.get(5).map_or(Ok(f64::INFINITY), |s| s.parse())?;
-                rtt(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, a(4)? == "text", seconds, raw).await?
+                rtt(
+                    &a(1)?,
+                    a(2)?.parse()?,
+                    a(3)?.parse()?,
+                    a(4)? == "text",
+                    seconds,
+                    raw,
+                )
+                .await?
             }
             "connect" => connect_sequential(&a(1)?, a(2)?.parse()?, raw).await?,
             "connect-parallel" => connect_parallel(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, raw).await?,
@@ -150,7 +158,9 @@ async fn rtt(addr: &str, count: usize, size: usize, text: bool, seconds: f64, ra
     let (sent, echo) = echo_of(if text { 1 } else { 2 }, &pattern(size, text), raw);
     let mut samples = Vec::with_capacity(count);
     // No deadline without SECONDS (infinite).
-    let deadline = Duration::try_from_secs_f64(seconds).ok().and_then(|d| Instant::now().checked_add(d));
+    let deadline = Duration::try_from_secs_f64(seconds)
+        .ok()
+        .and_then(|d| Instant::now().checked_add(d));
     for _ in 0..count {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break;
@@ -361,7 +371,10 @@ async fn large_on<S: AsyncRead + AsyncWrite + Unpin>(
     for _ in 0..reps {
         if streamed {
             let mut check = if raw {
-                StreamCheck::Bytes { expected: &sent, at: 0 }
+                StreamCheck::Bytes {
+                    expected: &sent,
+                    at: 0,
+                }
             } else {
                 StreamCheck::Frames(FrameCheck::new(&payload))
             };
@@ -382,7 +395,11 @@ async fn large_on<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(format!(
         r#"{{"mb_per_s": {:.1}, "frames_per_echo": {:.1}}}"#,
         (size * reps) as f64 / secs / 1e6,
-        if streamed && !raw { frames as f64 / reps as f64 } else { 1.0 }
+        if streamed && !raw {
+            frames as f64 / reps as f64
+        } else {
+            1.0
+        }
     ))
 }
 
@@ -482,7 +499,13 @@ struct FrameCheck<'a> {
 
 impl<'a> FrameCheck<'a> {
     fn new(payload: &'a [u8]) -> Self {
-        FrameCheck { payload, at: 0, left: None, fin: false, frames: 0 }
+        FrameCheck {
+            payload,
+            at: 0,
+            left: None,
+            fin: false,
+            frames: 0,
+        }
     }
 
     fn consume(&mut self, buf: &mut Vec<u8>) -> Result<bool> {
@@ -491,13 +514,17 @@ impl<'a> FrameCheck<'a> {
             match self.left {
                 None if self.fin => break,
                 None => {
-                    let Some((header, len)) = FrameHeader::parse(&buf[pos..]).map_err(|e| format!("{e:?}"))? else {
+                    let Some((header, len)) =
+                        FrameHeader::parse(&buf[pos..]).map_err(|e| format!("{e:?}"))?
+                    else {
                         break;
                     };
                     let opcode = header.opcode.as_u8();
                     let expected = if self.frames == 0 { 2 } else { 0 };
                     if opcode != expected || header.mask.is_some() || header.rsv != 0 {
-                        return Err(format!("unexpected frame: opcode {opcode}, fragment {}", self.frames).into());
+                        return Err(
+                            format!("unexpected frame: opcode {opcode}, fragment {}", self.frames).into(),
+                        );
                     }
                     if self.at + header.payload_len as usize > self.payload.len() {
                         return Err("the echo is longer than the message".into());

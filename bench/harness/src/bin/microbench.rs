@@ -28,7 +28,9 @@ fn main() {
             "utf8" => "~1 MiB validated",
             "engine" => "100,000 frames of 64 B",
             "deflate" | "deflate-dedicated" => "1,000 messages of ~1 KiB, both ways",
-            "deflate-many" | "deflate-many-dedicated" => "1,000 messages of ~1 KiB over 64 connections, both ways",
+            "deflate-many" | "deflate-many-dedicated" => {
+                "1,000 messages of ~1 KiB over 64 connections, both ways"
+            }
             _ => "?",
         };
         println!("{unit}");
@@ -93,7 +95,10 @@ fn main() {
             if op == "deflate-dedicated" {
                 config = config.pool(None);
             }
-            let mut client = Connection::client(Config::default(), sockeye_proto::frame::insecure_mask_keys_for_tests(1));
+            let mut client = Connection::client(
+                Config::default(),
+                sockeye_proto::frame::insecure_mask_keys_for_tests(1),
+            );
             client.set_deflate(Some(PerMessageDeflate::new(Role::Client, params, &config)));
             let mut server = Connection::server(Config::default());
             server.set_deflate(Some(PerMessageDeflate::new(Role::Server, params, &config)));
@@ -124,7 +129,10 @@ fn main() {
             let client_config = DeflateConfig::default().pool(None);
             let mut pairs: Vec<(Connection, Connection)> = (0..64)
                 .map(|i| {
-                    let mut client = Connection::client(Config::default(), sockeye_proto::frame::insecure_mask_keys_for_tests(i));
+                    let mut client = Connection::client(
+                        Config::default(),
+                        sockeye_proto::frame::insecure_mask_keys_for_tests(i),
+                    );
                     client.set_deflate(Some(PerMessageDeflate::new(Role::Client, params, &client_config)));
                     let mut server = Connection::server(Config::default());
                     server.set_deflate(Some(PerMessageDeflate::new(Role::Server, params, &server_config)));
@@ -151,7 +159,12 @@ fn main() {
                     client.receive(&echoed);
                     black_box(client.poll_message().ok());
                 }
-                println!("server sent {:.1} bytes per message of {:.1} ({:.2}×)", wire as f64 / 1000.0, plain as f64 / 1000.0, plain as f64 / wire as f64);
+                println!(
+                    "server sent {:.1} bytes per message of {:.1} ({:.2}×)",
+                    wire as f64 / 1000.0,
+                    plain as f64 / 1000.0,
+                    plain as f64 / wire as f64
+                );
             }
         }
         other => eprintln!("unknown op {other:?}"),

@@ -73,7 +73,15 @@ fn main() -> Result<()> {
         match a(0)?.as_str() {
             "fanout" => {
                 let addrs: Vec<String> = a(2)?.split(',').map(String::from).collect();
-                fanout(proto, &addrs, a(3)?.parse()?, a(4)?.parse()?, a(5)?.parse()?, a(6)?.parse()?).await
+                fanout(
+                    proto,
+                    &addrs,
+                    a(3)?.parse()?,
+                    a(4)?.parse()?,
+                    a(5)?.parse()?,
+                    a(6)?.parse()?,
+                )
+                .await
             }
             other => Err(format!("unknown scenario {other}").into()),
         }
@@ -219,7 +227,11 @@ async fn open(proto: Proto, addr: &str) -> Result<(TcpStream, Vec<u8>)> {
                     } else if text == b"2" {
                         tcp.write_all(&encode_frame(1, b"3", true)).await?;
                     } else {
-                        return Err(format!("unexpected Socket.IO packet {:?}", String::from_utf8_lossy(&text)).into());
+                        return Err(format!(
+                            "unexpected Socket.IO packet {:?}",
+                            String::from_utf8_lossy(&text)
+                        )
+                        .into());
                     }
                 }
                 let n = tokio::time::timeout(Duration::from_secs(10), tcp.read_buf(&mut buf)).await??;
@@ -255,7 +267,14 @@ struct Counts {
 
 /// One subscriber: counts what it receives, checks the order, records latencies if `sampled`.
 /// Runs until the server closes the connection or the main task aborts it.
-async fn subscriber(proto: Proto, mut tcp: TcpStream, mut buf: Vec<u8>, shared: Rc<Shared>, counts: Rc<Counts>, sampled: bool) {
+async fn subscriber(
+    proto: Proto,
+    mut tcp: TcpStream,
+    mut buf: Vec<u8>,
+    shared: Rc<Shared>,
+    counts: Rc<Counts>,
+    sampled: bool,
+) {
     let mut warm = false;
     let mut local: Vec<u64> = Vec::new(); // latencies of one read, recorded together
     buf.reserve(64 << 10);
@@ -329,7 +348,14 @@ async fn subscriber(proto: Proto, mut tcp: TcpStream, mut buf: Vec<u8>, shared: 
     }
 }
 
-async fn fanout(proto: Proto, addrs: &[String], subs: u64, msgs: u64, rate: u64, seconds: f64) -> Result<String> {
+async fn fanout(
+    proto: Proto,
+    addrs: &[String],
+    subs: u64,
+    msgs: u64,
+    rate: u64,
+    seconds: f64,
+) -> Result<String> {
     let shared = Rc::new(Shared {
         start: Instant::now(),
         subs,
@@ -357,7 +383,14 @@ async fn fanout(proto: Proto, addrs: &[String], subs: u64, msgs: u64, rate: u64,
         let (tcp, buf) = r.map_err(|e| format!("subscriber {i}: {e}"))?;
         let sampled = i as u64 % step == 0;
         let c = Rc::new(Counts::default());
-        tasks.push(tokio::task::spawn_local(subscriber(proto, tcp, buf, Rc::clone(&shared), Rc::clone(&c), sampled)));
+        tasks.push(tokio::task::spawn_local(subscriber(
+            proto,
+            tcp,
+            buf,
+            Rc::clone(&shared),
+            Rc::clone(&c),
+            sampled,
+        )));
         counts.push(c);
     }
     let connect_secs = connect_started.elapsed().as_secs_f64();
@@ -390,9 +423,15 @@ async fn fanout(proto: Proto, addrs: &[String], subs: u64, msgs: u64, rate: u64,
     let warm_deadline = Instant::now() + Duration::from_secs(30);
     while shared.warm.get() < subs {
         if Instant::now() > warm_deadline {
-            return Err(format!("warm-up: only {} of {subs} subscribers receive anything", shared.warm.get()).into());
+            return Err(format!(
+                "warm-up: only {} of {subs} subscribers receive anything",
+                shared.warm.get()
+            )
+            .into());
         }
-        writer.write_all(&publish_frame(proto, &payload(b'W', 0, 0))).await?;
+        writer
+            .write_all(&publish_frame(proto, &payload(b'W', 0, 0)))
+            .await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Let the last warm-up messages go through everywhere.
@@ -438,9 +477,7 @@ async fn fanout(proto: Proto, addrs: &[String], subs: u64, msgs: u64, rate: u64,
     let expected = sent * subs;
     // Until every subscriber has everything (or was closed), or the drain time is over.
     let drain_deadline = Instant::now() + DRAIN;
-    while Instant::now() < drain_deadline
-        && !counts.iter().all(|c| c.closed.get() || c.next.get() >= sent)
-    {
+    while Instant::now() < drain_deadline && !counts.iter().all(|c| c.closed.get() || c.next.get() >= sent) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     for t in &tasks {

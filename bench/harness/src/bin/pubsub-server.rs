@@ -20,14 +20,14 @@
 //!
 //! Prints `ready` once listening (and connected to the backplane).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use sockeye::{CloseCode, CloseFrame};
 use sockeye_bench::{encode_frame, server_handshake};
-use sockeye_pubsub::{next_batch, Delivery, HistoryConfig, Hub, HubConfig, SubscriberConfig, Topic};
+use sockeye_pubsub::{Delivery, HistoryConfig, Hub, HubConfig, SubscriberConfig, Topic, next_batch};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
@@ -64,7 +64,12 @@ fn main() -> Result<(), Error> {
     })
 }
 
-async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_only: bool) -> Result<(), Error> {
+async fn sockeye(
+    listener: TcpListener,
+    backplane: &str,
+    subscribe: bool,
+    split_only: bool,
+) -> Result<(), Error> {
     let hub = Hub::connect(backplane, HubConfig::default(), HistoryConfig::default()).await?;
     let topic = Topic::new(TOPIC)?;
     let mut config = sockeye::Config::default();
@@ -92,7 +97,9 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_
             let mut subscriber = hub.subscriber(SubscriberConfig::default());
             if let Err(e) = subscriber.subscribe(&topic, None).await {
                 eprintln!("cannot subscribe: {e}");
-                let _ = sink.close(Some(CloseFrame::new(CloseCode::TRY_AGAIN_LATER, "no backplane"))).await;
+                let _ = sink
+                    .close(Some(CloseFrame::new(CloseCode::TRY_AGAIN_LATER, "no backplane")))
+                    .await;
                 return;
             }
             let publisher = subscriber.publisher();
@@ -132,7 +139,8 @@ async fn sockeye(listener: TcpListener, backplane: &str, subscribe: bool, split_
                 let n = too_slow.fetch_add(1, Ordering::Relaxed) + 1;
                 eprintln!("a subscriber was too slow and is closed (1008); {n} so far");
                 let close = CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow");
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), sink.close(Some(close))).await;
+                let _ =
+                    tokio::time::timeout(std::time::Duration::from_secs(1), sink.close(Some(close))).await;
             });
             // What the client has already sent goes out as one batch (one backplane round trip),
             // as in relay.rs: up to READ_BATCH messages or READ_BATCH_BYTES.
@@ -224,8 +232,11 @@ async fn raw(listener: TcpListener) -> Result<(), Error> {
                 while let Some((opcode, start, end)) = parse_masked(&buf[at..]) {
                     let (start, end) = (at + start, at + end);
                     let key: [u8; 4] = buf[start - 4..start].try_into().expect("4 bytes");
-                    let payload: Vec<u8> =
-                        buf[start..end].iter().enumerate().map(|(i, b)| b ^ key[i % 4]).collect();
+                    let payload: Vec<u8> = buf[start..end]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| b ^ key[i % 4])
+                        .collect();
                     at = end;
                     match opcode {
                         1 | 2 => {
