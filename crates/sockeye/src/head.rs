@@ -53,7 +53,17 @@ pub(crate) async fn with_deadline<T>(
     what: &'static str,
     fut: impl Future<Output = Result<T, crate::Error>>,
 ) -> Result<T, crate::Error> {
-    match tokio::time::timeout(limit, fut).await {
+    with_deadline_at(tokio::time::Instant::now() + limit, what, fut).await
+}
+
+/// [`with_deadline`] at an instant: the phases of one handshake (TLS, the HTTP/2 sniff, the
+/// upgrade) share one deadline, so that together they take no longer than the configured limit.
+pub(crate) async fn with_deadline_at<T>(
+    deadline: tokio::time::Instant,
+    what: &'static str,
+    fut: impl Future<Output = Result<T, crate::Error>>,
+) -> Result<T, crate::Error> {
+    match tokio::time::timeout_at(deadline, fut).await {
         Ok(result) => result,
         Err(_) => Err(crate::Error::timed_out(what)),
     }

@@ -324,7 +324,7 @@ pub(crate) struct ServeContext<H> {
     pub(crate) stats: ServerStats,
 }
 
-/// Serves one HTTP/2 connection: each extended CONNECT stream becomes a [`WebSocket`] handed to
+/// Serves one HTTP/2 connection (its preface due by `deadline`): each extended CONNECT stream becomes a [`WebSocket`] handed to
 /// the handler in its own task; anything else is answered with an HTTP/2 error response on that
 /// stream alone. A server shutdown sends GOAWAY (no new streams) while the open WebSockets close
 /// with 1001 by themselves; the connection ends when its last stream does.
@@ -332,6 +332,7 @@ pub(crate) async fn serve_connection<H, Fut>(
     stream: MaybeTlsStream,
     head: BytesMut,
     admitted: bool,
+    deadline: tokio::time::Instant,
     context: ServeContext<H>,
 ) where
     H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
@@ -340,7 +341,7 @@ pub(crate) async fn serve_connection<H, Fut>(
     let config = &context.config;
     let tls = stream.is_tls();
     let handshake = server_builder(config).handshake::<_, Bytes>(StreamErrorGuard::new(stream, head));
-    let mut connection = match tokio::time::timeout(config.handshake_timeout, handshake).await {
+    let mut connection = match tokio::time::timeout_at(deadline, handshake).await {
         Ok(Ok(connection)) => connection,
         Ok(Err(e)) => {
             context

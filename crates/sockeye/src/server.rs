@@ -15,12 +15,12 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::head::with_deadline;
-use crate::head::{HeadError, read_head};
+use crate::head::{HeadError, read_head, with_deadline, with_deadline_at};
 use crate::stream::MaybeTlsStream;
 use crate::websocket::WebSocket;
 
@@ -57,13 +57,15 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
 {
-    accept_buffered(stream, BytesMut::with_capacity(1024), config, decide)
+    let upgrade = accept_buffered(stream, BytesMut::with_capacity(1024), config, decide);
+    with_deadline(config.handshake_timeout, "handshake", upgrade)
         .await
         .map(|(ws, _request)| ws)
 }
 
-/// [`accept_with`] on a stream whose first bytes were already read into `buf`; the request is
-/// handed back with the connection (moved, not copied).
+/// [`accept_with`] on a stream whose first bytes were already read into `buf`, without a
+/// deadline of its own (the caller's covers it); the request is handed back with the connection
+/// (moved, not copied).
 pub(crate) async fn accept_buffered<S, F>(
     mut stream: S,
     mut buf: BytesMut,
@@ -74,53 +76,50 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
 {
-    with_deadline(config.handshake_timeout, "handshake", async {
-        let limit = config.protocol.max_handshake_size;
-        let read = read_head(&mut stream, &mut buf, limit, |buf| {
-            parse_request(buf, &config.protocol)
-        })
-        .await;
-        let (request, leftover) = match read {
-            Ok(read) => read,
-            Err(HeadError::Parse(e)) => return refuse(&mut stream, e).await,
-            Err(HeadError::TooLarge) => {
-                return refuse(&mut stream, HandshakeError::HeadTooLarge { limit }).await;
-            }
-            Err(HeadError::Eof) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "the client closed the connection during the handshake",
-                )
-                .into());
-            }
-            Err(HeadError::Io(e)) => return Err(e.into()),
-        };
-        let hello = match ClientHello::from_request(&request) {
-            Ok(hello) => hello,
-            Err(e) => return refuse(&mut stream, e).await,
-        };
-        let (response, deflate) = negotiate(&hello, &config.protocol);
-        match decide(&request, response) {
-            Ok(response) => {
-                let deflate = kept_deflate(deflate, &response);
-                stream.write_all(&encode_response(&response)).await?;
-                stream.flush().await?;
-                let ws = WebSocket::from_upgraded(stream, Role::Server, config, leftover, deflate);
-                Ok((ws, request))
-            }
-            Err(refusal) => {
-                let status = refusal.status();
-                send_and_close(&mut stream, &encode_response(&refusal)).await;
-                let reason = status.canonical_reason().unwrap_or("").to_string();
-                Err(HandshakeError::Rejected {
-                    status: status.as_u16(),
-                    reason,
-                }
-                .into())
-            }
-        }
+    let limit = config.protocol.max_handshake_size;
+    let read = read_head(&mut stream, &mut buf, limit, |buf| {
+        parse_request(buf, &config.protocol)
     })
-    .await
+    .await;
+    let (request, leftover) = match read {
+        Ok(read) => read,
+        Err(HeadError::Parse(e)) => return refuse(&mut stream, e).await,
+        Err(HeadError::TooLarge) => {
+            return refuse(&mut stream, HandshakeError::HeadTooLarge { limit }).await;
+        }
+        Err(HeadError::Eof) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the client closed the connection during the handshake",
+            )
+            .into());
+        }
+        Err(HeadError::Io(e)) => return Err(e.into()),
+    };
+    let hello = match ClientHello::from_request(&request) {
+        Ok(hello) => hello,
+        Err(e) => return refuse(&mut stream, e).await,
+    };
+    let (response, deflate) = negotiate(&hello, &config.protocol);
+    match decide(&request, response) {
+        Ok(response) => {
+            let deflate = kept_deflate(deflate, &response);
+            stream.write_all(&encode_response(&response)).await?;
+            stream.flush().await?;
+            let ws = WebSocket::from_upgraded(stream, Role::Server, config, leftover, deflate);
+            Ok((ws, request))
+        }
+        Err(refusal) => {
+            let status = refusal.status();
+            send_and_close(&mut stream, &encode_response(&refusal)).await;
+            let reason = status.canonical_reason().unwrap_or("").to_string();
+            Err(HandshakeError::Rejected {
+                status: status.as_u16(),
+                reason,
+            }
+            .into())
+        }
+    }
 }
 
 /// The `101` response for a valid request, with the permessage-deflate answer in it if the
@@ -337,21 +336,31 @@ impl Server {
                     stats: stats.clone(),
                 };
                 let config = Arc::clone(&config);
+                let deadline = Instant::now() + config.handshake_timeout;
                 tasks.spawn(Box::pin(async move {
                     let _slot = slot;
-                    // Cleartext HTTP/2 is sent away with GOAWAY, HTTP/1.1 with 503.
-                    #[allow(unused_mut)]
-                    let mut stream = MaybeTlsStream::Plain(stream);
-                    #[allow(unused_mut)]
-                    let mut head = BytesMut::with_capacity(1024);
-                    #[cfg(feature = "http2")]
-                    if config.accept_http2 && speaks_http2(&mut stream, &mut head, &config).await {
-                        Box::pin(crate::http2::serve_connection(stream, head, false, context)).await;
-                        return;
+                    // Cleartext HTTP/2 is sent away with GOAWAY, HTTP/1.1 with 503 (read the
+                    // request before answering, so the client sees the 503 rather than a reset).
+                    let refusal = async {
+                        #[allow(unused_mut)]
+                        let mut stream = MaybeTlsStream::Plain(stream);
+                        #[allow(unused_mut)]
+                        let mut head = BytesMut::with_capacity(1024);
+                        #[cfg(feature = "http2")]
+                        if config.accept_http2 && speaks_http2(&mut stream, &mut head).await {
+                            return Ok(Some((stream, head)));
+                        }
+                        accept_buffered(stream, head, &config, |_, _| Err(service_unavailable())).await?;
+                        Ok::<Option<(MaybeTlsStream, BytesMut)>, Error>(None)
+                    };
+                    #[allow(unused_variables)]
+                    if let Ok(Some((stream, head))) = with_deadline_at(deadline, "handshake", refusal).await {
+                        #[cfg(feature = "http2")]
+                        Box::pin(crate::http2::serve_connection(
+                            stream, head, false, deadline, context,
+                        ))
+                        .await;
                     }
-                    // Read the request before answering, so the client sees the 503 rather than
-                    // a reset.
-                    let _ = accept_buffered(stream, head, &config, |_, _| Err(service_unavailable())).await;
                 }));
                 continue;
             };
@@ -379,7 +388,7 @@ impl Server {
                 let (mut ws, request) = match Box::pin(handshake).await {
                     Established::WebSocket(ws, request) => (ws, request),
                     #[cfg(feature = "http2")]
-                    Established::Http2(stream, head) => {
+                    Established::Http2(stream, head, deadline) => {
                         // The connection holds its permit (`_permit`); each of its WebSockets
                         // takes one more.
                         let context = crate::http2::ServeContext {
@@ -392,7 +401,10 @@ impl Server {
                         };
                         // Boxed: keeps the HTTP/2 connection's state out of every connection's
                         // task.
-                        Box::pin(crate::http2::serve_connection(stream, head, true, context)).await;
+                        Box::pin(crate::http2::serve_connection(
+                            stream, head, true, deadline, context,
+                        ))
+                        .await;
                         return;
                     }
                     Established::Failed => return,
@@ -413,15 +425,17 @@ impl Server {
 enum Established {
     /// An HTTP/1.1 upgrade: the WebSocket, and the request it came with.
     WebSocket(WebSocket<MaybeTlsStream>, Request<()>),
-    /// The client speaks HTTP/2: the stream, and what was read of it.
+    /// The client speaks HTTP/2: the stream, what was read of it, and the handshake's deadline
+    /// (the HTTP/2 connection preface must arrive by then).
     #[cfg(feature = "http2")]
-    Http2(MaybeTlsStream, BytesMut),
+    Http2(MaybeTlsStream, BytesMut, Instant),
     /// The handshake failed (counted in the stats and logged).
     Failed,
 }
 
-/// A new connection's handshakes: TCP_NODELAY, TLS (within the handshake timeout), the HTTP/2
-/// sniff, then the HTTP/1.1 upgrade. Failures are counted in `stats`.
+/// A new connection's handshakes: TCP_NODELAY, TLS, the HTTP/2 sniff, then the HTTP/1.1 upgrade,
+/// all within one handshake timeout from the accept (each phase with a timeout of its own would
+/// let a slow client take a multiple of it). Failures are counted in `stats`.
 async fn establish(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
@@ -429,16 +443,16 @@ async fn establish(
     stats: &ServerStats,
     #[cfg(feature = "tls")] tls: Option<crate::tls::TlsAcceptor>,
 ) -> Established {
+    let deadline = Instant::now() + config.handshake_timeout;
     if let Err(e) = stream.set_nodelay(config.tcp_nodelay) {
         stats.handshake_failed(peer, "TCP_NODELAY", &e);
         return Established::Failed;
     }
     #[cfg(feature = "tls")]
-    #[allow(unused_mut)]
-    let mut stream = match tls {
+    let stream = match tls {
         Some(acceptor) => {
             let handshake = async { acceptor.accept(stream).await.map_err(Error::from) };
-            match with_deadline(config.handshake_timeout, "handshake", handshake).await {
+            match with_deadline_at(deadline, "handshake", handshake).await {
                 Ok(tls) => MaybeTlsStream::ServerTls(Box::new(tls)),
                 Err(e) => {
                     stats.handshake_failed(peer, "TLS handshake", &e);
@@ -449,18 +463,23 @@ async fn establish(
         None => MaybeTlsStream::Plain(stream),
     };
     #[cfg(not(feature = "tls"))]
-    #[allow(unused_mut)]
-    let mut stream = MaybeTlsStream::Plain(stream);
-    // Cleartext HTTP/2 starts with its preface, HTTP/1.1 with a request line: the first bytes
-    // read tell them apart and go on to whichever protocol it is.
-    #[allow(unused_mut)]
-    let mut head = BytesMut::with_capacity(1024);
-    #[cfg(feature = "http2")]
-    if config.accept_http2 && speaks_http2(&mut stream, &mut head, config).await {
-        return Established::Http2(stream, head);
-    }
-    match accept_buffered(stream, head, config, |_, response| Ok(response)).await {
-        Ok((ws, request)) => Established::WebSocket(ws, request),
+    let stream = MaybeTlsStream::Plain(stream);
+    let upgrade = async {
+        #[allow(unused_mut)]
+        let mut stream = stream;
+        // Cleartext HTTP/2 starts with its preface, HTTP/1.1 with a request line: the first
+        // bytes read tell them apart and go on to whichever protocol it is.
+        #[allow(unused_mut)]
+        let mut head = BytesMut::with_capacity(1024);
+        #[cfg(feature = "http2")]
+        if config.accept_http2 && speaks_http2(&mut stream, &mut head).await {
+            return Ok(Established::Http2(stream, head, deadline));
+        }
+        let (ws, request) = accept_buffered(stream, head, config, |_, response| Ok(response)).await?;
+        Ok(Established::WebSocket(ws, request))
+    };
+    match with_deadline_at(deadline, "handshake", upgrade).await {
+        Ok(established) => established,
         Err(e) => {
             stats.handshake_failed(peer, "WebSocket handshake", &e);
             Established::Failed
@@ -469,18 +488,13 @@ async fn establish(
 }
 
 /// Whether a new connection speaks HTTP/2: ALPN `h2` over TLS; in cleartext, the connection
-/// preface (RFC 9113 §3.4), read into `head` within the handshake timeout. What is read stays in
-/// `head` for the protocol that goes on (an HTTP/1.1 request differs at its first byte).
+/// preface (RFC 9113 §3.4), read into `head` (the caller's deadline bounds the wait). What is
+/// read stays in `head` for the protocol that goes on (an HTTP/1.1 request differs at its first
+/// byte).
 #[cfg(feature = "http2")]
-async fn speaks_http2(stream: &mut MaybeTlsStream, head: &mut BytesMut, config: &Config) -> bool {
+async fn speaks_http2(stream: &mut MaybeTlsStream, head: &mut BytesMut) -> bool {
     match stream {
-        MaybeTlsStream::Plain(tcp) => {
-            let sniff = crate::http2::read_preface(tcp, head);
-            matches!(
-                tokio::time::timeout(config.handshake_timeout, sniff).await,
-                Ok(Ok(true))
-            )
-        }
+        MaybeTlsStream::Plain(tcp) => matches!(crate::http2::read_preface(tcp, head).await, Ok(true)),
         other => crate::http2::alpn_is_h2(other),
     }
 }

@@ -363,6 +363,37 @@ async fn handshake_and_close_timeouts() {
     drop((slow, silent));
 }
 
+/// A server's handshake timeout bounds the whole opening handshake, not each of its phases: a
+/// client that starts like the HTTP/2 preface ("P", so that the server waits to tell the protocols
+/// apart) and then dribbles an HTTP/1.1 request gets no more time than one that sends the request
+/// alone. (Each phase used to have a timeout of its own: this client got a 405 after 600 ms from
+/// a server whose limit was 400.)
+#[tokio::test]
+async fn a_server_handshake_timeout_covers_the_protocol_sniff_and_the_upgrade_together() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let config = Config::builder()
+        .handshake_timeout(Duration::from_millis(400))
+        .build();
+    let server = tokio::spawn(sockeye::Server::from_listener(listener, config).serve(|_ws, _| async {}));
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"P").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Not the preface after all; the upgrade's request, in two parts 300 ms apart. Writes may
+    // fail once the server has closed: what matters is what it answers.
+    let _ = slow.write_all(b"UT / HTTP/1.1\r\nHost: x\r\n").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _ = slow.write_all(b"\r\n").await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), slow.read_to_end(&mut answer)).await;
+    assert!(
+        answer.is_empty(),
+        "answered after the handshake timeout: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    server.abort();
+}
+
 #[tokio::test]
 async fn bad_urls_and_refused_connections_are_clear_errors() {
     assert!(matches!(
