@@ -89,9 +89,11 @@ macro_rules! each {
     };
 }
 
-// The dispatchers are `#[inline]`: a read and a write per message pass through them.
+// The dispatchers are inlined (`always`: a hint alone is lost whenever the code around them
+// changes): a read, a write and a flush per message pass through them (callgrind: ~75
+// instructions of a 64-byte echo when they are calls).
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
-    #[inline]
+    #[inline(always)]
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -102,7 +104,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
-    #[inline]
+    #[inline(always)]
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         each!(self, s => Pin::new(s).poll_write(cx, buf))
     }
@@ -127,7 +129,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         each!(self, s => Pin::new(s).poll_flush(cx))
     }
