@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 PEERS = ["tungstenite", "fastwebsockets", "node", "picows"]
-NAMES = {"raw": "raw TCP", "raw-sf": "raw TCP, whole frame first", "sockeye": "Sockeye", "tungstenite": "tokio-tungstenite",
+NAMES = {"raw": "raw TCP", "raw-sf": "raw TCP, whole frame first", "raw-x": "raw TCP + one exchange", "sockeye": "Sockeye", "tungstenite": "tokio-tungstenite",
          "fastwebsockets": "fastwebsockets", "node": "Node ws", "picows": "picows"}
 # scenario: (metric, unit, higher is better)
 METRICS = {

@@ -115,6 +115,9 @@ run() { # scenario system params command...: runs REPS times, bounded, and recor
   done
 }
 raw_flag() { case "$1" in raw | raw-sf) echo --raw ;; esac; }
+# The server mode of the connect rows: the raw server closes first on the client's close frame,
+# as the WebSocket servers do.
+connect_mode() { [ "$1" = raw ] && echo connect || echo echo; }
 SERVERS="raw sockeye tungstenite fastwebsockets node picows"
 
 "$BIN/bench-server" gen-cert "$OUT/tls"
@@ -255,10 +258,16 @@ for variant in ws nodelay-off wss; do
   section "3. connect over $variant"
   for s in $SERVERS; do
     [ "$variant" = nodelay-off ] && [ "$s" = picows ] && continue
-    start_server "$s" echo
+    start_server "$s" "$(connect_mode "$s")"
     raw=$(raw_flag "$s")
     run connect "$s" "sequential$label" "$BIN/loadgen" connect "127.0.0.1:$PORT" "$CONN_N" $raw
     run connect-parallel "$s" "16 loops$label" "$BIN/loadgen" connect-parallel "127.0.0.1:$PORT" "$CONN_SECS" 16 $raw
+    if [ "$s" = raw ]; then
+      # The floor of a WebSocket connect: the same two waits for the server (upgrade, close) on
+      # raw TCP, one 64-byte request and its echo before the close.
+      run connect raw-x "sequential$label" "$BIN/loadgen" connect "127.0.0.1:$PORT" "$CONN_N" --raw --exchange
+      run connect-parallel raw-x "16 loops$label" "$BIN/loadgen" connect-parallel "127.0.0.1:$PORT" "$CONN_SECS" 16 --raw --exchange
+    fi
     stop_server
   done
 done
@@ -419,7 +428,8 @@ if command -v valgrind >/dev/null 2>&1; then
     per_unit "$s" "round trip 64 B text, server, per echo" "${CG[2]}" "${CG[3]}" \
       "$(cg_server "$s" echo 0 rtt "${CG[2]}" 64 text)" "$(cg_server "$s" echo 0 rtt "${CG[3]}" 64 text)"
     per_unit "$s" "connect + handshake + close, server, per connection" "${CG[4]}" "${CG[5]}" \
-      "$(cg_server "$s" echo 0 connect "${CG[4]}")" "$(cg_server "$s" echo 0 connect "${CG[5]}")"
+      "$(cg_server "$s" "$(connect_mode "$s")" 0 connect "${CG[4]}")" \
+      "$(cg_server "$s" "$(connect_mode "$s")" 0 connect "${CG[5]}")"
   done
   # Like for like: fastwebsockets has no keepalive, so no timer. Without a timer on either side
   # (Sockeye's keepalive off), then with one pending on both (fastwebsockets' server holding one

@@ -5,7 +5,9 @@
 //! handshake: the push server for client-side figures); MODE: `echo`, `push` (N
 //! two-byte text messages "yo" to each client, then a close frame), `stream` (Sockeye only: a
 //! cut-through echo with `recv_chunk` and `send_fragment`, each piece forwarded as it arrives;
-//! the raw server echoes each read as it comes in any mode), `deflate` (Sockeye's echo
+//! the raw server echoes each read as it comes in any mode), `connect` (the raw server only: echo,
+//! and close after echoing a read that starts with a close frame, as a WebSocket server closes
+//! first), `deflate` (Sockeye's echo
 //! with permessage-deflate; the other modes turn it off, as the peers' defaults do) or
 //! `deflate-push` (N ~1 KiB JSON messages, compressed). `BENCH_TLS=DIR` serves wss:// with
 //! `DIR/cert.pem` and `DIR/key.pem` (`bench-server gen-cert DIR` writes them); `BENCH_NODELAY=0`
@@ -105,12 +107,14 @@ async fn serve_one<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mode: String,
     n: u64,
 ) {
+    // Each system's future in a box of its own size: unboxed, every connection's task would be as
+    // large as the largest of them (and copied whole at each spawn), whichever system it serves.
     match system {
-        "tungstenite" => tungstenite(stream, mode, n).await,
-        "fastwebsockets" => fastws(stream, mode, n).await,
-        "raw" => raw(stream, mode, n, false).await,
-        "raw-sf" => raw_store_and_forward(stream).await,
-        _ => raw(stream, mode, n, true).await,
+        "tungstenite" => Box::pin(tungstenite(stream, mode, n)).await,
+        "fastwebsockets" => Box::pin(fastws(stream, mode, n)).await,
+        "raw" => Box::pin(raw(stream, mode, n, false)).await,
+        "raw-sf" => Box::pin(raw_store_and_forward(stream)).await,
+        _ => Box::pin(raw(stream, mode, n, true)).await,
     }
 }
 
@@ -317,12 +321,25 @@ async fn raw<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: u64
         let _ = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut [0u8; 64])).await;
         return;
     }
-    let mut buf = vec![0u8; 256 << 10];
+    // A small buffer first, the large one once a read fills it, neither zeroed (`read_buf` reads
+    // into spare capacity): a connection that only connects, or echoes small messages, must not
+    // pay for a large buffer (the baseline of the connect rows would otherwise do more work per
+    // connection than any WebSocket server).
+    let mut buf = Vec::with_capacity(4096);
     loop {
-        match tcp.read(&mut buf).await {
+        buf.clear();
+        match tcp.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(k) => {
                 if tcp.write_all(&buf[..k]).await.is_err() {
+                    return;
+                }
+                if k == buf.capacity() && k < 256 << 10 {
+                    buf.reserve_exact((256 << 10) - k);
+                }
+                if mode == "connect" && buf[0] == 0x88 {
+                    // The client's close frame: close first, as a WebSocket server does.
+                    let _ = tcp.shutdown().await;
                     return;
                 }
             }

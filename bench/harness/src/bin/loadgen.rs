@@ -6,8 +6,8 @@
 //! loadgen rtt ADDR COUNT SIZE text|binary [SECONDS] [--raw]
 //!                                                      sequential echoes: mean/p50/p99 µs (at
 //!                                                      most COUNT, and for at most SECONDS)
-//! loadgen connect ADDR COUNT [--raw]                   connect + handshake + close, sequentially
-//! loadgen connect-parallel ADDR SECONDS CONCURRENCY [--raw]
+//! loadgen connect ADDR COUNT [--raw [--exchange]]      connect + handshake + close, sequentially
+//! loadgen connect-parallel ADDR SECONDS CONCURRENCY [--raw [--exchange]]
 //! loadgen echo-many ADDR CONNS INFLIGHT SIZE SECONDS [--raw] [--ready]
 //!                                                      (--ready: "ready" on stderr once all
 //!                                                      connections are up: the background load
@@ -20,7 +20,10 @@
 //! The connect scenarios, echo-many, large, large-streamed and `idle` read `BENCH_TLS=DIR`
 //! (wss://); the connect scenarios and `idle` also `BENCH_NODELAY=0` and `BENCH_DEFLATE=1` (idle:
 //! one compressed message per connection first) from the environment.
-//! `--raw`: the server is the raw TCP baseline (no handshake; it echoes our masked bytes as they are).
+//! `--raw`: the server is the raw TCP baseline (no handshake; it echoes our masked bytes as they are;
+//! for the connect scenarios, run it in `connect` mode, where it closes after echoing a close frame).
+//! `--exchange` (connect, with `--raw`): one request and its echo before the close, as a WebSocket
+//! connect has its upgrade: the floor of a connect that waits for the server twice.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -39,7 +42,13 @@ fn main() -> Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let raw = args.iter().any(|a| a == "--raw");
     let ready = args.iter().any(|a| a == "--ready");
-    args.retain(|a| a != "--raw" && a != "--ready");
+    let exchange = args.iter().any(|a| a == "--exchange");
+    args.retain(|a| a != "--raw" && a != "--ready" && a != "--exchange");
+    let connection = match (raw, exchange) {
+        (false, _) => Connection::WebSocket,
+        (true, false) => Connection::Raw,
+        (true, true) => Connection::RawExchange,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -59,8 +68,10 @@ fn main() -> Result<()> {
                 )
                 .await?
             }
-            "connect" => connect_sequential(&a(1)?, a(2)?.parse()?, raw).await?,
-            "connect-parallel" => connect_parallel(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, raw).await?,
+            "connect" => connect_sequential(&a(1)?, a(2)?.parse()?, connection).await?,
+            "connect-parallel" => {
+                connect_parallel(&a(1)?, a(2)?.parse()?, a(3)?.parse()?, connection).await?
+            }
             "echo-many" => {
                 echo_many(
                     &a(1)?,
@@ -182,15 +193,38 @@ async fn rtt(addr: &str, count: usize, size: usize, text: bool, seconds: f64, ra
 }
 
 /// One connection's life: connect, handshake, close frame, wait for the server's close/EOF.
-async fn one_connection(link: &Link, addr: &str, raw: bool) -> Result<()> {
-    let mut stream = link.open(addr, raw).await?;
-    if !raw {
-        stream
-            .write_all(&encode_frame(8, &1000u16.to_be_bytes(), true))
-            .await?;
-    } else {
-        stream.shutdown().await?;
+/// What one connect of the connect scenarios does.
+#[derive(Clone, Copy)]
+enum Connection {
+    /// Upgrade, then the closing handshake (the server closes TCP first).
+    WebSocket,
+    /// TCP connect and close (a close frame, echoed by the raw server, which closes first): the
+    /// baseline.
+    Raw,
+    /// TCP connect, one 64-byte request and its echo from the raw server, then close: the same
+    /// two waits for the server as a WebSocket connect (upgrade, close), without HTTP or frames.
+    RawExchange,
+}
+
+async fn one_connection(link: &Link, addr: &str, connection: Connection) -> Result<()> {
+    let mut stream = link
+        .open(addr, !matches!(connection, Connection::WebSocket))
+        .await?;
+    if let Connection::RawExchange = connection {
+        let request = [7u8; 64];
+        stream.write_all(&request).await?;
+        let mut echo = [0u8; 64];
+        tokio::time::timeout(Duration::from_secs(5), stream.read_exact(&mut echo)).await??;
+        if echo != request {
+            return Err("the raw server's echo differs from the request".into());
+        }
     }
+    // A close frame; the raw server in `connect` mode echoes it and closes first, as a WebSocket
+    // server does (the side that closes first holds TIME_WAIT: a baseline whose client closed
+    // first would run out of ephemeral ports in the parallel rows, not measure TCP).
+    stream
+        .write_all(&encode_frame(8, &1000u16.to_be_bytes(), true))
+        .await?;
     let mut sink = [0u8; 256];
     // Until the server closes (it answers the close frame and closes TCP first, §7.1.1). Over TLS a
     // server may close without a close_notify alert: that is an end too.
@@ -204,12 +238,12 @@ async fn one_connection(link: &Link, addr: &str, raw: bool) -> Result<()> {
     }
 }
 
-async fn connect_sequential(addr: &str, count: usize, raw: bool) -> Result<String> {
+async fn connect_sequential(addr: &str, count: usize, connection: Connection) -> Result<String> {
     let link = Link::from_env()?;
     let mut samples = Vec::with_capacity(count);
     for _ in 0..count {
         let t = Instant::now();
-        one_connection(&link, addr, raw).await?;
+        one_connection(&link, addr, connection).await?;
         samples.push(t.elapsed());
     }
     let (mean, p50, p99) = stats(&mut samples);
@@ -218,7 +252,12 @@ async fn connect_sequential(addr: &str, count: usize, raw: bool) -> Result<Strin
     ))
 }
 
-async fn connect_parallel(addr: &str, seconds: u64, concurrency: usize, raw: bool) -> Result<String> {
+async fn connect_parallel(
+    addr: &str,
+    seconds: u64,
+    concurrency: usize,
+    connection: Connection,
+) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let link = Link::from_env()?;
@@ -229,7 +268,7 @@ async fn connect_parallel(addr: &str, seconds: u64, concurrency: usize, raw: boo
         set.spawn(async move {
             let mut done = 0u64;
             while Instant::now() < deadline {
-                if one_connection(&link, &addr, raw).await.is_err() {
+                if one_connection(&link, &addr, connection).await.is_err() {
                     return Err(());
                 }
                 done += 1;
