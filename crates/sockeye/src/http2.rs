@@ -324,9 +324,9 @@ pub(crate) struct ServeContext<H> {
     pub(crate) stats: ServerStats,
 }
 
-/// Serves one HTTP/2 connection (its preface due by `deadline`): each extended CONNECT stream becomes a [`WebSocket`] handed to
-/// the handler in its own task; anything else is answered with an HTTP/2 error response on that
-/// stream alone. A server shutdown sends GOAWAY (no new streams) while the open WebSockets close
+/// Serves one HTTP/2 connection (its preface due by `deadline`): each extended CONNECT stream
+/// becomes a [`WebSocket`] handed to the handler in its own task; anything else is answered with
+/// an HTTP/2 error response on that stream alone. A server shutdown sends GOAWAY (no new streams) while the open WebSockets close
 /// with 1001 by themselves; the connection ends when its last stream does.
 pub(crate) async fn serve_connection<H, Fut>(
     stream: MaybeTlsStream,

@@ -341,26 +341,18 @@ impl Server {
                     let _slot = slot;
                     // Cleartext HTTP/2 is sent away with GOAWAY, HTTP/1.1 with 503 (read the
                     // request before answering, so the client sees the 503 rather than a reset).
-                    let refusal = async {
-                        #[allow(unused_mut)]
-                        let mut stream = MaybeTlsStream::Plain(stream);
-                        #[allow(unused_mut)]
-                        let mut head = BytesMut::with_capacity(1024);
-                        #[cfg(feature = "http2")]
-                        if config.accept_http2 && speaks_http2(&mut stream, &mut head).await {
-                            return Ok(Some((stream, head)));
-                        }
-                        accept_buffered(stream, head, &config, |_, _| Err(service_unavailable())).await?;
-                        Ok::<Option<(MaybeTlsStream, BytesMut)>, Error>(None)
-                    };
-                    #[allow(unused_variables)]
-                    if let Ok(Some((stream, head))) = with_deadline_at(deadline, "handshake", refusal).await {
-                        #[cfg(feature = "http2")]
+                    let stream = MaybeTlsStream::Plain(stream);
+                    let refusal =
+                        sniff_then_upgrade(stream, &config, deadline, |_, _| Err(service_unavailable()));
+                    #[cfg(feature = "http2")]
+                    if let Ok(Established::Http2(stream, head, deadline)) = refusal.await {
                         Box::pin(crate::http2::serve_connection(
                             stream, head, false, deadline, context,
                         ))
                         .await;
                     }
+                    #[cfg(not(feature = "http2"))]
+                    let _ = refusal.await;
                 }));
                 continue;
             };
@@ -464,6 +456,26 @@ async fn establish(
     };
     #[cfg(not(feature = "tls"))]
     let stream = MaybeTlsStream::Plain(stream);
+    match sniff_then_upgrade(stream, config, deadline, |_, response| Ok(response)).await {
+        Ok(established) => established,
+        Err(e) => {
+            stats.handshake_failed(peer, "WebSocket handshake", &e);
+            Established::Failed
+        }
+    }
+}
+
+/// The HTTP/2 sniff, then the HTTP/1.1 upgrade answered by `decide`, both by `deadline`: an
+/// HTTP/2 client is handed back with what was read of it, never `Established::Failed`.
+async fn sniff_then_upgrade<F>(
+    stream: MaybeTlsStream,
+    config: &Config,
+    deadline: Instant,
+    decide: F,
+) -> Result<Established, Error>
+where
+    F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
+{
     let upgrade = async {
         #[allow(unused_mut)]
         let mut stream = stream;
@@ -475,16 +487,10 @@ async fn establish(
         if config.accept_http2 && speaks_http2(&mut stream, &mut head).await {
             return Ok(Established::Http2(stream, head, deadline));
         }
-        let (ws, request) = accept_buffered(stream, head, config, |_, response| Ok(response)).await?;
+        let (ws, request) = accept_buffered(stream, head, config, decide).await?;
         Ok(Established::WebSocket(ws, request))
     };
-    match with_deadline_at(deadline, "handshake", upgrade).await {
-        Ok(established) => established,
-        Err(e) => {
-            stats.handshake_failed(peer, "WebSocket handshake", &e);
-            Established::Failed
-        }
-    }
+    with_deadline_at(deadline, "handshake", upgrade).await
 }
 
 /// Whether a new connection speaks HTTP/2: ALPN `h2` over TLS; in cleartext, the connection

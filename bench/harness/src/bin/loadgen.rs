@@ -192,7 +192,6 @@ async fn rtt(addr: &str, count: usize, size: usize, text: bool, seconds: f64, ra
     ))
 }
 
-/// One connection's life: connect, handshake, close frame, wait for the server's close/EOF.
 /// What one connect of the connect scenarios does.
 #[derive(Clone, Copy)]
 enum Connection {
@@ -206,6 +205,8 @@ enum Connection {
     RawExchange,
 }
 
+/// One connection's life: connect, handshake (or raw exchange), close frame, wait for the
+/// server's close/EOF.
 async fn one_connection(link: &Link, addr: &str, connection: Connection) -> Result<()> {
     let mut stream = link
         .open(addr, !matches!(connection, Connection::WebSocket))
