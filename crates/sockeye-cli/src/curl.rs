@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use sockeye::MaybeTlsStream;
 use sockeye::tls::rustls::{self, ClientConfig};
-use sockeye::tls::{ClientTlsOptions, TlsConnector};
+use sockeye::tls::{ClientTlsOptions, ClientTlsStream};
 
 use crate::Failure;
 use crate::cli::positive;
@@ -336,11 +336,12 @@ impl Plan {
             let stream = if https {
                 let name = rustls::pki_types::ServerName::try_from(bare_host.to_string())
                     .map_err(|_| Failure::new(format!("{host:?} is not a valid TLS server name")))?;
-                let tls = TlsConnector::from(self.tls.config()?)
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| tls_failure(host, port, &e))?;
-                MaybeTlsStream::ClientTls(Box::new(tls))
+                let mut tls = Box::new(
+                    ClientTlsStream::client(tcp, self.tls.config()?, name)
+                        .map_err(|e| Failure::new(format!("{host}:{port}: TLS: {e}")))?,
+                );
+                tls.handshake().await.map_err(|e| tls_failure(host, port, &e))?;
+                MaybeTlsStream::ClientTls(tls)
             } else {
                 MaybeTlsStream::Plain(tcp)
             };

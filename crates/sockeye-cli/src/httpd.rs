@@ -20,7 +20,7 @@ use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use sockeye::MaybeTlsStream;
-use sockeye::tls::{ServerTls, TlsAcceptor};
+use sockeye::tls::{ServerTls, ServerTlsStream, TlsAcceptor};
 
 use crate::Failure;
 use crate::output::errln;
@@ -153,9 +153,13 @@ async fn connection(
     let stream = match acceptor {
         None => MaybeTlsStream::Plain(tcp),
         Some(acceptor) => {
-            let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
+            let mut tls = match ServerTlsStream::server(tcp, acceptor.config().clone()) {
+                Ok(tls) => Box::new(tls),
+                Err(e) => return tracing::info!(%peer, "TLS: {e}"),
+            };
+            let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), tls.handshake());
             match handshake.await {
-                Ok(Ok(tls)) => MaybeTlsStream::ServerTls(Box::new(tls)),
+                Ok(Ok(())) => MaybeTlsStream::ServerTls(tls),
                 Ok(Err(e)) => return tracing::info!(%peer, "TLS handshake failed: {e}"),
                 Err(_) => return tracing::info!(%peer, "TLS handshake timed out"),
             }

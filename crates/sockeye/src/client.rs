@@ -267,17 +267,19 @@ async fn wrap_tls(
         None => crate::tls::default_client_config()?,
     };
     let tls_config = crate::tls::with_alpn(tls_config, alpn);
-    let connector = crate::tls::TlsConnector::from(tls_config);
-    let mut handshake = connector.connect(crate::tls::server_name(host)?, tcp);
+    let mut tls = Box::new(
+        crate::tls::ClientTlsStream::client(tcp, tls_config, crate::tls::server_name(host)?)
+            .map_err(|e| Error::Tls(crate::tls::TlsError::from_rustls(&e)))?,
+    );
     // The server's first bytes are looked at (peeked, left for rustls) before rustls reads them:
     // a plain HTTP server answers our ClientHello with an HTTP error, which rustls would only
     // call an invalid record.
     let mut first_bytes_seen = false;
-    let stream = std::future::poll_fn(|cx| {
-        if !first_bytes_seen && let Some(tcp) = handshake.get_ref() {
+    std::future::poll_fn(|cx| {
+        if !first_bytes_seen {
             let mut first = [0u8; 5];
             let mut first = tokio::io::ReadBuf::new(&mut first);
-            match tcp.poll_peek(cx, &mut first) {
+            match tls.get_ref().poll_peek(cx, &mut first) {
                 std::task::Poll::Ready(Ok(_)) => {
                     first_bytes_seen = true;
                     if crate::tls::looks_like_http(first.filled()) {
@@ -288,10 +290,10 @@ async fn wrap_tls(
                 std::task::Poll::Pending => {}
             }
         }
-        std::pin::Pin::new(&mut handshake).poll(cx).map_err(Error::from)
+        tls.poll_handshake(cx).map_err(Error::from)
     })
     .await?;
-    Ok(MaybeTlsStream::ClientTls(Box::new(stream)))
+    Ok(MaybeTlsStream::ClientTls(tls))
 }
 
 #[cfg(not(feature = "tls"))]

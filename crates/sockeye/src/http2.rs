@@ -305,9 +305,9 @@ pub(crate) async fn read_preface(tcp: &mut TcpStream, head: &mut BytesMut) -> io
 pub(crate) fn alpn_is_h2(stream: &MaybeTlsStream) -> bool {
     match stream {
         #[cfg(feature = "tls")]
-        MaybeTlsStream::ServerTls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+        MaybeTlsStream::ServerTls(s) => s.alpn_protocol() == Some(b"h2"),
         #[cfg(feature = "tls")]
-        MaybeTlsStream::ClientTls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
+        MaybeTlsStream::ClientTls(s) => s.alpn_protocol() == Some(b"h2"),
         _ => false,
     }
 }

@@ -67,8 +67,11 @@ mod server;
 mod split;
 mod stream;
 mod streaming;
+mod thread_pool;
 #[cfg(feature = "tls")]
 pub mod tls;
+#[cfg(feature = "tls")]
+mod tls_stream;
 #[cfg(feature = "hyper")]
 pub mod upgrade;
 mod websocket;

@@ -284,7 +284,7 @@ impl Server {
         // Offer `h2` by ALPN exactly when HTTP/2 is served.
         #[cfg(feature = "tls")]
         let tls = tls.map(|acceptor| {
-            crate::tls::with_h2_alpn(&acceptor, config.accept_http2 && cfg!(feature = "http2"))
+            crate::tls::server_config(&acceptor, config.accept_http2 && cfg!(feature = "http2"))
         });
         let mut tasks = JoinSet::new();
         loop {
@@ -433,7 +433,7 @@ async fn establish(
     peer: SocketAddr,
     config: &Config,
     stats: &ServerStats,
-    #[cfg(feature = "tls")] tls: Option<crate::tls::TlsAcceptor>,
+    #[cfg(feature = "tls")] tls: Option<Arc<rustls::ServerConfig>>,
 ) -> Established {
     let deadline = Instant::now() + config.handshake_timeout;
     if let Err(e) = stream.set_nodelay(config.tcp_nodelay) {
@@ -442,10 +442,17 @@ async fn establish(
     }
     #[cfg(feature = "tls")]
     let stream = match tls {
-        Some(acceptor) => {
-            let handshake = async { acceptor.accept(stream).await.map_err(Error::from) };
+        Some(tls_config) => {
+            let handshake = async {
+                let mut tls = Box::new(
+                    crate::tls::ServerTlsStream::server(stream, tls_config)
+                        .map_err(|e| Error::Tls(crate::tls::TlsError::from_rustls(&e)))?,
+                );
+                tls.handshake().await?;
+                Ok::<_, Error>(tls)
+            };
             match with_deadline_at(deadline, "handshake", handshake).await {
-                Ok(tls) => MaybeTlsStream::ServerTls(Box::new(tls)),
+                Ok(tls) => MaybeTlsStream::ServerTls(tls),
                 Err(e) => {
                     stats.handshake_failed(peer, "TLS handshake", &e);
                     return Established::Failed;

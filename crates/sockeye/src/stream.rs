@@ -13,14 +13,14 @@ use tokio::net::TcpStream;
 pub enum MaybeTlsStream<S = TcpStream> {
     /// Plain TCP.
     Plain(S),
-    /// TLS, client side. Boxed, as is `ServerTls`: a rustls connection is ~1.1 KiB, and unboxed
-    /// it would size every plain `ws://` connection's state too (1,216 bytes instead of 32 per
-    /// stream). A TLS read or write pays one pointer chase beside the record's cryptography.
+    /// TLS, client side. Boxed, as is `ServerTls`: a rustls connection is ~1 KiB, and unboxed
+    /// it would size every plain `ws://` connection's state too. A TLS read or write pays one
+    /// pointer chase beside the record's cryptography.
     #[cfg(feature = "tls")]
-    ClientTls(Box<tokio_rustls::client::TlsStream<S>>),
+    ClientTls(Box<crate::tls::ClientTlsStream<S>>),
     /// TLS, server side.
     #[cfg(feature = "tls")]
-    ServerTls(Box<tokio_rustls::server::TlsStream<S>>),
+    ServerTls(Box<crate::tls::ServerTlsStream<S>>),
     /// A stream of an HTTP/2 connection (RFC 8441), over TLS or cleartext TCP.
     #[cfg(feature = "http2")]
     Http2(crate::http2::H2Stream),
@@ -34,9 +34,9 @@ impl MaybeTlsStream<TcpStream> {
         match self {
             MaybeTlsStream::Plain(s) => Some(s),
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ClientTls(s) => Some(s.get_ref().0),
+            MaybeTlsStream::ClientTls(s) => Some(s.get_ref()),
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ServerTls(s) => Some(s.get_ref().0),
+            MaybeTlsStream::ServerTls(s) => Some(s.get_ref()),
             #[cfg(feature = "http2")]
             MaybeTlsStream::Http2(_) => None,
         }
@@ -48,7 +48,7 @@ impl<S> MaybeTlsStream<S> {
     pub fn sni_hostname(&self) -> Option<&str> {
         match self {
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ServerTls(s) => s.get_ref().1.server_name(),
+            MaybeTlsStream::ServerTls(s) => s.sni_hostname(),
             _ => None,
         }
     }

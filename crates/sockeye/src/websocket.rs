@@ -983,26 +983,15 @@ mod read_pool {
 
     /// A pooled buffer with at least the least room for a read of `read_size`, if there is one.
     pub(super) fn take(read_size: usize) -> Option<BytesMut> {
-        // `try_with`: a connection may be polled or dropped while the thread's locals are being
-        // torn down (a runtime kept in a thread local); it then allocates, or frees.
-        POOL.try_with(|pool| pool.borrow_mut().pop())
-            .ok()
-            .flatten()
-            .filter(|b| b.capacity() >= least_room(read_size))
+        crate::thread_pool::take(&POOL).filter(|b| b.capacity() >= least_room(read_size))
     }
 
     /// Keeps `buffer` (empty) for the next read, unless the pool is full or the buffer is far
     /// larger than a read needs (it grew for a large message: let it go).
     pub(super) fn put(buffer: BytesMut, read_chunk: usize) {
-        if buffer.capacity() > most_kept(read_chunk) {
-            return;
+        if buffer.capacity() <= most_kept(read_chunk) {
+            crate::thread_pool::put(&POOL, buffer, MAX_POOLED);
         }
-        let _ = POOL.try_with(|pool| {
-            let mut pool = pool.borrow_mut();
-            if pool.len() < MAX_POOLED {
-                pool.push(buffer);
-            }
-        });
     }
 
     #[cfg(test)]

@@ -17,8 +17,8 @@
 //!                                                      arrives, in one frame or in fragments
 //! loadgen idle ADDR CONNS SECONDS                      hold idle connections (for memory)
 //! ```
-//! The connect scenarios, echo-many, large, large-streamed and `idle` read `BENCH_TLS=DIR`
-//! (wss://); the connect scenarios and `idle` also `BENCH_NODELAY=0` and `BENCH_DEFLATE=1` (idle:
+//! The connect scenarios, rtt, echo-many, large, large-streamed and `idle` read `BENCH_TLS=DIR`
+//! (wss://); the connect scenarios, rtt and `idle` also `BENCH_NODELAY=0` and `BENCH_DEFLATE=1` (idle:
 //! one compressed message per connection first) from the environment.
 //! `--raw`: the server is the raw TCP baseline (no handshake; it echoes our masked bytes as they are;
 //! for the connect scenarios, run it in `connect` mode, where it closes after echoing a close frame).
@@ -165,7 +165,7 @@ async fn push(addr: &str, n: u64, raw: bool) -> Result<String> {
 }
 
 async fn rtt(addr: &str, count: usize, size: usize, text: bool, seconds: f64, raw: bool) -> Result<String> {
-    let (mut tcp, mut buf) = connect(addr, raw).await?;
+    let (mut tcp, mut buf) = Link::from_env()?.open_buffered(addr, raw).await?;
     let (sent, echo) = echo_of(if text { 1 } else { 2 }, &pattern(size, text), raw);
     let mut samples = Vec::with_capacity(count);
     // No deadline without SECONDS (infinite).
