@@ -300,7 +300,8 @@ pub(crate) fn default_client_config() -> Result<Arc<ClientConfig>, Error> {
 /// The config a server's TLS connections are made with: `acceptor`'s, with `h2` offered by ALPN
 /// (ahead of `http/1.1`) when `http2` and withdrawn when not (a list without `http/1.1` was
 /// chosen by the application and is left as it is when adding), and its certificate resolver
-/// wrapped so that each connection learns the client's SNI host name (see `tls_stream::sni`).
+/// wrapped so that each connection learns the client's SNI host name (see `tls_stream::sni`),
+/// and 0-RTT data refused.
 /// Made once per server: the copy shares the resolver, so `ServerTls::reload_pem` still reaches
 /// it.
 pub(crate) fn server_config(acceptor: &TlsAcceptor, http2: bool) -> Arc<ServerConfig> {
@@ -315,6 +316,9 @@ pub(crate) fn server_config(acceptor: &TlsAcceptor, http2: bool) -> Arc<ServerCo
         config.alpn_protocols.retain(|p| p.as_slice() != b"h2");
     }
     config.cert_resolver = Arc::new(crate::tls_stream::sni::NoteSni(config.cert_resolver.clone()));
+    // No 0-RTT: early data can be replayed by anyone who saw it (RFC 8446 §8), and an upgrade
+    // request and the frames after it are not known to be safe to repeat (RFC 8470 §5.1).
+    config.max_early_data_size = 0;
     Arc::new(config)
 }
 

@@ -33,7 +33,7 @@ use rustls::unbuffered::{
     AppDataRecord, ConnectionState, EncodeError, EncryptError, ReadEarlyData, UnbufferedConnectionCommon,
     UnbufferedStatus,
 };
-use rustls::{ClientConfig, CommonState, ServerConfig};
+use rustls::{ClientConfig, CommonState, ProtocolVersion, ServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The first size of a receive or send buffer: a small message's records fit.
@@ -63,6 +63,8 @@ pub struct TlsStream<S, C: TlsSide> {
     in_end: usize,
     /// Whether the last read filled all the room it was given (the next read gets more).
     read_filled: bool,
+    /// How much of `incoming` has held bytes since it was taken: wiped before it goes back.
+    dirty: usize,
     /// rustls has taken all it can from what was read and has nothing to hand out: until bytes
     /// arrive, a read goes straight to the socket (a pass over rustls's states costs ~200
     /// instructions, and a 64-byte echo made four).
@@ -194,6 +196,7 @@ impl<S, C: TlsSide> TlsStream<S, C> {
             in_start: 0,
             in_end: 0,
             read_filled: false,
+            dirty: 0,
             needs_input: false,
             plain: Vec::new(),
             plain_start: 0,
@@ -259,15 +262,23 @@ impl<S, C: TlsSide> TlsStream<S, C> {
                 needs_input,
                 ..
             } = self;
+            if handshaking {
+                // Nothing left over from another connection on this thread.
+                C::take_sni();
+            }
             let UnbufferedStatus { mut discard, state } = conn.process(&mut incoming[*in_start..*in_end]);
-            if handshaking && sni.is_none() {
-                *sni = C::take_sni();
+            if handshaking {
+                // The first ClientHello's name (a second one, after a HelloRetryRequest, repeats it).
+                let seen = C::take_sni();
+                if sni.is_none() {
+                    *sni = seen;
+                }
             }
             let state = match state {
                 Ok(state) => state,
                 Err(e) => {
                     *in_start += discard;
-                    return Err(self.fail(e));
+                    return self.failed_after(e, delivered);
                 }
             };
             // What to do after `discard` is applied: `None` to carry on.
@@ -282,7 +293,9 @@ impl<S, C: TlsSide> TlsStream<S, C> {
                             }) => {
                                 discard += more;
                                 let rest = match &mut want {
-                                    Want::Read(buf) => {
+                                    // Behind what already waits in `plain` (0-RTT data), never
+                                    // ahead of it.
+                                    Want::Read(buf) if plain.is_empty() => {
                                         let n = buf.remaining().min(payload.len());
                                         buf.put_slice(&payload[..n]);
                                         delivered |= n > 0;
@@ -303,7 +316,7 @@ impl<S, C: TlsSide> TlsStream<S, C> {
                     match failure {
                         Some(e) => {
                             *in_start += discard;
-                            return Err(self.fail(e));
+                            return self.failed_after(e, delivered);
                         }
                         // A full reader's buffer ends the pass; more records wait in rustls.
                         None => match &want {
@@ -421,6 +434,17 @@ impl<S, C: TlsSide> TlsStream<S, C> {
         }
     }
 
+    /// [`fail`](Self::fail), reported by the next call when this one delivered data: what was
+    /// decrypted before the failure is the application's.
+    fn failed_after(&mut self, e: rustls::Error, delivered: bool) -> io::Result<Driven> {
+        let err = self.fail(e);
+        if delivered {
+            Ok(Driven::Delivered)
+        } else {
+            Err(err)
+        }
+    }
+
     /// Records rustls's error for every later call, and queues the alert that tells the peer
     /// about it (written by the caller's next write, if the socket takes it).
     fn fail(&mut self, e: rustls::Error) -> io::Error {
@@ -495,6 +519,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
         let room = self.incoming.len() - self.in_end;
         if room < MIN_READ || (self.read_filled && self.incoming.len() < BULK_BUFFER) {
             if self.in_start > 0 {
+                // (`dirty` stays: the bytes moved from are still there.)
                 self.incoming.copy_within(self.in_start..self.in_end, 0);
                 self.in_end -= self.in_start;
                 self.in_start = 0;
@@ -520,6 +545,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
                 let n = buf.filled().len();
                 self.read_filled = n == buf.capacity();
                 self.in_end += n;
+                self.dirty = self.dirty.max(self.in_end);
                 self.needs_input &= n == 0;
                 if n == 0 {
                     self.io_eof = true;
@@ -528,14 +554,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                if self.in_start == self.in_end {
-                    pool::put(std::mem::take(&mut self.incoming));
-                    self.in_start = 0;
-                    self.in_end = 0;
-                    self.read_filled = false;
-                }
+                self.release_idle_incoming();
                 Poll::Pending
             }
+        }
+    }
+
+    /// Gives the receive buffer back to the pool when nothing partial is left in it, wiped of
+    /// the records decrypted in place there (the next connection's stream reads into it as
+    /// initialized memory).
+    fn release_idle_incoming(&mut self) {
+        if self.in_start == self.in_end && !self.incoming.is_empty() {
+            let mut buffer = std::mem::take(&mut self.incoming);
+            buffer[..self.dirty].fill(0);
+            pool::put(buffer);
+            self.in_start = 0;
+            self.in_end = 0;
+            self.dirty = 0;
+            self.read_filled = false;
         }
     }
 
@@ -589,21 +625,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
             }
             let sent = self.poll_send_queued(cx)?;
             let handshaking = self.conn.is_handshaking();
-            // The client's last flight ends the server's handshake: it is written before the
-            // client's ends. The server's (session tickets) is no one's wait: it goes out with
-            // the next read, write or flush.
-            if !handshaking && (sent.is_ready() || !C::IS_CLIENT) {
+            if !handshaking {
+                // The last flight is written before the handshake ends when the peer waits for
+                // it: a client's Finished; a TLS 1.2 server's ChangeCipherSpec and Finished. A
+                // TLS 1.3 server's is session tickets, no one's wait: they go out with the next
+                // write or flush. Nothing more is read meanwhile.
+                let peer_waits =
+                    C::IS_CLIENT || self.conn.protocol_version() != Some(ProtocolVersion::TLSv1_3);
+                if sent.is_pending() && peer_waits {
+                    return Poll::Pending;
+                }
+                self.release_idle_incoming();
                 return Poll::Ready(Ok(()));
             }
             if self.io_eof {
-                if handshaking {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the peer closed the connection during the TLS handshake",
-                    )));
-                }
-                // Only the last flight to write (the send has the waker).
-                return Poll::Pending;
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the peer closed the connection during the TLS handshake",
+                )));
             }
             ready!(self.poll_fill(cx))?;
         }
@@ -617,6 +656,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
         }
         if data.is_empty() {
             return Poll::Ready(Ok(0));
+        }
+        if self.close_notify_queued {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the TLS connection was shut down for writing (close_notify sent)",
+            )));
         }
         if self.out_end - self.out_start >= SEND_BACKLOG {
             ready!(self.poll_send_queued(cx))?;
@@ -711,22 +756,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> AsyncRead for TlsStream<S, C
             if buf.remaining() == 0 {
                 return Poll::Ready(Ok(()));
             }
+            let before = buf.filled().len();
             let driven = if this.needs_input {
                 Ok(Driven::NeedInput)
             } else {
                 this.drive(Want::Read(buf))
             };
-            // What rustls queued meanwhile (a session ticket, a key update, an alert) goes out
-            // without holding the read up.
-            if this.out_start < this.out_end
-                && let Poll::Ready(Err(e)) = this.poll_send_queued(cx)
-                && driven.is_ok()
-            {
-                return Poll::Ready(Err(e));
-            }
-            match driven? {
-                Driven::Delivered | Driven::Closed => return Poll::Ready(Ok(())),
-                Driven::NeedInput | Driven::Encrypted(_) => {}
+            // What rustls queues as it reads (a session ticket, a key update) goes out with the
+            // next write or flush, as with rustls's own streams: a read that wrote would take
+            // the socket's write wake-up from a writer waiting in another task. Only the alert
+            // that ends a failed connection is tried at once.
+            match driven {
+                Ok(Driven::Delivered) if buf.filled().len() > before => {
+                    this.release_idle_incoming();
+                    return Poll::Ready(Ok(()));
+                }
+                // Into `plain` only (behind 0-RTT data): taken from there at the top.
+                Ok(Driven::Delivered) => continue,
+                Ok(Driven::Closed) => return Poll::Ready(Ok(())),
+                Ok(Driven::NeedInput | Driven::Encrypted(_)) => {}
+                Err(e) => {
+                    let _ = this.poll_send_queued(cx);
+                    return Poll::Ready(Err(e));
+                }
             }
             if this.io_eof {
                 return Poll::Ready(this.at_eof());
@@ -778,10 +830,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> AsyncWrite for TlsStream<S, 
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if !self.close_notify_queued && self.failed.is_none() {
-            self.close_notify_queued = true;
-            // Not after a failure or before the handshake's end: there is no session to close.
-            let _ = self.drive(Want::CloseNotify);
+        // Not after a failure or before the handshake's end: there is no session to close.
+        if !self.close_notify_queued && self.failed.is_none() && !self.conn.is_handshaking() {
+            self.close_notify_queued = matches!(self.drive(Want::CloseNotify), Ok(Driven::Encrypted(_)));
         }
         ready!(self.poll_send_queued(cx))?;
         match ready!(Pin::new(&mut self.io).poll_shutdown(cx)) {
@@ -888,6 +939,15 @@ mod tests {
     /// names: hundreds make a Certificate message of several records, joined by rustls in our
     /// buffer), with the server's resolver wrapped as a `Server` wraps it.
     fn configs(extra_names: usize) -> (Arc<ClientConfig>, Arc<ServerConfig>) {
+        configs_with(extra_names, None)
+    }
+
+    /// [`configs`], the server accepting only `server_group` for the key exchange when given:
+    /// one the client does not guess first makes the server ask again (HelloRetryRequest).
+    fn configs_with(
+        extra_names: usize,
+        server_group: Option<&'static dyn rustls::crypto::SupportedKxGroup>,
+    ) -> (Arc<ClientConfig>, Arc<ServerConfig>) {
         let names: Vec<String> = std::iter::once("localhost".to_string())
             .chain((0..extra_names).map(|i| format!("name-{i}.example.com")))
             .collect();
@@ -904,7 +964,11 @@ mod tests {
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let mut server = ServerConfig::builder_with_provider(provider)
+        let mut server_provider = (*provider).clone();
+        if let Some(group) = server_group {
+            server_provider.kx_groups = vec![group];
+        }
+        let mut server = ServerConfig::builder_with_provider(Arc::new(server_provider))
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
@@ -1005,6 +1069,8 @@ mod tests {
             let (closed, read) = tokio::join!(client.shutdown(), server.read_to_end(&mut rest));
             closed.unwrap();
             assert_eq!(read.unwrap(), 0, "chunk {chunk}");
+            let late = client.write(b"after the close").await.unwrap_err();
+            assert_eq!(late.kind(), std::io::ErrorKind::BrokenPipe, "{late}");
             let (closed, read) = tokio::join!(server.shutdown(), client.read_to_end(&mut rest));
             closed.unwrap();
             assert_eq!(read.unwrap(), 0, "chunk {chunk}");
@@ -1046,6 +1112,9 @@ mod tests {
     async fn an_idle_stream_gives_its_buffers_back() {
         let (mut client, mut server) = pair(65_536, 0).await;
         echo_all(&mut client, &mut server, &[100, 50_000]).await;
+        // A read that took every byte there was gives the buffer back at once: a connection
+        // that stops reading (a sender) holds none.
+        assert_eq!(client.incoming.capacity(), 0);
         // The server waits for more: nothing partial, so no buffer of ours is held.
         let waited =
             tokio::time::timeout(std::time::Duration::from_millis(20), server.read(&mut [0u8; 64])).await;
@@ -1110,5 +1179,71 @@ mod tests {
             assert!(rest.is_empty());
         };
         tokio::join!(echo, talk);
+    }
+
+    /// A reader in one task and a writer in another (`tokio::io::split`): a read must not take
+    /// the socket's write wake-up from the writer (tokio keeps one waker per direction), or the
+    /// writer, waiting for room, is never woken. Here the server reads everything before it
+    /// answers, so the client's reader waits all along while its writer fills the pipe.
+    #[tokio::test]
+    async fn a_reader_does_not_take_the_writers_wake_up() {
+        let (client, mut server) = pair(64, 0).await;
+        let (mut reader, mut writer) = tokio::io::split(client);
+        const TOTAL: usize = 200_000;
+        let write = tokio::spawn(async move {
+            writer.write_all(&message(1, TOTAL)).await.unwrap();
+            writer.flush().await.unwrap();
+            writer
+        });
+        let read = tokio::spawn(async move {
+            let mut answer = [0u8; 4];
+            reader.read_exact(&mut answer).await.unwrap();
+            assert_eq!(&answer, b"done");
+        });
+        let serve = tokio::spawn(async move {
+            let mut got = vec![0u8; TOTAL];
+            server.read_exact(&mut got).await.unwrap();
+            assert!(got == message(1, TOTAL));
+            server.write_all(b"done").await.unwrap();
+            server.flush().await.unwrap();
+            server
+        });
+        let all = async {
+            let _writer = write.await.unwrap();
+            read.await.unwrap();
+            let _server = serve.await.unwrap();
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), all)
+            .await
+            .expect("the writer was never woken");
+    }
+
+    /// A HelloRetryRequest makes rustls ask the certificate resolver twice: the second name
+    /// must not be left for the next connection on the thread, which sent none.
+    #[tokio::test]
+    async fn the_sni_host_name_is_each_connections_own() {
+        let group = rustls::crypto::aws_lc_rs::kx_group::SECP384R1;
+        let (client_config, server_config) = configs_with(0, Some(group));
+        let (a, b) = duplex(65_536);
+        let mut client = ClientTlsStream::client(a, client_config.clone(), localhost()).unwrap();
+        let mut server = ServerTlsStream::server(b, server_config.clone()).unwrap();
+        let (c, s) = tokio::join!(client.handshake(), server.handshake());
+        c.unwrap();
+        s.unwrap();
+        assert_eq!(server.sni_hostname(), Some("localhost"));
+        assert_eq!(
+            server.tls_state().handshake_kind(),
+            Some(rustls::HandshakeKind::FullWithHelloRetryRequest)
+        );
+        // The next client sends no SNI.
+        let mut no_sni = (*client_config).clone();
+        no_sni.enable_sni = false;
+        let (a, b) = duplex(65_536);
+        let mut client = ClientTlsStream::client(a, Arc::new(no_sni), localhost()).unwrap();
+        let mut server = ServerTlsStream::server(b, server_config).unwrap();
+        let (c, s) = tokio::join!(client.handshake(), server.handshake());
+        c.unwrap();
+        s.unwrap();
+        assert_eq!(server.sni_hostname(), None);
     }
 }
