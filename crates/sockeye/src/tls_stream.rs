@@ -481,6 +481,14 @@ impl<S, C: TlsSide> TlsStream<S, C> {
     }
 }
 
+/// The error of a read or write before the handshake's end.
+fn not_handshaken() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "TLS: read or write before the handshake finished (await `handshake()` first)",
+    )
+}
+
 /// Makes room for `need` more bytes after `outgoing[..out_end]`: the buffer moves its live bytes
 /// to the front or grows (a new buffer comes from the pool).
 fn make_room(outgoing: &mut Vec<u8>, out_start: &mut usize, out_end: &mut usize, need: usize) {
@@ -657,6 +665,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
         if data.is_empty() {
             return Poll::Ready(Ok(0));
         }
+        if self.conn.is_handshaking() {
+            return Poll::Ready(Err(not_handshaken()));
+        }
         if self.close_notify_queued {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
@@ -674,12 +685,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
                     "the TLS connection is closed (close_notify sent)",
                 )));
             }
-            Ok(_) => {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::NotConnected,
-                    "the TLS handshake is not finished",
-                )));
-            }
+            Ok(_) => return Poll::Ready(Err(not_handshaken())),
             Err(e) => {
                 let _ = self.poll_send_queued(cx);
                 return Poll::Ready(Err(e));
@@ -752,6 +758,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> AsyncRead for TlsStream<S, C
             }
             if let Some(e) = this.error() {
                 return Poll::Ready(Err(e));
+            }
+            if this.conn.is_handshaking() {
+                return Poll::Ready(Err(not_handshaken()));
             }
             if buf.remaining() == 0 {
                 return Poll::Ready(Ok(()));
@@ -1245,5 +1254,18 @@ mod tests {
         c.unwrap();
         s.unwrap();
         assert_eq!(server.sni_hostname(), None);
+    }
+
+    #[tokio::test]
+    async fn reading_or_writing_before_the_handshake_says_what_to_do() {
+        let (client_config, _) = configs(0);
+        let (a, _b) = duplex(4096);
+        let mut client = ClientTlsStream::client(a, client_config, localhost()).unwrap();
+        let read = client.read(&mut [0u8; 8]).await.unwrap_err();
+        let write = client.write(b"early").await.unwrap_err();
+        for e in [read, write] {
+            assert_eq!(e.kind(), std::io::ErrorKind::NotConnected, "{e}");
+            assert!(e.to_string().contains("handshake()"), "{e}");
+        }
     }
 }
