@@ -332,23 +332,9 @@ impl<S, C: TlsSide> TlsStream<S, C> {
                     None
                 }
                 ConnectionState::EncodeTlsData(mut record) => {
-                    let mut outcome = None;
-                    loop {
-                        match record.encode(&mut outgoing[*out_end..]) {
-                            Ok(n) => {
-                                *out_end += n;
-                                break;
-                            }
-                            Err(EncodeError::InsufficientSize(need)) => {
-                                make_room(outgoing, out_start, out_end, need.required_size)
-                            }
-                            Err(EncodeError::AlreadyEncoded) => {
-                                outcome = Some(Err(io::Error::other("rustls: TLS record encoded twice")));
-                                break;
-                            }
-                        }
-                    }
-                    outcome
+                    queue_record(outgoing, out_start, out_end, |out| Ok(record.encode(out)?))
+                        .err()
+                        .map(Err)
                 }
                 // The records are in `outgoing`, written before anything queued after them.
                 ConnectionState::TransmitTlsData(transmit) => {
@@ -359,31 +345,16 @@ impl<S, C: TlsSide> TlsStream<S, C> {
                 ConnectionState::WriteTraffic(mut writer) => match &want {
                     Want::Encrypt(data) => {
                         let data = &data[..data.len().min(MAX_ENCRYPT)];
-                        loop {
-                            match writer.encrypt(data, &mut outgoing[*out_end..]) {
-                                Ok(n) => {
-                                    *out_end += n;
-                                    break Some(Ok(Driven::Encrypted(data.len())));
-                                }
-                                Err(EncryptError::InsufficientSize(need)) => {
-                                    make_room(outgoing, out_start, out_end, need.required_size)
-                                }
-                                Err(e) => break Some(Err(io::Error::other(format!("TLS: {e}")))),
-                            }
-                        }
+                        let queued =
+                            queue_record(outgoing, out_start, out_end, |out| Ok(writer.encrypt(data, out)?));
+                        Some(queued.map(|()| Driven::Encrypted(data.len())))
                     }
-                    Want::CloseNotify => loop {
-                        match writer.queue_close_notify(&mut outgoing[*out_end..]) {
-                            Ok(n) => {
-                                *out_end += n;
-                                break Some(Ok(Driven::Encrypted(0)));
-                            }
-                            Err(EncryptError::InsufficientSize(need)) => {
-                                make_room(outgoing, out_start, out_end, need.required_size)
-                            }
-                            Err(e) => break Some(Err(io::Error::other(format!("TLS: {e}")))),
-                        }
-                    },
+                    Want::CloseNotify => {
+                        let queued = queue_record(outgoing, out_start, out_end, |out| {
+                            Ok(writer.queue_close_notify(out)?)
+                        });
+                        Some(queued.map(|()| Driven::Encrypted(0)))
+                    }
                     Want::Read(_) | Want::Nothing => Some(Ok(Driven::NeedInput)),
                 },
                 ConnectionState::PeerClosed => {
@@ -458,21 +429,12 @@ impl<S, C: TlsSide> TlsStream<S, C> {
                 self.conn.process(&mut self.incoming[self.in_start..self.in_end]);
             self.in_start += discard;
             match state {
-                Ok(ConnectionState::EncodeTlsData(mut record)) => loop {
-                    match record.encode(&mut self.outgoing[self.out_end..]) {
-                        Ok(n) => {
-                            self.out_end += n;
-                            break;
-                        }
-                        Err(EncodeError::InsufficientSize(need)) => make_room(
-                            &mut self.outgoing,
-                            &mut self.out_start,
-                            &mut self.out_end,
-                            need.required_size,
-                        ),
-                        Err(EncodeError::AlreadyEncoded) => break,
-                    }
-                },
+                Ok(ConnectionState::EncodeTlsData(mut record)) => {
+                    let (outgoing, out_start, out_end) =
+                        (&mut self.outgoing, &mut self.out_start, &mut self.out_end);
+                    // Best effort: the error being reported is rustls's.
+                    let _ = queue_record(outgoing, out_start, out_end, |out| Ok(record.encode(out)?));
+                }
                 Ok(ConnectionState::TransmitTlsData(transmit)) => transmit.done(),
                 _ => break,
             }
@@ -487,6 +449,55 @@ fn not_handshaken() -> io::Error {
         io::ErrorKind::NotConnected,
         "TLS: read or write before the handshake finished (await `handshake()` first)",
     )
+}
+
+/// Why rustls did not write a record into the room it was given.
+enum NoRecord {
+    /// It needs this many bytes.
+    Room(usize),
+    /// It cannot (the record was encoded already, the keys are exhausted).
+    Failed(io::Error),
+}
+
+impl From<EncodeError> for NoRecord {
+    fn from(e: EncodeError) -> Self {
+        match e {
+            EncodeError::InsufficientSize(need) => NoRecord::Room(need.required_size),
+            EncodeError::AlreadyEncoded => {
+                NoRecord::Failed(io::Error::other("rustls: TLS record encoded twice"))
+            }
+        }
+    }
+}
+
+impl From<EncryptError> for NoRecord {
+    fn from(e: EncryptError) -> Self {
+        match e {
+            EncryptError::InsufficientSize(need) => NoRecord::Room(need.required_size),
+            e => NoRecord::Failed(io::Error::other(format!("TLS: {e}"))),
+        }
+    }
+}
+
+/// Appends a record to the send queue `outgoing[out_start..out_end]`: `write` puts it into the
+/// room after `out_end` (an encode, an encryption, a close_notify), tried again with more room
+/// while rustls says it needs more.
+fn queue_record(
+    outgoing: &mut Vec<u8>,
+    out_start: &mut usize,
+    out_end: &mut usize,
+    mut write: impl FnMut(&mut [u8]) -> Result<usize, NoRecord>,
+) -> io::Result<()> {
+    loop {
+        match write(&mut outgoing[*out_end..]) {
+            Ok(n) => {
+                *out_end += n;
+                return Ok(());
+            }
+            Err(NoRecord::Room(need)) => make_room(outgoing, out_start, out_end, need),
+            Err(NoRecord::Failed(e)) => return Err(e),
+        }
+    }
 }
 
 /// Makes room for `need` more bytes after `outgoing[..out_end]`: the buffer moves its live bytes
