@@ -204,6 +204,8 @@ pub struct Connection {
     deflate: Option<PerMessageDeflate>,
     /// The kind of the fragmented message being sent, if one is in progress.
     sending_fragmented: Option<DataKind>,
+    /// The fragmented message being sent is compressed (RSV1 on its first frame).
+    sending_compressed: bool,
     /// Bytes of pongs the engine queued by itself since the transmit queue was last seen empty.
     auto_replies: usize,
     transmit: Transmit,
@@ -274,6 +276,7 @@ impl Connection {
             message_compressed: false,
             deflate: None,
             sending_fragmented: None,
+            sending_compressed: false,
             auto_replies: 0,
             transmit: Transmit::default(),
             mask_keys,
@@ -1187,20 +1190,49 @@ impl Connection {
     /// Queues one fragment of a message (§5.4): the first call starts a message of `kind`, later
     /// calls continue it (their `kind` must match), and `fin` ends it. Control messages may be sent
     /// between fragments. A text message's fragments may split code points; the whole must be UTF-8.
+    ///
+    /// With permessage-deflate, the message is compressed when its first fragment would be as a
+    /// whole message (non-empty, at least
+    /// [`min_compress_size`](crate::extension::deflate::DeflateConfig::min_compress_size)): each
+    /// fragment is then compressed as it comes and sync-flushed, so the peer can inflate it at
+    /// once (RFC 7692 §7.2.1; a flush costs a few bytes per fragment), and the compressor is held
+    /// until the last fragment.
     pub fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
         if !self.sendable() {
             return Err(Error::Closed);
         }
         let opcode = match self.sending_fragmented {
-            None if kind == DataKind::Text => OpCode::Text,
-            None => OpCode::Binary,
+            None => {
+                self.sending_compressed = self
+                    .deflate
+                    .as_ref()
+                    .is_some_and(|d| d.should_compress(payload.len()));
+                match kind {
+                    DataKind::Text => OpCode::Text,
+                    DataKind::Binary => OpCode::Binary,
+                }
+            }
             Some(k) if k == kind => OpCode::Continuation,
             Some(_) => return Err(Error::InvalidInput("fragment kind differs from the message's")),
         };
         self.sending_fragmented = if fin { None } else { Some(kind) };
-        // Fragments streamed by the application are sent uncompressed (RFC 7692 allows it per
-        // message): compressing them would need the whole message.
-        self.encode_data(opcode, fin, 0, payload);
+        match &mut self.deflate {
+            Some(d) if self.sending_compressed => {
+                let compressed = match d.compress_fragment(&payload, fin) {
+                    Ok(compressed) => compressed,
+                    // The compressor's state is lost: the connection cannot go on (1011).
+                    Err(e) => return Err(self.fail_with(CloseCode::INTERNAL_ERROR, Error::Compression(e))),
+                };
+                // §6: RSV1 on the first frame of a compressed message only.
+                let rsv = if opcode == OpCode::Continuation {
+                    0
+                } else {
+                    FrameHeader::RSV1
+                };
+                self.encode_data(opcode, fin, rsv, Bytes::from(compressed));
+            }
+            _ => self.encode_data(opcode, fin, 0, payload),
+        }
         Ok(())
     }
 

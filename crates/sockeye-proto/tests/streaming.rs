@@ -5,6 +5,7 @@
 
 mod common;
 
+use bytes::Bytes;
 use common::{client_frame, drain};
 use proptest::prelude::*;
 use sockeye_proto::frame::{FrameHeader, OpCode};
@@ -95,11 +96,14 @@ fn deflate_pair(config: Config) -> (Connection, Connection) {
     (c, s)
 }
 
-/// A message, and how the client sends it: whole, or in fragments of `fragment` bytes.
+/// A message, and how the client sends it: whole, or in fragments of `fragment` bytes, then, with
+/// `empty_last`, an empty last fragment (what a streamed send does when its source ends after a
+/// wait: with compression, the already flushed data must still end the message properly).
 #[derive(Debug, Clone)]
 struct Sent {
     message: Message,
     fragment: usize,
+    empty_last: bool,
 }
 
 fn any_stream() -> impl Strategy<Value = Vec<Sent>> {
@@ -110,7 +114,11 @@ fn any_stream() -> impl Strategy<Value = Vec<Sent>> {
         proptest::collection::vec(any::<u8>(), 0..125).prop_map(|p| Message::Pong(p.into())),
     ];
     proptest::collection::vec(
-        (message, 0usize..50).prop_map(|(message, fragment)| Sent { message, fragment }),
+        (message, 0usize..50, any::<bool>()).prop_map(|(message, fragment, empty_last)| Sent {
+            message,
+            fragment,
+            empty_last,
+        }),
         0..8,
     )
 }
@@ -134,12 +142,15 @@ fn encode(c: &mut Connection, stream: &[Sent]) -> Vec<u8> {
         let mut at = 0;
         while at < bytes.len() {
             let end = (at + sent.fragment).min(bytes.len());
-            c.send_fragment(kind, bytes.slice(at..end), end == bytes.len())
-                .unwrap();
+            let fin = end == bytes.len() && !sent.empty_last;
+            c.send_fragment(kind, bytes.slice(at..end), fin).unwrap();
             if at == 0 {
                 c.send(Message::Ping("between".into())).unwrap();
             }
             at = end;
+        }
+        if sent.empty_last {
+            c.send_fragment(kind, Bytes::new(), true).unwrap();
         }
     }
     c.close(Some(CloseFrame::new(CloseCode::NORMAL, ""))).unwrap();
@@ -234,22 +245,27 @@ fn every_split_point_gives_the_same_messages() {
         Sent {
             message: Message::text("héllo wörld ✓ 𝄞 ".repeat(6)),
             fragment: 7,
+            empty_last: false,
         },
         Sent {
             message: Message::Ping("p".into()),
             fragment: 0,
+            empty_last: false,
         },
         Sent {
             message: Message::binary(vec![0u8; 0]),
             fragment: 0,
+            empty_last: false,
         },
         Sent {
             message: Message::binary((0..=255u8).collect::<Vec<_>>()),
             fragment: 100,
+            empty_last: true,
         },
         Sent {
             message: Message::text("ok"),
             fragment: 0,
+            empty_last: false,
         },
     ];
     let bytes = encode(&mut client(config()), &stream);
@@ -277,6 +293,42 @@ fn every_split_point_gives_the_same_messages() {
         "{} pieces for {data_bytes} bytes",
         got.pieces
     );
+}
+
+/// Fragments sent compressed (each sync-flushed as it is sent, the last one empty after a wait, or
+/// not), with context takeover so that each message's end must leave the two windows in step:
+/// every split point of the bytes gives the messages sent, whole or in pieces.
+#[cfg(feature = "deflate")]
+#[test]
+fn compressed_fragments_sent_in_pieces_at_every_split_point() {
+    let text = "naïve café — ✓ 𝄞 {\"id\": 42, \"ok\": true} ".repeat(8);
+    let stream: Vec<Sent> = [(7, true), (0, false), (50, false), (33, true), (0, false)]
+        .into_iter()
+        .map(|(fragment, empty_last)| Sent {
+            message: Message::text(text.clone()),
+            fragment,
+            empty_last,
+        })
+        .collect();
+    let mut cfg = config();
+    cfg.deflate.as_mut().unwrap().min_compress_size = 1;
+    let (mut c, _) = deflate_pair(cfg.clone());
+    let bytes = encode(&mut c, &stream);
+    // The first frame: a text message's first fragment (FIN clear), compressed (RSV1).
+    assert_eq!(bytes[0], 0x41, "first frame header {:#04x}", bytes[0]);
+    let (_, mut whole) = deflate_pair(cfg.clone());
+    assert_eq!(drain(&mut whole, &bytes).unwrap(), expected(&stream));
+    for a in 0..=bytes.len() {
+        let (_, mut s) = deflate_pair(cfg.clone());
+        assert_eq!(
+            streamed(&mut s, &bytes, &[a]).messages,
+            expected(&stream),
+            "split at {a}"
+        );
+    }
+    let (_, mut s) = deflate_pair(cfg);
+    let points: Vec<usize> = (1..bytes.len()).collect();
+    assert_eq!(streamed(&mut s, &bytes, &points).messages, expected(&stream));
 }
 
 /// A piece is handed over as soon as any of its bytes have arrived: cut-through.

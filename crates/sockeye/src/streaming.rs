@@ -4,8 +4,9 @@
 //! nothing waits for the whole message. Receiving in pieces is
 //! [`WebSocket::recv_chunk`](crate::WebSocket::recv_chunk).
 //!
-//! Fragments are sent uncompressed: RFC 7692 compresses a message as a whole, and a stream's
-//! end is not known in advance. A source that fails in the middle leaves a message that cannot
+//! With permessage-deflate, the message is compressed as it goes when its first chunk would be
+//! compressed as a whole message: each fragment sync-flushed, so the peer can inflate what it has
+//! without waiting for the end (RFC 7692 §7.2.1; see `Connection::send_fragment`). A source that fails in the middle leaves a message that cannot
 //! be finished nor taken back (the protocol has no way to abandon one), so the connection is
 //! closed with 1011 and the source's error returned as [`Error::Source`].
 

@@ -289,7 +289,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// bounded — a chunk is queued as soon as it comes, and the source waits while the write
     /// queue is over [`Config::write_buffer_high_water`]. When the source makes us wait, what it
     /// gave is written first. Text chunks are checked as they come and must add up to UTF-8
-    /// (they may split code points). Fragments are not compressed.
+    /// (they may split code points). With permessage-deflate, fragments are compressed as they
+    /// go, each sync-flushed so the peer can inflate it at once, when the first chunk is at least
+    /// the deflate config's `min_compress_size` (see [`Connection::send_fragment`]).
     ///
     /// If the source fails (or text is not UTF-8) before anything was sent, the connection goes
     /// on; after, the message cannot be finished, so the connection is closed with 1011.

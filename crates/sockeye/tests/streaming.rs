@@ -197,6 +197,151 @@ async fn recv_refuses_a_message_being_streamed() {
     assert_eq!([&first.data[..], &rest[..]].concat(), b"firstsecond");
 }
 
+/// Counts the bytes written through it: what went on the wire.
+struct CountingWrites<S> {
+    inner: S,
+    written: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for CountingWrites<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for CountingWrites<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = polled {
+            self.written.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// With permessage-deflate on, a streamed message is compressed as it goes: each chunk is sent
+/// (sync-flushed) before the source has the next, and the message ends with an empty frame after
+/// the source's last wait. The peer inflates it in pieces as they come and whole, with context
+/// takeover carrying on into the next message; far fewer bytes crossed the wire than were sent.
+#[cfg(feature = "deflate")]
+#[tokio::test]
+async fn streamed_messages_are_compressed_as_they_go() {
+    let server = Server::bind("127.0.0.1:0", big_config()).await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let (got_tx, mut got) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(server.serve(move |mut ws, _| {
+        let got_tx = got_tx.clone();
+        async move {
+            let mut first = Vec::new();
+            while let Some(Ok(incoming)) = ws.recv_chunk().await {
+                if let Incoming::Chunk(piece) = incoming {
+                    first.extend_from_slice(&piece.data);
+                    // Cut-through: each piece arrives while the source is still waiting.
+                    let _ = got_tx.send(Some(piece.data.len()));
+                    if piece.last {
+                        break;
+                    }
+                }
+            }
+            let _ = got_tx.send(None);
+            let Some(Ok(Message::Text(second))) = ws.recv().await else {
+                return;
+            };
+            let _ = ws
+                .send(Message::text(format!("{}:{}", first.len(), second.len())))
+                .await;
+            let _ = ws.send(Message::binary(first)).await;
+            let _ = ws.send(Message::text(second)).await;
+        }
+    }));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = CountingWrites {
+        inner: tcp,
+        written: written.clone(),
+    };
+    let (ws, _) = sockeye::client_handshake(counted, format!("ws://{addr}/").as_str(), &big_config())
+        .await
+        .unwrap();
+    assert!(ws.connection().is_deflate_enabled());
+    let (mut writer, mut reader) = ws.split();
+    let before = written.load(std::sync::atomic::Ordering::Relaxed);
+    let row = "{\"id\":12345,\"name\":\"sockeye\",\"tags\":[\"a\",\"b\"]},";
+    let chunk = Bytes::from(row.repeat(2_000));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Error>>(1);
+    let send = tokio::spawn(async move {
+        writer
+            .send_stream(DataKind::Text, tokio_stream_from(rx))
+            .await
+            .unwrap();
+        writer
+    });
+    let mut arrived = 0;
+    for _ in 0..10 {
+        tx.send(Ok(chunk.clone())).await.unwrap();
+        // The source waits here until the server saw this chunk: nothing held back for FIN.
+        loop {
+            let Some(len) = tokio::time::timeout(Duration::from_secs(10), got.recv())
+                .await
+                .unwrap()
+                .unwrap()
+            else {
+                panic!("the message ended early");
+            };
+            arrived += len;
+            if arrived % chunk.len() == 0 && arrived > 0 {
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let mut writer = send.await.unwrap();
+    // The last frame is empty (the source ended after a wait), then the message is over.
+    while let Some(len) = got.recv().await.unwrap() {
+        arrived += len;
+    }
+    assert_eq!(arrived, chunk.len() * 10);
+    let on_wire = written.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert!(
+        on_wire * 10 < arrived,
+        "{on_wire} bytes on the wire for {arrived} bytes of text: not compressed"
+    );
+    // The next message continues the compression context (takeover on by default).
+    writer.send(Message::text(row.repeat(3))).await.unwrap();
+    let sizes = format!("{}:{}", chunk.len() * 10, row.len() * 3);
+    assert_eq!(reader.recv().await.unwrap().unwrap(), Message::text(sizes));
+    let Message::Binary(first) = reader.recv().await.unwrap().unwrap() else {
+        panic!()
+    };
+    assert!(first == row.repeat(20_000).as_bytes());
+    assert_eq!(
+        reader.recv().await.unwrap().unwrap(),
+        Message::text(row.repeat(3))
+    );
+}
+
 /// A `Stream` over an mpsc receiver (no tokio-stream dependency for one adapter).
 fn tokio_stream_from<T>(rx: tokio::sync::mpsc::Receiver<T>) -> impl futures_util::Stream<Item = T> {
     stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) })

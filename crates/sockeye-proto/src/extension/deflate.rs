@@ -659,6 +659,18 @@ impl PerMessageDeflate {
     /// empty input, and an empty payload with RSV1 is not DEFLATE data.)
     pub(crate) fn compress(&mut self, input: &[u8]) -> Result<Vec<u8>, String> {
         debug_assert!(!input.is_empty(), "empty messages are sent uncompressed");
+        self.compress_fragment(input, true)
+    }
+
+    /// Compresses the next fragment of a message sent in pieces (§7.2.1 over §5.4). Each piece is
+    /// sync-flushed, so the peer can inflate all of it as soon as it arrives (a streamed message
+    /// must not wait for its end); only the last (`fin`) loses the trailing `00 00 FF FF`. The
+    /// compressor is held from the first piece to the last (borrowed from the pool, if any, for
+    /// that long).
+    ///
+    /// The connection starts a compressed message only with a non-empty first piece (see
+    /// [`compress`](Self::compress)); later pieces may be empty.
+    pub(crate) fn compress_fragment(&mut self, input: &[u8], fin: bool) -> Result<Vec<u8>, String> {
         let mut c = self.take_deflater()?;
         let mut out = Vec::with_capacity(input.len() / 2 + 64);
         let start = c.total_in();
@@ -675,11 +687,23 @@ impl PerMessageDeflate {
                 break;
             }
         }
-        if out.ends_with(&TAIL) {
-            out.truncate(out.len() - TAIL.len());
-        }
         if self.pool.is_some() && !self.compress_reset {
             self.sent.push(input);
+        }
+        if !fin {
+            self.deflater = Some(c);
+            return Ok(out);
+        }
+        if out.ends_with(&TAIL) {
+            out.truncate(out.len() - TAIL.len());
+        } else {
+            // Nothing came out: an empty last piece after a piece that was already flushed (zlib
+            // refuses a second flush in a row). The message's data must still end with an empty
+            // stored block less its last four bytes (§7.2.1 steps 2-3), or the `00 00 FF FF` the
+            // peer appends would be read as the start of a block: the block's first byte it is
+            // (BFINAL 0, BTYPE 00, padding), from the byte boundary the last flush left.
+            debug_assert!(out.is_empty(), "a sync flush that emits ends with the marker");
+            out.push(0x00);
         }
         self.put_deflater(c);
         Ok(out)
@@ -991,6 +1015,38 @@ mod tests {
         let mut out = Vec::new();
         server.inflate(&z, true, &mut out, usize::MAX).unwrap();
         assert!(out == message);
+    }
+
+    /// A message compressed in pieces (each sync-flushed, some empty, the last one empty after a
+    /// flushed piece) is, with the four bytes the receiver appends, DEFLATE data that zlib itself
+    /// inflates to the pieces put together; and the next message, in the same context, too.
+    #[test]
+    fn pieces_inflate_with_plain_zlib_and_keep_the_context() {
+        let mut sender =
+            PerMessageDeflate::new(Role::Server, TAKEOVER_15, &DeflateConfig::default().pool(None));
+        let mut zlib = flate2::Decompress::new_with_window_bits(false, 15);
+        let mut inflate = |data: &[u8]| {
+            let mut input = data.to_vec();
+            input.extend_from_slice(&TAIL);
+            let mut out = Vec::with_capacity(1 << 16);
+            zlib.decompress_vec(&input, &mut out, flate2::FlushDecompress::Sync)
+                .unwrap();
+            out
+        };
+        let messages: [&[&[u8]]; 4] = [
+            &[b"streamed piece one, ", b"", b"piece two, ", b"piece three", b""],
+            &[b"whole, after the stream: piece one, piece two"],
+            &[b"one piece and then nothing", b""],
+            &[b"piece two, piece three", b"!"],
+        ];
+        for pieces in messages {
+            let mut data = Vec::new();
+            for (i, piece) in pieces.iter().enumerate() {
+                let out = sender.compress_fragment(piece, i + 1 == pieces.len()).unwrap();
+                data.extend_from_slice(&out);
+            }
+            assert_eq!(inflate(&data), pieces.concat(), "{pieces:?}");
+        }
     }
 
     /// Empty messages bypass compression even with no threshold, and the compressed messages
