@@ -144,6 +144,12 @@ impl H2Stream {
 
 impl AsyncRead for H2Stream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        // A read takes a unit of the task's budget, as tokio's own streams do: h2 queues DATA
+        // frames for the stream from the connection's task, which may refill the queue (on
+        // another thread) as fast as a reader empties it, and h2 itself never makes a reader
+        // yield. Without this, a loop receiving a flood over HTTP/2 would starve its task's other
+        // work (a `timeout`, a `select!` branch).
+        let coop = ready!(tokio::task::coop::poll_proceed(cx));
         let this = self.get_mut();
         while this.pending.is_empty() {
             let Some(recv) = &mut this.recv else {
@@ -166,6 +172,7 @@ impl AsyncRead for H2Stream {
         let n = this.pending.len().min(buf.remaining());
         buf.put_slice(&this.pending[..n]);
         bytes::Buf::advance(&mut this.pending, n);
+        coop.made_progress();
         Poll::Ready(Ok(()))
     }
 }

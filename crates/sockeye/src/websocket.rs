@@ -397,8 +397,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// The receive path of whole messages and of pieces alike.
     fn poll_received<T: Received>(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
-        // The busy case: a message already buffered needs no I/O, hence no waker.
-        if let Some(next) = take_next::<T>(&mut self.inner.conn) {
+        // The busy case: a message already buffered needs no I/O, hence no waker. It takes a unit
+        // of the task's budget, as tokio's channels do: under a flood, one read brings thousands
+        // of small messages, each ready at once, and a loop receiving them would never yield — a
+        // `timeout` or another `select!` branch around it would not run until the flood stopped.
+        // Once the budget is spent this returns Pending with the task woken, and the loop goes on
+        // after the scheduler's turn. With nothing buffered the socket's own read takes the unit,
+        // and a connection that waits between messages pays only the test.
+        let taken = if self.inner.conn.buffered() != 0 {
+            let coop = ready!(tokio::task::coop::poll_proceed(cx));
+            let taken = take_next::<T>(&mut self.inner.conn);
+            if taken.is_some() {
+                coop.made_progress();
+            }
+            taken
+        } else {
+            take_next::<T>(&mut self.inner.conn)
+        };
+        if let Some(next) = taken {
             self.inner.note_delivered(&next);
             if next.as_ref().is_ok_and(T::is_close) {
                 // Send the close reply (and, as a server, close the stream) now, even if the

@@ -541,3 +541,56 @@ async fn a_held_close_answer_sends_the_last_messages_first() {
     assert!(matches!(&at_server[0], Message::Text(t) if t.as_str() == "first"));
     assert!(matches!(&at_server[1], Message::Close(Some(f)) if f.reason == "bye"));
 }
+
+/// `n` two-byte text frames ("yo"), unmasked, as a flooding server sends them.
+fn flood(n: usize) -> Vec<u8> {
+    server_text("yo").repeat(n)
+}
+
+/// A receive loop under a flood yields to the scheduler: each message takes a unit of tokio's
+/// task budget, so another task runs after ~128 messages, not after the flood. The messages are
+/// all buffered before the loop starts: no read ever waits, which is what a loop on a fast link
+/// sees (one read brings thousands of small messages).
+#[tokio::test(flavor = "current_thread")]
+async fn a_receive_loop_under_a_flood_lets_other_tasks_run() {
+    const N: usize = 100_000;
+    let (mut ws, mut theirs) = duplex_client(N * 4 + 1024);
+    theirs.write_all(&flood(N)).await.unwrap();
+    let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = ran.clone();
+    tokio::spawn(async move { flag.store(true, std::sync::atomic::Ordering::SeqCst) });
+    let mut seen_at = None;
+    for i in 0..N {
+        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text("yo"));
+        if seen_at.is_none() && ran.load(std::sync::atomic::Ordering::SeqCst) {
+            seen_at = Some(i);
+        }
+    }
+    let seen_at = seen_at.expect("the other task never ran while 100,000 messages were received");
+    assert!(seen_at <= 1_000, "the other task ran after {seen_at} messages");
+}
+
+/// What that is for: a `timeout` around draining a connection that floods (the `ws` tool's
+/// Ctrl-C: close, then read until the peer's reply, 250 ms at most) ends at its deadline, not
+/// when the flood runs out; with every message ready at every poll, the timer was never
+/// polled before.
+#[tokio::test(flavor = "current_thread")]
+async fn a_timeout_around_a_flooded_receive_loop_fires() {
+    const N: usize = 1_000_000;
+    let (mut ws, mut theirs) = duplex_client(N * 4 + 1024);
+    theirs.write_all(&flood(N)).await.unwrap();
+    let mut received = 0;
+    let drained = tokio::time::timeout(Duration::from_millis(1), async {
+        while received < N {
+            ws.recv().await.unwrap().unwrap();
+            received += 1;
+        }
+    })
+    .await;
+    assert!(
+        drained.is_err(),
+        "all {N} messages were drained before a 1 ms timeout fired"
+    );
+    assert!(received < N);
+    eprintln!("the 1 ms timeout fired after {received} of {N} messages");
+}
