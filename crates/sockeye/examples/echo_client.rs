@@ -57,12 +57,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let binary: Vec<u8> = (0..size).map(|i| (i * 7 % 256) as u8).collect();
         for message in [Message::text(text), Message::binary(binary)] {
             ws.send(message.clone()).await?;
-            let echo = loop {
-                match ws.recv().await.ok_or("the server closed the connection")?? {
-                    Message::Ping(_) | Message::Pong(_) => continue,
-                    other => break other,
-                }
-            };
+            let echo = next_data(&mut ws).await?;
             if echo != message {
                 return Err(format!("echo of a {size}-byte message differs").into());
             }
@@ -80,12 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some((Ok::<_, std::io::Error>(sockeye::Bytes::from(chunk)), chunks))
     });
     ws.send_stream(sockeye::DataKind::Text, source).await?;
-    let echo = loop {
-        match ws.recv().await.ok_or("the server closed the connection")?? {
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => break other,
-        }
-    };
+    let echo = next_data(&mut ws).await?;
     if echo != Message::text(streamed) {
         return Err("echo of a streamed message differs".into());
     }
@@ -94,12 +84,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // it fails if the streamed message did not end the compressed data as RFC 7692 §7.2.1 says.
     let after = Message::text(row.repeat(40));
     ws.send(after.clone()).await?;
-    let echo = loop {
-        match ws.recv().await.ok_or("the server closed the connection")?? {
-            Message::Ping(_) | Message::Pong(_) => continue,
-            other => break other,
-        }
-    };
+    let echo = next_data(&mut ws).await?;
     if echo != after {
         return Err("echo of the message after the streamed one differs".into());
     }
@@ -110,4 +95,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         reply.map(|f| f.code.0)
     );
     Ok(())
+}
+
+/// The next data message (pings and pongs skipped), or an error if the server closed first.
+async fn next_data<S>(ws: &mut sockeye::WebSocket<S>) -> Result<Message, Box<dyn std::error::Error>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        match ws.recv().await.ok_or("the server closed the connection")?? {
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => return Ok(other),
+        }
+    }
 }
