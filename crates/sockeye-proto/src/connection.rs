@@ -472,6 +472,19 @@ impl Connection {
         };
         self.reassembly = None;
         self.utf8 = None;
+        self.abandon_fragmented_send();
+    }
+
+    /// A fragmented message being sent can no longer be finished (the connection ended, or we
+    /// sent our close): the compressor it holds — maybe borrowed from a pool shared by many
+    /// connections, ~300 KiB — is let go now, not when the connection is dropped.
+    fn abandon_fragmented_send(&mut self) {
+        if self.sending_fragmented.take().is_some()
+            && std::mem::take(&mut self.sending_compressed)
+            && let Some(d) = &mut self.deflate
+        {
+            d.abandon_message();
+        }
     }
 
     /// Starts the close deadline, unless it runs already.
@@ -1256,6 +1269,7 @@ impl Connection {
         } else if self.state == CloseState::Open {
             self.encode_close(frame.as_ref());
             self.state = CloseState::Closing;
+            self.abandon_fragmented_send();
             self.start_close_deadline();
         }
         Ok(())

@@ -316,3 +316,35 @@ fn a_prepared_message_is_compressed_once_for_connections_without_context_takeove
     );
     assert!(PreparedMessage::new(Message::Ping(Default::default())).is_none());
 }
+
+/// A compressed message sent in pieces holds a compressor from the pool until its last piece; one
+/// that can never be finished — we closed, or the connection failed — gives it back at once
+/// instead of keeping ~300 KiB of a shared pool until the connection is dropped.
+#[test]
+fn an_unfinished_streamed_message_gives_its_compressor_back() {
+    let text = bytes::Bytes::from("a streamed piece of text, compressible. ".repeat(20));
+    for end in ["our close", "a protocol error"] {
+        let pool = sockeye_proto::extension::deflate::DeflatePool::new(8);
+        let config = DeflateConfig::default().pool(Some(pool.clone()));
+        let (mut c, _s) = negotiated(config.clone(), config);
+        c.send_fragment(sockeye_proto::DataKind::Text, text.clone(), false)
+            .unwrap();
+        assert_eq!(pool.idle().0, 0, "held while the message is in progress");
+        // Control frames in between leave it held.
+        c.send(Message::Ping("p".into())).unwrap();
+        assert_eq!(pool.idle().0, 0);
+        match end {
+            "our close" => c.close(None).unwrap(),
+            _ => {
+                // A server frame must not be masked (§5.1): the client fails the connection.
+                c.receive(&client_frame(true, 0, OpCode::Text, b"masked"));
+                assert!(c.poll_message().is_err());
+            }
+        }
+        assert_eq!(pool.idle().0, 1, "after {end}");
+        assert!(
+            c.send_fragment(sockeye_proto::DataKind::Text, text.clone(), true)
+                .is_err()
+        );
+    }
+}

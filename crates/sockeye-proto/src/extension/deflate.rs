@@ -709,6 +709,21 @@ impl PerMessageDeflate {
         Ok(out)
     }
 
+    /// Lets go of the compressor of a message sent in pieces that will never be finished (the
+    /// connection is done sending): a pooled one goes back to the pool as nobody's (whoever takes
+    /// it resets it: its context is of no further use), a dedicated one is dropped.
+    pub(crate) fn abandon_message(&mut self) {
+        let Some(c) = self.deflater.take() else { return };
+        if let Some(pool) = &self.pool {
+            let lent = Lent {
+                kind: (self.level, self.compress_bits),
+                owner: 0,
+                state: c,
+            };
+            give_back(&pool.shared.compressors, pool.shared.idle_limit, lent);
+        }
+    }
+
     /// Inflates the next piece of a compressed message into `out`; `last` restores the tail. Fails
     /// with 1009 as soon as `out` would pass `limit`, before the memory is spent, and with 1007 on
     /// data that is not deflate.

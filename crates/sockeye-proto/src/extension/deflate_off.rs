@@ -20,6 +20,10 @@ impl PerMessageDeflate {
         match *self {}
     }
 
+    pub(crate) fn abandon_message(&mut self) {
+        match *self {}
+    }
+
     pub(crate) fn shared_key(&self) -> Option<(u32, u8)> {
         match *self {}
     }
