@@ -1229,24 +1229,7 @@ impl Connection {
             Some(_) => return Err(Error::InvalidInput("fragment kind differs from the message's")),
         };
         self.sending_fragmented = if fin { None } else { Some(kind) };
-        match &mut self.deflate {
-            Some(d) if self.sending_compressed => {
-                let compressed = match d.compress_fragment(&payload, fin) {
-                    Ok(compressed) => compressed,
-                    // The compressor's state is lost: the connection cannot go on (1011).
-                    Err(e) => return Err(self.fail_with(CloseCode::INTERNAL_ERROR, Error::Compression(e))),
-                };
-                // §6: RSV1 on the first frame of a compressed message only.
-                let rsv = if opcode == OpCode::Continuation {
-                    0
-                } else {
-                    FrameHeader::RSV1
-                };
-                self.encode_data(opcode, fin, rsv, Bytes::from(compressed));
-            }
-            _ => self.encode_data(opcode, fin, 0, payload),
-        }
-        Ok(())
+        self.encode_data_frame(opcode, fin, self.sending_compressed, payload)
     }
 
     /// Starts the closing handshake (§7.1.2): queues a close frame and waits for the peer's. `None`
@@ -1317,22 +1300,40 @@ impl Connection {
     }
 
     /// Queues a whole message as one frame, compressed when permessage-deflate is on and the
-    /// message is large enough (RFC 7692 §6: RSV1 on the first frame of a compressed message).
+    /// message is large enough.
     fn encode_message(&mut self, opcode: OpCode, payload: Bytes) -> Result<(), Error> {
-        match &mut self.deflate {
-            Some(d) if d.should_compress(payload.len()) => {
-                let compressed = match d.compress(&payload) {
-                    Ok(compressed) => compressed,
-                    // The compressor's state is lost: the connection cannot go on (1011).
-                    Err(e) => {
-                        let error = Error::Compression(e.to_string());
-                        return Err(self.fail_with(CloseCode::INTERNAL_ERROR, error));
-                    }
-                };
+        let compressed = self
+            .deflate
+            .as_ref()
+            .is_some_and(|d| d.should_compress(payload.len()));
+        self.encode_data_frame(opcode, true, compressed, payload)
+    }
 
-                self.encode_data(opcode, true, FrameHeader::RSV1, Bytes::from(compressed));
+    /// Queues one frame of a data message — a whole message, or a fragment (`opcode`
+    /// `Continuation` after the first) — deflated when the message is `compressed`, with RSV1 on
+    /// a compressed message's first frame only (RFC 7692 §6).
+    fn encode_data_frame(
+        &mut self,
+        opcode: OpCode,
+        fin: bool,
+        compressed: bool,
+        payload: Bytes,
+    ) -> Result<(), Error> {
+        match &mut self.deflate {
+            Some(d) if compressed => {
+                let deflated = match d.compress_fragment(&payload, fin) {
+                    Ok(deflated) => deflated,
+                    // The compressor's state is lost: the connection cannot go on (1011).
+                    Err(e) => return Err(self.fail_with(CloseCode::INTERNAL_ERROR, Error::Compression(e))),
+                };
+                let rsv = if opcode == OpCode::Continuation {
+                    0
+                } else {
+                    FrameHeader::RSV1
+                };
+                self.encode_data(opcode, fin, rsv, Bytes::from(deflated));
             }
-            _ => self.encode_data(opcode, true, 0, payload),
+            _ => self.encode_data(opcode, fin, 0, payload),
         }
         Ok(())
     }

@@ -6,8 +6,8 @@
 //!
 //! With permessage-deflate, the message is compressed as it goes when its first chunk would be
 //! compressed as a whole message: each fragment sync-flushed, so the peer can inflate what it has
-//! without waiting for the end (RFC 7692 §7.2.1; see `Connection::send_fragment`). A source that fails in the middle leaves a message that cannot
-//! be finished nor taken back (the protocol has no way to abandon one), so the connection is
+//! without waiting for the end (RFC 7692 §7.2.1; see `Connection::send_fragment`). A source that
+//! fails in the middle leaves a message that cannot be finished nor taken back (the protocol has no way to abandon one), so the connection is
 //! closed with 1011 and the source's error returned as [`Error::Source`].
 
 use std::future::poll_fn;

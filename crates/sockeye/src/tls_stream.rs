@@ -451,6 +451,14 @@ fn not_handshaken() -> io::Error {
     )
 }
 
+/// The error of a write after our close_notify.
+fn shut_for_writing() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the TLS connection was shut down for writing (close_notify sent)",
+    )
+}
+
 /// Why rustls did not write a record into the room it was given.
 enum NoRecord {
     /// It needs this many bytes.
@@ -680,22 +688,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
             return Poll::Ready(Err(not_handshaken()));
         }
         if self.close_notify_queued {
-            return Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the TLS connection was shut down for writing (close_notify sent)",
-            )));
+            return Poll::Ready(Err(shut_for_writing()));
         }
         if self.out_end - self.out_start >= SEND_BACKLOG {
             ready!(self.poll_send_queued(cx))?;
         }
         let n = match self.drive(Want::Encrypt(data)) {
             Ok(Driven::Encrypted(n)) => n,
-            Ok(Driven::Closed) => {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::BrokenPipe,
-                    "the TLS connection is closed (close_notify sent)",
-                )));
-            }
+            Ok(Driven::Closed) => return Poll::Ready(Err(shut_for_writing())),
             Ok(_) => return Poll::Ready(Err(not_handshaken())),
             Err(e) => {
                 let _ = self.poll_send_queued(cx);

@@ -581,15 +581,7 @@ impl PerMessageDeflate {
     /// Keeps the compressor after a message, or gives it back to the pool.
     fn put_deflater(&mut self, c: Compress) {
         match &self.pool {
-            Some(pool) => {
-                let owner = self.owner_for(self.compress_reset);
-                let lent = Lent {
-                    kind: (self.level, self.compress_bits),
-                    owner,
-                    state: c,
-                };
-                give_back(&pool.shared.compressors, pool.shared.idle_limit, lent);
-            }
+            Some(pool) => self.lend_back_deflater(pool, c, self.owner_for(self.compress_reset)),
             // Nothing carries over to the next message: free the state until then.
             None if self.compress_reset => {}
             None => self.deflater = Some(c),
@@ -715,13 +707,18 @@ impl PerMessageDeflate {
     pub(crate) fn abandon_message(&mut self) {
         let Some(c) = self.deflater.take() else { return };
         if let Some(pool) = &self.pool {
-            let lent = Lent {
-                kind: (self.level, self.compress_bits),
-                owner: 0,
-                state: c,
-            };
-            give_back(&pool.shared.compressors, pool.shared.idle_limit, lent);
+            self.lend_back_deflater(pool, c, 0);
         }
+    }
+
+    /// Gives a compressor of ours back to `pool`, as `owner`'s (0: nobody's).
+    fn lend_back_deflater(&self, pool: &DeflatePool, c: Compress, owner: u64) {
+        let lent = Lent {
+            kind: (self.level, self.compress_bits),
+            owner,
+            state: c,
+        };
+        give_back(&pool.shared.compressors, pool.shared.idle_limit, lent);
     }
 
     /// Inflates the next piece of a compressed message into `out`; `last` restores the tail. Fails
