@@ -279,16 +279,35 @@ impl ReconnectConfig {
     /// last healthy connection): the nominal delay is `first_delay × multiplier^retry`, capped
     /// at `max_delay`; the wait is drawn uniformly between the bounds this returns, `[d/2, d]`
     /// with [`Jitter::Equal`], `[0, d]` with [`Jitter::Full`], `[d, d]` without jitter.
+    ///
+    /// Any settings give bounds, never a panic: a nominal delay past `max_delay` (an overflow
+    /// to infinity included) is `max_delay` itself, whatever its size (`Duration::MAX` too),
+    /// and a multiplier that is not a number counts as 1.
     pub fn delay_range(&self, retry: u32) -> (Duration, Duration) {
-        let cap = self.max_delay.as_secs_f64();
-        let exponent = i32::try_from(retry).unwrap_or(i32::MAX);
-        let nominal = self.first_delay.as_secs_f64() * self.multiplier.max(1.0).powi(exponent);
-        // `min` also tames an overflow to infinity.
-        let nominal = Duration::from_secs_f64(nominal.min(cap).max(0.0));
+        let nominal = self.nominal_delay(retry);
         match self.jitter {
             Jitter::Equal => (nominal / 2, nominal),
             Jitter::Full => (Duration::ZERO, nominal),
             Jitter::None => (nominal, nominal),
+        }
+    }
+
+    /// `first_delay × multiplier^retry`, capped at `max_delay`. The product is computed in
+    /// floating point; it goes back to a `Duration` only below the cap, so a cap too large for
+    /// `f64` seconds to round-trip (`Duration::MAX` is 2^64 s as an `f64`, one past what
+    /// `Duration::from_secs_f64` takes) is returned as it was given.
+    fn nominal_delay(&self, retry: u32) -> Duration {
+        let first = self.first_delay.min(self.max_delay);
+        if first.is_zero() {
+            return Duration::ZERO;
+        }
+        let exponent = i32::try_from(retry).unwrap_or(i32::MAX);
+        // `max` takes 1 for NaN: `f64::max` returns the operand that is a number.
+        let nominal = first.as_secs_f64() * self.multiplier.max(1.0).powi(exponent);
+        if nominal < self.max_delay.as_secs_f64() {
+            Duration::try_from_secs_f64(nominal).map_or(self.max_delay, |d| d.min(self.max_delay))
+        } else {
+            self.max_delay
         }
     }
 
@@ -298,7 +317,9 @@ impl ReconnectConfig {
     pub fn delay(&self, retry: u32, unit: f64) -> Duration {
         let (low, high) = self.delay_range(retry);
         let unit = if unit.is_nan() { 0.0 } else { unit.clamp(0.0, 1.0) };
-        low + (high - low).mul_f64(unit)
+        let span = high - low;
+        // Not `mul_f64`: it panics where `span`'s seconds round up past what a `Duration` holds.
+        low + Duration::try_from_secs_f64(span.as_secs_f64() * unit).map_or(span, |d| d.min(span))
     }
 }
 

@@ -203,6 +203,65 @@ fn the_delay_doubles_up_to_the_cap_within_the_jitter_bounds() {
     assert_eq!(config.multiplier(0.5).delay_range(5), (ms(50), ms(100)));
 }
 
+proptest::proptest! {
+    /// Whatever the settings (the fields are public: a multiplier that is infinite or not a
+    /// number, `Duration::MAX` as the cap or the first delay), the bounds exist, hold the draw,
+    /// never pass the cap, and never shrink from one retry to the next.
+    #[test]
+    fn any_settings_give_delays_within_the_cap_and_never_panic(
+        first_nanos in proptest::prelude::any::<u64>(),
+        first_secs in proptest::prop_oneof![proptest::prelude::Just(0u64), 0..100u64, proptest::prelude::Just(u64::MAX)],
+        max_secs in proptest::prop_oneof![proptest::prelude::Just(u64::MAX), 0..1_000_000u64, proptest::prelude::any::<u64>()],
+        multiplier in proptest::prop_oneof![
+            proptest::prelude::Just(f64::INFINITY), proptest::prelude::Just(f64::NAN),
+            proptest::prelude::Just(f64::MAX), proptest::prelude::Just(-3.0), 0.0..1e6f64,
+        ],
+        jitter in proptest::sample::select(vec![Jitter::Equal, Jitter::Full, Jitter::None]),
+        retry in proptest::prop_oneof![0..70u32, proptest::prelude::any::<u32>()],
+        unit in proptest::prelude::any::<f64>(),
+    ) {
+        let mut config = ReconnectConfig::default().jitter(jitter);
+        config.first_delay = Duration::new(first_secs, (first_nanos % 1_000_000_000) as u32);
+        config.max_delay = Duration::new(max_secs, (first_nanos / 7 % 1_000_000_000) as u32);
+        config.multiplier = multiplier;
+        let (low, high) = config.delay_range(retry);
+        proptest::prop_assert!(low <= high && high <= config.max_delay, "{low:?} {high:?} {config:?}");
+        let d = config.delay(retry, unit);
+        proptest::prop_assert!(low <= d && d <= high, "{d:?} outside {low:?}..={high:?}");
+        let (_, next_high) = config.delay_range(retry.saturating_add(1));
+        proptest::prop_assert!(high <= next_high, "retry {retry}: {high:?} then {next_high:?}");
+    }
+}
+
+/// A huge multiplier with `Duration::MAX` as the cap: the second wait computed overflowed
+/// `Duration::from_secs_f64`, the driver task panicked and the client ended without `GaveUp`.
+/// Now the wait is the cap, reported, and the client still answers.
+#[tokio::test]
+async fn a_wait_past_what_a_duration_holds_is_the_cap_and_the_client_lives_on() {
+    let nobody = format!("ws://127.0.0.1:{}/", free_port().await);
+    let mut client = ReconnectingClient::builder(nobody)
+        .config(config())
+        .reconnect(
+            ReconnectConfig::default()
+                .first_delay(Duration::from_millis(10))
+                .multiplier(1e300)
+                .max_delay(Duration::MAX)
+                .max_attempts(Some(5)),
+        )
+        .start();
+    let mut waits = Vec::new();
+    while waits.len() < 2 {
+        if let Event::Reconnecting { delay, .. } = next(&mut client).await {
+            waits.push(delay);
+        }
+    }
+    assert!(waits[0] <= Duration::from_millis(10), "{waits:?}");
+    assert!(waits[1] >= Duration::MAX / 2, "{waits:?}");
+    // In that endless wait, the client still takes commands.
+    client.close(None);
+    ends(&mut client).await;
+}
+
 #[test]
 fn the_default_final_refusals_are_the_ws_tools() {
     let config = ReconnectConfig::default();
