@@ -24,7 +24,7 @@ use std::io;
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 
 use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::pki_types::ServerName;
@@ -86,6 +86,10 @@ pub struct TlsStream<S, C: TlsSide> {
     failed: Option<rustls::Error>,
     /// Server side: the host name the client sent with SNI.
     sni: Option<Box<str>>,
+    /// The last writer (write, flush, shutdown) that waited for the socket to take the queue.
+    /// A read that fails tries the alert with its own waker, which then takes the socket's
+    /// write wake-up from that writer (one slot per direction): the read wakes it instead.
+    waiting_writer: Option<Waker>,
 }
 
 /// The client side of a TLS connection.
@@ -208,6 +212,7 @@ impl<S, C: TlsSide> TlsStream<S, C> {
             close_notify_queued: false,
             failed: None,
             sni: None,
+            waiting_writer: None,
         }
     }
 
@@ -620,6 +625,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
         Poll::Ready(Ok(()))
     }
 
+    /// [`poll_send_queued`](Self::poll_send_queued) for a writer: one left waiting is noted,
+    /// so that a failing read can wake it (see `waiting_writer`).
+    fn poll_send_for_writer(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let sent = self.poll_send_queued(cx);
+        if sent.is_pending() {
+            match &mut self.waiting_writer {
+                Some(waker) => waker.clone_from(cx.waker()),
+                None => self.waiting_writer = Some(cx.waker().clone()),
+            }
+        }
+        sent
+    }
+
     /// The end of the socket: a clean end only after the peer's close_notify (RFC 8446 §6.1: a
     /// TCP close alone could be an attacker's truncation).
     fn at_eof(&self) -> io::Result<()> {
@@ -691,7 +709,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
             return Poll::Ready(Err(shut_for_writing()));
         }
         if self.out_end - self.out_start >= SEND_BACKLOG {
-            ready!(self.poll_send_queued(cx))?;
+            ready!(self.poll_send_for_writer(cx))?;
         }
         let n = match self.drive(Want::Encrypt(data)) {
             Ok(Driven::Encrypted(n)) => n,
@@ -785,7 +803,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> AsyncRead for TlsStream<S, C
             // What rustls queues as it reads (a session ticket, a key update) goes out with the
             // next write or flush, as with rustls's own streams: a read that wrote would take
             // the socket's write wake-up from a writer waiting in another task. Only the alert
-            // that ends a failed connection is tried at once.
+            // that ends a failed connection is tried at once, and the writer it may have taken
+            // the wake-up from is woken: its next call returns the same error.
             match driven {
                 Ok(Driven::Delivered) if buf.filled().len() > before => {
                     this.release_idle_incoming();
@@ -797,6 +816,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> AsyncRead for TlsStream<S, C
                 Ok(Driven::NeedInput | Driven::Encrypted(_)) => {}
                 Err(e) => {
                     let _ = this.poll_send_queued(cx);
+                    if let Some(writer) = this.waiting_writer.take() {
+                        writer.wake();
+                    }
                     return Poll::Ready(Err(e));
                 }
             }
@@ -845,7 +867,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> AsyncWrite for TlsStream<S, 
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.poll_send_queued(cx))?;
+        ready!(self.poll_send_for_writer(cx))?;
         Pin::new(&mut self.io).poll_flush(cx)
     }
 
@@ -854,7 +876,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> AsyncWrite for TlsStream<S, 
         if !self.close_notify_queued && self.failed.is_none() && !self.conn.is_handshaking() {
             self.close_notify_queued = matches!(self.drive(Want::CloseNotify), Ok(Driven::Encrypted(_)));
         }
-        ready!(self.poll_send_queued(cx))?;
+        ready!(self.poll_send_for_writer(cx))?;
         match ready!(Pin::new(&mut self.io).poll_shutdown(cx)) {
             // Not connected any more: shut down already.
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Poll::Ready(Ok(())),
@@ -1106,6 +1128,53 @@ mod tests {
         let err = server.read(&mut [0u8; 10]).await.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "{err}");
         assert!(err.to_string().contains("close_notify"), "{err}");
+    }
+
+    /// A reader and a writer in two tasks (`tokio::io::split`), the writer waiting for a full
+    /// socket; a bad record fails the read, whose alert finds the socket full too. The writer
+    /// must still hear of it: before, the alert's attempt left the reader's waker in the
+    /// socket's one write slot and the writer slept forever once the socket drained.
+    #[tokio::test]
+    async fn a_failed_read_does_not_steal_a_waiting_writers_wake_up() {
+        let (mut client, server) = pair(1024, 0).await;
+        let (mut reader, mut writer) = tokio::io::split(server);
+        let writing = tokio::spawn(async move {
+            let block = [7u8; 4096];
+            for _ in 0..10_000 {
+                writer.write_all(&block).await?;
+            }
+            Ok::<(), std::io::Error>(())
+        });
+        // The client reads nothing: the writer fills the pipe and waits.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!writing.is_finished());
+        // An application-data record that cannot decrypt (RFC 8446 §5.2: bad_record_mac).
+        let mut record = vec![23, 3, 3, 0, 32];
+        record.extend_from_slice(&[0x5a; 32]);
+        client.get_mut().write_all(&record).await.unwrap();
+        let err = reader.read(&mut [0u8; 64]).await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+        // The peer drains the socket, as a live peer would.
+        let drain = tokio::spawn(async move {
+            let mut buf = vec![0u8; 65536];
+            while let Ok(Ok(n)) = tokio::time::timeout(
+                std::time::Duration::from_millis(500),
+                client.get_mut().read(&mut buf),
+            )
+            .await
+            {
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+        let written = tokio::time::timeout(std::time::Duration::from_secs(5), writing)
+            .await
+            .expect("the writer was never woken after the read failed")
+            .unwrap();
+        let late = written.unwrap_err();
+        assert_eq!(late.to_string(), err.to_string());
+        drain.await.unwrap();
     }
 
     #[tokio::test]
