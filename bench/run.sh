@@ -10,6 +10,8 @@
 #   bash bench/run.sh --only=pubsub   # one part only: core (sections 1–10) or pubsub (11)
 #   bash bench/run.sh --only=streamed,wss,under-load   # parts of core: 5's streamed rows, 4's
 #                                  # and 5's wss rows, 2's round trips under load (comma list)
+#   bash bench/run.sh --only=instructions   # part of core: sections 8 and 8b, the callgrind
+#                                  # instruction counts (repeatable: before/after a change)
 #
 # Servers are single-threaded and pinned to CPU 0; the load generator runs on CPU 1.
 set -euo pipefail
@@ -23,18 +25,19 @@ for arg in "$@"; do
     --only=*)
       ONLY=${arg#--only=}
       for p in ${ONLY//,/ }; do
-        case "$p" in core | pubsub | streamed | wss | under-load) ;; *) echo "unknown part $p" >&2; exit 2 ;; esac
+        case "$p" in core | pubsub | streamed | wss | under-load | instructions) ;; *) echo "unknown part $p" >&2; exit 2 ;; esac
       done ;;
-    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N] [--only=core|pubsub|streamed|wss|under-load[,…]]" >&2; exit 2 ;;
+    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N] [--only=core|pubsub|streamed|wss|under-load|instructions[,…]]" >&2; exit 2 ;;
   esac
 done
-# Whether a part runs: everything without --only; core includes streamed, wss and under-load.
+# Whether a part runs: everything without --only; core includes streamed, wss, under-load and
+# instructions.
 part() {
   [ -z "$ONLY" ] && return 0
   local p
   for p in ${ONLY//,/ }; do
     [ "$p" = "$1" ] && return 0
-    [ "$p" = core ] && case "$1" in streamed | wss | under-load) return 0 ;; esac
+    [ "$p" = core ] && case "$1" in streamed | wss | under-load | instructions) return 0 ;; esac
   done
   return 1
 }
@@ -53,7 +56,7 @@ section "building (release)"
 # features (aws-lc-sys, rustls, hyper...) compile once, minutes saved on a fresh machine.
 export CARGO_TARGET_DIR="$BENCH/../target"
 (cd harness && cargo build --release --quiet)
-if part core && ! command -v valgrind >/dev/null 2>&1; then
+if part instructions && ! command -v valgrind >/dev/null 2>&1; then
   section "apt-get install valgrind (for the instruction counts)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null 2>&1 || {
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
@@ -371,6 +374,9 @@ for variant in ws wss; do
 done
 unset BENCH_TLS
 
+fi # part core (sections 1-7, 10)
+
+if part instructions; then
 section "8. micro-benchmarks: instructions per operation (callgrind)"
 if command -v valgrind >/dev/null 2>&1; then
   for op in mask parse utf8 engine deflate deflate-dedicated deflate-many deflate-many-dedicated; do
@@ -447,7 +453,7 @@ if command -v valgrind >/dev/null 2>&1; then
   done
 fi
 
-fi # part core
+fi # part instructions
 
 if part pubsub; then
   source "$BENCH/pubsub.sh"
