@@ -23,11 +23,11 @@ mod httpd;
 mod interrupt;
 mod output;
 mod pipe;
+mod probe;
 mod proxy_server;
 mod push;
 mod relay;
 mod tls;
-mod tools;
 mod transfer;
 
 use std::ffi::OsString;
@@ -171,9 +171,9 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Transfer(args) => relay::server(args, None, "transfer").await,
         Command::Send(args) => transfer::send(args).await,
         Command::Receive(args) => transfer::receive(args).await,
-        Command::Ping(args) => tools::ping(args).await,
-        Command::Autoroute(args) => tools::autoroute(args).await,
-        Command::Autobahn(args) => tools::autobahn(args).await,
+        Command::Ping(args) => probe::ping(args).await,
+        Command::Autoroute(args) => probe::autoroute(args).await,
+        Command::Autobahn(args) => probe::autobahn(args).await,
         Command::Connect(args) => connect::run(args).await,
         Command::Chat(args) => pipe::chat(args).await,
         Command::Curl(args) => curl::run(args).await,

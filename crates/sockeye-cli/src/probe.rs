@@ -1,5 +1,6 @@
-//! `ping`, `autoroute` and `autobahn`: each waits for an answer only as long as `--timeout`
-//! says, and says what it was waiting for when none came.
+//! Probes: `ping`, `autoroute` and `autobahn` each send something (a ping, a connection to
+//! `URL/N`, a request for the case count) and wait for the answer only as long as `--timeout`
+//! says, and say what they were waiting for when none came.
 
 use std::time::{Duration, Instant};
 
