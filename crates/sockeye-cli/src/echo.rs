@@ -13,6 +13,7 @@ use crate::client::{abnormal_close, close_interrupted, close_normally, connect, 
 use crate::interrupt;
 use crate::interrupt::serve_until_stopped;
 use crate::output::{errln, outln};
+use crate::ready::Ready;
 use crate::tls::bind;
 
 /// Echoes every message; `-q` silences the per-message log.
@@ -103,7 +104,7 @@ pub(crate) async fn client(args: EchoClientArgs) -> Result<(), Failure> {
             }
             item = ws.recv() => item,
         };
-        let mut taken = 0;
+        let mut ready = Ready::after_first(BATCH);
         loop {
             match item {
                 Some(Ok(m)) if m.is_data() => {
@@ -130,11 +131,7 @@ pub(crate) async fn client(args: EchoClientArgs) -> Result<(), Failure> {
                 }
                 None => break 'receiving,
             }
-            taken += 1;
-            if taken == BATCH {
-                break;
-            }
-            match ws.recv().now_or_never() {
+            match ready.next(|| ws.recv().now_or_never()) {
                 Some(next) => item = next,
                 None => break,
             }

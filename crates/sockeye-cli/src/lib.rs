@@ -26,6 +26,7 @@ mod pipe;
 mod probe;
 mod proxy_server;
 mod push;
+mod ready;
 mod relay;
 mod tls;
 mod transfer;

@@ -23,6 +23,7 @@ use crate::client::{abnormal_close, connect, drain_silently, going_away};
 use crate::console::Console;
 use crate::interrupt::{self, CLOSE_GRACE};
 use crate::output::{errln, escape, stdout_error};
+use crate::ready::Ready;
 use crate::tls::bind;
 
 type Ws = WebSocket<MaybeTlsStream>;
@@ -115,7 +116,8 @@ pub(crate) async fn listen(args: ListenArgs) -> Result<(), Failure> {
     // Later clients find the channel closed and are turned away; those still waiting for their
     // turn are told the server is going away rather than left to find the socket closed.
     arrivals.close();
-    while let Ok((mut ws, _)) = arrivals.try_recv() {
+    let mut ready = Ready::all();
+    while let Some((mut ws, _)) = ready.next(|| arrivals.try_recv().ok()) {
         let frame = CloseFrame::new(CloseCode::GOING_AWAY, "ws listen is done");
         let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
     }
@@ -216,7 +218,8 @@ async fn broadcast(
             Some(m) = heard.recv() => {
                 output.message(&m)?;
                 received += 1;
-                while let Some(Some(m)) = heard.recv().now_or_never() {
+                let mut ready = Ready::all();
+                while let Some(Some(m)) = ready.next(|| heard.recv().now_or_never()) {
                     if opts.max_messages.is_some_and(|n| received >= n) {
                         break;
                     }
@@ -278,7 +281,7 @@ async fn pump(ws: Ws, opts: &PipeOpts, input: &mut Input, output: &mut Output) -
             },
             item = reader.next() => {
                 let mut item = item;
-                let mut taken = 0;
+                let mut ready = Ready::after_first(BATCH);
                 loop {
                     match item {
                         Some(Ok(m)) if m.is_data() => {
@@ -303,11 +306,7 @@ async fn pump(ws: Ws, opts: &PipeOpts, input: &mut Input, output: &mut Output) -
                             return Ok(failure.map_or(Ended::Closed, Ended::Failed));
                         }
                     }
-                    taken += 1;
-                    if taken == BATCH {
-                        break;
-                    }
-                    match reader.next().now_or_never() {
+                    match ready.next(|| reader.next().now_or_never()) {
                         Some(next) => item = next,
                         None => break,
                     }

@@ -37,6 +37,7 @@ use crate::Failure;
 use crate::cli::{ServerOpts, websocket_url};
 use crate::interrupt::serve_until_stopped;
 use crate::output::errln;
+use crate::ready::Ready;
 use crate::tls::bind;
 
 /// 1014: the server, a gateway, got an invalid response from upstream (RFC 6455 §7.4, IANA).
@@ -459,10 +460,11 @@ where
     // ours); what still arrives here is read and dropped until `from` ends.
     let mut to_open = true;
     let mut close: Option<Option<CloseFrame>> = None;
+    let mut ready = Ready::all();
     let ending = loop {
         // Messages already read are fed without a write each; the batch is written when
         // `from` has nothing more at hand.
-        let next = match from.recv().now_or_never() {
+        let next = match ready.next(|| from.recv().now_or_never()) {
             Some(next) => next,
             None => {
                 if to_open && to.flush().await.is_err() {

@@ -7,6 +7,7 @@ use crate::Failure;
 use crate::cli::PushServerArgs;
 use crate::interrupt::serve_until_stopped;
 use crate::output::errln;
+use crate::ready::Ready;
 use crate::tls::bind;
 
 /// Messages pushed between two looks at the client's side of the connection.
@@ -14,13 +15,14 @@ const LOOK_EVERY: u64 = 4096;
 
 /// Reads what the client sent, without waiting: true once it closed (or the connection failed).
 fn client_left(ws: &mut sockeye::WebSocket<sockeye::MaybeTlsStream>) -> bool {
-    loop {
-        match ws.recv().now_or_never() {
-            None => return false,
-            Some(Some(Ok(Message::Close(_)))) | Some(None) | Some(Some(Err(_))) => return true,
-            Some(Some(Ok(_))) => {}
+    let mut ready = Ready::all();
+    while let Some(item) = ready.next(|| ws.recv().now_or_never()) {
+        match item {
+            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return true,
+            Some(Ok(_)) => {}
         }
     }
+    false
 }
 
 /// Pushes `--send_msg` to every client. The path `/N` sends N messages and then closes (1000);

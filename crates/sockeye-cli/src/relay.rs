@@ -17,6 +17,7 @@ use crate::Failure;
 use crate::cli::RelayArgs;
 use crate::interrupt::{CLOSE_GRACE, serve_until_stopped, unless_interrupted};
 use crate::output::errln;
+use crate::ready::Ready;
 use crate::tls::bind;
 
 /// Payload bytes queued for one client before it counts as too slow and is closed (1008): a
@@ -102,7 +103,7 @@ pub(crate) async fn server(
                     // connection: an idle one holds nothing).
                     let write = async {
                         let mut next = Some(first);
-                        let mut fed = 0;
+                        let mut ready = Ready::after_first(BATCH);
                         while let Some(d) = next.take() {
                             match d {
                                 Delivery::Message(m) => sink.feed_prepared(m.prepared()).await?,
@@ -111,11 +112,8 @@ pub(crate) async fn server(
                                 }
                                 _ => {}
                             }
-                            fed += 1;
-                            if fed < BATCH {
-                                // A too-slow stop shows in `too_slow` below.
-                                next = subscriber.try_recv().and_then(Result::ok);
-                            }
+                            // A too-slow stop shows in `too_slow` below.
+                            next = ready.next(|| subscriber.try_recv().and_then(Result::ok));
                         }
                         sink.flush().await
                     };
