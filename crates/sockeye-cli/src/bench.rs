@@ -10,8 +10,8 @@ use futures_util::StreamExt;
 use sockeye::tls::{ClientTlsOptions, Roots, ServerTls};
 use sockeye::{CloseCode, CloseFrame, Config, Message, Server};
 
-use crate::Failure;
 use crate::cli::BenchArgs;
+use crate::failure::Failure;
 use crate::output::outln;
 
 /// One transport under test.

@@ -10,8 +10,8 @@ use sockeye::{
     WebSocketWriter,
 };
 
-use crate::Failure;
 use crate::cli::ClientOpts;
+use crate::failure::Failure;
 use crate::interrupt::{CLOSE_GRACE, unless_interrupted};
 use crate::tls::client_config;
 

@@ -16,10 +16,10 @@ use std::time::Duration;
 use sockeye::reconnect::{Disconnect, Event, Offline, ReconnectConfig, ReconnectingClient, SendError};
 use sockeye::{CloseCode, CloseFrame, Message};
 
-use crate::Failure;
 use crate::cli::ConnectArgs;
 use crate::client::{connect_failure, line_message, request};
 use crate::console::Console;
+use crate::failure::Failure;
 use crate::interrupt::{self, CLOSE_GRACE};
 use crate::output::escape;
 use crate::tls::client_config;

@@ -14,7 +14,7 @@ use rustyline::ExternalPrinter;
 use rustyline::error::ReadlineError;
 use tokio::sync::mpsc;
 
-use crate::Failure;
+use crate::failure::Failure;
 use crate::output::outln;
 
 type Printer = Arc<Mutex<Box<dyn ExternalPrinter + Send>>>;

@@ -18,8 +18,8 @@ use sockeye::MaybeTlsStream;
 use sockeye::tls::rustls::{self, ClientConfig};
 use sockeye::tls::{ClientTlsOptions, ClientTlsStream};
 
-use crate::Failure;
 use crate::cli::positive;
+use crate::failure::Failure;
 use crate::interrupt::unless_interrupted;
 use crate::output::{errln, outln};
 use crate::tls::{CipherList, cipher_list};

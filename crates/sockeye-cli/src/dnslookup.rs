@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use crate::Failure;
+use crate::failure::Failure;
 use crate::interrupt::unless_interrupted;
 use crate::output::outln;
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use clap_complete::Shell;
 
-use crate::Failure;
+use crate::failure::Failure;
 use crate::output::{errln, stdout_error};
 
 /// `completions`.
@@ -38,15 +38,15 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
-pub(crate) fn completions(args: CompletionsArgs) -> Result<(), Failure> {
-    let mut command = crate::command();
+/// `command` is the whole tool's clap definition ([`crate::command`]).
+pub(crate) fn completions(args: CompletionsArgs, mut command: clap::Command) -> Result<(), Failure> {
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut command, "ws", &mut out);
     write_stdout(&out)
 }
 
-pub(crate) fn man(args: ManArgs) -> Result<(), Failure> {
-    let command = crate::command();
+/// `command` is the whole tool's clap definition ([`crate::command`]).
+pub(crate) fn man(args: ManArgs, command: clap::Command) -> Result<(), Failure> {
     let Some(dir) = args.dir else {
         let mut out = Vec::new();
         render(&command, &mut out)?;

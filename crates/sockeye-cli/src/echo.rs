@@ -7,9 +7,9 @@ use std::pin::pin;
 use futures_util::{FutureExt, StreamExt};
 use sockeye::{CloseCode, CloseFrame, Message};
 
-use crate::Failure;
 use crate::cli::{EchoClientArgs, EchoServerArgs};
 use crate::client::{abnormal_close, close_interrupted, close_normally, connect, line_message};
+use crate::failure::Failure;
 use crate::interrupt;
 use crate::interrupt::serve_until_stopped;
 use crate::output::{errln, outln};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::Failure;
+use crate::failure::Failure;
 use crate::output::stdout_error;
 
 /// `gzip`.

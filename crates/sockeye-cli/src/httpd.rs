@@ -22,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use sockeye::MaybeTlsStream;
 use sockeye::tls::{ServerTls, ServerTlsStream, TlsAcceptor};
 
-use crate::Failure;
+use crate::failure::Failure;
 use crate::output::errln;
 
 /// `httpd`.

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use crate::Failure;
+use crate::failure::Failure;
 use crate::output::errln;
 
 /// How long a client interrupted by Ctrl-C waits for the peer's close reply (and a server for

@@ -18,6 +18,7 @@ mod curl;
 mod dnslookup;
 mod docs;
 mod echo;
+mod failure;
 mod gzip;
 mod httpd;
 mod interrupt;
@@ -37,6 +38,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, FromArgMatches};
 
 pub use cli::{Cli, Command};
+pub use failure::Failure;
 
 use crate::output::errln;
 
@@ -181,70 +183,10 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Httpd(args) => httpd::run(args).await,
         Command::Dnslookup(args) => dnslookup::run(args).await,
         Command::Gzip(args) => gzip::gzip(args).await,
-        Command::Completions(args) => docs::completions(args),
-        Command::Man(args) => docs::man(args),
+        Command::Completions(args) => docs::completions(args, crate::command()),
+        Command::Man(args) => docs::man(args, crate::command()),
         Command::Gunzip(args) => gzip::gunzip(args).await,
         Command::ProxyServer(args) => proxy_server::server(args).await,
-    }
-}
-
-/// Why a sub-command failed: one line for stderr and the exit code.
-#[derive(Debug)]
-pub struct Failure {
-    message: String,
-    exit_code: u8,
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl From<sockeye::Error> for Failure {
-    fn from(e: sockeye::Error) -> Self {
-        Failure::new(e.to_string())
-    }
-}
-
-impl From<std::io::Error> for Failure {
-    fn from(e: std::io::Error) -> Self {
-        Failure::new(e.to_string())
-    }
-}
-
-impl Failure {
-    /// The work failed: exit 1.
-    fn new(what: impl Into<String>) -> Self {
-        Failure {
-            message: what.into(),
-            exit_code: 1,
-        }
-    }
-
-    /// The command line asks for something impossible: exit 2.
-    fn usage(what: impl Into<String>) -> Self {
-        Failure {
-            message: what.into(),
-            exit_code: 2,
-        }
-    }
-
-    /// Stopped by Ctrl-C or SIGTERM before the work was done: exit 130, no message (the user
-    /// knows), after the connection was closed as cleanly as the grace period allowed.
-    fn interrupted() -> Self {
-        Failure {
-            message: String::new(),
-            exit_code: 130,
-        }
-    }
-
-    /// Stdout was closed by its reader (`ws cat URL | head -2`): stop quietly, exit 0.
-    fn stdout_closed() -> Self {
-        Failure {
-            message: String::new(),
-            exit_code: 0,
-        }
     }
 }
 

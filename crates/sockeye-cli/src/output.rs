@@ -8,7 +8,7 @@
 use std::fmt;
 use std::io::Write;
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// Writes one line to stdout: `outln!("x = {x}")?`.
 macro_rules! outln {

@@ -17,10 +17,10 @@ use sockeye::{CloseCode, CloseFrame, MaybeTlsStream, Message, WebSocket, WebSock
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Stdin};
 use tokio::sync::mpsc;
 
-use crate::Failure;
 use crate::cli::{CatArgs, ChatArgs, ListenArgs, PipeOpts};
 use crate::client::{abnormal_close, connect, drain_silently, going_away};
 use crate::console::Console;
+use crate::failure::Failure;
 use crate::interrupt::{self, CLOSE_GRACE};
 use crate::output::{errln, escape, stdout_error};
 use crate::ready::Ready;

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use sockeye::{Bytes, Message};
 
-use crate::Failure;
 use crate::cli::{AutobahnArgs, AutorouteArgs, PingArgs};
 use crate::client::{close_interrupted, close_normally, connect, connect_to, reply_timeout};
+use crate::failure::Failure;
 use crate::interrupt::unless_interrupted;
 use crate::output::outln;
 

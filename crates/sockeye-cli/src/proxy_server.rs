@@ -33,8 +33,8 @@ use sockeye::tls::ClientTlsOptions;
 use sockeye::{CloseCode, CloseFrame, Config, ErrorKind, Message, WebSocketReader, WebSocketWriter};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::Failure;
 use crate::cli::{ServerOpts, websocket_url};
+use crate::failure::Failure;
 use crate::interrupt::serve_until_stopped;
 use crate::output::errln;
 use crate::ready::Ready;

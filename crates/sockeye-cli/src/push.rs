@@ -3,8 +3,8 @@
 use futures_util::FutureExt;
 use sockeye::{CloseCode, CloseFrame, Message};
 
-use crate::Failure;
 use crate::cli::PushServerArgs;
+use crate::failure::Failure;
 use crate::interrupt::serve_until_stopped;
 use crate::output::errln;
 use crate::ready::Ready;

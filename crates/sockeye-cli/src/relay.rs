@@ -13,8 +13,8 @@ use sockeye_pubsub::{
     next_batch,
 };
 
-use crate::Failure;
 use crate::cli::RelayArgs;
+use crate::failure::Failure;
 use crate::interrupt::{CLOSE_GRACE, serve_until_stopped, unless_interrupted};
 use crate::output::errln;
 use crate::ready::Ready;

@@ -7,8 +7,8 @@ use sockeye::tls::rustls::{self, SupportedCipherSuite};
 use sockeye::tls::{ClientTlsOptions, ServerTls, TlsAcceptor};
 use sockeye::{Config, Server};
 
-use crate::Failure;
 use crate::cli::{ClientOpts, ServerOpts};
+use crate::failure::Failure;
 use crate::output::errln;
 
 /// The client configuration the flags ask for.

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use sockeye::{Bytes, DataKind, Message};
 
-use crate::Failure;
 use crate::cli::{ReceiveArgs, SendArgs};
 use crate::client::{Client, close_interrupted, close_normally, connect, connect_with_config};
+use crate::failure::Failure;
 use crate::interrupt::unless_interrupted;
 use crate::output::errln;
 use crate::tls::client_config;
