@@ -16,35 +16,13 @@ use tokio::sync::mpsc;
 
 use crate::failure::Failure;
 use crate::output::outln;
+use crate::terminal::{restore_terminal, save_terminal};
 
 type Printer = Arc<Mutex<Box<dyn ExternalPrinter + Send>>>;
 
 impl Drop for Console {
     fn drop(&mut self) {
         restore_terminal();
-    }
-}
-
-#[cfg(unix)]
-static SAVED_TERMINAL: Mutex<Option<nix::sys::termios::Termios>> = Mutex::new(None);
-
-/// Remembers the terminal's mode before the line editor switches it to raw mode.
-fn save_terminal() {
-    #[cfg(unix)]
-    if std::io::stdin().is_terminal()
-        && let Ok(mode) = nix::sys::termios::tcgetattr(std::io::stdin())
-    {
-        *SAVED_TERMINAL.lock().unwrap_or_else(|p| p.into_inner()) = Some(mode);
-    }
-}
-
-/// Puts the terminal back as it was: the process may end while the editor, blocked in its
-/// thread, still has it in raw mode (no echo, no line discipline) — a shell left like that is
-/// unusable. Called when the console is dropped and before any early exit.
-pub(crate) fn restore_terminal() {
-    #[cfg(unix)]
-    if let Some(mode) = SAVED_TERMINAL.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-        let _ = nix::sys::termios::tcsetattr(std::io::stdin(), nix::sys::termios::SetArg::TCSANOW, mode);
     }
 }
 

@@ -129,7 +129,7 @@ pub(crate) fn request() {
 
 /// The second Ctrl-C: the user does not want to wait for a clean close.
 fn exit_now() -> ! {
-    crate::console::restore_terminal();
+    crate::terminal::restore_terminal();
     errln!("ws: interrupted again: exiting now");
     std::process::exit(130);
 }

@@ -29,6 +29,7 @@ mod proxy_server;
 mod push;
 mod ready;
 mod relay;
+mod terminal;
 mod tls;
 mod transfer;
 
