@@ -10,9 +10,9 @@ use sockeye::{
     WebSocketWriter,
 };
 
-use crate::cli::ClientOpts;
 use crate::failure::Failure;
 use crate::interrupt::{CLOSE_GRACE, unless_interrupted};
+use crate::opts::ClientOpts;
 use crate::tls::client_config;
 
 /// A connected client.

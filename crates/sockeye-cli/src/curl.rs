@@ -18,11 +18,11 @@ use sockeye::MaybeTlsStream;
 use sockeye::tls::rustls::{self, ClientConfig};
 use sockeye::tls::{ClientTlsOptions, ClientTlsStream};
 
-use crate::cli::positive;
+use crate::ciphers::{CipherList, cipher_list};
 use crate::failure::Failure;
 use crate::interrupt::unless_interrupted;
+use crate::opts::positive;
 use crate::output::{errln, outln};
-use crate::tls::{CipherList, cipher_list};
 
 /// `curl`.
 #[derive(Debug, Args)]

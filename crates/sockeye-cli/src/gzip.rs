@@ -31,7 +31,7 @@ pub struct GzipArgs {
     pub force: bool,
     /// Compress the input this many times in memory first and print the time per run (a
     /// benchmark, as in IXWebSocket), then write the result once.
-    #[arg(long = "run_count", default_value_t = 1, value_parser = crate::cli::positive::<u32>)]
+    #[arg(long = "run_count", default_value_t = 1, value_parser = crate::opts::positive::<u32>)]
     pub run_count: u32,
 }
 

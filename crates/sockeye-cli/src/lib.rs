@@ -10,6 +10,7 @@
 //! URL, missing file); 130 a client stopped by Ctrl-C or SIGTERM.
 
 mod bench;
+mod ciphers;
 mod cli;
 mod client;
 mod connect;
@@ -22,6 +23,7 @@ mod failure;
 mod gzip;
 mod httpd;
 mod interrupt;
+mod opts;
 mod output;
 mod pipe;
 mod probe;

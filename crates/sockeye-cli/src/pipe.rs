@@ -17,11 +17,12 @@ use sockeye::{CloseCode, CloseFrame, MaybeTlsStream, Message, WebSocket, WebSock
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Stdin};
 use tokio::sync::mpsc;
 
-use crate::cli::{CatArgs, ChatArgs, ListenArgs, PipeOpts};
+use crate::cli::{CatArgs, ChatArgs, ListenArgs};
 use crate::client::{abnormal_close, connect, drain_silently, going_away};
 use crate::console::Console;
 use crate::failure::Failure;
 use crate::interrupt::{self, CLOSE_GRACE};
+use crate::opts::PipeOpts;
 use crate::output::{errln, escape, stdout_error};
 use crate::ready::Ready;
 use crate::tls::bind;

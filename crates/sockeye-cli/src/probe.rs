@@ -129,7 +129,7 @@ pub(crate) async fn autoroute(args: AutorouteArgs) -> Result<(), Failure> {
 /// is first asked for its case count, bounded by `--timeout`, so that a URL that is not a
 /// fuzzingserver fails with a message instead of waiting for ever.
 pub(crate) async fn autobahn(args: AutobahnArgs) -> Result<(), Failure> {
-    let client = crate::cli::ClientOpts::for_url(args.url, args.timeout);
+    let client = crate::opts::ClientOpts::for_url(args.url, args.timeout);
     let base = client.url.trim_end_matches('/').to_string();
     let probe = format!("{base}/getCaseCount");
     let (mut ws, _) = connect_to(&client, &probe).await?;

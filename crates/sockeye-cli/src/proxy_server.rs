@@ -33,9 +33,9 @@ use sockeye::tls::ClientTlsOptions;
 use sockeye::{CloseCode, CloseFrame, Config, ErrorKind, Message, WebSocketReader, WebSocketWriter};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::cli::{ServerOpts, websocket_url};
 use crate::failure::Failure;
 use crate::interrupt::serve_until_stopped;
+use crate::opts::{ServerOpts, websocket_url};
 use crate::output::errln;
 use crate::ready::Ready;
 use crate::tls::bind;
