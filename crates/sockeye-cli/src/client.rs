@@ -87,6 +87,21 @@ pub(crate) async fn close_interrupted(ws: &mut Client) {
     let _ = tokio::time::timeout(CLOSE_GRACE, ws.close(Some(frame))).await;
 }
 
+/// Runs `work` on the connection unless Ctrl-C comes first; then the connection is closed as
+/// [`close_interrupted`] does and the result is [`Failure::interrupted`].
+pub(crate) async fn interruptible<T>(
+    ws: &mut Client,
+    work: impl AsyncFnOnce(&mut Client) -> Result<T, Failure>,
+) -> Result<T, Failure> {
+    match unless_interrupted(work(&mut *ws)).await {
+        Ok(done) => done,
+        Err(interrupted) => {
+            close_interrupted(ws).await;
+            Err(interrupted)
+        }
+    }
+}
+
 /// The same for split halves: close with 1001 and give the peer [`CLOSE_GRACE`] to answer.
 pub(crate) async fn going_away(
     writer: &mut WebSocketWriter<MaybeTlsStream>,

@@ -19,7 +19,7 @@ use sockeye::tls::rustls::{self, ClientConfig};
 use sockeye::tls::{ClientTlsOptions, ClientTlsStream};
 
 use crate::ciphers::{CipherList, cipher_list};
-use crate::failure::Failure;
+use crate::failure::{Failure, usage_file};
 use crate::interrupt::unless_interrupted;
 use crate::opts::positive;
 use crate::output::{errln, outln};
@@ -165,7 +165,7 @@ impl ClientTls {
 
 /// Reads a file named on the command line; unreadable is a usage error.
 fn read_arg_file(flag: &str, path: &Path) -> Result<Vec<u8>, Failure> {
-    std::fs::read(path).map_err(|e| crate::tls::usage_file(flag, path, e))
+    std::fs::read(path).map_err(|e| usage_file(flag, path, e))
 }
 
 impl Plan {
@@ -247,7 +247,7 @@ impl Plan {
         if let Some(ca) = &args.ca_file {
             options = options
                 .add_ca_pem(&read_arg_file("--ca-file", ca)?)
-                .map_err(|e| Failure::usage(format!("--ca-file {}: {e}", ca.display())))?;
+                .map_err(|e| usage_file("--ca-file", ca, e))?;
         }
         if let (Some(cert), Some(key)) = (&args.cert_file, &args.key_file) {
             let chain = read_arg_file("--cert-file", cert)?;

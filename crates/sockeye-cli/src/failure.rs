@@ -61,3 +61,8 @@ impl Failure {
         }
     }
 }
+
+/// A file named on the command line that cannot be used: a usage error naming flag and file.
+pub(crate) fn usage_file(flag: &str, path: &std::path::Path, e: impl std::fmt::Display) -> Failure {
+    Failure::usage(format!("{flag} {}: {e}", path.display()))
+}

@@ -22,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use sockeye::MaybeTlsStream;
 use sockeye::tls::{ServerTls, ServerTlsStream, TlsAcceptor};
 
-use crate::failure::Failure;
+use crate::failure::{Failure, usage_file};
 use crate::output::errln;
 
 /// `httpd`.
@@ -86,8 +86,7 @@ struct Site {
 
 /// Runs `ws httpd` until Ctrl-C.
 pub(crate) async fn run(args: HttpdArgs) -> Result<(), Failure> {
-    let root = std::fs::canonicalize(&args.root)
-        .map_err(|e| Failure::usage(format!("--root {}: {e}", args.root.display())))?;
+    let root = std::fs::canonicalize(&args.root).map_err(|e| usage_file("--root", &args.root, e))?;
     if !root.is_dir() {
         return Err(Failure::usage(format!(
             "--root {}: not a directory",

@@ -13,6 +13,7 @@ mod bench;
 mod ciphers;
 mod cli;
 mod client;
+mod close;
 mod connect;
 mod console;
 mod curl;
@@ -154,7 +155,7 @@ fn start_logging(verbose: u8, logfile: Option<&std::path::Path>) -> Result<(), F
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|e| Failure::usage(format!("--logfile {}: {e}", path.display())))?;
+                .map_err(|e| failure::usage_file("--logfile", path, e))?;
             tracing_subscriber::fmt()
                 .with_writer(std::sync::Mutex::new(file))
                 .with_ansi(false)

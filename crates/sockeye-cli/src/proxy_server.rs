@@ -33,7 +33,8 @@ use sockeye::tls::ClientTlsOptions;
 use sockeye::{CloseCode, CloseFrame, Config, ErrorKind, Message, WebSocketReader, WebSocketWriter};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::failure::Failure;
+use crate::close::short_close;
+use crate::failure::{Failure, usage_file};
 use crate::interrupt::serve_until_stopped;
 use crate::opts::{ServerOpts, websocket_url};
 use crate::output::errln;
@@ -219,9 +220,7 @@ impl Upstream {
                 ..Default::default()
             };
             if let Some(ca) = &args.ca_file {
-                tls = tls
-                    .add_ca_file(ca)
-                    .map_err(|e| Failure::usage(format!("--ca-file {}: {e}", ca.display())))?;
+                tls = tls.add_ca_file(ca).map_err(|e| usage_file("--ca-file", ca, e))?;
             }
             config.tls_client = Some(tls.build()?);
         }
@@ -407,16 +406,7 @@ async fn close_client<S: AsyncRead + AsyncWrite + Unpin>(
     code: CloseCode,
     reason: &str,
 ) {
-    let _ = ws.close(Some(CloseFrame::new(code, truncated(reason)))).await;
-}
-
-/// `reason` cut to what fits in a close frame (123 bytes), at a character boundary.
-fn truncated(reason: &str) -> String {
-    let mut end = reason.len().min(CloseFrame::MAX_REASON_LEN);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    reason[..end].to_string()
+    let _ = ws.close(Some(short_close(code, reason))).await;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,9 +495,7 @@ where
     if let (true, Ending::Failed(why, broken)) = (to_open && close.is_none(), &ending) {
         let frame = match direction {
             // The upstream sees its client go away.
-            Direction::FromClient => {
-                CloseFrame::new(CloseCode::GOING_AWAY, truncated(&format!("client: {why}")))
-            }
+            Direction::FromClient => short_close(CloseCode::GOING_AWAY, &format!("client: {why}")),
             // The client learns that the upstream failed: 1006 on the wire is not allowed
             // (RFC 6455 §7.4.1); a broken upstream is 1014, a lost one 1011.
             Direction::FromUpstream => {
@@ -516,7 +504,7 @@ where
                 } else {
                     CloseCode::INTERNAL_ERROR
                 };
-                CloseFrame::new(code, truncated(&format!("upstream: {why}")))
+                short_close(code, &format!("upstream: {why}"))
             }
         };
         let _ = to.close(Some(frame)).await;

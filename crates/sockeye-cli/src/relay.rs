@@ -14,6 +14,7 @@ use sockeye_pubsub::{
 };
 
 use crate::cli::RelayArgs;
+use crate::close::short_close;
 use crate::failure::Failure;
 use crate::interrupt::{CLOSE_GRACE, serve_until_stopped, unless_interrupted};
 use crate::output::errln;
@@ -224,14 +225,4 @@ async fn publish_patiently(
 /// Adds a data message to the batch (ping, pong and close are not published); its payload bytes.
 fn too_slow() -> CloseFrame {
     CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow: messages were dropped")
-}
-
-/// A close frame whose reason is cut to what a close frame carries (123 bytes, on a character
-/// boundary).
-fn short_close(code: CloseCode, reason: &str) -> CloseFrame {
-    let mut end = reason.len().min(CloseFrame::MAX_REASON_LEN);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    CloseFrame::new(code, reason[..end].to_string())
 }

@@ -6,7 +6,7 @@ use sockeye::proxy::{Proxy, ProxyConfig};
 use sockeye::tls::{ClientTlsOptions, ServerTls, TlsAcceptor};
 use sockeye::{Config, Server};
 
-use crate::failure::Failure;
+use crate::failure::{Failure, usage_file};
 use crate::opts::{ClientOpts, ServerOpts};
 use crate::output::errln;
 
@@ -69,13 +69,7 @@ pub(crate) fn client_config(opts: &ClientOpts) -> Result<Config, Failure> {
 
 /// `--pidfile`: the process id and a newline.
 fn write_pidfile(path: &std::path::Path) -> Result<(), Failure> {
-    std::fs::write(path, format!("{}\n", std::process::id()))
-        .map_err(|e| Failure::usage(format!("--pidfile {}: {e}", path.display())))
-}
-
-/// A file named on the command line that cannot be used: a usage error naming flag and file.
-pub(crate) fn usage_file(flag: &str, path: &std::path::Path, e: impl std::fmt::Display) -> Failure {
-    Failure::usage(format!("{flag} {}: {e}", path.display()))
+    std::fs::write(path, format!("{}\n", std::process::id())).map_err(|e| usage_file("--pidfile", path, e))
 }
 
 /// The server configuration and, with `--tls`, the acceptor.

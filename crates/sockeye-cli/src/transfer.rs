@@ -14,9 +14,8 @@ use sha2::{Digest, Sha256};
 use sockeye::{Bytes, DataKind, Message};
 
 use crate::cli::{ReceiveArgs, SendArgs};
-use crate::client::{Client, close_interrupted, close_normally, connect, connect_with_config};
+use crate::client::{Client, close_normally, connect, connect_with_config, interruptible};
 use crate::failure::Failure;
-use crate::interrupt::unless_interrupted;
 use crate::output::errln;
 use crate::tls::client_config;
 
@@ -35,13 +34,7 @@ pub(crate) async fn send(args: SendArgs) -> Result<(), Failure> {
         .ok_or_else(|| Failure::new(format!("{}: not a file name", args.path.display())))?;
     let digest = hex(&Sha256::digest(&data));
     let (mut ws, _) = connect(&args.client).await?;
-    match unless_interrupted(upload(&mut ws, &args, data, &digest, name)).await {
-        Ok(done) => done,
-        Err(interrupted) => {
-            close_interrupted(&mut ws).await;
-            Err(interrupted)
-        }
-    }
+    interruptible(&mut ws, async |ws| upload(ws, &args, data, &digest, name).await).await
 }
 
 /// Announces, sends and waits for the receiver's acknowledgement.
@@ -112,13 +105,7 @@ pub(crate) async fn receive(args: ReceiveArgs) -> Result<(), Failure> {
     config.protocol.max_message_size = args.max_size;
     let (mut ws, _) = connect_with_config(&args.client, &args.client.url, &config).await?;
     errln!("waiting for a file on {}", args.client.url);
-    match unless_interrupted(download(&mut ws, &args)).await {
-        Ok(done) => done,
-        Err(interrupted) => {
-            close_interrupted(&mut ws).await;
-            Err(interrupted)
-        }
-    }
+    interruptible(&mut ws, async |ws| download(ws, &args).await).await
 }
 
 /// Waits for an announcement and its file, checks and writes it, and acknowledges.
