@@ -222,7 +222,7 @@ async fn publish_patiently(
     }
 }
 
-/// Adds a data message to the batch (ping, pong and close are not published); its payload bytes.
+/// The close a client too slow to read is sent: 1008, saying why.
 fn too_slow() -> CloseFrame {
     CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow: messages were dropped")
 }
