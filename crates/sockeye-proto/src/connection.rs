@@ -28,17 +28,9 @@ use crate::frame::{
     CloseCode, CloseFrame, FrameHeader, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, OpCode, apply_mask,
 };
 use crate::message::{Incoming, Message, MessageChunk};
+use crate::role::{DataKind, MaskKeySource, Role};
 use crate::transmit::Transmit;
 use crate::utf8::{Utf8Bytes, Utf8Validator};
-
-/// Which end of the connection this is. Clients mask what they send; servers require masks (§5.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The end that opened the connection.
-    Client,
-    /// The end that accepted it.
-    Server,
-}
 
 /// Where the connection is in the closing handshake (§7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,19 +105,6 @@ struct Keepalive {
     /// A keepalive ping is out: the peer must send something by then.
     answer_due: Option<Instant>,
 }
-
-/// The kind of data message being sent in fragments (§5.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataKind {
-    /// A text message.
-    Text,
-    /// A binary message.
-    Binary,
-}
-
-/// Where a mask key comes from. RFC 6455 §10.3 asks for an unpredictable key per frame; the I/O layer
-/// supplies one from the operating system's random source; tests supply fixed keys.
-pub type MaskKeySource = Box<dyn FnMut() -> [u8; 4] + Send + Sync>;
 
 /// A frame whose header has been read and whose payload is arriving.
 #[derive(Debug)]

@@ -44,15 +44,17 @@ pub mod frame;
 pub mod handshake;
 mod message;
 mod prepared;
+mod role;
 mod transmit;
 pub mod utf8;
 
 pub use bytes::Bytes;
 pub use config::Config;
-pub use connection::{CloseState, Connection, DataKind, MaskKeySource, Role, Transport};
+pub use connection::{CloseState, Connection, Transport};
 pub use error::{Error, HandshakeError, ProtocolViolation};
 pub use frame::{CloseCode, CloseFrame};
 pub use message::{Incoming, Message, MessageChunk};
 pub use prepared::PreparedMessage;
+pub use role::{DataKind, MaskKeySource, Role};
 pub use transmit::Transmit;
 pub use utf8::Utf8Bytes;

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use crate::{DataKind, Message};
+use crate::message::Message;
+use crate::role::DataKind;
 
 /// A text or binary message to send on many connections: cheap to clone (shared), its payload
 /// and its compressed forms computed once. Send it with

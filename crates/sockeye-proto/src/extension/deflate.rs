@@ -42,8 +42,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 use super::ExtensionOffer;
-use crate::connection::Role;
 use crate::error::ProtocolViolation;
+use crate::role::Role;
 
 /// The extension's registered name.
 pub const NAME: &str = "permessage-deflate";

@@ -90,7 +90,7 @@ pub fn server_accept(
     if let Some(ours) = &config.deflate {
         let (params, response) = ours.accept_offers(offers)?;
         return Some((
-            deflate::PerMessageDeflate::new(crate::Role::Server, params, ours),
+            deflate::PerMessageDeflate::new(crate::role::Role::Server, params, ours),
             response.to_string(),
         ));
     }
