@@ -1,0 +1,173 @@
+//! The connection's clocks: the keepalive (a ping after a quiet interval, and the deadline for
+//! the peer's answer) and the close deadline (the closing handshake, then the transport, must end
+//! by then).
+//!
+//! The engine never reads a clock: the time comes in through
+//! [`Connection::handle_timeout`](crate::Connection::handle_timeout), and a deadline started
+//! before the engine knows the time is [`Deadline::Unarmed`] until then. This room only keeps
+//! the deadlines and says which one is due; what to do about it (send a ping, close, give up)
+//! needs the sending and closing rooms, so the front decides that.
+
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+
+/// A deadline that starts at the next [`Connection::handle_timeout`](crate::Connection::handle_timeout)
+/// (the engine learns the time only there) or is set at an instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deadline {
+    Unarmed(Duration),
+    At(Instant),
+}
+
+impl Deadline {
+    fn arm(&mut self, now: Instant) {
+        if let Deadline::Unarmed(after) = *self {
+            *self = Deadline::At(now + after);
+        }
+    }
+
+    /// When it is due; an unarmed deadline is due at once, so that the I/O layer passes the time.
+    #[inline]
+    fn instant(self, now: Option<Instant>) -> Option<Instant> {
+        match self {
+            Deadline::At(at) => Some(at),
+            Deadline::Unarmed(_) => now,
+        }
+    }
+}
+
+/// Keepalive (see [`Config::keepalive_interval`]): input of any kind proves the peer alive.
+#[derive(Debug)]
+struct Keepalive {
+    interval: Duration,
+    timeout: Duration,
+    /// When to look at the connection next: send a ping if nothing arrived since the last look.
+    next_check: Deadline,
+    /// Something arrived since the last look.
+    input_seen: bool,
+    /// A keepalive ping is out: the peer must send something by then.
+    answer_due: Option<Instant>,
+}
+
+/// What the keepalive asks for at a [`Timers::keepalive_due`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum KeepaliveDue {
+    /// Nothing to do now.
+    Nothing,
+    /// The connection was quiet for an interval: send a ping.
+    Ping,
+    /// The ping went unanswered: the peer is gone.
+    Dead,
+}
+
+/// The connection's deadlines and the latest time the I/O layer passed in.
+#[derive(Debug)]
+pub(super) struct Timers {
+    /// The latest time the I/O layer passed in.
+    now: Option<Instant>,
+    keepalive: Option<Keepalive>,
+    /// Set when the closing handshake starts: the transport must be closed by then.
+    close_deadline: Option<Deadline>,
+}
+
+impl Timers {
+    pub(super) fn new(config: &Config) -> Self {
+        let keepalive = config.keepalive_interval.map(|interval| Keepalive {
+            interval,
+            timeout: config.keepalive_timeout,
+            next_check: Deadline::Unarmed(interval),
+            input_seen: false,
+            answer_due: None,
+        });
+        Timers {
+            now: None,
+            keepalive,
+            close_deadline: None,
+        }
+    }
+
+    /// The transport is closed: no timer runs any more.
+    pub(super) fn stop(&mut self) {
+        self.close_deadline = None;
+        self.keepalive = None;
+    }
+
+    /// When the next timer is due (see [`Connection::poll_timeout`](crate::Connection::poll_timeout));
+    /// the keepalive runs only while the connection is `open`.
+    #[inline]
+    pub(super) fn poll_timeout(&self, open: bool) -> Option<Instant> {
+        let close = self.close_deadline.and_then(|d| d.instant(self.now));
+        let keepalive = match &self.keepalive {
+            Some(k) if open => match k.answer_due {
+                Some(due) => Some(due),
+                None => k.next_check.instant(self.now),
+            },
+            _ => None,
+        };
+        match (close, keepalive) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Passes the time to the close deadline: arms it if it waited for the time, and says
+    /// whether it has passed. Always the first step of a `handle_timeout`.
+    pub(super) fn close_deadline_passed(&mut self, now: Instant) -> bool {
+        self.now = Some(now);
+        match &mut self.close_deadline {
+            Some(deadline) => {
+                deadline.arm(now);
+                matches!(*deadline, Deadline::At(at) if at <= now)
+            }
+            None => false,
+        }
+    }
+
+    /// Passes the time to the keepalive (while the connection is open): what it asks for now.
+    pub(super) fn keepalive_due(&mut self, now: Instant) -> KeepaliveDue {
+        let Some(k) = &mut self.keepalive else {
+            return KeepaliveDue::Nothing;
+        };
+        k.next_check.arm(now);
+        if let Some(due) = k.answer_due {
+            return if now >= due {
+                KeepaliveDue::Dead
+            } else {
+                KeepaliveDue::Nothing
+            };
+        }
+        if matches!(k.next_check, Deadline::At(at) if at > now) {
+            return KeepaliveDue::Nothing;
+        }
+        if std::mem::take(&mut k.input_seen) {
+            k.next_check = Deadline::At(now + k.interval);
+            return KeepaliveDue::Nothing;
+        }
+        k.answer_due = Some(now + k.timeout);
+        KeepaliveDue::Ping
+    }
+
+    /// Input arrived: the peer is alive (see [`Connection::note_input`](crate::Connection::note_input)).
+    #[inline]
+    pub(super) fn note_input(&mut self) {
+        if let Some(k) = &mut self.keepalive {
+            if k.answer_due.take().is_some() {
+                // Answered: start the next interval from now, at the next `handle_timeout`.
+                k.next_check = Deadline::Unarmed(k.interval);
+            } else {
+                k.input_seen = true;
+            }
+        }
+    }
+
+    /// Starts the close deadline, unless it runs already.
+    pub(super) fn start_close_deadline(&mut self, timeout: Duration) {
+        self.close_deadline.get_or_insert(Deadline::Unarmed(timeout));
+    }
+
+    /// Starts the close deadline afresh, whether or not it ran.
+    pub(super) fn restart_close_deadline(&mut self, timeout: Duration) {
+        self.close_deadline = Some(Deadline::Unarmed(timeout));
+    }
+}
