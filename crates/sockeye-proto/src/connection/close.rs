@@ -25,25 +25,27 @@ pub enum CloseState {
 }
 
 /// What the I/O layer does with the transport (RFC 6455 §7.1.1), as the engine asks through
-/// [`Connection::transport`](crate::Connection::transport). The engine decides; the I/O layer only carries it out.
+/// [`Connection::transport`](crate::Connection::transport). The engine decides; the I/O layer
+/// only carries it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Transport {
     /// Read, and write whatever is queued.
     Open,
     /// Write what is queued, shut down the writing side (TCP FIN, TLS close_notify) and call
-    /// [`Connection::write_shut_down`](crate::Connection::write_shut_down); keep reading until the peer's FIN: the engine discards
-    /// what arrives. Asked after failing the connection (§7.1.7), so that the close frame reaches
-    /// the peer before the socket closes (closing with unread input would reset the connection
-    /// and could destroy the close frame in flight).
+    /// [`Connection::write_shut_down`](crate::Connection::write_shut_down); keep reading until
+    /// the peer's FIN: the engine discards what arrives. Asked after failing the connection
+    /// (§7.1.7), so that the close frame reaches the peer before the socket closes (closing with
+    /// unread input would reset the connection and could destroy the close frame in flight).
     ShutdownWrite,
     /// Write what is queued, shut down the writing side and close the transport, then call
-    /// [`Connection::transport_closed`](crate::Connection::transport_closed). The server's move once the closing handshake is done
-    /// (it closes TCP first, §7.1.1), and anyone's once the peer has closed.
+    /// [`Connection::transport_closed`](crate::Connection::transport_closed). The server's move
+    /// once the closing handshake is done (it closes TCP first, §7.1.1), and anyone's once the
+    /// peer has closed.
     Finish,
     /// Close the transport at once, writing nothing more, then call
-    /// [`Connection::transport_closed`](crate::Connection::transport_closed): a deadline passed (the peer stopped answering), or the
-    /// writing side is already shut down.
+    /// [`Connection::transport_closed`](crate::Connection::transport_closed): a deadline passed
+    /// (the peer stopped answering), or the writing side is already shut down.
     Abort,
     /// The transport is closed: the connection is over.
     Closed,

@@ -9,9 +9,10 @@ use crate::error::Error;
 use crate::frame::{CloseCode, CloseFrame};
 use crate::message::{Incoming, Message};
 
+use super::assembly::whole_as_piece;
 use super::close::{Transport, after_close_handshake};
 use super::front::Connection;
-use super::receive::{Part, whole_as_piece};
+use super::receive::Part;
 
 impl Connection {
     /// Appends bytes received from the peer. Then call [`poll_message`](Self::poll_message) until it

@@ -24,7 +24,8 @@
 //! `front` (the struct, its lifecycle, time and failure), `input` and `output` (the two
 //! directions of its API); the rooms:
 //!
-//! - [`receive`]: the read buffer, frame headers, unmasking, UTF-8, reassembly and streaming;
+//! - [`receive`]: the read buffer, frame headers, unmasking as payloads arrive, streaming;
+//!   within it, [`assembly`]: the data message in progress (reassembly, inflation, UTF-8);
 //! - [`send`]: the transmit queue, mask keys, fragmented and compressed sends, frame encoding;
 //! - [`close`]: the closing handshake's stage, the transport's, and why the connection ended;
 //! - [`timers`]: keepalive and the close deadline, on the time the I/O layer passes in.
@@ -33,6 +34,7 @@
 //! to the room that needs it. None of the rooms imports another, nor the front; the front's
 //! three files import the rooms and `input` and `output` import `front`.
 
+mod assembly;
 mod close;
 mod front;
 mod input;

@@ -3,10 +3,12 @@
 //! and, inside a text message, UTF-8-checked as they arrive; fragments are reassembled (§5.4) or
 //! handed over as they come (streaming), inflated when compressed.
 //!
-//! This room owns the read buffer and the message in progress. It reports a broken rule as the
-//! [`ProtocolViolation`] and leaves failing the connection (§7.1.7) to the front, which also acts
-//! on pings and closes ([`Part::Ping`], [`Part::Close`]): answering a ping or a close is the sending and closing
-//! rooms' business. The front asks only while input is processed at all.
+//! This room owns the read buffer and the frame being received; the data message the frames
+//! make up (reassembly, inflation, the UTF-8 check across frames) is its `assembly`, which it
+//! feeds payloads. It reports a broken rule as the [`ProtocolViolation`] and leaves failing the
+//! connection (§7.1.7) to the front, which also acts on pings and closes ([`Part::Ping`],
+//! [`Part::Close`]): answering them is the sending and closing rooms' business. The front asks
+//! only while input is processed at all.
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -14,9 +16,11 @@ use crate::config::Config;
 use crate::error::ProtocolViolation;
 use crate::extension::deflate::PerMessageDeflate;
 use crate::frame::{FrameHeader, OpCode, apply_mask};
-use crate::message::{Incoming, Message, MessageChunk};
-use crate::role::{DataKind, Role};
-use crate::utf8::{Utf8Bytes, Utf8Validator};
+use crate::message::{Message, MessageChunk};
+use crate::role::Role;
+use crate::utf8::Utf8Bytes;
+
+use super::assembly::Assembly;
 
 /// A frame whose header has been read and whose payload is arriving.
 #[derive(Debug)]
@@ -28,21 +32,6 @@ struct IncomingFrame {
     offset: usize,
     /// Payload bytes at the front of the read buffer already unmasked (and checked, if text).
     processed: usize,
-}
-
-/// A data message that is being reassembled from fragments or inflated, or streamed.
-#[derive(Debug)]
-struct Reassembly {
-    kind: DataKind,
-    /// The message bytes so far (inflated, if the message is compressed); empty when streamed.
-    data: Vec<u8>,
-    /// The message's size so far, for the limit: `data.len()`, or what was streamed.
-    size: usize,
-    /// Handed over in pieces ([`Connection::poll_chunk`](crate::Connection::poll_chunk)) rather
-    /// than whole.
-    streamed: bool,
-    /// Streamed: the first piece went out.
-    started: bool,
 }
 
 /// The most a streamed compressed message inflates to in one piece: the bound on the memory a
@@ -83,12 +72,8 @@ pub(super) struct Receiver {
     /// `read_buf` grew for a large frame (see [`SHRINK_AFTER_FRAME`]).
     read_buf_grown: bool,
     incoming: Option<IncomingFrame>,
-    reassembly: Option<Reassembly>,
-    /// Validates the text message being received, across frames and reads (after inflation,
-    /// when compressed).
-    utf8: Option<Utf8Validator>,
-    /// The message being received has RSV1 set: its payload is deflated (RFC 7692 §6).
-    message_compressed: bool,
+    /// The data message the frames belong to.
+    message: Assembly,
 }
 
 impl Receiver {
@@ -133,21 +118,19 @@ impl Receiver {
     /// may still have inflated output to hand over).
     #[inline]
     pub(super) fn is_idle(&self) -> bool {
-        self.read_buf.is_empty()
-            && self.incoming.is_none()
-            && !self.reassembly.as_ref().is_some_and(|r| r.streamed)
+        self.read_buf.is_empty() && self.incoming.is_none() && !self.message.is_streamed()
     }
 
     /// A message is being handed over in pieces.
     #[inline]
     pub(super) fn is_streaming(&self) -> bool {
-        self.reassembly.as_ref().is_some_and(|r| r.streamed)
+        self.message.is_streamed()
     }
 
     /// Between messages: no frame and no message in progress.
     #[inline]
     pub(super) fn between_messages(&self) -> bool {
-        self.reassembly.is_none() && self.incoming.is_none()
+        !self.message.in_progress() && self.incoming.is_none()
     }
 
     /// Drops what arrives, once input is no longer processed: a peer that keeps sending then
@@ -159,15 +142,14 @@ impl Receiver {
 
     /// The message in progress will never be finished (the connection ended).
     pub(super) fn abandon_message(&mut self) {
-        self.reassembly = None;
-        self.utf8 = None;
+        self.message.abandon();
     }
 
     /// The transport is closed: lets go of the read buffer and everything in progress.
     pub(super) fn release_all(&mut self) {
         self.read_buf = BytesMut::new();
         self.incoming = None;
-        self.reassembly = None;
+        self.message.release();
     }
 
     /// The hot case in one step: a whole short data message in one frame (FIN, no RSV bits, at
@@ -188,7 +170,7 @@ impl Receiver {
             || len > config.max_frame_size.min(config.max_message_size)
             || !open
             || self.incoming.is_some()
-            || self.reassembly.is_some()
+            || self.message.in_progress()
         {
             return None;
         }
@@ -235,7 +217,7 @@ impl Receiver {
         deflate: &mut Option<PerMessageDeflate>,
     ) -> Result<Option<Part>, ProtocolViolation> {
         loop {
-            if streaming && let Some(gathered) = self.start_streaming() {
+            if streaming && let Some(gathered) = self.message.start_streaming() {
                 return Ok(Some(Part::Chunk(gathered)));
             }
             let frame = match self.incoming.take() {
@@ -271,29 +253,12 @@ impl Receiver {
                 OpCode::Pong => return Ok(Some(Part::Message(Message::Pong(payload)))),
                 OpCode::Close => return Ok(Some(Part::Close(payload))),
                 OpCode::Text | OpCode::Binary | OpCode::Continuation => {
-                    if let Some(message) = self.on_data(header, payload, config, deflate)? {
+                    if let Some(message) = self.message.on_data(header, payload, config, deflate)? {
                         return Ok(Some(Part::Message(message)));
                     }
                 }
             }
         }
-    }
-
-    /// Streaming takes over a message that `poll_message` began: returns what it gathered as the
-    /// first piece (if anything), and from then on the message is streamed.
-    fn start_streaming(&mut self) -> Option<MessageChunk> {
-        let r = self.reassembly.as_mut().filter(|r| !r.streamed)?;
-        r.streamed = true;
-        if r.data.is_empty() {
-            return None;
-        }
-        r.started = true;
-        Some(MessageChunk {
-            kind: r.kind,
-            data: Bytes::from(std::mem::take(&mut r.data)),
-            first: true,
-            last: false,
-        })
     }
 
     /// Unmasks (and, in uncompressed text, checks) the payload bytes of `frame` that have arrived,
@@ -308,8 +273,7 @@ impl Receiver {
             }
             // Fail fast (§8.1): check text as it arrives, not when the message is complete.
             if !frame.header.opcode.is_control()
-                && !self.message_compressed
-                && let Some(utf8) = &mut self.utf8
+                && let Some(utf8) = self.message.raw_text_check()
                 && utf8.feed(fresh).is_err()
             {
                 // Stay in step with the peer's framing: skip the rest of this frame.
@@ -332,20 +296,8 @@ impl Receiver {
             self.incoming = Some(frame);
             return Err(e);
         }
-        if frame.header.opcode != OpCode::Continuation && self.reassembly.is_none() {
-            self.reassembly = Some(Reassembly {
-                kind: if frame.header.opcode == OpCode::Text {
-                    DataKind::Text
-                } else {
-                    DataKind::Binary
-                },
-                data: Vec::new(),
-                size: 0,
-                streamed: true,
-                started: false,
-            });
-        }
-        if self.message_compressed {
+        self.message.stream_frame(frame.header.opcode);
+        if self.message.is_compressed() {
             return self.stream_compressed(frame, config, deflate);
         }
         let n = frame.processed;
@@ -373,7 +325,7 @@ impl Receiver {
         deflate: &mut Option<PerMessageDeflate>,
     ) -> Result<StreamStep, ProtocolViolation> {
         let limit = config.max_message_size;
-        let so_far = self.reassembly.as_ref().map_or(0, |r| r.size);
+        let so_far = self.message.size();
         let mut out = Vec::with_capacity(STREAM_INFLATE_PIECE);
         let Some(d) = deflate.as_mut() else {
             return Err(ProtocolViolation::ReservedBits(FrameHeader::RSV1));
@@ -391,14 +343,8 @@ impl Receiver {
                     Ok(false)
                 }
             })
-            .and_then(|done| match &mut self.utf8 {
-                // Fail fast on text: check each piece as it is inflated.
-                Some(utf8) => utf8
-                    .feed(&out)
-                    .map(|()| done)
-                    .map_err(|_| ProtocolViolation::InvalidUtf8),
-                None => Ok(done),
-            })?;
+            // Fail fast on text: check each piece as it is inflated.
+            .and_then(|done| self.message.check_inflated(&out).map(|()| done))?;
         // A fragment's input is all in: the next frame continues the deflate stream (what the
         // inflater still holds comes out with it). The last frame stays until drained.
         let frame_over = frame.len == 0 && (!frame.header.fin || message_done);
@@ -417,26 +363,10 @@ impl Receiver {
 
     /// Hands over a streamed piece; the last one ends the message.
     fn streamed_piece(&mut self, data: Bytes, message_done: bool) -> Result<StreamStep, ProtocolViolation> {
-        let Some(r) = self.reassembly.as_mut() else {
-            return Err(ProtocolViolation::UnexpectedContinuation);
-        };
-        r.size += data.len();
-        if data.is_empty() && !message_done {
-            return Ok(StreamStep::Continue);
-        }
-        let first = !std::mem::replace(&mut r.started, true);
-        let kind = r.kind;
-        if message_done {
-            self.reassembly = None;
-            self.message_compressed = false;
-            self.finish_text()?;
-        }
-        Ok(StreamStep::Chunk(MessageChunk {
-            kind,
-            data,
-            first,
-            last: message_done,
-        }))
+        Ok(match self.message.streamed_piece(data, message_done)? {
+            Some(chunk) => StreamStep::Chunk(chunk),
+            None => StreamStep::Continue,
+        })
     }
 
     /// Checks a header against the role, the negotiated extensions (`deflate`: permessage-deflate
@@ -467,34 +397,7 @@ impl Receiver {
                 limit,
             });
         }
-        match h.opcode {
-            OpCode::Continuation => {
-                let Some(r) = &self.reassembly else {
-                    return Err(ProtocolViolation::UnexpectedContinuation);
-                };
-                let size = r.size as u64 + h.payload_len;
-                if size > config.max_message_size as u64 {
-                    let limit = config.max_message_size;
-                    return Err(ProtocolViolation::MessageTooBig { size, limit });
-                }
-            }
-            OpCode::Text | OpCode::Binary => {
-                if self.reassembly.is_some() {
-                    return Err(ProtocolViolation::ExpectedContinuation);
-                }
-                if h.payload_len > config.max_message_size as u64 {
-                    let limit = config.max_message_size;
-                    return Err(ProtocolViolation::MessageTooBig {
-                        size: h.payload_len,
-                        limit,
-                    });
-                }
-                self.utf8 = (h.opcode == OpCode::Text).then(Utf8Validator::new);
-                self.message_compressed = compressed;
-            }
-            OpCode::Close | OpCode::Ping | OpCode::Pong => {}
-        }
-        Ok(())
+        self.message.check_header(h, config, compressed)
     }
 
     /// Unmasks (and, inside a text message, validates) the payload bytes that have arrived, and
@@ -530,98 +433,4 @@ impl Receiver {
         }
         Ok(Some((frame.header, payload)))
     }
-
-    /// A data frame: hand over a whole uncompressed message without a copy, else append the
-    /// (inflated) payload to the message being reassembled.
-    fn on_data(
-        &mut self,
-        header: FrameHeader,
-        payload: Bytes,
-        config: &Config,
-        deflate: &mut Option<PerMessageDeflate>,
-    ) -> Result<Option<Message>, ProtocolViolation> {
-        let first = header.opcode != OpCode::Continuation;
-        if first && header.fin && !self.message_compressed {
-            if header.opcode == OpCode::Text {
-                self.finish_text()?;
-                return Ok(Some(Message::Text(Utf8Bytes::from_validated(payload))));
-            }
-            return Ok(Some(Message::Binary(payload)));
-        }
-        if first {
-            let kind = if header.opcode == OpCode::Text {
-                DataKind::Text
-            } else {
-                DataKind::Binary
-            };
-            self.reassembly = Some(Reassembly {
-                kind,
-                data: Vec::new(),
-                size: 0,
-                streamed: false,
-                started: false,
-            });
-        }
-        // `check_header` made sure a continuation has a message to continue.
-        let Some(r) = self.reassembly.as_mut() else {
-            return Err(ProtocolViolation::UnexpectedContinuation);
-        };
-        if self.message_compressed {
-            let before = r.data.len();
-            let limit = config.max_message_size;
-            let inflated = match deflate.as_mut() {
-                Some(d) => d.inflate(&payload, header.fin, &mut r.data, limit),
-                None => Err(ProtocolViolation::ReservedBits(FrameHeader::RSV1)),
-            };
-            // Fail fast on text: check what each frame inflates to.
-            inflated.and_then(|()| match &mut self.utf8 {
-                Some(utf8) => utf8
-                    .feed(&r.data[before..])
-                    .map_err(|_| ProtocolViolation::InvalidUtf8),
-                None => Ok(()),
-            })?;
-        } else {
-            r.data.extend_from_slice(&payload);
-        }
-        r.size = r.data.len();
-        if !header.fin {
-            return Ok(None);
-        }
-        let Some(r) = self.reassembly.take() else {
-            return Ok(None);
-        };
-        self.message_compressed = false;
-        let data = Bytes::from(r.data);
-        match r.kind {
-            DataKind::Binary => Ok(Some(Message::Binary(data))),
-            DataKind::Text => {
-                self.finish_text()?;
-                Ok(Some(Message::Text(Utf8Bytes::from_validated(data))))
-            }
-        }
-    }
-
-    /// At the end of a text message: no code point may be left unfinished.
-    fn finish_text(&mut self) -> Result<(), ProtocolViolation> {
-        match self.utf8.take() {
-            Some(v) if !v.is_complete() => Err(ProtocolViolation::InvalidUtf8),
-            _ => Ok(()),
-        }
-    }
-}
-
-/// A whole data message as the one piece of its message, for
-/// [`Connection::poll_chunk`](crate::Connection::poll_chunk); control frames stay whole.
-pub(super) fn whole_as_piece(message: Message) -> Incoming {
-    let (kind, data) = match message {
-        Message::Text(text) => (DataKind::Text, text.into_bytes()),
-        Message::Binary(data) => (DataKind::Binary, data),
-        control => return Incoming::Control(control),
-    };
-    Incoming::Chunk(MessageChunk {
-        kind,
-        data,
-        first: true,
-        last: true,
-    })
 }

@@ -227,6 +227,7 @@ impl Sender {
     ) -> Result<(), Error> {
         match cx.deflate {
             Some(d) if compressed => {
+                // The compressor's state is lost: the connection cannot go on (1011).
                 let deflated = d.compress_fragment(&payload, fin).map_err(Error::Compression)?;
                 let rsv = if opcode == OpCode::Continuation {
                     0
