@@ -97,7 +97,7 @@ impl From<Bytes> for Message {
 #[non_exhaustive]
 pub struct MessageChunk {
     /// Whether the message is text or binary.
-    pub kind: crate::DataKind,
+    pub kind: crate::role::DataKind,
     /// The bytes of this piece, possibly empty (an empty message is one empty piece).
     pub data: Bytes,
     /// The first piece of its message.

@@ -37,7 +37,7 @@ impl fmt::Display for InvalidExtensionHeader {
 impl std::error::Error for InvalidExtensionHeader {}
 
 /// The `Sec-WebSocket-Extensions` value a client sends with `config` (`None`: offer nothing).
-pub fn client_offer(config: &crate::Config) -> Option<String> {
+pub fn client_offer(config: &crate::config::Config) -> Option<String> {
     #[cfg(feature = "deflate")]
     if let Some(deflate) = &config.deflate {
         return Some(deflate.client_offer().to_string());
@@ -49,9 +49,9 @@ pub fn client_offer(config: &crate::Config) -> Option<String> {
 /// A client's check of the extensions a server accepted (RFC 6455 §9.1, RFC 7692 §7.1): the state
 /// to install with [`Connection::set_deflate`](crate::Connection::set_deflate).
 pub fn client_accept(
-    config: &crate::Config,
+    config: &crate::config::Config,
     response: &http::HeaderMap,
-) -> Result<Option<deflate::PerMessageDeflate>, crate::HandshakeError> {
+) -> Result<Option<deflate::PerMessageDeflate>, crate::error::HandshakeError> {
     let accepted = crate::handshake::response_extensions(response)?;
     #[cfg(feature = "deflate")]
     if let Some(ours) = &config.deflate {
@@ -62,15 +62,15 @@ pub fn client_accept(
             return Ok(None);
         };
         if found.next().is_some() {
-            return Err(crate::HandshakeError::ExtensionRejected(
+            return Err(crate::error::HandshakeError::ExtensionRejected(
                 "permessage-deflate accepted twice".into(),
             ));
         }
         let params = ours
             .accept_response(response)
-            .map_err(crate::HandshakeError::ExtensionRejected)?;
+            .map_err(crate::error::HandshakeError::ExtensionRejected)?;
         return Ok(Some(deflate::PerMessageDeflate::new(
-            crate::Role::Client,
+            crate::role::Role::Client,
             params,
             ours,
         )));
@@ -83,7 +83,7 @@ pub fn client_accept(
 /// A server's answer to a client's offers: the state to install and the
 /// `Sec-WebSocket-Extensions` value for the 101 response, or `None` to use no extension.
 pub fn server_accept(
-    config: &crate::Config,
+    config: &crate::config::Config,
     offers: &[ExtensionOffer],
 ) -> Option<(deflate::PerMessageDeflate, String)> {
     #[cfg(feature = "deflate")]
@@ -271,7 +271,7 @@ mod tests {
     #[test]
     fn the_deflate_state_follows_the_feature() {
         let size = std::mem::size_of::<Option<deflate::PerMessageDeflate>>();
-        let config = crate::Config::default();
+        let config = crate::config::Config::default();
         let offers = parse_extensions(["permessage-deflate"]).unwrap();
         if cfg!(feature = "deflate") {
             assert!(size > 0);

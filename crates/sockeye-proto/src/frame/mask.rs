@@ -4,7 +4,7 @@
 /// and benchmarks want and which RFC 6455 §10.3 forbids on a real connection (an attacker who can
 /// predict the keys can make a client's frames look like anything to a proxy). Never use it
 /// outside tests; give a client the operating system's random source instead.
-pub fn insecure_mask_keys_for_tests(seed: u32) -> crate::MaskKeySource {
+pub fn insecure_mask_keys_for_tests(seed: u32) -> crate::role::MaskKeySource {
     // xorshift32 never leaves zero: start from a non-zero state.
     let mut state = if seed == 0 { 0x9E37_79B9 } else { seed };
     Box::new(move || {

@@ -99,7 +99,7 @@ impl UrlTarget<'_> {
 /// Schemes are compared without regard to case (RFC 3986 §3.1): `WS://` and `Wss://` work. As in
 /// the WHATWG WebSocket constructor (what browsers do), `http://` is taken as `ws://` and
 /// `https://` as `wss://`. Any other scheme, a missing scheme or host, and a port that is not a
-/// number or is over 65535 are [`HandshakeError::InvalidUrl`](crate::HandshakeError::InvalidUrl),
+/// number or is over 65535 are [`HandshakeError::InvalidUrl`](crate::error::HandshakeError::InvalidUrl),
 /// naming what is wrong: an invalid port never falls back to the default.
 ///
 /// ```
@@ -110,8 +110,8 @@ impl UrlTarget<'_> {
 /// let uri: http::Uri = "ws://127.0.0.1:99999/".parse().unwrap();
 /// assert!(url_target(&uri).unwrap_err().to_string().contains("99999"));
 /// ```
-pub fn url_target(uri: &http::Uri) -> Result<UrlTarget<'_>, crate::HandshakeError> {
-    let invalid = |why: String| crate::HandshakeError::InvalidUrl(format!("{uri}: {why}"));
+pub fn url_target(uri: &http::Uri) -> Result<UrlTarget<'_>, crate::error::HandshakeError> {
+    let invalid = |why: String| crate::error::HandshakeError::InvalidUrl(format!("{uri}: {why}"));
     const ACCEPTED: &str = "ws://, wss://, http:// or https://";
     let secure = match uri.scheme_str().map(str::to_ascii_lowercase).as_deref() {
         Some("ws" | "http") => false,
@@ -146,11 +146,11 @@ fn single_header<'a>(
     headers: &'a HeaderMap,
     name: &HeaderName,
     display: &'static str,
-) -> Result<Option<&'a http::HeaderValue>, crate::HandshakeError> {
+) -> Result<Option<&'a http::HeaderValue>, crate::error::HandshakeError> {
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
-        return Err(crate::HandshakeError::MalformedHttp(format!(
+        return Err(crate::error::HandshakeError::MalformedHttp(format!(
             "duplicate {display} header"
         )));
     }
@@ -186,13 +186,15 @@ fn authority_port(authority: &str) -> Result<Option<u16>, String> {
 }
 
 /// Copies parsed header slots into a [`HeaderMap`].
-fn to_header_map(parsed: &[httparse::Header<'_>]) -> Result<HeaderMap, crate::HandshakeError> {
+fn to_header_map(parsed: &[httparse::Header<'_>]) -> Result<HeaderMap, crate::error::HandshakeError> {
     let mut map = HeaderMap::with_capacity(parsed.len());
     for h in parsed {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
-            .map_err(|_| crate::HandshakeError::MalformedHttp(format!("bad header name {:?}", h.name)))?;
-        let value = http::HeaderValue::from_bytes(h.value)
-            .map_err(|_| crate::HandshakeError::MalformedHttp(format!("bad value for header {}", h.name)))?;
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| {
+            crate::error::HandshakeError::MalformedHttp(format!("bad header name {:?}", h.name))
+        })?;
+        let value = http::HeaderValue::from_bytes(h.value).map_err(|_| {
+            crate::error::HandshakeError::MalformedHttp(format!("bad value for header {}", h.name))
+        })?;
         map.append(name, value);
     }
     Ok(map)
@@ -203,21 +205,21 @@ fn to_header_map(parsed: &[httparse::Header<'_>]) -> Result<HeaderMap, crate::Ha
 fn check_parsed(
     status: Result<httparse::Status<usize>, httparse::Error>,
     buffered: usize,
-    config: &crate::Config,
-) -> Result<Option<usize>, crate::HandshakeError> {
+    config: &crate::config::Config,
+) -> Result<Option<usize>, crate::error::HandshakeError> {
     let limit = config.max_handshake_size;
     match status {
         Ok(httparse::Status::Complete(n)) if n <= limit => Ok(Some(n)),
         Ok(httparse::Status::Partial) if buffered <= limit => Ok(None),
         // Complete but longer than the limit, or still incomplete past it.
-        Ok(_) => Err(crate::HandshakeError::HeadTooLarge { limit }),
+        Ok(_) => Err(crate::error::HandshakeError::HeadTooLarge { limit }),
         Err(httparse::Error::TooManyHeaders) if buffered > limit => {
-            Err(crate::HandshakeError::HeadTooLarge { limit })
+            Err(crate::error::HandshakeError::HeadTooLarge { limit })
         }
-        Err(httparse::Error::TooManyHeaders) => Err(crate::HandshakeError::TooManyHeaders {
+        Err(httparse::Error::TooManyHeaders) => Err(crate::error::HandshakeError::TooManyHeaders {
             limit: config.max_handshake_headers,
         }),
-        Err(e) => Err(crate::HandshakeError::MalformedHttp(e.to_string())),
+        Err(e) => Err(crate::error::HandshakeError::MalformedHttp(e.to_string())),
     }
 }
 
@@ -234,7 +236,7 @@ fn write_headers(out: &mut Vec<u8>, headers: &HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::HandshakeError;
+    use crate::error::HandshakeError;
 
     fn target(url: &str) -> Result<(bool, String, u16), HandshakeError> {
         let uri: http::Uri = url
