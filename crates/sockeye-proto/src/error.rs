@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::frame::CloseCode;
+use crate::frame::close_code::CloseCode;
 
 /// An error from the engine.
 ///

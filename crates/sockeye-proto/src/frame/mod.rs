@@ -16,9 +16,11 @@
 //! ```
 
 mod close;
+pub(crate) mod close_code;
 mod mask;
 
-pub use close::{CloseCode, CloseFrame};
+pub use close::CloseFrame;
+pub use close_code::CloseCode;
 pub use mask::{apply_mask, insecure_mask_keys_for_tests};
 
 use crate::error::ProtocolViolation;
