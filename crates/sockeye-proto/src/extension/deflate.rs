@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
-use super::ExtensionOffer;
+use super::offer::ExtensionOffer;
 use crate::error::ProtocolViolation;
 use crate::role::Role;
 
@@ -844,7 +844,7 @@ fn grow_target(len: usize, capacity: usize, input_len: usize, limit: usize) -> u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extension::parse_extensions;
+    use crate::extension::offer::parse_extensions;
     use proptest::prelude::*;
 
     fn offer(s: &str) -> Vec<ExtensionOffer> {

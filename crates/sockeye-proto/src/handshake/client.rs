@@ -13,7 +13,7 @@ use super::{
 };
 use crate::config::Config;
 use crate::error::HandshakeError;
-use crate::extension::{ExtensionOffer, parse_extensions};
+use crate::extension::offer::{ExtensionOffer, parse_extensions};
 
 /// A client's opening handshake in progress: the request to send and what the response must say.
 #[derive(Debug, Clone)]

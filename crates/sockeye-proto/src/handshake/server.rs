@@ -12,7 +12,7 @@ use super::{
 };
 use crate::config::Config;
 use crate::error::HandshakeError;
-use crate::extension::{ExtensionOffer, parse_extensions};
+use crate::extension::offer::{ExtensionOffer, parse_extensions};
 
 /// Parses an HTTP request head from the start of `buf`.
 ///
