@@ -7,7 +7,7 @@ use http::header::{
 };
 use http::{HeaderValue, Request, Response, StatusCode};
 
-use super::{
+use super::common::{
     accept_key, check_parsed, header_has_token, header_list, single_header, to_header_map, url_target,
     write_headers,
 };

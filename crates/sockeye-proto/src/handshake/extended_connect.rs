@@ -15,8 +15,8 @@ use http::header::{
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
 
 use super::client::check_negotiated;
+use super::common::{single_header, url_target};
 use super::server::{ClientHello, check_websocket_version, offered_extension_list, offered_protocols};
-use super::{single_header, url_target};
 use crate::error::HandshakeError;
 
 /// The value of `:protocol` that asks for a WebSocket (RFC 8441 §5).

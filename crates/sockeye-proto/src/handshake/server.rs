@@ -7,7 +7,7 @@ use http::header::{
 };
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version};
 
-use super::{
+use super::common::{
     accept_key, check_parsed, header_has_token, header_list, single_header, to_header_map, write_headers,
 };
 use crate::config::Config;
@@ -80,7 +80,7 @@ fn is_valid_host(value: &HeaderValue) -> bool {
     !text.is_empty()
         && !text.contains('@')
         && text.parse::<http::uri::Authority>().is_ok()
-        && super::authority_port(text).is_ok()
+        && super::common::authority_port(text).is_ok()
 }
 
 /// What a valid WebSocket upgrade request asks for.
