@@ -205,6 +205,7 @@ impl Assembly {
 
     /// A data frame: hand over a whole uncompressed message without a copy, else append the
     /// (inflated) payload to the message being reassembled.
+    #[inline]
     pub(super) fn on_data(
         &mut self,
         header: FrameHeader,

@@ -80,7 +80,7 @@ impl Connection {
             role,
             timers: Timers::new(&config),
             config,
-            receiver: Receiver::default(),
+            receiver: Receiver::new(role),
             sender: Sender::new(mask_keys),
             deflate: None,
             closing: Closing::new(),
@@ -154,7 +154,7 @@ impl Connection {
         if matches!(self.closing.transport(), Transport::Abort | Transport::Closed) {
             return None;
         }
-        self.timers.poll_timeout(self.closing.is_open())
+        self.timers.poll_timeout(|| self.closing.is_open())
     }
 
     /// Passes the time: starts the timers begun since the last call (the engine learns the time

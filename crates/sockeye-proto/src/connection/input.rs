@@ -162,8 +162,10 @@ impl Connection {
     /// The hot case of both modes in one step (see [`Receiver::poll_short_message`]).
     #[inline]
     fn poll_short_message(&mut self) -> Option<Message> {
-        let open = self.closing.is_open();
-        self.receiver.poll_short_message(self.role, &self.config, open)
+        if !self.closing.is_open() {
+            return None;
+        }
+        self.receiver.poll_short_message(&self.config)
     }
 
     /// The receive path of both modes: whole messages come out as `Control(Message)` (of any
@@ -178,7 +180,7 @@ impl Connection {
         }
         let part = self
             .receiver
-            .poll_part(streaming, self.role, &self.config, &mut self.deflate);
+            .poll_part(streaming, &self.config, &mut self.deflate);
         Ok(match part.map_err(|v| self.fail(v))? {
             None => None,
             Some(Part::Message(message)) => Some(Incoming::Control(message)),

@@ -9,7 +9,7 @@ use crate::error::Error;
 use crate::frame::{CloseCode, CloseFrame, MAX_CONTROL_PAYLOAD, OpCode};
 use crate::message::Message;
 use crate::prepared::PreparedMessage;
-use crate::role::DataKind;
+use crate::role::{DataKind, Role};
 use crate::transmit::Transmit;
 
 use super::close::after_close_handshake;
@@ -78,6 +78,7 @@ impl Connection {
     /// fragment is then compressed as it comes and sync-flushed, so the peer can inflate it at
     /// once (RFC 7692 §7.2.1; a flush costs a few bytes per fragment), and the compressor is held
     /// until the last fragment.
+    #[inline]
     pub fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
         if !self.closing.sendable() {
             return Err(Error::Closed);
@@ -145,8 +146,10 @@ impl Connection {
     fn sending(&mut self) -> (&mut Sender, send::Context<'_>) {
         let cx = send::Context {
             deflate: self.deflate.as_mut(),
-            role: self.role,
-            config: &self.config,
+            zero_copy_from: match self.role {
+                Role::Server => self.config.zero_copy_threshold,
+                Role::Client => usize::MAX,
+            },
         };
         (&mut self.sender, cx)
     }

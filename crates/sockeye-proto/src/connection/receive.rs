@@ -66,8 +66,10 @@ pub(super) enum Part {
 }
 
 /// The read buffer and the frame and message being received.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Receiver {
+    /// The peer is a client: its frames must be masked (§5.1).
+    peer_masks: bool,
     read_buf: BytesMut,
     /// `read_buf` grew for a large frame (see [`SHRINK_AFTER_FRAME`]).
     read_buf_grown: bool,
@@ -77,6 +79,16 @@ pub(super) struct Receiver {
 }
 
 impl Receiver {
+    pub(super) fn new(role: Role) -> Self {
+        Receiver {
+            peer_masks: role == Role::Server,
+            read_buf: BytesMut::new(),
+            read_buf_grown: false,
+            incoming: None,
+            message: Assembly::default(),
+        }
+    }
+
     /// Appends bytes received from the peer.
     #[inline]
     pub(super) fn receive(&mut self, bytes: &[u8]) {
@@ -154,21 +166,21 @@ impl Receiver {
 
     /// The hot case in one step: a whole short data message in one frame (FIN, no RSV bits, at
     /// most 125 bytes, so a two-byte length; masked exactly when the peer is a client, §5.1), fully
-    /// buffered, with no message in progress, on an `open` connection. Anything else — including
-    /// text that is not UTF-8 — is left to the general path, which owns every error.
+    /// buffered, with no message in progress (the front checks that the connection is open).
+    /// Anything else — including text that is not UTF-8 — is left to the general path, which
+    /// owns every error.
     #[inline]
-    pub(super) fn poll_short_message(&mut self, role: Role, config: &Config, open: bool) -> Option<Message> {
+    pub(super) fn poll_short_message(&mut self, config: &Config) -> Option<Message> {
         let &[first @ (0x81 | 0x82), second, ..] = &self.read_buf[..] else {
             return None;
         };
-        let masked = role == Role::Server;
+        let masked = self.peer_masks;
         let len = usize::from(second & 0x7F);
         let header_len = if masked { 6 } else { 2 };
         if (second & 0x80 != 0) != masked
             || len > 125
             || self.read_buf.len() < header_len + len
             || len > config.max_frame_size.min(config.max_message_size)
-            || !open
             || self.incoming.is_some()
             || self.message.in_progress()
         {
@@ -212,7 +224,6 @@ impl Receiver {
     pub(super) fn poll_part(
         &mut self,
         streaming: bool,
-        role: Role,
         config: &Config,
         deflate: &mut Option<PerMessageDeflate>,
     ) -> Result<Option<Part>, ProtocolViolation> {
@@ -225,7 +236,7 @@ impl Receiver {
                 None => match FrameHeader::parse(&self.read_buf)? {
                     None => return Ok(None),
                     Some((header, header_len)) => {
-                        self.check_header(&header, role, config, deflate.is_some())?;
+                        self.check_header(&header, config, deflate.is_some())?;
                         self.read_buf.advance(header_len);
                         // `check_header` bounded the length by the configured limits.
                         let len = header.payload_len as usize;
@@ -374,7 +385,6 @@ impl Receiver {
     fn check_header(
         &mut self,
         h: &FrameHeader,
-        role: Role,
         config: &Config,
         deflate: bool,
     ) -> Result<(), ProtocolViolation> {
@@ -385,9 +395,9 @@ impl Receiver {
             return Err(ProtocolViolation::ReservedBits(h.rsv));
         }
         // §5.1: a server MUST close on an unmasked frame; a client MUST close on a masked one.
-        match (role, h.mask.is_some()) {
-            (Role::Server, false) => return Err(ProtocolViolation::UnmaskedFrame),
-            (Role::Client, true) => return Err(ProtocolViolation::MaskedFrame),
+        match (self.peer_masks, h.mask.is_some()) {
+            (true, false) => return Err(ProtocolViolation::UnmaskedFrame),
+            (false, true) => return Err(ProtocolViolation::MaskedFrame),
             _ => {}
         }
         if h.payload_len > config.max_frame_size as u64 {

@@ -10,13 +10,12 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::config::Config;
 use crate::error::Error;
 use crate::extension::deflate::PerMessageDeflate;
 use crate::frame::{CloseFrame, FrameHeader, MAX_HEADER_LEN, OpCode, apply_mask};
 use crate::message::Message;
 use crate::prepared::PreparedMessage;
-use crate::role::{DataKind, MaskKeySource, Role};
+use crate::role::{DataKind, MaskKeySource};
 use crate::transmit::Transmit;
 
 /// The opcode of a data message's first frame.
@@ -29,11 +28,12 @@ fn data_opcode(kind: DataKind) -> OpCode {
 }
 
 /// What sending a data frame needs from outside this room: the compression state (shared with the
-/// receiving side), this end's role and the configuration (zero-copy threshold).
+/// receiving side) and the size from which a payload is queued without a copy.
 pub(super) struct Context<'a> {
     pub(super) deflate: Option<&'a mut PerMessageDeflate>,
-    pub(super) role: Role,
-    pub(super) config: &'a Config,
+    /// [`Config::zero_copy_threshold`](crate::Config::zero_copy_threshold) for a server; never
+    /// (`usize::MAX`) for a client, which must copy to mask.
+    pub(super) zero_copy_from: usize,
 }
 
 /// The transmit queue and what encoding frames into it needs.
@@ -148,7 +148,7 @@ impl Sender {
                 .compressed_with(level, bits, |p| d.compress(p))
                 .map_err(Error::Compression)?;
             let opcode = data_opcode(prepared.kind());
-            self.encode_data(cx.role, cx.config, opcode, true, FrameHeader::RSV1, compressed);
+            self.encode_data(cx.zero_copy_from, opcode, true, FrameHeader::RSV1, compressed);
             return Ok(true);
         }
         Ok(false)
@@ -234,24 +234,17 @@ impl Sender {
                 } else {
                     FrameHeader::RSV1
                 };
-                self.encode_data(cx.role, cx.config, opcode, fin, rsv, Bytes::from(deflated));
+                self.encode_data(cx.zero_copy_from, opcode, fin, rsv, Bytes::from(deflated));
             }
-            _ => self.encode_data(cx.role, cx.config, opcode, fin, 0, payload),
+            _ => self.encode_data(cx.zero_copy_from, opcode, fin, 0, payload),
         }
         Ok(())
     }
 
-    /// Queues a data frame; a large payload is queued without a copy where the role allows it.
-    fn encode_data(
-        &mut self,
-        role: Role,
-        config: &Config,
-        opcode: OpCode,
-        fin: bool,
-        rsv: u8,
-        payload: Bytes,
-    ) {
-        if role == Role::Server && payload.len() >= config.zero_copy_threshold {
+    /// Queues a data frame; a large payload is queued without a copy where the role allows it
+    /// (`zero_copy_from`, see [`Context`]).
+    fn encode_data(&mut self, zero_copy_from: usize, opcode: OpCode, fin: bool, rsv: u8, payload: Bytes) {
+        if payload.len() >= zero_copy_from {
             self.encode_header(opcode, fin, rsv, payload.len(), None);
             self.transmit.push(payload);
         } else {

@@ -94,12 +94,12 @@ impl Timers {
     }
 
     /// When the next timer is due (see [`Connection::poll_timeout`](crate::Connection::poll_timeout));
-    /// the keepalive runs only while the connection is `open`.
+    /// the keepalive runs only while the connection is `open` (asked only when it runs).
     #[inline]
-    pub(super) fn poll_timeout(&self, open: bool) -> Option<Instant> {
+    pub(super) fn poll_timeout(&self, open: impl Fn() -> bool) -> Option<Instant> {
         let close = self.close_deadline.and_then(|d| d.instant(self.now));
         let keepalive = match &self.keepalive {
-            Some(k) if open => match k.answer_due {
+            Some(k) if open() => match k.answer_due {
                 Some(due) => Some(due),
                 None => k.next_check.instant(self.now),
             },
