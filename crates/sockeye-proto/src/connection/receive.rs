@@ -309,7 +309,10 @@ impl Receiver {
         }
         self.message.stream_frame(frame.header.opcode);
         if self.message.is_compressed() {
-            return self.stream_compressed(frame, config, deflate);
+            let Some(d) = deflate.as_mut() else {
+                return Err(ProtocolViolation::ReservedBits(FrameHeader::RSV1));
+            };
+            return self.stream_compressed(frame, d, config.max_message_size);
         }
         let n = frame.processed;
         let frame_done = n == frame.len;
@@ -328,19 +331,16 @@ impl Receiver {
         self.streamed_piece(data, message_done)
     }
 
-    /// Streams what has arrived of a compressed frame, inflated a bounded piece at a time.
+    /// Streams what has arrived of a compressed frame, inflated a bounded piece at a time
+    /// (`limit`: the largest message accepted).
     fn stream_compressed(
         &mut self,
         mut frame: IncomingFrame,
-        config: &Config,
-        deflate: &mut Option<PerMessageDeflate>,
+        d: &mut PerMessageDeflate,
+        limit: usize,
     ) -> Result<StreamStep, ProtocolViolation> {
-        let limit = config.max_message_size;
         let so_far = self.message.size();
         let mut out = Vec::with_capacity(STREAM_INFLATE_PIECE);
-        let Some(d) = deflate.as_mut() else {
-            return Err(ProtocolViolation::ReservedBits(FrameHeader::RSV1));
-        };
         let message_done = d
             .inflate_some(&self.read_buf[..frame.processed], &mut out, so_far, limit)
             .and_then(|used| {
