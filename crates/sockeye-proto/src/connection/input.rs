@@ -123,7 +123,7 @@ impl Connection {
     }
 
     /// Parses buffered bytes and returns what comes next, a data message as pieces: a piece as
-    /// soon as any of its bytes have arrived (see [`MessageChunk`]), or a control frame whole.
+    /// soon as any of its bytes have arrived (see [`MessageChunk`](crate::MessageChunk)), or a control frame whole.
     /// `Ok(None)` when more bytes are needed (or the connection is closed). Memory stays bounded
     /// whatever the message size: the read buffer holds at most what the I/O layer read, and a
     /// compressed message is inflated 64 KiB at a time. Errors as for
@@ -159,7 +159,7 @@ impl Connection {
         }))
     }
 
-    /// The hot case of both modes in one step (see [`Receiver::poll_short_message`]).
+    /// The hot case of both modes in one step (see `Receiver::poll_short_message`).
     #[inline]
     fn poll_short_message(&mut self) -> Option<Message> {
         if !self.closing.is_open() {
