@@ -123,10 +123,10 @@ impl Connection {
     }
 
     /// Parses buffered bytes and returns what comes next, a data message as pieces: a piece as
-    /// soon as any of its bytes have arrived (see [`MessageChunk`](crate::MessageChunk)), or a control frame whole.
-    /// `Ok(None)` when more bytes are needed (or the connection is closed). Memory stays bounded
-    /// whatever the message size: the read buffer holds at most what the I/O layer read, and a
-    /// compressed message is inflated 64 KiB at a time. Errors as for
+    /// soon as any of its bytes have arrived (see [`MessageChunk`](crate::MessageChunk)), or a
+    /// control frame whole. `Ok(None)` when more bytes are needed (or the connection is closed).
+    /// Memory stays bounded whatever the message size: the read buffer holds at most what the
+    /// I/O layer read, and a compressed message is inflated 64 KiB at a time. Errors as for
     /// [`poll_message`](Self::poll_message).
     ///
     /// The two may be mixed between messages; a message begun with `poll_message` (fragments

@@ -31,8 +31,9 @@
 //! - [`timers`]: keepalive and the close deadline, on the time the I/O layer passes in.
 //!
 //! The permessage-deflate state is used by both directions, so the front keeps it and lends it
-//! to the room that needs it. None of the rooms imports another, nor the front; the front's
-//! three files import the rooms and `input` and `output` import `front`.
+//! to the room that needs it. No room imports the front or another room, except that `receive`
+//! owns and imports its `assembly`; the front's three files import the rooms, and `input` and
+//! `output` import `front`. This file only declares them and re-exports the public items.
 
 mod assembly;
 mod close;

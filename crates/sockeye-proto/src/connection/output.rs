@@ -90,8 +90,8 @@ impl Connection {
 
     /// Starts the closing handshake (§7.1.2): queues a close frame and waits for the peer's. `None`
     /// sends a close frame without a status code. Calling it again while closing does nothing.
-    /// With [`Config::auto_close_reply`](crate::Config::auto_close_reply) off and the peer's close received, this is the answer
-    /// that completes the handshake.
+    /// With [`Config::auto_close_reply`](crate::Config::auto_close_reply) off and the peer's
+    /// close received, this is the answer that completes the handshake.
     pub fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
         if let Some(f) = &frame {
             if !f.code.is_sendable() {
