@@ -61,6 +61,9 @@ pub struct Config {
     /// dead: the connection then ends with [`Error::Timeout`](crate::Error::Timeout)
     /// (`"keepalive"`) and the transport is dropped. Default 30 s, so a dead peer is found within
     /// about a minute.
+    ///
+    /// Any duration is accepted by the three settings above: one too long for an `Instant` to
+    /// hold (`Duration::MAX`) means "never" (about 30 years ahead, as tokio's timers take it).
     pub keepalive_timeout: Duration,
     /// permessage-deflate (RFC 7692): `Some` to offer it (client) or accept it (server). Default on,
     /// with compression states borrowed per message from a pool shared by the connections made

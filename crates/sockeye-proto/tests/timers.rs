@@ -354,3 +354,41 @@ fn by_default_the_close_is_answered_at_once() {
     assert_eq!(p.server.send(Message::text("late")), Err(Error::Closed));
     assert!(matches!(p.at_client.last(), Some(Message::Close(None))));
 }
+
+/// Any duration a user can configure, `Duration::MAX` included: a deadline past what an
+/// `Instant` holds is "never", not a panic (`Instant + Duration` panics on overflow).
+#[test]
+fn durations_too_long_for_an_instant_mean_never() {
+    let mut c = Config::default();
+    c.keepalive_interval = Some(Duration::MAX);
+    c.keepalive_timeout = Duration::MAX;
+    c.close_timeout = Duration::MAX;
+    let now = Instant::now();
+    let mut client = Connection::client(c.clone(), insecure_mask_keys_for_tests(7));
+    let mut server = Connection::server(c);
+    client.handle_timeout(now);
+    server.handle_timeout(now);
+    // Deadlines exist and lie far ahead: nothing is due a year from now.
+    let later = now + Duration::from_secs(365 * 86_400);
+    for side in [&client, &server] {
+        let due = side.poll_timeout().expect("the keepalive check is a deadline");
+        assert!(due > later, "{due:?}");
+    }
+    client.handle_timeout(later);
+    assert!(
+        client.transmit_bytes().is_empty(),
+        "no keepalive ping within a year"
+    );
+    // The closing handshake with a close deadline of Duration::MAX.
+    client
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
+        .unwrap();
+    client.handle_timeout(later);
+    server.receive(&client.transmit_bytes());
+    assert!(matches!(server.poll_message(), Ok(Some(Message::Close(Some(_))))));
+    server.handle_timeout(later);
+    client.receive(&server.transmit_bytes());
+    assert!(matches!(client.poll_message(), Ok(Some(Message::Close(Some(_))))));
+    assert_eq!(client.close_state(), CloseState::Closed);
+    assert_eq!(server.close_state(), CloseState::Closed);
+}

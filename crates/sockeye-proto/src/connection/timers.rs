@@ -20,10 +20,22 @@ enum Deadline {
     At(Instant),
 }
 
+/// How far ahead "never" lies: a deadline that an `Instant` cannot hold (a configured
+/// `Duration::MAX`; `Instant + Duration` panics on overflow) is set this far instead, as tokio
+/// does for its own timers (about 30 years).
+const NEVER: Duration = Duration::from_secs(86_400 * 365 * 30);
+
+/// `now + after`, or [`NEVER`] from now where the sum would overflow.
+fn after(now: Instant, after: Duration) -> Instant {
+    now.checked_add(after)
+        .or_else(|| now.checked_add(NEVER))
+        .unwrap_or(now)
+}
+
 impl Deadline {
     fn arm(&mut self, now: Instant) {
-        if let Deadline::Unarmed(after) = *self {
-            *self = Deadline::At(now + after);
+        if let Deadline::Unarmed(wait) = *self {
+            *self = Deadline::At(after(now, wait));
         }
     }
 
@@ -141,10 +153,10 @@ impl Timers {
             return KeepaliveDue::Nothing;
         }
         if std::mem::take(&mut k.input_seen) {
-            k.next_check = Deadline::At(now + k.interval);
+            k.next_check = Deadline::At(after(now, k.interval));
             return KeepaliveDue::Nothing;
         }
-        k.answer_due = Some(now + k.timeout);
+        k.answer_due = Some(after(now, k.timeout));
         KeepaliveDue::Ping
     }
 
