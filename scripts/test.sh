@@ -4,15 +4,47 @@
 # interop with real clients,
 # servers and proxies, then the Autobahn|Testsuite in both roles (installing wstest, cargo-fuzz,
 # Chromium, the proxies and the Node and Python packages on first use).
-# Usage: bash scripts/test.sh        (CI runs exactly this through .ci/run)
+# Usage: bash scripts/test.sh          (CI runs exactly this through .ci/run)
+#        bash scripts/test.sh --quick  (a contributor's inner loop: formatting, then the engine's,
+#                                       the tokio layer's, the in-process pub/sub and the tool's
+#                                       tests; no Autobahn, browsers, fuzzing, bench or backplane
+#                                       servers, nothing installed. See CONTRIBUTING.md)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 START=$SECONDS
 # Each step says when it began (seconds since the start), so a slow CI run shows where it went.
 step() { printf '\n==> [%d s] %s\n' "$((SECONDS - START))" "$*"; }
 
-step "rustfmt"
+if [ "${1:-}" = --quick ]; then
+  step "rustfmt; imports run one way (no circle between the files of a crate)"
+  cargo fmt --all --check
+  python3 scripts/check-imports.py
+  # Every test target of a crate but those named (they need a redis-server or nats-server that
+  # the full command installs), unit tests included; doc tests run in the full command.
+  quick_tests() { # crate, test targets to leave out...
+    local crate=$1 targets=() file name; shift
+    for file in "crates/$crate"/tests/*.rs; do
+      name=$(basename "$file" .rs)
+      [[ " $* " == *" $name "* ]] || targets+=(--test "$name")
+    done
+    cargo test --quiet -p "$crate" --all-features --lib --bins "${targets[@]}"
+  }
+  step "engine: unit, property and two-engine tests (sockeye-proto)"
+  quick_tests sockeye-proto
+  step "tokio layer: loopback, TLS, HTTP/2, faults, limits, reconnect (sockeye)"
+  quick_tests sockeye
+  step "pub/sub over the in-process backplane (sockeye-pubsub; Redis and NATS: the full command)"
+  quick_tests sockeye-pubsub redis nats failover
+  step "the ws tool (sockeye-cli; the Redis/NATS relay tests: the full command)"
+  quick_tests sockeye-cli backplane
+  step "quick tests passed in $((SECONDS - START)) s (the full command: bash scripts/test.sh)"
+  exit 0
+fi
+[ $# -eq 0 ] || { echo "usage: bash scripts/test.sh [--quick]" >&2; exit 2; }
+
+step "rustfmt; imports run one way (no circle between the files of a crate)"
 cargo fmt --all --check
+python3 scripts/check-imports.py
 # The suite's release builds (the ws tool, the soak, the conformance testee, the benchmarks' smoke
 # harness) skip LTO: the same code, checked the same way, built about a minute sooner (the
 # harness: 126 s instead of 212 on a 2-core VM, 153 s instead of 223 within CI). bench/run.sh run
