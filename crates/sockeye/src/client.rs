@@ -12,8 +12,8 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::head::read_head;
 use crate::head::with_deadline;
-use crate::head::{HeadError, read_head};
 use crate::proxy::{Proxy, ProxyConfig, authority, with_context};
 use crate::stream::MaybeTlsStream;
 use crate::websocket::WebSocket;
@@ -111,33 +111,18 @@ pub async fn connect_with(
             ProxyConfig::Url(proxy) => Some(proxy.clone()),
             ProxyConfig::Environment => Proxy::from_env(tls, &host)?,
         };
+        let target = Target {
+            tls,
+            host: &host,
+            port,
+            proxy: proxy.as_ref(),
+            deadline,
+        };
         #[cfg(feature = "http2")]
         if config.http_version != crate::HttpVersion::Http1 {
-            return connect_http2(
-                request,
-                Target {
-                    tls,
-                    host: &host,
-                    port,
-                    proxy: proxy.as_ref(),
-                    deadline,
-                },
-                config,
-            )
-            .await;
+            return connect_http2(request, &target, config).await;
         }
-        let stream = open_transport(
-            &Target {
-                tls,
-                host: &host,
-                port,
-                proxy: proxy.as_ref(),
-                deadline,
-            },
-            config,
-            HTTP1_ALPN,
-        )
-        .await?;
+        let stream = open_transport(&target, config, HTTP1_ALPN).await?;
         client_handshake(stream, request, config).await
     })
     .await
@@ -206,15 +191,16 @@ impl Target<'_> {
 #[cfg(feature = "http2")]
 async fn connect_http2(
     request: Request<()>,
-    target: Target<'_>,
+    target: &Target<'_>,
     config: &Config,
 ) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
     use crate::HttpVersion;
-    use crate::http2::{PoolKey, client_alpn, connect_new, connect_pooled};
+    use crate::http2::client::{client_alpn, connect_new, connect_pooled};
+    use crate::http2::pool::PoolKey;
     let only = config.http_version == HttpVersion::Http2Only;
     if !target.tls && !only {
         // Cleartext HTTP/2 needs prior knowledge, which only `Http2Only` asserts.
-        let stream = open_transport(&target, config, HTTP1_ALPN).await?;
+        let stream = open_transport(target, config, HTTP1_ALPN).await?;
         return client_handshake(stream, request, config).await;
     }
     let key = PoolKey {
@@ -228,7 +214,7 @@ async fn connect_http2(
     if let Some(connected) = connect_pooled(&key, &request, config).await? {
         return Ok(connected);
     }
-    let stream = match open_transport(&target, config, client_alpn(config.http_version)).await {
+    let stream = match open_transport(target, config, client_alpn(config.http_version)).await {
         // A server that speaks no protocol we offered ends the TLS handshake with this alert.
         #[cfg(feature = "tls")]
         Err(Error::Tls(e))
@@ -239,7 +225,7 @@ async fn connect_http2(
         }
         result => result?,
     };
-    if target.tls && !crate::http2::alpn_is_h2(&stream) {
+    if target.tls && !crate::http2::sniff::alpn_is_h2(&stream) {
         if only {
             return Err(HandshakeError::Http2Unavailable("the server did not choose h2 by ALPN").into());
         }
@@ -248,7 +234,7 @@ async fn connect_http2(
     match connect_new(stream, key, request.clone(), config).await {
         Err(e) if !only && matches!(e.handshake_error(), Some(HandshakeError::Http2Unavailable(_))) => {
             // h2 without RFC 8441: a new connection that offers HTTP/1.1 alone.
-            let stream = open_transport(&target, config, client_alpn(HttpVersion::Http1)).await?;
+            let stream = open_transport(target, config, client_alpn(HttpVersion::Http1)).await?;
             client_handshake(stream, request, config).await
         }
         result => result,
@@ -283,7 +269,7 @@ async fn wrap_tls(
                 std::task::Poll::Ready(Ok(_)) => {
                     first_bytes_seen = true;
                     if crate::tls::looks_like_http(first.filled()) {
-                        return std::task::Poll::Ready(Err(crate::tls::TlsError::plain_http_server()));
+                        return std::task::Poll::Ready(Err(crate::tls::TlsError::plain_http_server().into()));
                     }
                 }
                 std::task::Poll::Ready(Err(_)) => first_bytes_seen = true,
@@ -338,16 +324,11 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     .await;
     let (response, leftover) = match read {
         Ok(read) => read,
-        Err(HeadError::Parse(e)) => return Err(e.into()),
-        Err(HeadError::TooLarge) => return Err(HandshakeError::HeadTooLarge { limit }.into()),
-        Err(HeadError::Eof) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the server closed the connection during the handshake",
-            )
-            .into());
+        Err(e) => {
+            return Err(e
+                .into_handshake_error(limit, "server")
+                .map_or_else(|e| e, Error::from));
         }
-        Err(HeadError::Io(e)) => return Err(e.into()),
     };
     let deflate = extension::client_accept(&config.protocol, response.headers())?;
     let ws = WebSocket::from_upgraded(stream, Role::Client, config, leftover, deflate);

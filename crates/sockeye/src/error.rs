@@ -7,6 +7,10 @@ use std::io;
 
 use sockeye_proto::{CloseCode, HandshakeError, ProtocolViolation};
 
+use crate::proxy_error::ProxyError;
+#[cfg(feature = "tls")]
+use crate::tls_error::TlsError;
+
 /// An error from a Sockeye connection.
 ///
 /// Match on [`kind`](Self::kind) for the broad class, or on the variants for the details:
@@ -31,9 +35,9 @@ pub enum Error {
     /// The TLS handshake failed: unknown issuer, wrong host name, expired certificate, an alert
     /// from the peer, or a bad local certificate or key.
     #[cfg(feature = "tls")]
-    Tls(crate::tls::TlsError),
+    Tls(TlsError),
     /// The proxy refused or failed the tunnel, or its URL is invalid.
-    Proxy(crate::proxy::ProxyError),
+    Proxy(ProxyError),
     /// [`WebSocket::try_send`](crate::WebSocket::try_send) found the write buffer at its high-water
     /// mark: the message was not queued. Wait with `send`/`feed`, or drop the message.
     WriteBufferFull,
@@ -191,15 +195,22 @@ impl From<io::Error> for Error {
             .get_ref()
             .and_then(|inner| inner.downcast_ref::<rustls::Error>())
         {
-            return Error::Tls(crate::tls::TlsError::from_rustls(tls));
+            return Error::Tls(TlsError::from_rustls(tls));
         }
         Error::Io(e)
     }
 }
 
-impl From<crate::proxy::ProxyError> for Error {
-    fn from(p: crate::proxy::ProxyError) -> Self {
+impl From<ProxyError> for Error {
+    fn from(p: ProxyError) -> Self {
         Error::Proxy(p)
+    }
+}
+
+#[cfg(feature = "tls")]
+impl From<TlsError> for Error {
+    fn from(t: TlsError) -> Self {
+        Error::Tls(t)
     }
 }
 

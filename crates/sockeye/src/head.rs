@@ -2,7 +2,10 @@
 //! server's handshake, the client's, and a proxy's answer to `CONNECT` all do it the same way.
 
 use bytes::BytesMut;
+use sockeye_proto::HandshakeError;
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::error::Error;
 
 /// Why no head was read.
 #[derive(Debug)]
@@ -15,6 +18,25 @@ pub(crate) enum HeadError<E> {
     Eof,
     /// Reading failed.
     Io(std::io::Error),
+}
+
+impl HeadError<HandshakeError> {
+    /// What a handshake head that could not be read means, the one map for client and server:
+    /// `Ok` when the head was read and refused (the parser's error, or too large for `limit`: a
+    /// server answers it with its status), `Err` when the connection ended or failed first
+    /// (`peer`, "client" or "server", is who closed it).
+    pub(crate) fn into_handshake_error(self, limit: usize, peer: &str) -> Result<HandshakeError, Error> {
+        match self {
+            HeadError::Parse(e) => Ok(e),
+            HeadError::TooLarge => Ok(HandshakeError::HeadTooLarge { limit }),
+            HeadError::Eof => Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the {peer} closed the connection during the handshake"),
+            )
+            .into()),
+            HeadError::Io(e) => Err(e.into()),
+        }
+    }
 }
 
 /// Reads from `stream` into `buf` — which may already hold the start of the head — until `parse`
@@ -51,8 +73,8 @@ where
 pub(crate) async fn with_deadline<T>(
     limit: std::time::Duration,
     what: &'static str,
-    fut: impl Future<Output = Result<T, crate::Error>>,
-) -> Result<T, crate::Error> {
+    fut: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
     with_deadline_at(tokio::time::Instant::now() + limit, what, fut).await
 }
 
@@ -61,11 +83,11 @@ pub(crate) async fn with_deadline<T>(
 pub(crate) async fn with_deadline_at<T>(
     deadline: tokio::time::Instant,
     what: &'static str,
-    fut: impl Future<Output = Result<T, crate::Error>>,
-) -> Result<T, crate::Error> {
+    fut: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
     match tokio::time::timeout_at(deadline, fut).await {
         Ok(result) => result,
-        Err(_) => Err(crate::Error::timed_out(what)),
+        Err(_) => Err(Error::timed_out(what)),
     }
 }
 

@@ -61,26 +61,34 @@ mod error;
 mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
+mod negotiate;
 pub mod proxy;
+mod proxy_error;
 pub mod reconnect;
 mod server;
+mod shutdown;
 mod split;
+mod stats;
 mod stream;
 mod streaming;
 mod thread_pool;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[cfg(feature = "tls")]
+mod tls_error;
+#[cfg(feature = "tls")]
 mod tls_stream;
 #[cfg(feature = "hyper")]
 pub mod upgrade;
+mod wakers;
 mod websocket;
 
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
 pub use config::{Config, ConfigBuilder, HttpVersion};
 pub use error::{Error, ErrorKind};
 pub use reconnect::ReconnectingClient;
-pub use server::{Server, ServerStats, ShutdownHandle, accept, accept_with};
+pub use server::{Server, accept, accept_with};
+pub use shutdown::ShutdownHandle;
 pub use sockeye_proto::Config as ProtocolConfig;
 pub use sockeye_proto::Error as ProtocolError;
 pub use sockeye_proto::{
@@ -88,5 +96,6 @@ pub use sockeye_proto::{
     PreparedMessage, ProtocolViolation, Role, Utf8Bytes,
 };
 pub use split::{WebSocketReader, WebSocketWriter};
+pub use stats::ServerStats;
 pub use stream::MaybeTlsStream;
 pub use websocket::WebSocket;

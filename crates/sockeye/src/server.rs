@@ -2,25 +2,23 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::BytesMut;
-use http::header::SEC_WEBSOCKET_EXTENSIONS;
-use http::{HeaderValue, Request, Response};
-use sockeye_proto::extension;
-use sockeye_proto::extension::deflate::PerMessageDeflate;
-use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
+use http::{Request, Response};
+use sockeye_proto::handshake::{ClientHello, encode_response, parse_request};
 use sockeye_proto::{HandshakeError, Role};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::head::{HeadError, read_head, with_deadline, with_deadline_at};
+use crate::head::{read_head, with_deadline, with_deadline_at};
+use crate::negotiate::{kept_deflate, negotiate, refuse, send_and_close, service_unavailable};
+use crate::shutdown::{ShutdownHandle, ShutdownSignal};
+use crate::stats::ServerStats;
 use crate::stream::MaybeTlsStream;
 use crate::websocket::WebSocket;
 
@@ -83,18 +81,10 @@ where
     .await;
     let (request, leftover) = match read {
         Ok(read) => read,
-        Err(HeadError::Parse(e)) => return refuse(&mut stream, e).await,
-        Err(HeadError::TooLarge) => {
-            return refuse(&mut stream, HandshakeError::HeadTooLarge { limit }).await;
-        }
-        Err(HeadError::Eof) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the client closed the connection during the handshake",
-            )
-            .into());
-        }
-        Err(HeadError::Io(e)) => return Err(e.into()),
+        Err(e) => match e.into_handshake_error(limit, "client") {
+            Ok(refused) => return refuse(&mut stream, refused).await,
+            Err(e) => return Err(e),
+        },
     };
     let hello = match ClientHello::from_request(&request) {
         Ok(hello) => hello,
@@ -120,49 +110,6 @@ where
             .into())
         }
     }
-}
-
-/// The `101` response for a valid request, with the permessage-deflate answer in it if the
-/// client offered something acceptable; the compression state travels beside it until the
-/// response is final (see [`kept_deflate`]).
-pub(crate) fn negotiate(
-    hello: &ClientHello,
-    config: &sockeye_proto::Config,
-) -> (Response<()>, Option<(PerMessageDeflate, String)>) {
-    let mut response = hello.accept();
-    let deflate = extension::server_accept(config, &hello.extensions);
-    if let Some((_, value)) = &deflate
-        && let Ok(value) = HeaderValue::from_str(value)
-    {
-        response.headers_mut().insert(SEC_WEBSOCKET_EXTENSIONS, value);
-    }
-    (response, deflate)
-}
-
-/// The compression state to install, if the response about to be sent still carries our answer
-/// (an application may have removed it to refuse compression for this client).
-pub(crate) fn kept_deflate<B>(
-    deflate: Option<(PerMessageDeflate, String)>,
-    response: &Response<B>,
-) -> Option<PerMessageDeflate> {
-    let kept = response
-        .headers()
-        .get(SEC_WEBSOCKET_EXTENSIONS)
-        .and_then(|v| v.to_str().ok());
-    deflate
-        .filter(|(_, value)| Some(value.as_str()) == kept)
-        .map(|(state, _)| state)
-}
-
-async fn refuse<S: AsyncWrite + Unpin, T>(stream: &mut S, error: HandshakeError) -> Result<T, Error> {
-    send_and_close(stream, &encode_response(&reject_response(&error))).await;
-    Err(error.into())
-}
-
-/// Sends an HTTP refusal and closes; errors are ignored, as the connection is being dropped anyway.
-async fn send_and_close<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) {
-    let _ = stream.write_all(bytes).await;
-    let _ = stream.shutdown().await;
 }
 
 /// A TCP listener that accepts WebSocket connections and hands each to a handler in its own task.
@@ -327,7 +274,7 @@ impl Server {
                 };
                 tracing::debug!(%peer, "over max_connections: refused");
                 #[cfg(feature = "http2")]
-                let context = crate::http2::ServeContext {
+                let context = crate::http2::serve::ServeContext {
                     config: Arc::clone(&config),
                     shutdown: shutdown.clone(),
                     permits: Arc::clone(&permits),
@@ -346,7 +293,7 @@ impl Server {
                         sniff_then_upgrade(stream, &config, deadline, |_, _| Err(service_unavailable()));
                     #[cfg(feature = "http2")]
                     if let Ok(Established::Http2(stream, head, deadline)) = refusal.await {
-                        Box::pin(crate::http2::serve_connection(
+                        Box::pin(crate::http2::serve::serve_connection(
                             stream, head, false, deadline, context,
                         ))
                         .await;
@@ -383,7 +330,7 @@ impl Server {
                     Established::Http2(stream, head, deadline) => {
                         // The connection holds its permit (`_permit`); each of its WebSockets
                         // takes one more.
-                        let context = crate::http2::ServeContext {
+                        let context = crate::http2::serve::ServeContext {
                             config,
                             shutdown,
                             permits,
@@ -393,7 +340,7 @@ impl Server {
                         };
                         // Boxed: keeps the HTTP/2 connection's state out of every connection's
                         // task.
-                        Box::pin(crate::http2::serve_connection(
+                        Box::pin(crate::http2::serve::serve_connection(
                             stream, head, true, deadline, context,
                         ))
                         .await;
@@ -401,7 +348,7 @@ impl Server {
                     }
                     Established::Failed => return,
                 };
-                ws.set_shutdown(&shutdown);
+                ws.set_close_signal(shutdown.watch());
                 handler(ws, request, peer).await;
             }));
         }
@@ -491,25 +438,13 @@ where
         #[allow(unused_mut)]
         let mut head = BytesMut::with_capacity(1024);
         #[cfg(feature = "http2")]
-        if config.accept_http2 && speaks_http2(&mut stream, &mut head).await {
+        if config.accept_http2 && crate::http2::sniff::speaks_http2(&mut stream, &mut head).await {
             return Ok(Established::Http2(stream, head, deadline));
         }
         let (ws, request) = accept_buffered(stream, head, config, decide).await?;
         Ok(Established::WebSocket(ws, request))
     };
     with_deadline_at(deadline, "handshake", upgrade).await
-}
-
-/// Whether a new connection speaks HTTP/2: ALPN `h2` over TLS; in cleartext, the connection
-/// preface (RFC 9113 §3.4), read into `head` (the caller's deadline bounds the wait). What is
-/// read stays in `head` for the protocol that goes on (an HTTP/1.1 request differs at its first
-/// byte).
-#[cfg(feature = "http2")]
-async fn speaks_http2(stream: &mut MaybeTlsStream, head: &mut BytesMut) -> bool {
-    match stream {
-        MaybeTlsStream::Plain(tcp) => matches!(crate::http2::read_preface(tcp, head).await, Ok(true)),
-        other => crate::http2::alpn_is_h2(other),
-    }
 }
 
 /// Waits for connection tasks to end, up to `limit`, then aborts the rest (dropping their sockets).
@@ -525,161 +460,6 @@ async fn finish(mut tasks: JoinSet<()>, limit: std::time::Duration) {
 /// clients over the limit are closed unanswered. A courtesy to well-behaved clients that costs a
 /// flood little.
 const MAX_REFUSALS: usize = 64;
-
-/// A [`Server`]'s counters, shared with it: take them with [`Server::stats`] before `serve`, and
-/// read them while it runs (for a metrics endpoint, or tests). Each failure counted here is also
-/// logged at debug level with the peer's address and the reason, through `tracing`.
-///
-/// ```no_run
-/// # async fn run() -> std::io::Result<()> {
-/// let server = sockeye::Server::bind("127.0.0.1:8008", sockeye::Config::default()).await?;
-/// let stats = server.stats();
-/// tokio::spawn(server.serve(|_ws, _peer| async {}));
-/// println!("{} failed handshakes", stats.handshake_failures());
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, Default)]
-pub struct ServerStats(Arc<Counters>);
-
-#[derive(Debug, Default)]
-struct Counters {
-    handshake_failures: AtomicU64,
-    refused: AtomicU64,
-}
-
-impl ServerStats {
-    /// Connections (and HTTP/2 streams) dropped because their handshake failed: the TLS handshake
-    /// (a client that does not trust the certificate, one that speaks no TLS, a timeout), the
-    /// HTTP/1.1 upgrade (a request that is not a valid WebSocket upgrade, answered with its 4xx; a
-    /// client that closes or stalls before its request ends), the HTTP/2 connection preface, or an
-    /// HTTP/2 stream that is not a valid extended CONNECT. Refusals for the connection limit are
-    /// counted in [`refused`](Self::refused) instead.
-    pub fn handshake_failures(&self) -> u64 {
-        self.0.handshake_failures.load(Ordering::Relaxed)
-    }
-
-    /// Connections turned away over [`Config::max_connections`] (answered `503`, sent GOAWAY, or
-    /// closed), and HTTP/2 streams refused for the same reason.
-    pub fn refused(&self) -> u64 {
-        self.0.refused.load(Ordering::Relaxed)
-    }
-
-    /// Counts and logs a failed handshake (`stage`: what was being done).
-    pub(crate) fn handshake_failed(
-        &self,
-        peer: SocketAddr,
-        stage: &'static str,
-        error: &dyn std::fmt::Display,
-    ) {
-        self.0.handshake_failures.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(%peer, stage, %error, "handshake failed");
-    }
-
-    pub(crate) fn refused_one(&self) {
-        self.0.refused.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// The answer to a client beyond [`Config::max_connections`].
-pub(crate) fn service_unavailable() -> Response<String> {
-    let mut response = Response::new("server at its connection limit; retry later\n".to_string());
-    *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
-    response
-        .headers_mut()
-        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
-}
-
-/// Starts a [`Server`]'s graceful shutdown: the server stops accepting, sends close 1001 (going
-/// away) on every connection — at the connection's next receive or send — waits up to
-/// [`Config::shutdown_timeout`] for the closing handshakes and handlers to finish, drops whatever
-/// is left, and then [`Server::serve`] returns.
-///
-/// ```no_run
-/// # async fn run() -> std::io::Result<()> {
-/// let server = sockeye::Server::bind("127.0.0.1:8008", sockeye::Config::default()).await?;
-/// let shutdown = server.shutdown_handle();
-/// tokio::spawn(async move {
-///     // In a real server: `tokio::signal::ctrl_c().await`.
-///     tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
-///     shutdown.shutdown();
-/// });
-/// server.serve(|_ws, _peer| async {}).await
-/// # }
-/// ```
-#[derive(Debug, Clone)]
-pub struct ShutdownHandle(ShutdownSignal);
-
-impl ShutdownHandle {
-    /// Begins the graceful shutdown. Calling it again does nothing.
-    pub fn shutdown(&self) {
-        self.0.cancel();
-    }
-
-    /// Whether the shutdown has begun.
-    pub fn is_shutting_down(&self) -> bool {
-        self.0.is_cancelled()
-    }
-}
-
-/// A server's shutdown signal: the token wakes connections waiting for input; the flag is what
-/// the send path checks — an atomic load, where the token's own check takes a lock (callgrind:
-/// 37 instructions of the ~390 a pushed message cost).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ShutdownSignal {
-    pub(crate) token: CancellationToken,
-    pub(crate) flag: Arc<AtomicBool>,
-}
-
-impl ShutdownSignal {
-    pub(crate) fn cancel(&self) {
-        self.flag.store(true, Ordering::Release);
-        self.token.cancel();
-    }
-
-    pub(crate) fn is_cancelled(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
-    }
-
-    /// What one connection watches: the flag on its send path, the token while it waits.
-    pub(crate) fn watch(&self) -> ShutdownWatch {
-        ShutdownWatch {
-            flag: Arc::clone(&self.flag),
-            signal: Box::pin(self.token.clone().cancelled_owned()),
-            registered: None,
-        }
-    }
-}
-
-/// A server's shutdown signal, as one connection sees it.
-pub(crate) struct ShutdownWatch {
-    flag: Arc<AtomicBool>,
-    signal: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
-    /// The waker `signal` was last polled with: it stays registered, so polling again with the
-    /// same task's waker would only cost time (once per wait for input, on the busy path).
-    registered: Option<std::task::Waker>,
-}
-
-impl ShutdownWatch {
-    /// Whether the shutdown has begun (the send path: an atomic load).
-    #[inline]
-    pub(crate) fn begun(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
-    }
-
-    /// Whether the shutdown has begun, waking the task when it does (while waiting for input).
-    #[inline]
-    pub(crate) fn poll_begun(&mut self, cx: &mut std::task::Context<'_>) -> bool {
-        if self.begun() {
-            return true;
-        }
-        if self.registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            return false;
-        }
-        self.registered = Some(cx.waker().clone());
-        self.signal.as_mut().poll(cx).is_ready()
-    }
-}
 
 fn is_transient_accept_error(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;

@@ -23,7 +23,7 @@ pub enum MaybeTlsStream<S = TcpStream> {
     ServerTls(Box<crate::tls::ServerTlsStream<S>>),
     /// A stream of an HTTP/2 connection (RFC 8441), over TLS or cleartext TCP.
     #[cfg(feature = "http2")]
-    Http2(crate::http2::H2Stream),
+    Http2(crate::http2::h2_stream::H2Stream),
 }
 
 impl MaybeTlsStream<TcpStream> {

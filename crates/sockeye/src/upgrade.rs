@@ -62,7 +62,7 @@ use sockeye_proto::handshake::{ClientHello, reject_response};
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::server::{kept_deflate, negotiate};
+use crate::negotiate::{kept_deflate, negotiate};
 use crate::websocket::WebSocket;
 
 /// A WebSocket connection over a socket that hyper upgraded.

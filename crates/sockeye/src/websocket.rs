@@ -15,7 +15,8 @@ use tokio::time::{Instant, Sleep};
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::split::{Side, Wakers, WebSocketReader, WebSocketWriter};
+use crate::shutdown::CloseSignal;
+use crate::wakers::{Side, Wakers};
 
 /// A WebSocket connection over a byte stream `S` (a `TcpStream`, a TLS stream, anything
 /// `AsyncRead + AsyncWrite`).
@@ -82,8 +83,9 @@ struct Inner<S> {
     /// Sleeps until the engine's next deadline. Created on first use: a connection without
     /// timers never needs it.
     timer: Option<EngineTimer>,
-    /// Set by a [`Server`](crate::Server): its graceful shutdown closes this connection with 1001.
-    shutdown: Option<crate::server::ShutdownWatch>,
+    /// Asks this connection to close with 1001 (going away): set by a [`Server`](crate::Server),
+    /// whose graceful shutdown it signals.
+    close_signal: Option<CloseSignal>,
     /// Held while this connection keeps its empty read buffer through its waits for input instead
     /// of giving it to the thread's pool: one of the few a thread allows (see [`read_pool`]).
     keeper: Option<read_pool::Keeper>,
@@ -164,7 +166,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                 read_size: config.read_chunk_size,
                 unflushed: false,
                 timer: None,
-                shutdown: None,
+                close_signal: None,
                 keeper: None,
                 read_buffer_grown: false,
                 data_delivered: false,
@@ -173,32 +175,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         }
     }
 
-    /// Ties this connection to a server's shutdown: once it begins, the connection sends close
-    /// 1001 (going away) at its next receive or send, and sends fail.
-    pub(crate) fn set_shutdown(&mut self, shutdown: &crate::server::ShutdownSignal) {
-        self.inner.shutdown = Some(shutdown.watch());
-    }
-
-    /// Splits the connection into a sending half (a [`Sink`]) and a receiving half (a
-    /// [`Stream`]) for two tasks, in the order of [`futures_util::StreamExt::split`], so code
-    /// written for that keeps working. Both halves are woken correctly whoever writes to the
-    /// stream (see *Splitting* on [`WebSocket`]); no lock is held across an `await`. Pings are
-    /// answered and close frames replied to while only the reader is polled.
-    /// [`WebSocketReader::reunite`] puts them back together.
-    ///
-    /// ```no_run
-    /// # async fn demo(ws: sockeye::WebSocket<tokio::net::TcpStream>) {
-    /// let (mut writer, mut reader) = ws.split();
-    /// tokio::spawn(async move {
-    ///     while let Some(Ok(message)) = reader.recv().await {
-    ///         println!("{message:?}");
-    ///     }
-    /// });
-    /// writer.send("hello").await.unwrap();
-    /// # }
-    /// ```
-    pub fn split(self) -> (WebSocketWriter<S>, WebSocketReader<S>) {
-        crate::split::split(self)
+    /// Ties this connection to a close signal (a server's shutdown): once it fires, the
+    /// connection sends close 1001 (going away) at its next receive or send, and sends fail.
+    pub(crate) fn set_close_signal(&mut self, signal: CloseSignal) {
+        self.inner.close_signal = Some(signal);
     }
 
     /// The next message: `None` once the connection is closed. Received pings are answered, and
@@ -750,7 +730,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// did, so that the caller writes it.
     #[inline]
     fn going_away(&mut self, cx: Option<&mut Context<'_>>) -> bool {
-        let begun = match (&mut self.shutdown, cx) {
+        let begun = match (&mut self.close_signal, cx) {
             (Some(watch), Some(cx)) => watch.poll_begun(cx),
             (Some(watch), None) => watch.begun(),
             (None, _) => false,
@@ -761,7 +741,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// The shutdown has begun: queues close 1001 unless a close was sent already.
     #[cold]
     fn close_going_away(&mut self) -> bool {
-        self.shutdown = None;
+        self.close_signal = None;
         let frame = CloseFrame::new(sockeye_proto::CloseCode::GOING_AWAY, "server shutting down");
         self.conn.close_state() == CloseState::Open && self.conn.close(Some(frame)).is_ok()
     }

@@ -1,0 +1,128 @@
+//! The client side: a WebSocket on a pooled HTTP/2 connection to its origin, or on a new one.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use sockeye_proto::Role;
+use sockeye_proto::extension;
+use sockeye_proto::handshake::{
+    WEBSOCKET_PROTOCOL, check_extended_connect_response, extended_connect_request,
+};
+
+use super::h2_stream::{H2Stream, to_io};
+use super::pool::{self, PoolKey, PooledConnection, StreamSlot};
+use super::settings::client_builder;
+use crate::config::{Config, HttpVersion};
+use crate::error::Error;
+use crate::stream::MaybeTlsStream;
+use crate::websocket::WebSocket;
+
+/// The ALPN protocols a client offers for `version`.
+pub(crate) fn client_alpn(version: HttpVersion) -> &'static [&'static [u8]] {
+    match version {
+        HttpVersion::Http1 => &[b"http/1.1"],
+        HttpVersion::Http2Preferred => &[b"h2", b"http/1.1"],
+        HttpVersion::Http2Only => &[b"h2"],
+    }
+}
+
+/// Opens a WebSocket on a pooled connection to the same origin, if there is one that is still
+/// up. `Ok(None)`: open a new connection.
+pub(crate) async fn connect_pooled(
+    key: &PoolKey,
+    request: &Request<()>,
+    config: &Config,
+) -> Result<Option<(WebSocket<MaybeTlsStream>, Response<()>)>, Error> {
+    let Some(shared) = pool::pooled(key).filter(|c| c.has_room()) else {
+        return Ok(None);
+    };
+    match open_stream(shared, request.clone(), config).await {
+        Ok(connected) => Ok(Some(connected)),
+        // The connection went away (GOAWAY, reset) between uses: start a new one.
+        Err(Error::Io(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Starts HTTP/2 on a fresh transport, waits for the server's SETTINGS (which say whether it
+/// takes extended CONNECT, RFC 8441 §3), pools the connection, and opens the WebSocket.
+pub(crate) async fn connect_new(
+    stream: MaybeTlsStream,
+    key: PoolKey,
+    request: Request<()>,
+    config: &Config,
+) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+    let tls = stream.is_tls();
+    let builder = client_builder(config);
+    // In cleartext nothing was negotiated: a server that does not answer the preface does not
+    // speak h2c, which is what the caller needs to hear.
+    let failed = |e: h2::Error| match tls {
+        true => Error::Io(to_io(e)),
+        false => sockeye_proto::HandshakeError::Http2Unavailable(
+            "the server did not answer the HTTP/2 preface (h2c with prior knowledge)",
+        )
+        .into(),
+    };
+    let (requests, mut connection) = builder.handshake::<_, Bytes>(stream).await.map_err(failed)?;
+    let ping_pong = connection.ping_pong();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    // The server's SETTINGS come first in its preface (RFC 9113 §3.4), so once a PING is
+    // answered they have been applied.
+    if let Some(mut ping_pong) = ping_pong {
+        ping_pong.ping(h2::Ping::opaque()).await.map_err(failed)?;
+    }
+    if !requests.is_extended_connect_protocol_enabled() {
+        return Err(sockeye_proto::HandshakeError::Http2Unavailable(
+            "the server speaks HTTP/2 but does not accept WebSockets over it (no SETTINGS_ENABLE_CONNECT_PROTOCOL, RFC 8441 §3)",
+        )
+        .into());
+    }
+    let shared = Arc::new(PooledConnection {
+        requests,
+        tls,
+        open: Default::default(),
+    });
+    pool::insert(key, &shared);
+    open_stream(shared, request, config).await
+}
+
+/// Sends the extended CONNECT on a connection and turns the stream into a WebSocket.
+async fn open_stream(
+    shared: Arc<PooledConnection>,
+    request: Request<()>,
+    config: &Config,
+) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+    let mut request = extended_connect_request(request)?;
+    let headers = request.headers_mut();
+    if !headers.contains_key(http::header::SEC_WEBSOCKET_EXTENSIONS)
+        && let Some(offer) = extension::client_offer(&config.protocol)
+        && let Ok(value) = http::HeaderValue::from_str(&offer)
+    {
+        headers.insert(http::header::SEC_WEBSOCKET_EXTENSIONS, value);
+    }
+    let io = |e: h2::Error| Error::Io(to_io(e));
+    let mut requests = shared.requests.clone().ready().await.map_err(io)?;
+    let mut outgoing = request.clone();
+    outgoing
+        .extensions_mut()
+        .insert(h2::ext::Protocol::from(WEBSOCKET_PROTOCOL));
+    let (response, send) = requests.send_request(outgoing, false).map_err(io)?;
+    let response = response.await.map_err(io)?;
+    let (parts, recv) = response.into_parts();
+    let response = Response::from_parts(parts, ());
+    check_extended_connect_response(&request, &response)?;
+    let deflate = extension::client_accept(&config.protocol, response.headers())?;
+    let tls = shared.tls;
+    let stream = H2Stream::new(
+        send,
+        recv,
+        tls,
+        config.protocol.close_timeout,
+        Some(StreamSlot::new(shared)),
+    );
+    let ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Client, config, &[], deflate);
+    Ok((ws, response))
+}
