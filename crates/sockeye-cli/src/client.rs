@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use sockeye::{
-    CloseCode, CloseFrame, IntoClientRequest, MaybeTlsStream, Message, WebSocket, WebSocketReader,
+    CloseCode, CloseFrame, IntoClientRequest, Message, TransportStream, WebSocket, WebSocketReader,
     WebSocketWriter,
 };
 
@@ -16,7 +16,7 @@ use crate::opts::ClientOpts;
 use crate::tls::client_config;
 
 /// A connected client.
-pub(crate) type Client = WebSocket<MaybeTlsStream>;
+pub(crate) type Client = WebSocket<TransportStream>;
 
 /// The handshake request for `url`: `-H` headers and `--subprotocol`s added.
 pub(crate) fn request(opts: &ClientOpts, url: &str) -> Result<http::Request<()>, Failure> {
@@ -104,8 +104,8 @@ pub(crate) async fn interruptible<T>(
 
 /// The same for split halves: close with 1001 and give the peer [`CLOSE_GRACE`] to answer.
 pub(crate) async fn going_away(
-    writer: &mut WebSocketWriter<MaybeTlsStream>,
-    reader: &mut WebSocketReader<MaybeTlsStream>,
+    writer: &mut WebSocketWriter<TransportStream>,
+    reader: &mut WebSocketReader<TransportStream>,
 ) {
     let _ = tokio::time::timeout(CLOSE_GRACE, async {
         let _ = writer
@@ -117,7 +117,7 @@ pub(crate) async fn going_away(
 }
 
 /// Reads until the closing handshake ends (bounded by the library's close timeout).
-pub(crate) async fn drain_silently(reader: &mut WebSocketReader<MaybeTlsStream>) {
+pub(crate) async fn drain_silently(reader: &mut WebSocketReader<TransportStream>) {
     while let Some(Ok(_)) = reader.next().await {}
 }
 

@@ -14,7 +14,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use sockeye::MaybeTlsStream;
+use sockeye::TransportStream;
 use sockeye::tls::rustls::{self, ClientConfig};
 use sockeye::tls::{ClientTlsOptions, ClientTlsStream};
 
@@ -341,9 +341,9 @@ impl Plan {
                         .map_err(|e| Failure::new(format!("{host}:{port}: TLS: {e}")))?,
                 );
                 tls.handshake().await.map_err(|e| tls_failure(host, port, &e))?;
-                MaybeTlsStream::ClientTls(tls)
+                TransportStream::ClientTls(tls)
             } else {
-                MaybeTlsStream::Plain(tcp)
+                TransportStream::Plain(tcp)
             };
             hyper::client::conn::http1::handshake(TokioIo::new(stream))
                 .await

@@ -19,7 +19,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::TokioIo;
-use sockeye::MaybeTlsStream;
+use sockeye::TransportStream;
 use sockeye::tls::{ServerTls, ServerTlsStream, TlsAcceptor};
 
 use crate::failure::{Failure, usage_file};
@@ -150,7 +150,7 @@ async fn connection(
     site: Arc<Site>,
 ) {
     let stream = match acceptor {
-        None => MaybeTlsStream::Plain(tcp),
+        None => TransportStream::Plain(tcp),
         Some(acceptor) => {
             let mut tls = match ServerTlsStream::server(tcp, acceptor.config().clone()) {
                 Ok(tls) => Box::new(tls),
@@ -158,7 +158,7 @@ async fn connection(
             };
             let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), tls.handshake());
             match handshake.await {
-                Ok(Ok(())) => MaybeTlsStream::ServerTls(tls),
+                Ok(Ok(())) => TransportStream::ServerTls(tls),
                 Ok(Err(e)) => return tracing::info!(%peer, "TLS handshake failed: {e}"),
                 Err(_) => return tracing::info!(%peer, "TLS handshake timed out"),
             }

@@ -13,7 +13,7 @@ use std::pin::pin;
 
 use bytes::BytesMut;
 use futures_util::{FutureExt, StreamExt};
-use sockeye::{CloseCode, CloseFrame, MaybeTlsStream, Message, WebSocket, WebSocketWriter};
+use sockeye::{CloseCode, CloseFrame, Message, TransportStream, WebSocket, WebSocketWriter};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Stdin};
 use tokio::sync::mpsc;
 
@@ -27,7 +27,7 @@ use crate::output::{errln, escape, stdout_error};
 use crate::ready::Ready;
 use crate::tls::bind;
 
-type Ws = WebSocket<MaybeTlsStream>;
+type Ws = WebSocket<TransportStream>;
 
 /// Messages taken from the socket before stdout is flushed and the other inputs looked at.
 const BATCH: usize = 256;
@@ -167,10 +167,10 @@ async fn broadcast(
     output: &mut Output,
 ) -> Result<(), Failure> {
     let (heard_tx, mut heard) = mpsc::channel::<Message>(256);
-    let mut writers: Vec<(std::net::SocketAddr, WebSocketWriter<MaybeTlsStream>)> = Vec::new();
+    let mut writers: Vec<(std::net::SocketAddr, WebSocketWriter<TransportStream>)> = Vec::new();
     let mut stop = pin!(interrupt::requested());
     let mut received = 0u64;
-    let close_all = |writers: &mut Vec<(std::net::SocketAddr, WebSocketWriter<MaybeTlsStream>)>, code| {
+    let close_all = |writers: &mut Vec<(std::net::SocketAddr, WebSocketWriter<TransportStream>)>, code| {
         let writers = std::mem::take(writers);
         async move {
             for (_, mut w) in writers {

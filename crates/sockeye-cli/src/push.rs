@@ -14,7 +14,7 @@ use crate::tls::bind;
 const LOOK_EVERY: u64 = 4096;
 
 /// Reads what the client sent, without waiting: true once it closed (or the connection failed).
-fn client_left(ws: &mut sockeye::WebSocket<sockeye::MaybeTlsStream>) -> bool {
+fn client_left(ws: &mut sockeye::WebSocket<sockeye::TransportStream>) -> bool {
     let mut ready = Ready::all();
     while let Some(item) = ready.next(|| ws.recv().now_or_never()) {
         match item {

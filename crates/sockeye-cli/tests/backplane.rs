@@ -201,7 +201,7 @@ async fn scenario(kind: Kind) {
     drop((a, b));
 }
 
-async fn send_round(writers: &mut [sockeye::WebSocketWriter<sockeye::MaybeTlsStream>], from: usize) {
+async fn send_round(writers: &mut [sockeye::WebSocketWriter<sockeye::TransportStream>], from: usize) {
     for seq in from..from + PER_ROUND {
         for (c, w) in writers.iter_mut().enumerate() {
             w.feed(format!("{c} {seq}")).await.unwrap();

@@ -115,7 +115,7 @@ fn run_to_end(args: &[&str]) -> (Option<i32>, String) {
     }
 }
 
-type Ws = sockeye::WebSocket<sockeye::MaybeTlsStream>;
+type Ws = sockeye::WebSocket<sockeye::TransportStream>;
 
 async fn connect_with_host(url: &str, host: Option<&str>, config: &Config) -> Ws {
     let mut request = http::Request::get(url).body(()).unwrap();

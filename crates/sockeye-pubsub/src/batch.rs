@@ -14,7 +14,7 @@ use sockeye::Message;
 ///
 /// ```no_run
 /// # async fn demo(
-/// #     mut reader: sockeye::WebSocketReader<sockeye::MaybeTlsStream>,
+/// #     mut reader: sockeye::WebSocketReader<sockeye::TransportStream>,
 /// #     publisher: sockeye_pubsub::Publisher,
 /// #     topic: sockeye_pubsub::Topic,
 /// # ) -> Result<(), sockeye_pubsub::Error> {

@@ -86,7 +86,7 @@ impl Drop for Node {
 }
 
 /// One connection: subscribe (resuming from `?since=offset@epoch`), say "ready", then relay.
-async fn serve(hub: Hub, ws: sockeye::WebSocket<sockeye::MaybeTlsStream>, request: http::Request<()>) {
+async fn serve(hub: Hub, ws: sockeye::WebSocket<sockeye::TransportStream>, request: http::Request<()>) {
     let topic = Topic::new(request.uri().path()).unwrap();
     let since = request
         .uri()

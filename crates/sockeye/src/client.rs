@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::head::read_head;
 use crate::head::with_deadline;
 use crate::proxy::{Proxy, ProxyConfig, authority, with_context};
-use crate::stream::MaybeTlsStream;
+use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
 use sockeye_proto::HandshakeError;
 
@@ -80,7 +80,7 @@ impl IntoClientRequest for Request<()> {
 /// ```
 pub async fn connect(
     request: impl IntoClientRequest,
-) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+) -> Result<(WebSocket<TransportStream>, Response<()>), Error> {
     connect_with(request, &Config::default()).await
 }
 
@@ -96,7 +96,7 @@ pub async fn connect(
 pub async fn connect_with(
     request: impl IntoClientRequest,
     config: &Config,
-) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+) -> Result<(WebSocket<TransportStream>, Response<()>), Error> {
     let request = request.into_client_request()?;
     // Checked before anything is opened: scheme (any case), host, and a port that is a number.
     let target = url_target(request.uri())?;
@@ -147,7 +147,7 @@ async fn open_transport(
     target: &Target<'_>,
     config: &Config,
     alpn: &[&[u8]],
-) -> Result<MaybeTlsStream, Error> {
+) -> Result<TransportStream, Error> {
     let connecting = async {
         match target.proxy {
             Some(proxy) => proxy.connect(target.host, target.port).await,
@@ -174,7 +174,7 @@ async fn open_transport(
     if target.tls {
         wrap_tls(tcp, target.host, config, alpn).await
     } else {
-        Ok(MaybeTlsStream::Plain(tcp))
+        Ok(TransportStream::Plain(tcp))
     }
 }
 
@@ -193,7 +193,7 @@ async fn connect_http2(
     request: Request<()>,
     target: &Target<'_>,
     config: &Config,
-) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+) -> Result<(WebSocket<TransportStream>, Response<()>), Error> {
     use crate::HttpVersion;
     use crate::http2::client::{client_alpn, connect_new, connect_pooled};
     use crate::http2::pool::PoolKey;
@@ -247,7 +247,7 @@ async fn wrap_tls(
     host: &str,
     config: &Config,
     alpn: &[&[u8]],
-) -> Result<MaybeTlsStream, Error> {
+) -> Result<TransportStream, Error> {
     let tls_config = match &config.tls_client {
         Some(c) => c.clone(),
         None => crate::tls::default_client_config()?,
@@ -279,11 +279,11 @@ async fn wrap_tls(
         tls.poll_handshake(cx).map_err(Error::from)
     })
     .await?;
-    Ok(MaybeTlsStream::ClientTls(tls))
+    Ok(TransportStream::ClientTls(tls))
 }
 
 #[cfg(not(feature = "tls"))]
-async fn wrap_tls(_: TcpStream, _: &str, _: &Config, _: &[&[u8]]) -> Result<MaybeTlsStream, Error> {
+async fn wrap_tls(_: TcpStream, _: &str, _: &Config, _: &[&[u8]]) -> Result<TransportStream, Error> {
     Err(HandshakeError::InvalidUrl("wss:// needs the `tls` feature, which this build lacks".into()).into())
 }
 

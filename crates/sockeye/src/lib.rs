@@ -65,13 +65,13 @@ mod negotiate;
 pub mod proxy;
 mod proxy_error;
 pub mod reconnect;
+mod send_source;
 mod server;
 mod shutdown;
 mod split;
 mod stats;
 mod stream;
-mod streaming;
-mod thread_pool;
+mod thread_buffers;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[cfg(feature = "tls")]
@@ -97,5 +97,6 @@ pub use sockeye_proto::{
 };
 pub use split::{WebSocketReader, WebSocketWriter};
 pub use stats::ServerStats;
-pub use stream::MaybeTlsStream;
+#[allow(deprecated)]
+pub use stream::{MaybeTlsStream, TransportStream};
 pub use websocket::WebSocket;

@@ -88,7 +88,7 @@ use crate::client::IntoClientRequest;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::split::WebSocketWriter;
-use crate::stream::MaybeTlsStream;
+use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
 
 /// How many events wait for the caller before the driver stops reading the connection.
@@ -506,7 +506,7 @@ impl std::error::Error for SendError {
 /// The future an [`on_connect`](Builder::on_connect) hook returns.
 pub type HookFuture<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 
-type Hook = Box<dyn for<'a> FnMut(&'a mut WebSocket<MaybeTlsStream>) -> HookFuture<'a> + Send>;
+type Hook = Box<dyn for<'a> FnMut(&'a mut WebSocket<TransportStream>) -> HookFuture<'a> + Send>;
 type Factory = Box<dyn FnMut(&Attempt) -> Result<Request<()>, Error> + Send>;
 
 /// Sets up a [`ReconnectingClient`]; [`start`](Self::start) starts it.
@@ -557,7 +557,7 @@ impl Builder {
     /// ```
     pub fn on_connect<H>(mut self, hook: H) -> Self
     where
-        H: for<'a> FnMut(&'a mut WebSocket<MaybeTlsStream>) -> HookFuture<'a> + Send + 'static,
+        H: for<'a> FnMut(&'a mut WebSocket<TransportStream>) -> HookFuture<'a> + Send + 'static,
     {
         self.hook = Some(Box::new(hook));
         self
@@ -755,7 +755,7 @@ impl Sender {
 
 /// What the handles and the driver share: the open connection's sending half, or the queue.
 struct Link {
-    writer: Option<WebSocketWriter<MaybeTlsStream>>,
+    writer: Option<WebSocketWriter<TransportStream>>,
     queue: VecDeque<Message>,
     queued_bytes: usize,
     offline: Offline,
@@ -966,7 +966,7 @@ impl Driver {
     /// A connection is open: deliver its messages until it ends.
     async fn connected(
         &mut self,
-        ws: WebSocket<MaybeTlsStream>,
+        ws: WebSocket<TransportStream>,
         response: Response<()>,
         attempt: Attempt,
     ) -> Next {

@@ -19,7 +19,7 @@ use crate::head::{read_head, with_deadline, with_deadline_at};
 use crate::negotiate::{kept_deflate, negotiate, refuse, send_and_close, service_unavailable};
 use crate::shutdown::{ShutdownHandle, ShutdownSignal};
 use crate::stats::ServerStats;
-use crate::stream::MaybeTlsStream;
+use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
 
 /// Accepts a WebSocket connection on a stream, with the default [`Config`], whatever the path,
@@ -204,7 +204,7 @@ impl Server {
     /// been dropped at [`Config::shutdown_timeout`]), or when the listener fails for good.
     pub async fn serve<H, Fut>(self, handler: H) -> std::io::Result<()>
     where
-        H: Fn(WebSocket<MaybeTlsStream>, SocketAddr) -> Fut + Clone + Send + 'static,
+        H: Fn(WebSocket<TransportStream>, SocketAddr) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.serve_requests(move |ws, _request, peer| handler(ws, peer))
@@ -215,7 +215,7 @@ impl Server {
     /// handler too, for decisions made after the upgrade.
     pub async fn serve_requests<H, Fut>(self, handler: H) -> std::io::Result<()>
     where
-        H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
+        H: Fn(WebSocket<TransportStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let Server {
@@ -288,7 +288,7 @@ impl Server {
                     let _slot = slot;
                     // Cleartext HTTP/2 is sent away with GOAWAY, HTTP/1.1 with 503 (read the
                     // request before answering, so the client sees the 503 rather than a reset).
-                    let stream = MaybeTlsStream::Plain(stream);
+                    let stream = TransportStream::Plain(stream);
                     let refusal =
                         sniff_then_upgrade(stream, &config, deadline, |_, _| Err(service_unavailable()));
                     #[cfg(feature = "http2")]
@@ -363,11 +363,11 @@ impl Server {
 /// How a new connection's handshake ended.
 enum Established {
     /// An HTTP/1.1 upgrade: the WebSocket, and the request it came with.
-    WebSocket(WebSocket<MaybeTlsStream>, Request<()>),
+    WebSocket(WebSocket<TransportStream>, Request<()>),
     /// The client speaks HTTP/2: the stream, what was read of it, and the handshake's deadline
     /// (the HTTP/2 connection preface must arrive by then).
     #[cfg(feature = "http2")]
-    Http2(MaybeTlsStream, BytesMut, Instant),
+    Http2(TransportStream, BytesMut, Instant),
     /// The handshake failed (counted in the stats and logged).
     Failed,
 }
@@ -399,17 +399,17 @@ async fn establish(
                 Ok::<_, Error>(tls)
             };
             match with_deadline_at(deadline, "handshake", handshake).await {
-                Ok(tls) => MaybeTlsStream::ServerTls(tls),
+                Ok(tls) => TransportStream::ServerTls(tls),
                 Err(e) => {
                     stats.handshake_failed(peer, "TLS handshake", &e);
                     return Established::Failed;
                 }
             }
         }
-        None => MaybeTlsStream::Plain(stream),
+        None => TransportStream::Plain(stream),
     };
     #[cfg(not(feature = "tls"))]
-    let stream = MaybeTlsStream::Plain(stream);
+    let stream = TransportStream::Plain(stream);
     match sniff_then_upgrade(stream, config, deadline, |_, response| Ok(response)).await {
         Ok(established) => established,
         Err(e) => {
@@ -422,7 +422,7 @@ async fn establish(
 /// The HTTP/2 sniff, then the HTTP/1.1 upgrade answered by `decide`, both by `deadline`: an
 /// HTTP/2 client is handed back with what was read of it, never `Established::Failed`.
 async fn sniff_then_upgrade<F>(
-    stream: MaybeTlsStream,
+    stream: TransportStream,
     config: &Config,
     deadline: Instant,
     decide: F,

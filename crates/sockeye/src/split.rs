@@ -183,12 +183,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
         B: Into<Bytes>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        crate::streaming::send_stream(self, kind, source).await
+        crate::send_source::send_stream(self, kind, source).await
     }
 
     /// Sends what `reader` yields as one message; see [`WebSocket::send_reader`].
     pub async fn send_reader<R: AsyncRead>(&mut self, kind: DataKind, reader: R) -> Result<(), Error> {
-        crate::streaming::send_reader(self, kind, reader).await
+        crate::send_source::send_reader(self, kind, reader).await
     }
 
     /// Writes everything queued.
@@ -229,7 +229,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> crate::streaming::FragmentSink for WebSocketWriter<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> crate::send_source::FragmentSink for WebSocketWriter<S> {
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         lock(&self.shared).poll_below_high_water(cx)
     }

@@ -1,4 +1,5 @@
-//! [`MaybeTlsStream`]: a TCP stream, or TLS over one.
+//! [`TransportStream`]: what a connection made by [`connect`](crate::connect) or served by
+//! [`Server`](crate::Server) runs over — TCP, TLS over TCP, or a stream of an HTTP/2 connection.
 
 use std::io::IoSlice;
 use std::pin::Pin;
@@ -8,9 +9,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 /// The stream under a connection made by [`connect`](crate::connect) or served by
-/// [`Server`](crate::Server): plain TCP for `ws://`, TLS for `wss://`.
+/// [`Server`](crate::Server): plain TCP for `ws://`, TLS for `wss://`, or one stream of an HTTP/2
+/// connection (RFC 8441) over either. Formerly `MaybeTlsStream`, a name that said nothing of
+/// HTTP/2.
 #[derive(Debug)]
-pub enum MaybeTlsStream<S = TcpStream> {
+pub enum TransportStream<S = TcpStream> {
     /// Plain TCP.
     Plain(S),
     /// TLS, client side. Boxed, as is `ServerTls`: a rustls connection is ~1 KiB, and unboxed
@@ -26,29 +29,33 @@ pub enum MaybeTlsStream<S = TcpStream> {
     Http2(crate::http2::h2_stream::H2Stream),
 }
 
-impl MaybeTlsStream<TcpStream> {
+/// The former name of [`TransportStream`], kept so that code written for it still compiles.
+#[deprecated(note = "renamed to TransportStream")]
+pub type MaybeTlsStream<S = TcpStream> = TransportStream<S>;
+
+impl TransportStream<TcpStream> {
     /// The TCP stream underneath (for `nodelay`, addresses, socket options). `None` for an
     /// HTTP/2 stream: its TCP connection is shared with other streams and owned by the HTTP/2
     /// connection's task.
     pub fn tcp(&self) -> Option<&TcpStream> {
         match self {
-            MaybeTlsStream::Plain(s) => Some(s),
+            TransportStream::Plain(s) => Some(s),
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ClientTls(s) => Some(s.get_ref()),
+            TransportStream::ClientTls(s) => Some(s.get_ref()),
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ServerTls(s) => Some(s.get_ref()),
+            TransportStream::ServerTls(s) => Some(s.get_ref()),
             #[cfg(feature = "http2")]
-            MaybeTlsStream::Http2(_) => None,
+            TransportStream::Http2(_) => None,
         }
     }
 }
 
-impl<S> MaybeTlsStream<S> {
+impl<S> TransportStream<S> {
     /// On a server TLS stream, the host name the client sent with SNI.
     pub fn sni_hostname(&self) -> Option<&str> {
         match self {
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ServerTls(s) => s.sni_hostname(),
+            TransportStream::ServerTls(s) => s.sni_hostname(),
             _ => None,
         }
     }
@@ -56,9 +63,9 @@ impl<S> MaybeTlsStream<S> {
     /// Whether the stream is encrypted.
     pub fn is_tls(&self) -> bool {
         match self {
-            MaybeTlsStream::Plain(_) => false,
+            TransportStream::Plain(_) => false,
             #[cfg(feature = "http2")]
-            MaybeTlsStream::Http2(s) => s.is_tls(),
+            TransportStream::Http2(s) => s.is_tls(),
             #[cfg(feature = "tls")]
             _ => true,
         }
@@ -67,7 +74,7 @@ impl<S> MaybeTlsStream<S> {
     /// Whether this is a WebSocket over HTTP/2 (RFC 8441) rather than its own connection.
     pub fn is_http2(&self) -> bool {
         #[cfg(feature = "http2")]
-        if let MaybeTlsStream::Http2(_) = self {
+        if let TransportStream::Http2(_) = self {
             return true;
         }
         false
@@ -78,13 +85,13 @@ impl<S> MaybeTlsStream<S> {
 macro_rules! each {
     ($self:ident, $s:ident => $e:expr) => {
         match $self.get_mut() {
-            MaybeTlsStream::Plain($s) => $e,
+            TransportStream::Plain($s) => $e,
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ClientTls($s) => $e,
+            TransportStream::ClientTls($s) => $e,
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ServerTls($s) => $e,
+            TransportStream::ServerTls($s) => $e,
             #[cfg(feature = "http2")]
-            MaybeTlsStream::Http2($s) => $e,
+            TransportStream::Http2($s) => $e,
         }
     };
 }
@@ -92,7 +99,7 @@ macro_rules! each {
 // The dispatchers are inlined (`always`: a hint alone is lost whenever the code around them
 // changes): a read, a write and a flush per message pass through them (callgrind: ~75
 // instructions of a 64-byte echo when they are calls).
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for TransportStream<S> {
     #[inline(always)]
     fn poll_read(
         self: Pin<&mut Self>,
@@ -103,7 +110,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTlsStream<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TransportStream<S> {
     #[inline(always)]
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         each!(self, s => Pin::new(s).poll_write(cx, buf))
@@ -119,13 +126,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for MaybeTlsStream<S> {
 
     fn is_write_vectored(&self) -> bool {
         match self {
-            MaybeTlsStream::Plain(s) => s.is_write_vectored(),
+            TransportStream::Plain(s) => s.is_write_vectored(),
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ClientTls(s) => s.is_write_vectored(),
+            TransportStream::ClientTls(s) => s.is_write_vectored(),
             #[cfg(feature = "tls")]
-            MaybeTlsStream::ServerTls(s) => s.is_write_vectored(),
+            TransportStream::ServerTls(s) => s.is_write_vectored(),
             #[cfg(feature = "http2")]
-            MaybeTlsStream::Http2(s) => s.is_write_vectored(),
+            TransportStream::Http2(s) => s.is_write_vectored(),
         }
     }
 

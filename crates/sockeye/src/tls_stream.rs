@@ -954,14 +954,14 @@ mod pool {
 
     /// A buffer of at least 4 KiB.
     pub(super) fn take() -> Vec<u8> {
-        crate::thread_pool::take(&POOL).unwrap_or_else(|| vec![0; FIRST_BUFFER])
+        crate::thread_buffers::pop(&POOL).unwrap_or_else(|| vec![0; FIRST_BUFFER])
     }
 
     /// Keeps `buffer` for the next take, unless the pool is full or the buffer grew past bulk
     /// size (for a large handshake message).
     pub(super) fn put(buffer: Vec<u8>) {
         if (FIRST_BUFFER..=2 * BULK_BUFFER).contains(&buffer.len()) {
-            crate::thread_pool::put(&POOL, buffer, MAX_POOLED);
+            crate::thread_buffers::push(&POOL, buffer, MAX_POOLED);
         }
     }
 }

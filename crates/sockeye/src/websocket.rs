@@ -292,7 +292,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         B: Into<Bytes>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        crate::streaming::send_stream(self, kind, source).await
+        crate::send_source::send_stream(self, kind, source).await
     }
 
     /// Sends everything `reader` yields, until its end, as one message of `kind` (64 KiB
@@ -306,7 +306,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// # Ok(()) }
     /// ```
     pub async fn send_reader<R: AsyncRead>(&mut self, kind: DataKind, reader: R) -> Result<(), Error> {
-        crate::streaming::send_reader(self, kind, reader).await
+        crate::send_source::send_reader(self, kind, reader).await
     }
 
     /// Writes everything queued.
@@ -815,7 +815,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> crate::streaming::FragmentSink for WebSocket<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> crate::send_source::FragmentSink for WebSocket<S> {
     fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         self.poll_below_high_water(cx)
     }
@@ -981,14 +981,14 @@ mod read_pool {
 
     /// A pooled buffer with at least the least room for a read of `read_size`, if there is one.
     pub(super) fn take(read_size: usize) -> Option<BytesMut> {
-        crate::thread_pool::take(&POOL).filter(|b| b.capacity() >= least_room(read_size))
+        crate::thread_buffers::pop(&POOL).filter(|b| b.capacity() >= least_room(read_size))
     }
 
     /// Keeps `buffer` (empty) for the next read, unless the pool is full or the buffer is far
     /// larger than a read needs (it grew for a large message: let it go).
     pub(super) fn put(buffer: BytesMut, read_chunk: usize) {
         if buffer.capacity() <= most_kept(read_chunk) {
-            crate::thread_pool::put(&POOL, buffer, MAX_POOLED);
+            crate::thread_buffers::push(&POOL, buffer, MAX_POOLED);
         }
     }
 

@@ -56,7 +56,7 @@ fn config(version: HttpVersion) -> Config {
 }
 
 /// Echoes text and binary messages of sizes around the frame-length boundaries, then closes 1000.
-async fn exchange(ws: &mut sockeye::WebSocket<sockeye::MaybeTlsStream>) {
+async fn exchange(ws: &mut sockeye::WebSocket<sockeye::TransportStream>) {
     for size in [0, 1, 125, 126, 65_535, 65_536, 1 << 20] {
         let text = Message::text("é".repeat(size / 2));
         ws.send(text.clone()).await.unwrap();

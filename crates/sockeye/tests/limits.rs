@@ -364,7 +364,7 @@ async fn message_and_frame_limits_close_with_1009_before_the_memory_is_spent() {
 
 /// The client is closed with 1009 and the server's handler saw `MessageTooBig { size, limit }`.
 async fn expect_too_big(
-    ws: &mut sockeye::WebSocket<sockeye::MaybeTlsStream>,
+    ws: &mut sockeye::WebSocket<sockeye::TransportStream>,
     seen: &mut tokio::sync::mpsc::UnboundedReceiver<Result<usize, Error>>,
     size: u64,
     limit: usize,

@@ -78,7 +78,7 @@ fn trusting(ca: &Ca) -> ClientTlsOptions {
 async fn connect(
     url: String,
     tls: &ClientTlsOptions,
-) -> Result<sockeye::WebSocket<sockeye::MaybeTlsStream>, Error> {
+) -> Result<sockeye::WebSocket<sockeye::TransportStream>, Error> {
     let config = Config::builder().tls_client(Some(tls.build()?)).build();
     let (mut ws, _) = sockeye::connect_with(url, &config).await?;
     // With TLS 1.3 a server's refusal of the client certificate arrives after the client's

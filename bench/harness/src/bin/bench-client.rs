@@ -166,7 +166,7 @@ fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T
 }
 
 /// Sockeye's client with permessage-deflate (its default), which the server must accept.
-async fn connect_deflate(addr: &str) -> Result<sockeye::WebSocket<sockeye::MaybeTlsStream>> {
+async fn connect_deflate(addr: &str) -> Result<sockeye::WebSocket<sockeye::TransportStream>> {
     let config = sockeye::Config::builder()
         .proxy(sockeye::proxy::ProxyConfig::Direct)
         .build();

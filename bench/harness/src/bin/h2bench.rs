@@ -76,7 +76,7 @@ impl Client {
         Ok(Client { url, config })
     }
 
-    async fn open(&self) -> Result<sockeye::WebSocket<sockeye::MaybeTlsStream>> {
+    async fn open(&self) -> Result<sockeye::WebSocket<sockeye::TransportStream>> {
         Ok(sockeye::connect_with(self.url.as_str(), &self.config).await?.0)
     }
 }

@@ -15,7 +15,7 @@ use super::pool::{self, PoolKey, PooledConnection, StreamSlot};
 use super::settings::client_builder;
 use crate::config::{Config, HttpVersion};
 use crate::error::Error;
-use crate::stream::MaybeTlsStream;
+use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
 
 /// The ALPN protocols a client offers for `version`.
@@ -33,7 +33,7 @@ pub(crate) async fn connect_pooled(
     key: &PoolKey,
     request: &Request<()>,
     config: &Config,
-) -> Result<Option<(WebSocket<MaybeTlsStream>, Response<()>)>, Error> {
+) -> Result<Option<(WebSocket<TransportStream>, Response<()>)>, Error> {
     let Some(shared) = pool::pooled(key).filter(|c| c.has_room()) else {
         return Ok(None);
     };
@@ -48,11 +48,11 @@ pub(crate) async fn connect_pooled(
 /// Starts HTTP/2 on a fresh transport, waits for the server's SETTINGS (which say whether it
 /// takes extended CONNECT, RFC 8441 §3), pools the connection, and opens the WebSocket.
 pub(crate) async fn connect_new(
-    stream: MaybeTlsStream,
+    stream: TransportStream,
     key: PoolKey,
     request: Request<()>,
     config: &Config,
-) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+) -> Result<(WebSocket<TransportStream>, Response<()>), Error> {
     let tls = stream.is_tls();
     let builder = client_builder(config);
     // In cleartext nothing was negotiated: a server that does not answer the preface does not
@@ -94,7 +94,7 @@ async fn open_stream(
     shared: Arc<PooledConnection>,
     request: Request<()>,
     config: &Config,
-) -> Result<(WebSocket<MaybeTlsStream>, Response<()>), Error> {
+) -> Result<(WebSocket<TransportStream>, Response<()>), Error> {
     let mut request = extended_connect_request(request)?;
     let headers = request.headers_mut();
     if !headers.contains_key(http::header::SEC_WEBSOCKET_EXTENSIONS)
@@ -123,6 +123,6 @@ async fn open_stream(
         config.protocol.close_timeout,
         Some(StreamSlot::new(shared)),
     );
-    let ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Client, config, &[], deflate);
+    let ws = WebSocket::from_upgraded(TransportStream::Http2(stream), Role::Client, config, &[], deflate);
     Ok((ws, response))
 }

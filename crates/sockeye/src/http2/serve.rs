@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::negotiate::{kept_deflate, negotiate, service_unavailable};
 use crate::shutdown::ShutdownSignal;
 use crate::stats::ServerStats;
-use crate::stream::MaybeTlsStream;
+use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
 
 /// What every stream of a served HTTP/2 connection shares (cloned per stream: the handler need
@@ -40,13 +40,13 @@ pub(crate) struct ServeContext<H> {
 /// an HTTP/2 error response on that stream alone. A server shutdown sends GOAWAY (no new streams) while the open WebSockets close
 /// with 1001 by themselves; the connection ends when its last stream does.
 pub(crate) async fn serve_connection<H, Fut>(
-    stream: MaybeTlsStream,
+    stream: TransportStream,
     head: BytesMut,
     admitted: bool,
     deadline: tokio::time::Instant,
     context: ServeContext<H>,
 ) where
-    H: Fn(WebSocket<MaybeTlsStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
+    H: Fn(WebSocket<TransportStream>, Request<()>, SocketAddr) -> Fut + Clone + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let config = &context.config;
@@ -126,7 +126,7 @@ fn accept_stream<H>(
     tls: bool,
     context: &ServeContext<H>,
 ) -> Option<(
-    WebSocket<MaybeTlsStream>,
+    WebSocket<TransportStream>,
     Request<()>,
     tokio::sync::OwnedSemaphorePermit,
 )> {
@@ -154,7 +154,7 @@ fn accept_stream<H>(
     let deflate = kept_deflate(deflate, &response);
     let send = respond.send_response(response, false).ok()?;
     let stream = H2Stream::new(send, recv, tls, config.protocol.close_timeout, None);
-    let mut ws = WebSocket::from_upgraded(MaybeTlsStream::Http2(stream), Role::Server, config, &[], deflate);
+    let mut ws = WebSocket::from_upgraded(TransportStream::Http2(stream), Role::Server, config, &[], deflate);
     ws.set_close_signal(context.shutdown.watch());
     Some((ws, Request::from_parts(parts, ()), permit))
 }

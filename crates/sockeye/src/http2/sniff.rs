@@ -6,7 +6,7 @@ use std::io;
 use bytes::BytesMut;
 use tokio::net::TcpStream;
 
-use crate::stream::MaybeTlsStream;
+use crate::stream::TransportStream;
 
 /// The HTTP/2 connection preface a client with prior knowledge starts with (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -31,12 +31,12 @@ async fn read_preface(tcp: &mut TcpStream, head: &mut BytesMut) -> io::Result<bo
 }
 
 /// Whether ALPN chose `h2` on a TLS stream (server or client side).
-pub(crate) fn alpn_is_h2(stream: &MaybeTlsStream) -> bool {
+pub(crate) fn alpn_is_h2(stream: &TransportStream) -> bool {
     match stream {
         #[cfg(feature = "tls")]
-        MaybeTlsStream::ServerTls(s) => s.alpn_protocol() == Some(b"h2"),
+        TransportStream::ServerTls(s) => s.alpn_protocol() == Some(b"h2"),
         #[cfg(feature = "tls")]
-        MaybeTlsStream::ClientTls(s) => s.alpn_protocol() == Some(b"h2"),
+        TransportStream::ClientTls(s) => s.alpn_protocol() == Some(b"h2"),
         _ => false,
     }
 }
@@ -45,9 +45,9 @@ pub(crate) fn alpn_is_h2(stream: &MaybeTlsStream) -> bool {
 /// preface (RFC 9113 §3.4), read into `head` (the caller's deadline bounds the wait). What is
 /// read stays in `head` for the protocol that goes on (an HTTP/1.1 request differs at its first
 /// byte).
-pub(crate) async fn speaks_http2(stream: &mut MaybeTlsStream, head: &mut BytesMut) -> bool {
+pub(crate) async fn speaks_http2(stream: &mut TransportStream, head: &mut BytesMut) -> bool {
     match stream {
-        MaybeTlsStream::Plain(tcp) => matches!(read_preface(tcp, head).await, Ok(true)),
+        TransportStream::Plain(tcp) => matches!(read_preface(tcp, head).await, Ok(true)),
         other => alpn_is_h2(other),
     }
 }
