@@ -66,6 +66,7 @@ pub mod proxy;
 mod proxy_error;
 pub mod reconnect;
 mod send_source;
+mod sender;
 mod server;
 mod shutdown;
 mod split;

@@ -7,12 +7,14 @@
 //! With permessage-deflate, the message is compressed as it goes when its first chunk would be
 //! compressed as a whole message: each fragment sync-flushed, so the peer can inflate what it has
 //! without waiting for the end (RFC 7692 §7.2.1; see `Connection::send_fragment`). A source that
-//! fails in the middle leaves a message that cannot be finished nor taken back (the protocol has no way to abandon one), so the connection is
-//! closed with 1011 and the source's error returned as [`Error::Source`].
+//! fails in the middle leaves a message that cannot be finished nor taken back (the protocol has
+//! no way to abandon one), so the connection is closed with 1011 and the source's error returned
+//! as [`Error::Source`].
+//!
+//! A [`WebSocket`](crate::WebSocket) and its [`WebSocketWriter`](crate::WebSocketWriter) both
+//! send from a source through here, as any [`Sender`].
 
-use std::future::poll_fn;
 use std::pin::pin;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::{FutureExt, Stream, StreamExt};
@@ -21,22 +23,7 @@ use sockeye_proto::{CloseCode, CloseFrame, DataKind};
 use tokio::io::AsyncRead;
 
 use crate::error::Error;
-
-/// The sending side of a connection, as the streaming sender drives it: a [`WebSocket`] or its
-/// [`WebSocketWriter`].
-///
-/// [`WebSocket`]: crate::WebSocket
-/// [`WebSocketWriter`]: crate::WebSocketWriter
-pub(crate) trait FragmentSink {
-    /// Ready once the write queue is below its high-water mark.
-    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>;
-    /// Queues one fragment.
-    fn queue_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error>;
-    /// Writes everything queued.
-    fn poll_flush_queue(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>>;
-    /// Starts the closing handshake (the message cannot be finished).
-    fn queue_close(&mut self, frame: CloseFrame);
-}
+use crate::sender::{self, SendSteps, Sender};
 
 /// How much [`send_reader`] reads at a time: one fragment per read.
 pub(crate) const READ_CHUNK: usize = 64 << 10;
@@ -45,7 +32,7 @@ pub(crate) const READ_CHUNK: usize = 64 << 10;
 /// [`WebSocket::send_stream`](crate::WebSocket::send_stream).
 pub(crate) async fn send_stream<W, St, B, E>(sink: &mut W, kind: DataKind, source: St) -> Result<(), Error>
 where
-    W: FragmentSink,
+    W: Sender,
     St: Stream<Item = Result<B, E>>,
     B: Into<Bytes>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -62,10 +49,10 @@ where
             Some(next) => next,
             None => {
                 if let Some(chunk) = held.take() {
-                    send_piece(sink, kind, chunk, false).await?;
+                    sender::send_fragment(sink, kind, chunk, false).await?;
                     started = true;
                 }
-                poll_fn(|cx| sink.poll_flush_queue(cx)).await?;
+                sender::flush(sink).await?;
                 source.next().await
             }
         };
@@ -86,7 +73,7 @@ where
             continue;
         }
         if let Some(previous) = held.replace(chunk) {
-            send_piece(sink, kind, previous, false).await?;
+            sender::send_fragment(sink, kind, previous, false).await?;
             started = true;
         }
     }
@@ -96,43 +83,30 @@ where
         ));
         return Err(abandon(sink, started, error).await);
     }
-    send_piece(sink, kind, held.unwrap_or_default(), true).await?;
-    poll_fn(|cx| sink.poll_flush_queue(cx)).await
+    sender::send_fragment(sink, kind, held.unwrap_or_default(), true).await?;
+    sender::flush(sink).await
 }
 
 /// Sends what `reader` yields until its end as one message; see
 /// [`WebSocket::send_reader`](crate::WebSocket::send_reader).
 pub(crate) async fn send_reader<W, R>(sink: &mut W, kind: DataKind, reader: R) -> Result<(), Error>
 where
-    W: FragmentSink,
+    W: Sender,
     R: AsyncRead,
 {
     let chunks = tokio_util::io::ReaderStream::with_capacity(reader, READ_CHUNK);
     send_stream(sink, kind, chunks).await
 }
 
-/// Queues one fragment once there is room.
-async fn send_piece<W: FragmentSink>(
-    sink: &mut W,
-    kind: DataKind,
-    chunk: Bytes,
-    fin: bool,
-) -> Result<(), Error> {
-    poll_fn(|cx| sink.poll_room(cx)).await?;
-    sink.queue_fragment(kind, chunk, fin)
-}
-
 /// The message cannot be finished: once part of it is out, the connection must close (1011) —
 /// the peer would otherwise wait for the rest forever. Before any of it, nothing was sent and the
 /// connection goes on.
-async fn abandon<W: FragmentSink>(sink: &mut W, started: bool, error: Error) -> Error {
+async fn abandon<W: Sender>(sink: &mut W, started: bool, error: Error) -> Error {
     if started {
-        sink.queue_close(CloseFrame::new(
-            CloseCode::INTERNAL_ERROR,
-            "message source failed",
-        ));
+        let frame = CloseFrame::new(CloseCode::INTERNAL_ERROR, "message source failed");
+        let _ = sink.step(|conn| conn.queue_close(Some(frame)));
         // Best effort: the receiving side writes it too, and the connection is ending anyway.
-        let _ = poll_fn(|cx| sink.poll_flush_queue(cx)).await;
+        let _ = sender::flush(sink).await;
     }
     error
 }

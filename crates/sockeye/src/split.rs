@@ -13,6 +13,7 @@ use sockeye_proto::{CloseFrame, DataKind, Incoming, Message, PreparedMessage};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::Error;
+use crate::sender::{self, SendSteps, Sender};
 use crate::websocket::WebSocket;
 
 /// The receiving half of a [`WebSocket`], from [`WebSocket::split`].
@@ -130,27 +131,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocketReader<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
     /// Sends a message and flushes it; see [`WebSocket::send`] (same cancel safety).
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        let queued = lock(&self.shared).queue(message.into());
-        self.flush().await?;
-        queued
+        sender::send(self, message.into()).await
     }
 
     /// Queues a message without flushing, waiting first for room below the high-water mark; see
     /// [`WebSocket::feed`].
     pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
-        lock(&self.shared).send_now(message.into())
+        sender::feed(self, message.into()).await
     }
 
     /// Queues a prepared message without flushing; see [`WebSocket::feed_prepared`].
     pub async fn feed_prepared(&mut self, message: &PreparedMessage) -> Result<(), Error> {
-        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
-        Ok(lock(&self.shared).connection_mut().send_prepared(message)?)
+        sender::feed_prepared(self, message).await
     }
 
     /// Queues a message if there is room, without waiting; see [`WebSocket::try_send`].
     pub fn try_send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        lock(&self.shared).try_send(message)
+        sender::try_send(self, message.into())
     }
 
     /// Sends many messages and flushes them; see [`WebSocket::send_batch`].
@@ -159,20 +156,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
         I: IntoIterator,
         I::Item: Into<Message>,
     {
-        let mut messages = messages.into_iter().peekable();
-        while messages.peek().is_some() {
-            poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
-            lock(&self.shared).queue_batch(&mut messages)?;
-        }
-        self.flush().await
+        sender::send_batch(self, messages).await
     }
 
     /// Sends one fragment of a message; see [`WebSocket::send_fragment`].
     pub async fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
-        poll_fn(|cx| lock(&self.shared).poll_below_high_water(cx)).await?;
-        Ok(lock(&self.shared)
-            .connection_mut()
-            .send_fragment(kind, payload, fin)?)
+        sender::send_fragment(self, kind, payload, fin).await
     }
 
     /// Sends one message from a [`Stream`] of chunks, as fragments; see
@@ -193,15 +182,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
 
     /// Writes everything queued.
     pub async fn flush(&mut self) -> Result<(), Error> {
-        poll_fn(|cx| lock(&self.shared).poll_write_out(cx)).await
+        sender::flush(self).await
     }
 
     /// Sends a close frame (`None`: without a status code) and flushes it. The peer's reply
     /// arrives at the reader, which then ends: keep receiving until `None` to finish the
     /// closing handshake.
-    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
-        lock(&self.shared).close_from_writer(frame)?;
-        self.flush().await
+    ///
+    /// The same signature as [`WebSocket::close`]: the peer's close frame when this call knows
+    /// it, which for a writer is only when its close answers a close the peer sent first (held by
+    /// [`auto_close_reply: false`](crate::ProtocolConfig::auto_close_reply); the reader returned
+    /// it as `Message::Close`). Otherwise `None`: the reply is the reader's to receive. Like
+    /// `WebSocket::close`, the close frame is queued at the first poll.
+    pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<Option<CloseFrame>, Error> {
+        sender::close_and_flush(self, frame).await
     }
 
     /// Bytes queued for the peer and not yet handed to the socket.
@@ -225,27 +219,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
     /// Queues a close frame without waiting; the receiving half writes it and finishes the
     /// closing handshake.
     pub(crate) fn close_now(&self, frame: Option<CloseFrame>) -> Result<(), Error> {
-        lock(&self.shared).close_from_writer(frame)
+        lock(&self.shared).queue_close(frame)
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> crate::send_source::FragmentSink for WebSocketWriter<S> {
-    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        lock(&self.shared).poll_below_high_water(cx)
-    }
+/// The send API's one implementation (sender.rs) takes each step with the connection locked.
+impl<S: AsyncRead + AsyncWrite + Unpin> Sender for WebSocketWriter<S> {
+    type Conn = WebSocket<S>;
 
-    fn queue_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
-        Ok(lock(&self.shared)
-            .connection_mut()
-            .send_fragment(kind, payload, fin)?)
-    }
-
-    fn poll_flush_queue(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        lock(&self.shared).poll_write_out(cx)
-    }
-
-    fn queue_close(&mut self, frame: CloseFrame) {
-        let _ = lock(&self.shared).close_from_writer(Some(frame));
+    #[inline]
+    fn step<R>(&mut self, f: impl FnOnce(&mut WebSocket<S>) -> R) -> R {
+        f(&mut lock(&self.shared))
     }
 }
 

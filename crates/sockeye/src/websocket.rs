@@ -15,6 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::sender::{self, SendSteps, Sender};
 use crate::shutdown::CloseSignal;
 use crate::wakers::{Side, Wakers};
 
@@ -97,6 +98,9 @@ struct Inner<S> {
     /// was last given up: only such a connection takes a keeper's place, so that one that only
     /// answers keepalive pings does not hold a buffer.
     data_delivered: bool,
+    /// The close frame the peer sent, once handed to the application (boxed: a pointer's worth
+    /// for the connections that never get there), for a sending half's `close` that answers it.
+    peer_close: Option<Box<CloseFrame>>,
 }
 
 /// A connection dropped while it keeps its read buffer (still open: a closed one gave it up
@@ -170,6 +174,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                 keeper: None,
                 read_buffer_grown: false,
                 data_delivered: false,
+                peer_close: None,
             }),
             wakers: Wakers::default(),
         }
@@ -191,9 +196,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Sends a message and flushes it, waiting while the socket is busy. The message is queued at
     /// the first poll (see *Cancel safety* on [`WebSocket`]).
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        let queued = self.queue(message.into());
-        poll_fn(|cx| self.poll_write_out(cx)).await?;
-        queued
+        sender::send(self, message.into()).await
     }
 
     /// Queues a message if the write buffer is below its high-water mark, without waiting:
@@ -202,11 +205,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// `send`, `flush` or receive. [`Message`] clones are cheap (the payload is shared), so keep a
     /// clone if the message must not be lost.
     pub fn try_send(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        self.inner.going_away(None);
-        if self.inner.conn.transmit_len() >= self.inner.high_water {
-            return Err(Error::WriteBufferFull);
-        }
-        self.send_now(message.into())
+        sender::try_send(self, message.into())
     }
 
     /// Bytes queued for the peer and not yet handed to the socket (like a browser's
@@ -218,8 +217,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Queues a message without flushing (see the batching note on [`WebSocket`]). Waits first if
     /// the queue is over the high-water mark.
     pub async fn feed(&mut self, message: impl Into<Message>) -> Result<(), Error> {
-        poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-        self.send_now(message.into())
+        sender::feed(self, message.into()).await
     }
 
     /// Queues a message prepared once for many connections (see [`PreparedMessage`]) without
@@ -227,8 +225,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// and no context takeover, its compressed form is shared by every connection with the same
     /// level and window.
     pub async fn feed_prepared(&mut self, message: &PreparedMessage) -> Result<(), Error> {
-        poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-        Ok(self.inner.conn.send_prepared(message)?)
+        sender::feed_prepared(self, message).await
     }
 
     /// Sends many messages and flushes them: the fastest way to push a burst. Messages are
@@ -250,18 +247,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         I: IntoIterator,
         I::Item: Into<Message>,
     {
-        let mut messages = messages.into_iter().peekable();
-        while messages.peek().is_some() {
-            poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-            self.queue_batch(&mut messages)?;
-        }
-        self.flush().await
+        sender::send_batch(self, messages).await
     }
 
     /// Sends one fragment of a message (RFC 6455 §5.4); see [`Connection::send_fragment`].
     pub async fn send_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
-        poll_fn(|cx| self.poll_below_high_water(cx)).await?;
-        Ok(self.inner.conn.send_fragment(kind, payload, fin)?)
+        sender::send_fragment(self, kind, payload, fin).await
     }
 
     /// Sends one message of `kind` from a [`Stream`] of chunks, as fragments (RFC 6455 §5.4),
@@ -311,15 +302,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
 
     /// Writes everything queued.
     pub async fn flush(&mut self) -> Result<(), Error> {
-        poll_fn(|cx| self.poll_write_out(cx)).await
+        sender::flush(self).await
     }
 
     /// Closes the connection: sends a close frame (`None`: without a status code), waits up to
     /// [`ProtocolConfig::close_timeout`](crate::ProtocolConfig::close_timeout) for the peer's
     /// reply, discarding any messages still arriving, and closes the stream. Returns the peer's
     /// close frame, if one came.
+    ///
+    /// The same signature as [`WebSocketWriter::close`](crate::WebSocketWriter::close): the peer's
+    /// close frame when the call knows it. Here it always does when one came, as this side
+    /// receives; a writer, which does not, knows it only when its close answers the peer's.
     pub async fn close(&mut self, frame: Option<CloseFrame>) -> Result<Option<CloseFrame>, Error> {
-        self.inner.conn.close(frame)?;
+        sender::start_close(self, frame)?;
         let mut reply = None;
         while let Some(item) = self.recv().await {
             match item {
@@ -397,6 +392,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         if let Some(next) = taken {
             self.inner.note_delivered(&next);
             if next.as_ref().is_ok_and(T::is_close) {
+                self.inner.note_peer_close(&next);
                 // Send the close reply (and, as a server, close the stream) now, even if the
                 // application stops polling. A failure here ends the stream at the next
                 // receive; the close frame is what the application must see first.
@@ -417,48 +413,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         result
     }
 
-    /// Queues a message, as `send` does before it flushes: once the server is shutting down, the
-    /// close frame (1001) is queued instead and the message refused.
-    pub(crate) fn queue(&mut self, message: Message) -> Result<(), Error> {
-        self.inner.going_away(None);
-        self.send_now(message)
-    }
-
-    /// Queues a message without looking at the high-water mark.
-    pub(crate) fn send_now(&mut self, message: Message) -> Result<(), Error> {
-        Ok(self.inner.conn.send(message)?)
-    }
-
-    /// The engine, for the sending half: what it queues goes out with the next write.
-    pub(crate) fn connection_mut(&mut self) -> &mut Connection {
-        &mut self.inner.conn
-    }
-
-    /// The sending half's close. When it answers a close the peer sent first (held by
-    /// `auto_close_reply: false`), the handshake is over and the transport is for the receiving
-    /// half to finish: wake it, it may be waiting for input that will not come.
-    pub(crate) fn close_from_writer(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
-        self.inner.conn.close(frame)?;
-        if self.inner.conn.transport() != Transport::Open {
-            self.wakers.wake_reader();
-        }
-        Ok(())
-    }
-
-    /// Queues messages until the queue reaches the high-water mark or they run out.
-    pub(crate) fn queue_batch<I: Iterator<Item = impl Into<Message>>>(
-        &mut self,
-        messages: &mut I,
-    ) -> Result<(), Error> {
-        for message in messages.by_ref() {
-            self.send_now(message.into())?;
-            if self.inner.conn.transmit_len() >= self.inner.high_water {
-                break;
-            }
-        }
-        Ok(())
-    }
-
     /// Writes everything queued, then flushes the stream (the sending side).
     pub(crate) fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         let mut io = Context::from_waker(self.wakers.select(Side::Writer, cx.waker()));
@@ -475,12 +429,89 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     }
 }
 
+/// The sending steps of the send API's one implementation (sender.rs), for a `WebSocket` and,
+/// under its lock, a `WebSocketWriter`.
+impl<S: AsyncRead + AsyncWrite + Unpin> SendSteps for WebSocket<S> {
+    #[inline]
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        self.poll_below_high_water(cx)
+    }
+
+    #[inline]
+    fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        WebSocket::poll_write_out(self, cx)
+    }
+
+    #[inline]
+    fn queue(&mut self, message: Message) -> Result<(), Error> {
+        self.inner.going_away(None);
+        self.queue_unchecked(message)
+    }
+
+    #[inline]
+    fn queue_unchecked(&mut self, message: Message) -> Result<(), Error> {
+        Ok(self.inner.conn.send(message)?)
+    }
+
+    fn queue_prepared(&mut self, message: &PreparedMessage) -> Result<(), Error> {
+        Ok(self.inner.conn.send_prepared(message)?)
+    }
+
+    fn queue_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
+        Ok(self.inner.conn.send_fragment(kind, payload, fin)?)
+    }
+
+    fn try_queue(&mut self, message: Message) -> Result<(), Error> {
+        self.inner.going_away(None);
+        if self.inner.conn.transmit_len() >= self.inner.high_water {
+            return Err(Error::WriteBufferFull);
+        }
+        self.queue_unchecked(message)
+    }
+
+    fn queue_batch<I: Iterator<Item = impl Into<Message>>>(&mut self, messages: &mut I) -> Result<(), Error> {
+        for message in messages.by_ref() {
+            self.queue_unchecked(message.into())?;
+            if self.inner.conn.transmit_len() >= self.inner.high_water {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// When it answers a close the peer sent first (held by `auto_close_reply: false`), the
+    /// handshake is over and the transport is for the receiving side to finish: wake it, it may
+    /// be waiting (in another task) for input that will not come.
+    fn queue_close(&mut self, frame: Option<CloseFrame>) -> Result<(), Error> {
+        self.inner.conn.close(frame)?;
+        if self.inner.conn.transport() != Transport::Open {
+            self.wakers.wake_reader();
+        }
+        Ok(())
+    }
+
+    fn peer_close(&self) -> Option<CloseFrame> {
+        self.inner.peer_close.as_deref().cloned()
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Sender for WebSocket<S> {
+    type Conn = Self;
+
+    #[inline(always)]
+    fn step<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        f(self)
+    }
+}
+
 /// What a receive takes from the engine: a whole message ([`Message`]) or a piece
 /// ([`Incoming`]).
 trait Received: Sized {
     fn next(conn: &mut Connection) -> Result<Option<Self>, sockeye_proto::Error>;
     fn is_close(&self) -> bool;
     fn is_data(&self) -> bool;
+    /// The peer's close frame, for a close that carries one.
+    fn close_frame(&self) -> Option<&CloseFrame>;
 }
 
 impl Received for Message {
@@ -498,6 +529,13 @@ impl Received for Message {
     fn is_data(&self) -> bool {
         Message::is_data(self)
     }
+
+    fn close_frame(&self) -> Option<&CloseFrame> {
+        match self {
+            Message::Close(frame) => frame.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 impl Received for Incoming {
@@ -514,6 +552,13 @@ impl Received for Incoming {
     #[inline]
     fn is_data(&self) -> bool {
         matches!(self, Incoming::Chunk(_))
+    }
+
+    fn close_frame(&self) -> Option<&CloseFrame> {
+        match self {
+            Incoming::Control(message) => message.close_frame(),
+            Incoming::Chunk(_) => None,
+        }
     }
 }
 
@@ -567,6 +612,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                     self.conn.note_input();
                     if let Some(next) = take_next::<T>(&mut self.conn) {
                         if next.as_ref().is_ok_and(T::is_close) {
+                            self.note_peer_close(&next);
                             // As in `WebSocket::poll_received`: the reply goes out now.
                             let _ = self.poll_transport(cx);
                         }
@@ -623,6 +669,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     fn note_delivered<T: Received>(&mut self, next: &Result<T, Error>) {
         if next.as_ref().is_ok_and(T::is_data) {
             self.data_delivered = true;
+        }
+    }
+
+    /// Keeps the close frame the peer sent (see `peer_close`).
+    #[cold]
+    fn note_peer_close<T: Received>(&mut self, next: &Result<T, Error>) {
+        if let Ok(next) = next {
+            self.peer_close = next.close_frame().cloned().map(Box::new);
         }
     }
 
@@ -815,24 +869,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> crate::send_source::FragmentSink for WebSocket<S> {
-    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.poll_below_high_water(cx)
-    }
-
-    fn queue_fragment(&mut self, kind: DataKind, payload: Bytes, fin: bool) -> Result<(), Error> {
-        Ok(self.inner.conn.send_fragment(kind, payload, fin)?)
-    }
-
-    fn poll_flush_queue(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.poll_write_out(cx)
-    }
-
-    fn queue_close(&mut self, frame: CloseFrame) {
-        let _ = self.close_from_writer(Some(frame));
-    }
-}
-
 impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocket<S> {
     type Item = Result<Message, Error>;
 
@@ -849,7 +885,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
     }
 
     fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), Error> {
-        Ok(self.get_mut().inner.conn.send(message)?)
+        self.get_mut().queue_unchecked(message)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
@@ -863,7 +899,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
         // Also the answer to a peer's close held by `auto_close_reply: false`; a close already
         // sent makes this do nothing.
         if this.inner.conn.close_state() != CloseState::Closed {
-            this.close_from_writer(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")))?;
+            this.queue_close(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")))?;
         }
         this.poll_write_out(cx)
     }

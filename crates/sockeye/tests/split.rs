@@ -486,7 +486,11 @@ async fn a_held_close_answer_sends_the_last_messages_first() {
             let frame = closed_rx.await.unwrap();
             writer.send(Message::text("late 1")).await.unwrap();
             writer.send(Message::binary(vec![9u8; 1000])).await.unwrap();
-            writer.close(frame).await.unwrap();
+            // The writer's close answers the peer's: it returns the peer's frame, as
+            // `WebSocket::close` does.
+            let peer_frame = writer.close(frame.clone()).await.unwrap();
+            assert!(peer_frame.is_some());
+            assert_eq!(peer_frame, frame);
             assert!(writer.send(Message::text("after the answer")).await.is_err());
         };
         let (got, ()) =

@@ -8,6 +8,7 @@ use std::task::{Context, Poll, ready};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::h2_stream::leading_bytes;
 use super::sniff::PREFACE;
 
 /// Keeps one stream's DATA after its END_STREAM from ending the whole connection.
@@ -247,7 +248,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for StreamErrorGuard<S> {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for StreamErrorGuard<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+        let this = self.get_mut();
+        ready!(this.poll_inject(cx))?;
+        let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
+        this.outbound.advance(&buf[..n]);
+        Poll::Ready(Ok(n))
     }
 
     fn poll_write_vectored(
@@ -258,14 +263,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for StreamErrorGuard<S> {
         let this = self.get_mut();
         ready!(this.poll_inject(cx))?;
         let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
-        let mut left = n;
-        for buf in bufs {
-            let take = left.min(buf.len());
-            this.outbound.advance(&buf[..take]);
-            left -= take;
-            if left == 0 {
-                break;
-            }
+        for written in leading_bytes(bufs, n) {
+            this.outbound.advance(written);
         }
         Poll::Ready(Ok(n))
     }

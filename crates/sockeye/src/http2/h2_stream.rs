@@ -142,22 +142,18 @@ impl AsyncWrite for H2Stream {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total == 0 {
             return Poll::Ready(Ok(0));
         }
+        let this = self.get_mut();
         if this.write_shut {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
         }
         let n = ready!(this.poll_capacity(cx, total.min(MAX_WRITE)))?.min(total);
         let mut chunk = BytesMut::with_capacity(n);
-        for buf in bufs {
-            let take = buf.len().min(n - chunk.len());
-            chunk.extend_from_slice(&buf[..take]);
-            if chunk.len() == n {
-                break;
-            }
+        for piece in leading_bytes(bufs, n) {
+            chunk.extend_from_slice(piece);
         }
         let Some(send) = &mut this.send else {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
@@ -220,6 +216,19 @@ impl Drop for H2Stream {
             drop((send, slot));
         });
     }
+}
+
+/// The first `n` bytes of `bufs`, slice by slice (what a vectored write of `n` bytes took): the
+/// one walk over written slices, for [`H2Stream`]'s copy and the frame guard's cursor.
+pub(super) fn leading_bytes<'a>(bufs: &'a [IoSlice<'_>], n: usize) -> impl Iterator<Item = &'a [u8]> {
+    bufs.iter().scan(n, |left, buf| {
+        if *left == 0 {
+            return None;
+        }
+        let take = (*left).min(buf.len());
+        *left -= take;
+        Some(&buf[..take])
+    })
 }
 
 pub(super) fn to_io(e: h2::Error) -> io::Error {
