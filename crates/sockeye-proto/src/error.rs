@@ -85,8 +85,9 @@ impl From<HandshakeError> for Error {
     }
 }
 
-/// What the peer did that RFC 6455 forbids.
+/// What the peer did that RFC 6455 forbids. More may come (a match needs a `_` arm).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProtocolViolation {
     /// An opcode reserved for future use (§5.2).
     ReservedOpCode(u8),
@@ -172,8 +173,9 @@ impl fmt::Display for ProtocolViolation {
     }
 }
 
-/// Why an opening handshake (RFC 6455 §4) failed.
+/// Why an opening handshake (RFC 6455 §4) failed. More may come (a match needs a `_` arm).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HandshakeError {
     /// The request or response is not valid HTTP/1.1.
     MalformedHttp(String),

@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, TimeoutCause};
 use crate::head::read_head;
 use crate::head::with_deadline;
 use crate::proxy::{Proxy, ProxyConfig, authority, with_context};
@@ -92,7 +92,7 @@ pub async fn connect(
 /// A connection that cannot be made — refused, unreachable, no answer within the timeout, a host
 /// that does not resolve — is an [`Error::Io`] whose message names the address tried, and the
 /// proxy when there was one (a timeout there has kind `TimedOut`; later in the handshake, it is
-/// an error whose [`Error::timeout`] is `Some("handshake")`).
+/// an error whose [`Error::timeout`] is `Some(TimeoutCause::Handshake)`).
 pub async fn connect_with(
     request: impl IntoClientRequest,
     config: &Config,
@@ -105,7 +105,7 @@ pub async fn connect_with(
     // Taken before the overall deadline starts, so that the connection's own deadline (which
     // names the address) is never later than it.
     let deadline = Instant::now() + config.handshake_timeout;
-    with_deadline(config.handshake_timeout, "handshake", async {
+    with_deadline(config.handshake_timeout, TimeoutCause::Handshake, async {
         let proxy = match &config.proxy {
             ProxyConfig::Direct => None,
             ProxyConfig::Url(proxy) => Some(proxy.clone()),

@@ -42,14 +42,65 @@ pub enum Error {
     /// mark: the message was not queued. Wait with `send`/`feed`, or drop the message.
     WriteBufferFull,
     /// What the protocol engine reports: a protocol violation by the peer, a failed opening
-    /// handshake, a connection closed without a close frame (1006), a timeout (`"handshake"`,
-    /// `"close"`, `"keepalive"`), a send on a closed connection, input the protocol cannot carry.
+    /// handshake, a connection closed without a close frame (1006), a send on a closed
+    /// connection, input the protocol cannot carry. (Its timeouts are [`Error::Timeout`].)
     WebSocket(sockeye_proto::Error),
+    /// A deadline passed; the cause says which, and which setting bounds it.
+    Timeout(TimeoutCause),
     /// The stream or reader a message was being sent from failed
     /// ([`WebSocket::send_stream`](crate::WebSocket::send_stream),
     /// [`send_reader`](crate::WebSocket::send_reader)). If part of the message had gone out,
     /// the connection is being closed with 1011: a message cannot be abandoned halfway.
     Source(Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Which deadline passed, in an [`Error::Timeout`]. More may come (a match needs a `_` arm).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimeoutCause {
+    /// The opening handshake (connecting, through a proxy if any, TLS, the HTTP/1.1 upgrade or
+    /// the HTTP/2 preface) did not finish within [`Config::handshake_timeout`](crate::Config).
+    Handshake,
+    /// The closing handshake did not finish within
+    /// [`ProtocolConfig::close_timeout`](crate::ProtocolConfig::close_timeout): the peer did not
+    /// answer our close frame, or did not close the connection after it.
+    Close,
+    /// The peer did not answer a keepalive ping within
+    /// [`ProtocolConfig::keepalive_timeout`](crate::ProtocolConfig::keepalive_timeout): it is gone
+    /// or stuck.
+    Keepalive,
+}
+
+impl TimeoutCause {
+    /// The engine's name for a deadline (`sockeye_proto::Error::Timeout`'s text), and the one
+    /// this layer gives the handshake's.
+    fn from_name(name: &str) -> Option<TimeoutCause> {
+        match name {
+            "handshake" => Some(TimeoutCause::Handshake),
+            "close" => Some(TimeoutCause::Close),
+            "keepalive" => Some(TimeoutCause::Keepalive),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for TimeoutCause {
+    /// What was awaited, and what to change if the wait was too short.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimeoutCause::Handshake => {
+                "timed out waiting for the handshake (Config::handshake_timeout sets the limit)"
+            }
+            TimeoutCause::Close => {
+                "timed out waiting for the close: the peer did not finish the closing handshake \
+                 (ProtocolConfig::close_timeout sets the limit)"
+            }
+            TimeoutCause::Keepalive => {
+                "timed out waiting for the keepalive: the peer did not answer a ping, so it is gone \
+                 or stuck (ProtocolConfig::keepalive_timeout sets the limit)"
+            }
+        })
+    }
 }
 
 /// The broad class of an [`Error`], for matching without the details.
@@ -81,6 +132,11 @@ pub enum ErrorKind {
     Compression,
     /// The source a message was being sent from failed.
     Source,
+    /// An error of the protocol engine that this version of Sockeye does not sort into the other
+    /// kinds (one added to the engine after it): see the error's text and
+    /// [`Error::WebSocket`]'s value. Never [`InvalidInput`](Self::InvalidInput), which is only for
+    /// the application's own mistakes.
+    Other,
 }
 
 impl Error {
@@ -93,6 +149,9 @@ impl Error {
             Error::Proxy(_) => ErrorKind::Proxy,
             Error::WriteBufferFull => ErrorKind::WriteBufferFull,
             Error::Source(_) => ErrorKind::Source,
+            Error::Timeout(_) => ErrorKind::Timeout,
+            // Each of the engine's errors by name: one it adds later is `Other` until sorted
+            // here, never taken for the application's mistake.
             Error::WebSocket(e) => match e {
                 sockeye_proto::Error::Protocol(_) => ErrorKind::Protocol,
                 sockeye_proto::Error::Handshake(_) => ErrorKind::Handshake,
@@ -100,7 +159,8 @@ impl Error {
                 sockeye_proto::Error::Timeout(_) => ErrorKind::Timeout,
                 sockeye_proto::Error::Closed => ErrorKind::Closed,
                 sockeye_proto::Error::Compression(_) => ErrorKind::Compression,
-                _ => ErrorKind::InvalidInput,
+                sockeye_proto::Error::InvalidInput(_) => ErrorKind::InvalidInput,
+                _ => ErrorKind::Other,
             },
         }
     }
@@ -138,16 +198,16 @@ impl Error {
         }
     }
 
-    /// Which deadline passed: `"handshake"`, `"close"` or `"keepalive"`.
-    pub fn timeout(&self) -> Option<&'static str> {
+    /// Which deadline passed, for an [`Error::Timeout`].
+    pub fn timeout(&self) -> Option<TimeoutCause> {
         match self {
-            Error::WebSocket(sockeye_proto::Error::Timeout(what)) => Some(what),
+            Error::Timeout(cause) => Some(*cause),
             _ => None,
         }
     }
 
-    pub(crate) fn timed_out(what: &'static str) -> Self {
-        Error::WebSocket(sockeye_proto::Error::Timeout(what))
+    pub(crate) fn timed_out(cause: TimeoutCause) -> Self {
+        Error::Timeout(cause)
     }
 
     pub(crate) fn closed() -> Self {
@@ -167,6 +227,7 @@ impl fmt::Display for Error {
             }
             Error::WebSocket(e) => e.fmt(f),
             Error::Source(e) => write!(f, "the message's source failed: {e}"),
+            Error::Timeout(cause) => cause.fmt(f),
         }
     }
 }
@@ -227,7 +288,64 @@ impl From<ProtocolViolation> for Error {
 }
 
 impl From<sockeye_proto::Error> for Error {
+    /// The engine's timeouts (named by a string there) become [`Error::Timeout`].
     fn from(e: sockeye_proto::Error) -> Self {
+        if let sockeye_proto::Error::Timeout(name) = &e
+            && let Some(cause) = TimeoutCause::from_name(name)
+        {
+            return Error::Timeout(cause);
+        }
         Error::WebSocket(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engines_timeouts_name_their_cause_and_the_setting() {
+        for (name, cause, setting) in [
+            ("close", TimeoutCause::Close, "close_timeout"),
+            ("keepalive", TimeoutCause::Keepalive, "keepalive_timeout"),
+            ("handshake", TimeoutCause::Handshake, "handshake_timeout"),
+        ] {
+            let e = Error::from(sockeye_proto::Error::Timeout(name));
+            assert!(matches!(e, Error::Timeout(c) if c == cause), "{e:?}");
+            assert_eq!(e.timeout(), Some(cause));
+            assert_eq!(e.kind(), ErrorKind::Timeout);
+            assert!(e.to_string().contains(setting), "{e}");
+            assert!(!e.is_peer_fault() && e.close_code().is_none());
+        }
+        // A deadline the engine may add later is still a timeout, carried as it came.
+        let unknown = Error::from(sockeye_proto::Error::Timeout("something new"));
+        assert_eq!(unknown.kind(), ErrorKind::Timeout);
+        assert_eq!(unknown.timeout(), None);
+    }
+
+    #[test]
+    fn only_the_applications_mistakes_are_invalid_input() {
+        let kind = |e: sockeye_proto::Error| Error::from(e).kind();
+        assert_eq!(
+            kind(sockeye_proto::Error::InvalidInput("x")),
+            ErrorKind::InvalidInput
+        );
+        assert_eq!(kind(sockeye_proto::Error::Closed), ErrorKind::Closed);
+        assert_eq!(
+            kind(sockeye_proto::Error::AbnormalClosure),
+            ErrorKind::AbnormalClosure
+        );
+        assert_eq!(
+            kind(sockeye_proto::Error::Compression("x".into())),
+            ErrorKind::Compression
+        );
+        assert_eq!(
+            kind(sockeye_proto::Error::Protocol(ProtocolViolation::InvalidUtf8)),
+            ErrorKind::Protocol
+        );
+        assert_eq!(
+            kind(sockeye_proto::Error::Handshake(HandshakeError::AcceptMismatch)),
+            ErrorKind::Handshake
+        );
     }
 }

@@ -5,7 +5,7 @@ use bytes::BytesMut;
 use sockeye_proto::HandshakeError;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::error::Error;
+use crate::error::{Error, TimeoutCause};
 
 /// Why no head was read.
 #[derive(Debug)]
@@ -72,7 +72,7 @@ where
 /// The deadline helper the handshakes share.
 pub(crate) async fn with_deadline<T>(
     limit: std::time::Duration,
-    what: &'static str,
+    what: TimeoutCause,
     fut: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
     with_deadline_at(tokio::time::Instant::now() + limit, what, fut).await
@@ -82,7 +82,7 @@ pub(crate) async fn with_deadline<T>(
 /// upgrade) share one deadline, so that together they take no longer than the configured limit.
 pub(crate) async fn with_deadline_at<T>(
     deadline: tokio::time::Instant,
-    what: &'static str,
+    what: TimeoutCause,
     fut: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
     match tokio::time::timeout_at(deadline, fut).await {

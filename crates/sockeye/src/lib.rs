@@ -86,7 +86,7 @@ mod websocket;
 
 pub use client::{IntoClientRequest, client_handshake, connect, connect_with};
 pub use config::{Config, ConfigBuilder, HttpVersion};
-pub use error::{Error, ErrorKind};
+pub use error::{Error, ErrorKind, TimeoutCause};
 pub use reconnect::ReconnectingClient;
 pub use server::{Server, accept, accept_with};
 pub use shutdown::ShutdownHandle;

@@ -22,7 +22,7 @@
 //! [`keepalive`](crate::ConfigBuilder::keepalive) pings a peer that has been silent that long,
 //! and [`keepalive_timeout`](crate::ConfigBuilder::keepalive_timeout) declares it dead when the
 //! ping goes unanswered. A dead peer ends the connection with an error whose
-//! [`timeout`](Error::timeout) is `Some("keepalive")` ([`Disconnect::Lost`]), and the client
+//! [`timeout`](Error::timeout) is `Some(TimeoutCause::Keepalive)` ([`Disconnect::Lost`]), and the client
 //! reconnects as after any other loss.
 //!
 //! # Example
@@ -379,7 +379,7 @@ pub enum Disconnect {
         uptime: Duration,
     },
     /// The connection was lost: reset, dropped without a close frame, a protocol violation, or
-    /// a peer found dead by the keepalive (`error.timeout() == Some("keepalive")`).
+    /// a peer found dead by the keepalive (`error.timeout() == Some(TimeoutCause::Keepalive)`).
     Lost {
         /// What happened.
         error: Error,

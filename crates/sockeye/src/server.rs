@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, TimeoutCause};
 use crate::head::{read_head, with_deadline, with_deadline_at};
 use crate::negotiate::{kept_deflate, negotiate, refuse, send_and_close, service_unavailable};
 use crate::shutdown::{ShutdownHandle, ShutdownSignal};
@@ -56,7 +56,7 @@ where
     F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
 {
     let upgrade = accept_buffered(stream, BytesMut::with_capacity(1024), config, decide);
-    with_deadline(config.handshake_timeout, "handshake", upgrade)
+    with_deadline(config.handshake_timeout, TimeoutCause::Handshake, upgrade)
         .await
         .map(|(ws, _request)| ws)
 }
@@ -398,7 +398,7 @@ async fn establish(
                 tls.handshake().await?;
                 Ok::<_, Error>(tls)
             };
-            match with_deadline_at(deadline, "handshake", handshake).await {
+            match with_deadline_at(deadline, TimeoutCause::Handshake, handshake).await {
                 Ok(tls) => TransportStream::ServerTls(tls),
                 Err(e) => {
                     stats.handshake_failed(peer, "TLS handshake", &e);
@@ -444,7 +444,7 @@ where
         let (ws, request) = accept_buffered(stream, head, config, decide).await?;
         Ok(Established::WebSocket(ws, request))
     };
-    with_deadline_at(deadline, "handshake", upgrade).await
+    with_deadline_at(deadline, TimeoutCause::Handshake, upgrade).await
 }
 
 /// Waits for connection tasks to end, up to `limit`, then aborts the rest (dropping their sockets).

@@ -155,6 +155,7 @@ fn is_transport_error(e: &Error) -> bool {
     matches!(
         e,
         Error::Io(_)
+            | Error::Timeout(_)
             | Error::WebSocket(
                 ProtocolError::AbnormalClosure | ProtocolError::Timeout(_) | ProtocolError::Closed
             )

@@ -127,7 +127,7 @@ async fn keepalive_pings_an_idle_peer_and_drops_a_dead_one() {
         .unwrap()
         .unwrap();
     assert!(
-        matches!(&last, Some(Err(e)) if e.timeout() == Some("keepalive")),
+        matches!(&last, Some(Err(e)) if e.timeout() == Some(sockeye::TimeoutCause::Keepalive)),
         "{last:?}"
     );
     assert!(

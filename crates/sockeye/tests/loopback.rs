@@ -346,7 +346,10 @@ async fn handshake_and_close_timeouts() {
         let err = sockeye::accept_with(stream, &config, |_, r| Ok(r))
             .await
             .unwrap_err();
-        assert!(matches!(err.timeout(), Some("handshake")), "{err:?}");
+        assert!(
+            matches!(err.timeout(), Some(sockeye::TimeoutCause::Handshake)),
+            "{err:?}"
+        );
         assert!(started.elapsed() < Duration::from_secs(2));
         // A peer that never answers our close frame.
         let (stream, _) = listener.accept().await.unwrap();

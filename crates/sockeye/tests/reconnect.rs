@@ -595,7 +595,7 @@ async fn a_dead_peer_is_found_by_the_keepalive_and_the_client_reconnects() {
     assert!(matches!(next(&mut client).await, Event::Connected { .. }));
     match next(&mut client).await {
         Event::Disconnected(Disconnect::Lost { error, .. }) => {
-            assert_eq!(error.timeout(), Some("keepalive"), "{error}");
+            assert_eq!(error.timeout(), Some(sockeye::TimeoutCause::Keepalive), "{error}");
         }
         other => panic!("{other:?}"),
     }

@@ -16,7 +16,7 @@ use super::frame_guard::StreamErrorGuard;
 use super::h2_stream::H2Stream;
 use super::settings::server_builder;
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, TimeoutCause};
 use crate::negotiate::{kept_deflate, negotiate, service_unavailable};
 use crate::shutdown::ShutdownSignal;
 use crate::stats::ServerStats;
@@ -61,7 +61,7 @@ pub(crate) async fn serve_connection<H, Fut>(
             return;
         }
         Err(_) => {
-            let timeout = Error::timed_out("handshake");
+            let timeout = Error::timed_out(TimeoutCause::Handshake);
             context
                 .stats
                 .handshake_failed(context.peer, "HTTP/2 connection preface", &timeout);
