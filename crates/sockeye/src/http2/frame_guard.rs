@@ -1,6 +1,7 @@
 //! The server's frame guard: one stream's DATA after its END_STREAM ends that stream alone, not
 //! the whole connection (see [`StreamErrorGuard`]).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -31,8 +32,17 @@ pub(super) struct StreamErrorGuard<S> {
     inbound: FrameCursor,
     /// The payload of the current inbound frame is dropped (a DATA frame after END_STREAM).
     skipping: bool,
-    /// Streams the client ended (END_STREAM seen), and whether each was reset here already.
-    ended: std::collections::BTreeMap<u32, bool>,
+    /// Streams the client ended (END_STREAM seen), and whether each was reset here already: at
+    /// most `remembered` of them (see `remember_ended`).
+    ended: BTreeMap<u32, bool>,
+    /// Those of `ended` that our side has ended too (END_STREAM or RST_STREAM from h2): closed
+    /// both ways, h2 lets them go once its frames are out, after which it answers DATA on them
+    /// with a reset of its own. The first to forget.
+    finished: BTreeSet<u32>,
+    /// How many ended streams can still matter: the streams that can be open, or half-closed,
+    /// at once (`http2_max_concurrent_streams`; a stream the client ended but we did not stays
+    /// counted against it).
+    remembered: usize,
     outbound: FrameCursor,
     /// Frames of ours waiting for a boundary between h2's frames (resets: at most one per stream).
     inject: BytesMut,
@@ -62,9 +72,6 @@ const FRAME_RST_STREAM: u8 = 0x3;
 const FRAME_WINDOW_UPDATE: u8 = 0x8;
 const FLAG_END_STREAM: u8 = 0x1;
 const STREAM_CLOSED: u32 = 0x5;
-/// Ended streams remembered; only the most recent can still be half-closed (at most
-/// `http2_max_concurrent_streams` streams are open at once).
-const ENDED_REMEMBERED: usize = 4096;
 /// Resets this filter makes on one connection before it gives up on the client.
 const MAX_GUARD_RESETS: usize = 1024;
 
@@ -90,18 +97,29 @@ impl FrameCursor {
         Some(self.header)
     }
 
-    /// Follows bytes that went by without looking at them.
-    fn advance(&mut self, mut bytes: &[u8]) {
+    /// Follows bytes that went by, handing each whole frame header to `on_header`.
+    fn advance(&mut self, mut bytes: &[u8], mut on_header: impl FnMut(&[u8; FRAME_HEADER_LEN])) {
         while !bytes.is_empty() {
             if self.remaining > 0 {
                 let n = self.remaining.min(bytes.len());
                 self.remaining -= n;
                 bytes = &bytes[n..];
-            } else {
-                self.take_header(&mut bytes);
+            } else if let Some(header) = self.take_header(&mut bytes) {
+                on_header(&header);
             }
         }
     }
+}
+
+/// A frame header's type, flags and stream.
+fn parts(header: &[u8; FRAME_HEADER_LEN]) -> (u8, u8, u32) {
+    let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7FFF_FFFF;
+    (header[3], header[4], stream)
+}
+
+/// Whether a frame ends its stream on the sender's side.
+fn ends_stream(kind: u8, flags: u8) -> bool {
+    (kind == FRAME_DATA || kind == FRAME_HEADERS) && flags & FLAG_END_STREAM != 0
 }
 
 fn frame(kind: u8, stream: u32, payload: u32) -> [u8; FRAME_HEADER_LEN + 4] {
@@ -114,8 +132,9 @@ fn frame(kind: u8, stream: u32, payload: u32) -> [u8; FRAME_HEADER_LEN + 4] {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
-    /// `head`: bytes already read from `io` (the preface, in cleartext).
-    pub(super) fn new(io: S, head: BytesMut) -> Self {
+    /// `head`: bytes already read from `io` (the preface, in cleartext); `max_concurrent_streams`:
+    /// the limit announced to the client.
+    pub(super) fn new(io: S, head: BytesMut, max_concurrent_streams: u32) -> Self {
         StreamErrorGuard {
             io,
             preface_left: PREFACE.len(),
@@ -123,7 +142,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
             filtered: BytesMut::new(),
             inbound: FrameCursor::default(),
             skipping: false,
-            ended: Default::default(),
+            ended: BTreeMap::new(),
+            finished: BTreeSet::new(),
+            remembered: usize::try_from(max_concurrent_streams)
+                .unwrap_or(usize::MAX)
+                .max(1),
             outbound: FrameCursor::default(),
             inject: BytesMut::new(),
             credit: 0,
@@ -159,16 +182,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
             let Some(header) = self.inbound.take_header(&mut bytes) else {
                 break;
             };
-            let (kind, flags) = (header[3], header[4]);
-            let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7FFF_FFFF;
+            let (kind, flags, stream) = parts(&header);
             self.skipping = kind == FRAME_DATA && self.ended.contains_key(&stream);
             if !self.skipping {
                 self.filtered.extend_from_slice(&header);
-                if (kind == FRAME_DATA || kind == FRAME_HEADERS) && flags & FLAG_END_STREAM != 0 {
-                    self.ended.insert(stream, false);
-                    if self.ended.len() > ENDED_REMEMBERED {
-                        self.ended.pop_first();
-                    }
+                if ends_stream(kind, flags) {
+                    self.remember_ended(stream);
                 }
                 continue;
             }
@@ -181,6 +200,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
             }
             self.credit += self.inbound.remaining as u64;
         }
+    }
+
+    /// Notes a stream the client ended. Past `remembered`, one is forgotten: a stream we ended
+    /// too (the oldest), else the oldest. A stream the client ended and we did not is still
+    /// counted against the concurrency limit, so at most `remembered` of those exist: what is
+    /// forgotten is a stream that h2 has closed or is closing, where a late DATA frame is h2's to
+    /// answer with a reset (h2 resets a stream it forgot; only one it still holds half-closed
+    /// would take the connection down).
+    fn remember_ended(&mut self, stream: u32) {
+        self.ended.insert(stream, false);
+        if self.ended.len() > self.remembered {
+            if let Some(finished) = self.finished.pop_first() {
+                self.ended.remove(&finished);
+            } else {
+                self.ended.pop_first();
+            }
+        }
+    }
+
+    /// Follows h2's bytes on their way out: a stream the client ended that we end too is
+    /// finished (see `finished`).
+    fn sent(&mut self, bytes: &[u8]) {
+        let Self {
+            outbound,
+            ended,
+            finished,
+            ..
+        } = self;
+        outbound.advance(bytes, |header| {
+            let (kind, flags, stream) = parts(header);
+            if (ends_stream(kind, flags) || kind == FRAME_RST_STREAM) && ended.contains_key(&stream) {
+                finished.insert(stream);
+            }
+        });
     }
 
     /// Writes our queued frames once h2 is between frames; until they are out, h2 waits.
@@ -251,7 +304,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for StreamErrorGuard<S> {
         let this = self.get_mut();
         ready!(this.poll_inject(cx))?;
         let n = ready!(Pin::new(&mut this.io).poll_write(cx, buf))?;
-        this.outbound.advance(&buf[..n]);
+        this.sent(&buf[..n]);
         Poll::Ready(Ok(n))
     }
 
@@ -264,7 +317,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for StreamErrorGuard<S> {
         ready!(this.poll_inject(cx))?;
         let n = ready!(Pin::new(&mut this.io).poll_write_vectored(cx, bufs))?;
         for written in leading_bytes(bufs, n) {
-            this.outbound.advance(written);
+            this.sent(written);
         }
         Poll::Ready(Ok(n))
     }
@@ -314,7 +367,7 @@ mod tests {
     /// Filters `input` delivered in the pieces `cuts` makes; returns (to h2, to the client).
     fn run(input: &[u8], cuts: &[usize]) -> (Vec<u8>, Vec<u8>, u64) {
         let (io, _peer) = tokio::io::duplex(64);
-        let mut guard = StreamErrorGuard::new(io, BytesMut::new());
+        let mut guard = StreamErrorGuard::new(io, BytesMut::new(), 128);
         let mut start = 0;
         for &end in cuts.iter().chain([&input.len()]) {
             guard.raw.extend_from_slice(&input[start..end]);
@@ -350,6 +403,66 @@ mod tests {
         assert_eq!(run(&input, &bytewise), whole);
     }
 
+    /// Regression: every stream the client ended was remembered, refused plain requests
+    /// included, up to 4,096 per connection (~60 KB held for the handshake timeout, for ~80 KB
+    /// of HEADERS frames). Only a stream that can still be open can matter: at most the
+    /// concurrency limit are remembered.
+    #[test]
+    fn no_more_ended_streams_are_remembered_than_can_be_open() {
+        let mut input = PREFACE.to_vec();
+        input.extend(header(0, 0x4, 0, 0));
+        for i in 0..5000u32 {
+            input.extend(header(2, FRAME_HEADERS, 0x4 | FLAG_END_STREAM, 2 * i + 1));
+            input.extend([0x82, 0x84]);
+        }
+        let (io, _peer) = tokio::io::duplex(64);
+        let mut guard = StreamErrorGuard::new(io, BytesMut::new(), 128);
+        guard.raw.extend_from_slice(&input);
+        guard.filter();
+        assert!(
+            guard.ended.len() <= 128,
+            "{} ended streams remembered, for a concurrency limit of 128",
+            guard.ended.len()
+        );
+    }
+
+    /// What the bound keeps: a stream the client ended while ours goes on (half-closed, the
+    /// case the guard is for) is remembered however many refused requests end after it, as we
+    /// end those too.
+    #[test]
+    fn a_half_closed_stream_outlives_any_number_of_finished_ones() {
+        let (io, _peer) = tokio::io::duplex(64);
+        let mut guard = StreamErrorGuard::new(io, BytesMut::new(), 128);
+        let mut input = PREFACE.to_vec();
+        input.extend(header(0, 0x4, 0, 0));
+        input.extend(header(2, FRAME_HEADERS, 0x4, 1));
+        input.extend([0x82, 0x84]);
+        input.extend(header(0, FRAME_DATA, FLAG_END_STREAM, 1));
+        guard.raw.extend_from_slice(&input);
+        guard.filter();
+        for i in 1..1000u32 {
+            let stream = 2 * i + 1;
+            let mut request = header(2, FRAME_HEADERS, 0x4 | FLAG_END_STREAM, stream);
+            request.extend([0x82, 0x84]);
+            guard.raw.extend_from_slice(&request);
+            guard.filter();
+            // Our refusal: HEADERS, then DATA with END_STREAM.
+            let mut refusal = header(1, FRAME_HEADERS, 0x4, stream);
+            refusal.push(0x88);
+            refusal.extend(header(2, FRAME_DATA, FLAG_END_STREAM, stream));
+            refusal.extend(b"no");
+            guard.sent(&refusal);
+        }
+        assert!(guard.ended.len() <= 128, "{}", guard.ended.len());
+        guard.filtered.clear();
+        let mut late = header(3, FRAME_DATA, 0, 1);
+        late.extend(b"late");
+        guard.raw.extend_from_slice(&late);
+        guard.filter();
+        assert_eq!(guard.filtered.to_vec(), frame(FRAME_RST_STREAM, 1, STREAM_CLOSED));
+        assert_eq!(guard.inject.to_vec(), frame(FRAME_RST_STREAM, 1, STREAM_CLOSED));
+    }
+
     #[test]
     fn outbound_boundaries_are_followed_across_writes() {
         let mut cursor = FrameCursor::default();
@@ -357,7 +470,7 @@ mod tests {
         bytes.extend(b"abc");
         bytes.extend(header(0, 0x4, 0x1, 0));
         for (i, byte) in bytes.iter().enumerate() {
-            cursor.advance(std::slice::from_ref(byte));
+            cursor.advance(std::slice::from_ref(byte), |_| {});
             let boundary = i + 1 == 12 || i + 1 == bytes.len();
             assert_eq!(cursor.at_boundary(), boundary, "after byte {i}");
         }

@@ -51,7 +51,11 @@ pub(crate) async fn serve_connection<H, Fut>(
 {
     let config = &context.config;
     let tls = stream.is_tls();
-    let handshake = server_builder(config).handshake::<_, Bytes>(StreamErrorGuard::new(stream, head));
+    let handshake = server_builder(config).handshake::<_, Bytes>(StreamErrorGuard::new(
+        stream,
+        head,
+        config.http2_max_concurrent_streams,
+    ));
     let mut connection = match tokio::time::timeout_at(deadline, handshake).await {
         Ok(Ok(connection)) => connection,
         Ok(Err(e)) => {
