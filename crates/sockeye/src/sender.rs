@@ -91,11 +91,21 @@ pub(crate) fn feed<T: Sender>(
     sender: &mut T,
     message: Message,
 ) -> impl Future<Output = Result<(), Error>> + '_ {
-    let mut message = Some(message);
+    queue_when_room(sender, message, |conn, message| conn.queue_unchecked(message))
+}
+
+/// Waits for room, then queues `item` with `queue` (dropped while waiting, it queued nothing).
+#[inline]
+fn queue_when_room<'a, T: Sender, I: 'a>(
+    sender: &'a mut T,
+    item: I,
+    queue: impl FnOnce(&mut T::Conn, I) -> Result<(), Error> + 'a,
+) -> impl Future<Output = Result<(), Error>> + 'a {
+    let mut pending = Some((item, queue));
     poll_fn(move |cx| {
         ready!(sender.step(|conn| conn.poll_room(cx)))?;
-        let message = message.take().ok_or_else(Error::closed)?;
-        Poll::Ready(sender.step(|conn| conn.queue_unchecked(message)))
+        let (item, queue) = pending.take().ok_or_else(Error::closed)?;
+        Poll::Ready(sender.step(|conn| queue(conn, item)))
     })
 }
 
@@ -135,11 +145,8 @@ pub(crate) fn send_fragment<T: Sender>(
     payload: Bytes,
     fin: bool,
 ) -> impl Future<Output = Result<(), Error>> + '_ {
-    let mut payload = Some(payload);
-    poll_fn(move |cx| {
-        ready!(sender.step(|conn| conn.poll_room(cx)))?;
-        let payload = payload.take().ok_or_else(Error::closed)?;
-        Poll::Ready(sender.step(|conn| conn.queue_fragment(kind, payload, fin)))
+    queue_when_room(sender, payload, move |conn, payload| {
+        conn.queue_fragment(kind, payload, fin)
     })
 }
 
