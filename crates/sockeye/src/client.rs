@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::error::{Error, TimeoutCause};
 use crate::head::read_head;
-use crate::head::with_deadline;
+use crate::head::{deadline_in, with_deadline};
 use crate::proxy::{Proxy, ProxyConfig, authority, with_context};
 use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
@@ -104,7 +104,7 @@ pub async fn connect_with(
     let host = target.host_name().to_string();
     // Taken before the overall deadline starts, so that the connection's own deadline (which
     // names the address) is never later than it.
-    let deadline = Instant::now() + config.handshake_timeout;
+    let deadline = deadline_in(config.handshake_timeout);
     with_deadline(config.handshake_timeout, TimeoutCause::Handshake, async {
         let proxy = match &config.proxy {
             ProxyConfig::Direct => None,

@@ -29,7 +29,9 @@ pub struct Config {
     /// WebSocket message is usually latency-sensitive, and writes are already batched per flush.
     pub tcp_nodelay: bool,
     /// The longest the opening handshake may take, from TCP connect/accept to the 101 response.
-    /// Default 10 s; a client that dribbles its request (slowloris) is cut off then.
+    /// Default 10 s; a client that dribbles its request (slowloris) is cut off then. Like every
+    /// duration here and in the engine's settings, any value is valid: one too long for an
+    /// `Instant` to hold (`Duration::MAX`) means never (about 30 years ahead).
     pub handshake_timeout: Duration,
     /// Outgoing bytes queued before `send`/`poll_ready` wait for the socket to drain them. Default
     /// 1 MiB: enough to batch many small messages into one write, small enough to push back on

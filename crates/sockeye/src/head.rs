@@ -69,13 +69,26 @@ where
     }
 }
 
+/// How far ahead "never" lies for a deadline: a configured limit no `Instant` can hold
+/// (`Duration::MAX`) is set this far instead, as tokio does for its own timers (~30 years).
+const NEVER: std::time::Duration = std::time::Duration::from_secs(86_400 * 365 * 30);
+
+/// The instant `limit` from now, saturating at [`NEVER`]: `Instant + Duration` panics on
+/// overflow, and any limit is a valid setting.
+pub(crate) fn deadline_in(limit: std::time::Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(limit)
+        .or_else(|| now.checked_add(NEVER))
+        .unwrap_or(now)
+}
+
 /// The deadline helper the handshakes share.
 pub(crate) async fn with_deadline<T>(
     limit: std::time::Duration,
     what: TimeoutCause,
     fut: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
-    with_deadline_at(tokio::time::Instant::now() + limit, what, fut).await
+    with_deadline_at(deadline_in(limit), what, fut).await
 }
 
 /// [`with_deadline`] at an instant: the phases of one handshake (TLS, the HTTP/2 sniff, the

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::error::{Error, TimeoutCause};
-use crate::head::{read_head, with_deadline, with_deadline_at};
+use crate::head::{deadline_in, read_head, with_deadline, with_deadline_at};
 use crate::negotiate::{kept_deflate, negotiate, refuse, send_and_close, service_unavailable};
 use crate::shutdown::{ShutdownHandle, ShutdownSignal};
 use crate::stats::ServerStats;
@@ -283,7 +283,7 @@ impl Server {
                     stats: stats.clone(),
                 };
                 let config = Arc::clone(&config);
-                let deadline = Instant::now() + config.handshake_timeout;
+                let deadline = deadline_in(config.handshake_timeout);
                 tasks.spawn(Box::pin(async move {
                     let _slot = slot;
                     // Cleartext HTTP/2 is sent away with GOAWAY, HTTP/1.1 with 503 (read the
@@ -382,7 +382,7 @@ async fn establish(
     stats: &ServerStats,
     #[cfg(feature = "tls")] tls: Option<Arc<rustls::ServerConfig>>,
 ) -> Established {
-    let deadline = Instant::now() + config.handshake_timeout;
+    let deadline = deadline_in(config.handshake_timeout);
     if let Err(e) = stream.set_nodelay(config.tcp_nodelay) {
         stats.handshake_failed(peer, "TCP_NODELAY", &e);
         return Established::Failed;

@@ -446,3 +446,25 @@ async fn an_http2_connection_without_websockets_is_closed_after_the_handshake_ti
         .expect("the idle connection is closed")
         .unwrap();
 }
+
+/// Every duration a user can set, at `Duration::MAX`, over HTTP/1.1 and HTTP/2: "never", not a
+/// panic (`Instant + Duration` overflows; the handshake deadlines were built that way).
+#[tokio::test]
+async fn durations_too_long_for_an_instant_mean_never() {
+    let forever = std::time::Duration::MAX;
+    for version in [HttpVersion::Http1, HttpVersion::Http2Only] {
+        let config = Config::builder()
+            .http_version(version)
+            .handshake_timeout(forever)
+            .close_timeout(forever)
+            .keepalive(Some(forever))
+            .keepalive_timeout(forever)
+            .shutdown_timeout(forever)
+            .build();
+        let echo = echo_server(config.clone(), None).await;
+        let (mut ws, _) = sockeye::connect_with(format!("ws://{}/", echo.addr), &config)
+            .await
+            .unwrap();
+        exchange(&mut ws).await;
+    }
+}

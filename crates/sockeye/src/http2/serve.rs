@@ -17,6 +17,7 @@ use super::h2_stream::H2Stream;
 use super::settings::server_builder;
 use crate::config::Config;
 use crate::error::{Error, TimeoutCause};
+use crate::head::deadline_in;
 use crate::negotiate::{kept_deflate, negotiate, service_unavailable};
 use crate::shutdown::ShutdownSignal;
 use crate::stats::ServerStats;
@@ -97,7 +98,7 @@ pub(crate) async fn serve_connection<H, Fut>(
             }
             Some(_) = streams.join_next(), if !streams.is_empty() => {
                 if streams.is_empty() {
-                    idle.as_mut().reset(tokio::time::Instant::now() + config.handshake_timeout);
+                    idle.as_mut().reset(deadline_in(config.handshake_timeout));
                 }
             }
             next = connection.accept() => match next {
