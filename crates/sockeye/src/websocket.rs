@@ -469,14 +469,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> SendSteps for WebSocket<S> {
         self.queue_unchecked(message)
     }
 
-    fn queue_batch<I: Iterator<Item = impl Into<Message>>>(&mut self, messages: &mut I) -> Result<(), Error> {
-        for message in messages.by_ref() {
-            self.queue_unchecked(message.into())?;
-            if self.inner.conn.transmit_len() >= self.inner.high_water {
-                break;
-            }
-        }
-        Ok(())
+    #[inline]
+    fn is_full(&self) -> bool {
+        self.inner.conn.transmit_len() >= self.inner.high_water
     }
 
     /// When it answers a close the peer sent first (held by `auto_close_reply: false`), the
