@@ -3,6 +3,21 @@
 //! A publication is turned into a [`Message`] once (its payload is shared `Bytes`) and pushed
 //! into every subscriber's queue under one lock, without an `await` per subscriber: a slow
 //! subscriber only ever fills its own queue, whose bound and [`SlowPolicy`] decide what happens.
+//!
+//! # No silent miss
+//!
+//! A [`Position`] names one publication forever: a backplane that may have lost positions it
+//! handed out starts a new epoch (Redis: its server's `run_id` changed; NATS: the stream was
+//! recreated). On every node, the first sight of the new epoch (or of a reconnection, a jump in
+//! contiguous offsets) makes the hub fetch what it missed from history; what cannot be fetched is
+//! a [`Delivery::Gap`], followed by whatever the history still holds, then live publications, so
+//! that a subscriber that stayed and one that resumes from a position get the same thing.
+//!
+//! The hub also checks what the backplane says against what it has seen, for a backplane that
+//! went back without changing its epoch: a live publication at or before a position already
+//! received live in the same epoch (the backplane never hands one twice), or a history that
+//! stands behind a position it gave, is a rollback: a gap is reported, and the positions given
+//! again are delivered as the new publications they are, not dropped as duplicates.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -80,6 +95,9 @@ struct TopicState {
     subscribers: HashMap<u64, Arc<Queue>>,
     /// The newest position delivered on this node: the seam for gap repair and duplicates.
     last: Option<Position>,
+    /// The newest position the backplane handed live: one at or before it in the same epoch is
+    /// a rollback (the backplane never hands a publication twice live).
+    live: Option<Position>,
 }
 
 impl Hub {
@@ -226,13 +244,27 @@ impl Hub {
 pub enum Delivery {
     /// A publication (one shared handle for every subscriber it is delivered to).
     Message(Published),
-    /// Publications on `topic` were missed and could not be recovered: the backplane's server
-    /// was unreachable and has no history, the history no longer reaches back far enough, or it
-    /// was lost (a new epoch). Deliveries continue from `resume`.
+    /// Publications on `topic` may have been missed and cannot be recovered: the backplane's
+    /// server was unreachable and has no history, the history no longer reaches back far enough,
+    /// or the backplane may have lost publications it had given positions to (a new epoch: its
+    /// server restarted or failed over, its storage was lost; or a rollback it did not report).
+    ///
+    /// After the gap come, in order, whatever the history still holds that was not delivered
+    /// (after a new epoch: everything the new epoch holds, from its first publication), then live
+    /// publications: the same for a subscriber that stayed subscribed as for one that resumes.
     Gap {
         /// The topic.
         topic: Topic,
-        /// Where deliveries continue (`None`: unknown, or nothing published yet).
+        /// The position just before the first publication delivered after this gap: every
+        /// publication after it is delivered after the gap (none skipped), none at or before it
+        /// is. A client that keeps `resume` (after a new epoch, offset 0 of it, say `0@E2`) and
+        /// drops right after the gap skips nothing when it resumes from it later (as far as the
+        /// history still reaches; if not, it is told with another gap).
+        ///
+        /// `None`: the topic has no position in its current history yet (nothing published in a
+        /// new epoch), or where it stands is unknown (the history did not answer). Keep the
+        /// position held before the gap: resuming from it reports the gap again, then delivers
+        /// everything the current history holds.
         resume: Option<Position>,
     },
     /// [`SlowPolicy::Drop`]: this many publications did not fit in the queue and were dropped for
@@ -328,14 +360,18 @@ pub enum Recovery {
     /// No position was given: live publications from now on.
     Live,
     /// Everything published after the position was queued first (`count` publications), then
-    /// live ones: no gap, no duplicate.
+    /// live ones: no gap, no duplicate. This subscriber's own publications are left out, as live
+    /// delivery leaves them out ([`Subscriber::publish`]).
     Recovered {
-        /// Publications recovered.
+        /// Publications recovered (queued).
         count: usize,
     },
-    /// Recovery was impossible (another epoch, or older than the history keeps, or a backplane
-    /// without history); live publications follow from now on, and a [`Delivery::Gap`] was
-    /// queued first.
+    /// Recovery of everything after the position was impossible: the position is of another
+    /// epoch (the backplane may have lost publications since), older than the history keeps,
+    /// ahead of what the history holds (the backplane went back), or the backplane has no
+    /// history. A [`Delivery::Gap`] was queued first, then whatever the history still holds
+    /// after the position (for another epoch: all of the current one), then live publications;
+    /// see [`Delivery::Gap`] for its `resume`.
     Lost,
 }
 
@@ -359,7 +395,9 @@ impl Subscriber {
 
     /// Subscribes to `topic`. With `resume`, the publications after that position are queued
     /// first (recovered from the backplane's history), then live ones, with no gap and no
-    /// duplicate at the seam; or, if that is impossible, a [`Delivery::Gap`] says so.
+    /// duplicate at the seam; or, if that is impossible, a [`Delivery::Gap`] says so, followed
+    /// by what the history still holds (see [`Recovery::Lost`]). Either way this subscriber's
+    /// own publications are left out, as they are from live delivery.
     pub async fn subscribe(&mut self, topic: &Topic, resume: Option<Position>) -> Result<Recovery, Error> {
         let inner = &self.hub.inner;
         if self.topics.contains(topic) {
@@ -401,20 +439,45 @@ impl Subscriber {
         } else {
             Ok(History::Lost { latest: None })
         };
+        // This subscriber's own publications are left out, as live delivery leaves them out.
+        let own = Origin {
+            node: inner.node,
+            publisher: self.id,
+        };
         match history {
             Ok(History::Complete(publications)) if publications.len() < inner.config.max_recovered => {
-                let count = publications.len();
-                let recovered = publications.into_iter().filter_map(|p| delivery(p, &since));
-                self.queue.release(topic, recovered.collect(), Some(since));
+                let recovered: Vec<Delivery> = publications
+                    .into_iter()
+                    .filter(|p| p.origin != own)
+                    .filter_map(|p| delivery(p, &since))
+                    .collect();
+                let count = recovered.len();
+                self.queue.release(topic, recovered, Some(since));
                 Ok(Recovery::Recovered { count })
             }
-            Ok(History::Complete(_) | History::Lost { .. }) => {
+            Ok(History::Lost { latest }) => {
+                let (resume, after) = inner.after_gap(topic, Some(&since), latest).await;
+                let mut queued = vec![Delivery::Gap {
+                    topic: topic.clone(),
+                    resume: resume.clone(),
+                }];
+                queued.extend(
+                    after
+                        .into_iter()
+                        .filter(|p| p.origin != own)
+                        .filter_map(to_delivery),
+                );
+                self.queue.release(topic, queued, resume);
+                Ok(Recovery::Lost)
+            }
+            Ok(History::Complete(_)) => {
+                // Too much to recover: from where this node stands.
                 let resume = inner.latest(topic);
                 let gap = Delivery::Gap {
                     topic: topic.clone(),
-                    resume,
+                    resume: resume.clone(),
                 };
-                self.queue.release(topic, vec![gap], None);
+                self.queue.release(topic, vec![gap], resume);
                 Ok(Recovery::Lost)
             }
             Err(e) => {
@@ -655,12 +718,41 @@ async fn fan_out(hub: std::sync::Weak<Inner>, mut events: mpsc::Receiver<Event>)
 }
 
 impl Inner {
-    /// A live publication: repairs a jump in contiguous offsets from history first, drops a
-    /// duplicate, then fans out.
+    /// A live publication: reports a rollback, repairs a jump in contiguous offsets (or a new
+    /// epoch) from history first, drops a duplicate, then fans out.
     async fn deliver_live(&self, p: Publication) {
         let (last, jumped) = {
-            let topics = lock(&self.topics);
-            let Some(t) = topics.get(&p.topic) else { return };
+            let mut topics = lock(&self.topics);
+            let Some(t) = topics.get_mut(&p.topic) else { return };
+            if let Some(pos) = &p.position {
+                // A backplane hands each publication to a node live once, in order: a position
+                // at or before one it handed live already, in the same epoch, names another
+                // publication. The backplane lost what it gave after `pos - 1` and gives those
+                // positions again: report it, and take what follows as new.
+                if let Some(live) = &t.live
+                    && live.epoch == pos.epoch
+                    && pos.offset <= live.offset
+                {
+                    let before = Position {
+                        epoch: pos.epoch.clone(),
+                        offset: pos.offset.saturating_sub(1),
+                    };
+                    tracing::warn!(
+                        "pub/sub topic {}: the backplane gave position {pos} again (it had reached {live}): \
+                         it lost publications; reported as a gap",
+                        p.topic
+                    );
+                    let gap = Delivery::Gap {
+                        topic: p.topic.clone(),
+                        resume: Some(before.clone()),
+                    };
+                    for q in t.subscribers.values() {
+                        q.push(&gap);
+                    }
+                    t.last = Some(before);
+                }
+                t.live = Some(pos.clone());
+            }
             match (&t.last, &p.position) {
                 (Some(last), Some(pos)) if last.epoch == pos.epoch => {
                     if pos.offset <= last.offset {
@@ -716,62 +808,117 @@ impl Inner {
         }
     }
 
-    /// Fetches what `topic` missed after `last` and delivers it, or delivers a gap.
+    /// Fetches what `topic` missed after `last` and delivers it; or, when that cannot all be
+    /// recovered, delivers a gap, then whatever the history still holds after it.
     async fn repair(&self, topic: &Topic, last: Option<Position>) {
         let max = self.config.max_recovered;
-        let history = match (&last, self.backplane.capabilities().history) {
-            (Some(last), true) => self.backplane.history(topic, Some(last), max).await,
-            // Nothing published on the topic when this node started following it, nor delivered
-            // since: everything the history holds is new to this node.
-            (None, true) => self.backplane.history(topic, None, max).await,
-            (_, false) => Ok(History::Lost { latest: None }),
-        };
-        // `Some(latest)`: the history says where the topic stands now (`None` in it: nothing
-        // published in the current epoch); `None`: unknown (too much missed, or no answer).
-        let latest = match history {
+        if !self.backplane.capabilities().history {
+            self.gap(topic, None, Vec::new(), false);
+            return;
+        }
+        // `last` `None`: nothing published on the topic when this node started following it,
+        // nor delivered since: everything the history holds is new to this node.
+        let (resume, after) = match self.backplane.history(topic, last.as_ref(), max).await {
             Ok(History::Complete(ps)) if ps.len() < max => {
                 for p in ps {
                     self.fan(p);
                 }
                 return;
             }
-            Ok(History::Lost { latest }) => Some(latest),
-            Ok(History::Complete(_)) | Err(_) => None,
+            Ok(History::Lost { latest }) => self.after_gap(topic, last.as_ref(), latest).await,
+            // Too much missed to deliver: from where the topic stands now.
+            Ok(History::Complete(_)) => match self.latest_position(topic).await {
+                Ok(latest) => (latest, Vec::new()),
+                Err(_) => {
+                    self.gap(topic, None, Vec::new(), false);
+                    return;
+                }
+            },
+            // Unknown: the next outage or jump tries again from the same place.
+            Err(_) => {
+                self.gap(topic, None, Vec::new(), false);
+                return;
+            }
         };
+        self.gap(topic, resume, after, true);
+    }
+
+    /// Delivers a gap on `topic` to every subscriber of this node, then `after` (what the history
+    /// holds after `resume`); with `moved`, deliveries go on after `resume` (`None`: from the
+    /// first publication of the current epoch).
+    fn gap(&self, topic: &Topic, resume: Option<Position>, after: Vec<Publication>, moved: bool) {
         tracing::warn!("pub/sub topic {topic}: publications were missed and cannot all be recovered");
         {
-            let topics = lock(&self.topics);
-            let Some(t) = topics.get(topic) else { return };
+            let mut topics = lock(&self.topics);
+            let Some(t) = topics.get_mut(topic) else { return };
             let gap = Delivery::Gap {
                 topic: topic.clone(),
-                resume: latest.clone().flatten(),
+                resume: resume.clone(),
             };
             for q in t.subscribers.values() {
                 q.push(&gap);
             }
-        }
-        let Some(latest) = latest else {
-            // Unknown: the next outage or jump tries again from the same place.
-            return;
-        };
-        if latest.is_some()
-            && let Ok(History::Complete(ps)) = self.backplane.history(topic, None, max).await
-            && ps.len() < max
-        {
-            // After the gap, whatever the history still holds that this node has not
-            // delivered: the start of a new epoch, or what follows a trimmed stretch (the
-            // publication that showed the gap among them).
-            for p in ps {
-                self.fan(p);
+            if moved {
+                t.last = resume;
             }
-            return;
         }
-        // Deliveries go on from where the topic stands (nothing published in a new epoch:
-        // from its first publication).
-        if let Some(t) = lock(&self.topics).get_mut(topic) {
-            t.last = latest;
+        for p in after {
+            self.fan(p);
         }
     }
+
+    /// What follows a gap for a reader at `since` that the history answered
+    /// [`History::Lost`] with `latest`: the position to resume from (just before the first
+    /// publication returned) and the publications the history still holds after `since` (every
+    /// one of the current epoch when `since` is of another; none when the backplane went back
+    /// behind `since` in its epoch: a rollback).
+    async fn after_gap(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        latest: Option<Position>,
+    ) -> (Option<Position>, Vec<Publication>) {
+        // Nothing published in the current epoch yet: from its first publication.
+        let Some(latest) = latest else {
+            return (None, Vec::new());
+        };
+        if let Some(since) = since
+            && since.epoch == latest.epoch
+            && since.offset > latest.offset
+        {
+            // The backplane is behind a position it gave: it lost what followed `latest`, and
+            // what it publishes next reuses those positions. From `latest` on.
+            tracing::warn!(
+                "pub/sub topic {topic}: the backplane went back from {since} to {latest}: it lost publications"
+            );
+            return (Some(latest), Vec::new());
+        }
+        let max = self.config.max_recovered;
+        match self.backplane.history(topic, None, max).await {
+            Ok(History::Complete(ps)) if ps.len() < max => {
+                let ps: Vec<Publication> = ps
+                    .into_iter()
+                    .filter(|p| !since.is_some_and(|s| not_after(p, s)))
+                    .collect();
+                let resume = match ps.first().and_then(|p| p.position.as_ref()) {
+                    Some(first) => Position {
+                        epoch: first.epoch.clone(),
+                        offset: first.offset.saturating_sub(1),
+                    },
+                    None => latest,
+                };
+                (Some(resume), ps)
+            }
+            _ => (Some(latest), Vec::new()),
+        }
+    }
+}
+
+/// Whether `p` is at or before `seam` in the same epoch.
+fn not_after(p: &Publication, seam: &Position) -> bool {
+    p.position
+        .as_ref()
+        .is_some_and(|pos| pos.epoch == seam.epoch && pos.offset <= seam.offset)
 }
 
 /// One subscriber's deliveries.

@@ -235,9 +235,17 @@ async fn resuming_from_another_epoch_or_too_far_back_reports_the_gap() {
         offset: 5,
     };
     assert_eq!(late.subscribe(&topic, Some(old)).await.unwrap(), Recovery::Lost);
+    // Changed with issue 29: this said `resume` 31 (the newest) and nothing followed but live
+    // publications, so the 10 the history still held were never delivered. Now the gap covers
+    // what is gone (offsets 6..=21), `resume` is just before the first publication that follows
+    // it, and what the history holds follows.
     match next(&mut late).await {
-        Delivery::Gap { resume, .. } => assert_eq!(resume.unwrap().offset, 31),
+        Delivery::Gap { resume, .. } => assert_eq!(resume.unwrap().offset, 21),
         other => panic!("{other:?}"),
+    }
+    for i in 21..=30 {
+        let (text, position) = next_text(&mut late).await;
+        assert_eq!((text, position.offset), (i.to_string(), i + 1));
     }
     // Within the window: recovered.
     let mut recent = hub.subscriber(SubscriberConfig::default());
@@ -261,8 +269,15 @@ async fn resuming_from_another_epoch_or_too_far_back_reports_the_gap() {
         stranger.subscribe(&topic, Some(foreign)).await.unwrap(),
         Recovery::Lost
     );
-    assert!(matches!(next(&mut stranger).await, Delivery::Gap { .. }));
-    // Then live ones.
+    // Changed with issue 29: this went from the gap straight to live publications. Now the gap
+    // is followed by everything the current epoch's history holds, then live ones.
+    match next(&mut stranger).await {
+        Delivery::Gap { resume, .. } => assert_eq!(resume.unwrap().offset, 21),
+        other => panic!("{other:?}"),
+    }
+    for i in 21..=30 {
+        assert_eq!(next_text(&mut stranger).await.0, i.to_string());
+    }
     hub.publish(&topic, Message::text("31")).await.unwrap();
     assert_eq!(next_text(&mut stranger).await.0, "31");
 }

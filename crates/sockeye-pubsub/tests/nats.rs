@@ -448,9 +448,18 @@ async fn history_beyond_the_limits_is_lost_not_incomplete() {
             lost.subscribe(&topic, Some(positions[1].clone())).await.unwrap(),
             Recovery::Lost
         );
+        // Changed with issue 29: `resume` was the newest position and the 5 publications the
+        // history still held were never delivered. Now `resume` is just before the first
+        // publication after the gap, and what the history holds follows.
         match recv(&mut lost).await {
-            Delivery::Gap { resume, .. } => assert_eq!(resume, Some(positions[9].clone())),
+            Delivery::Gap { resume, .. } => assert_eq!(resume, Some(positions[4].clone())),
             other => panic!("{other:?}"),
+        }
+        for (i, position) in positions.iter().enumerate().skip(5) {
+            assert_eq!(
+                recv_msg(&mut lost).await,
+                (format!("{i}"), Some(position.clone()))
+            );
         }
     })
     .await
@@ -493,6 +502,9 @@ async fn new_epoch_after_the_store_is_lost() {
         let mut b = sub(&hub);
         assert_eq!(b.subscribe(&topic, Some(old)).await.unwrap(), Recovery::Lost);
         assert!(matches!(recv(&mut b).await, Delivery::Gap { .. }));
+        // Changed with issue 29: "new 0", which the new epoch holds, was not delivered after the
+        // gap; it is now (as it was to `a`, which stayed subscribed).
+        assert_eq!(recv_msg(&mut b).await.0, "new 0");
         hub.publish(&topic, "new 1".into()).await.unwrap();
         assert_eq!(recv_msg(&mut a).await.0, "new 1");
         assert_eq!(recv_msg(&mut b).await.0, "new 1");

@@ -40,9 +40,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Where a publication stands in its topic's history: an offset that grows with every
 /// publication on the topic, and the epoch of that history.
 ///
-/// The epoch changes when the history is lost (the backplane's storage was wiped, the stream was
-/// recreated): a subscriber resuming from a position of another epoch learns that recovery is
-/// impossible instead of silently missing publications (Centrifugo's stream position).
+/// A position names one publication forever. The epoch changes whenever the backplane may have
+/// lost positions it handed out (its storage was wiped, the stream was recreated, the Redis
+/// server restarted or failed over): a subscriber resuming from a position of another epoch
+/// learns that recovery is impossible (a [`Delivery::Gap`](crate::Delivery::Gap), then what the
+/// new epoch holds) instead of silently missing publications, and an offset is never reused
+/// for another publication under the same epoch (Centrifugo's stream position, made safe
+/// against rollbacks).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Position {
     /// The history's identity; opaque, never empty (the hub asks for a topic's newest position
