@@ -356,3 +356,40 @@ async fn a_batch_arrives_in_order_and_a_bad_one_is_refused_whole() {
     assert!(matches!(e, Error::NotData), "{e}");
     nothing_more(&mut reader).await;
 }
+
+#[tokio::test]
+async fn a_subscriber_does_not_get_its_own_publications_back_when_it_resumes() {
+    let hub = Hub::in_process();
+    let topic = Topic::new("own").unwrap();
+    let mut me = hub.subscriber(SubscriberConfig::default());
+    let mut other = hub.subscriber(SubscriberConfig::default());
+    me.subscribe(&topic, None).await.unwrap();
+    other.subscribe(&topic, None).await.unwrap();
+    hub.publish(&topic, Message::text("before")).await.unwrap();
+    let (_, seen) = next_text(&mut me).await;
+    assert_eq!(next_text(&mut other).await.0, "before");
+    // Live: what `me` publishes goes to the others only.
+    me.publish(&topic, Message::text("mine live")).await.unwrap();
+    assert_eq!(next_text(&mut other).await.0, "mine live");
+    nothing_more(&mut me).await;
+    // Away for a while: more of its own and someone else's.
+    me.unsubscribe(&topic).await.unwrap();
+    me.publish(&topic, Message::text("mine while away"))
+        .await
+        .unwrap();
+    hub.publish(&topic, Message::text("theirs")).await.unwrap();
+    // Resuming: the same rule as live, its own are left out.
+    let recovery = me.subscribe(&topic, Some(seen)).await.unwrap();
+    let mut got = Vec::new();
+    while let Ok(Some(Ok(d))) = timeout(Duration::from_millis(200), me.recv()).await {
+        got.push(match d {
+            Delivery::Message(m) => String::from_utf8_lossy(m.message().as_payload()).into_owned(),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(
+        (recovery, got),
+        (Recovery::Recovered { count: 1 }, vec!["theirs".to_owned()]),
+        "resuming gave the subscriber its own publications back"
+    );
+}

@@ -1103,3 +1103,96 @@ async fn a_restart_from_an_older_snapshot_loses_nothing_silently() {
     };
     timeout(Duration::from_secs(90), run).await.expect("within 90 s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_across_an_epoch_change_gets_what_the_new_epoch_holds() {
+    let mut server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let topic = Topic::new("across epochs").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node(&server, HistoryConfig::default()).await;
+        let mut stayed = b.subscriber(SubscriberConfig::default());
+        stayed.subscribe(&topic, None).await.unwrap();
+        a.publish(&topic, text("m1".into())).await.unwrap();
+        let (_, kept) = next_text(&mut stayed).await;
+        // Redis restarts without its data (a new epoch); m2 and m3 are published in it.
+        server.kill();
+        server.restart();
+        let publisher = a.subscriber(SubscriberConfig::default());
+        publish_when_back(&publisher, &topic, "m2".into()).await;
+        publish_when_back(&publisher, &topic, "m3".into()).await;
+        // A client that kept m1's position resumes (on another node, say).
+        let c = node(&server, HistoryConfig::default()).await;
+        let mut resumed = c.subscriber(SubscriberConfig::default());
+        let recovery = resumed.subscribe(&topic, Some(kept.clone())).await.unwrap();
+        a.publish(&topic, text("m4".into())).await.unwrap();
+        let got_stayed = drain(&mut stayed, Duration::from_millis(800), 20).await;
+        let got_resumed = drain(&mut resumed, Duration::from_millis(800), 20).await;
+        let shown = |ds: &[Delivery]| ds.iter().map(show).collect::<Vec<_>>().join(" ");
+        let (s, r) = (shown(&got_stayed), shown(&got_resumed));
+        // A gap for what the old epoch may have lost, then everything the new one holds, then
+        // live; the same for both.
+        assert_eq!(recovery, Recovery::Lost, "resumed: {r}");
+        assert_eq!(
+            texts(&got_resumed),
+            ["m2", "m3", "m4"],
+            "resumed: {r}\nstayed: {s}"
+        );
+        assert_eq!(texts(&got_stayed), ["m2", "m3", "m4"], "stayed: {s}");
+        assert!(matches!(got_resumed[0], Delivery::Gap { .. }), "resumed: {r}");
+        assert!(matches!(got_stayed[0], Delivery::Gap { .. }), "stayed: {s}");
+        assert_eq!(got_resumed.len(), 4, "resumed: {r}");
+        assert_eq!(got_stayed.len(), 4, "stayed: {s}");
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_keeps_a_gaps_resume_and_drops_at_once_skips_nothing() {
+    let mut server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let proxy = Proxy::start(server.port()).await;
+    let topic = Topic::new("gap contract").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        // Node B reaches Redis through a proxy: cut off while Redis restarts and n1..n5 are
+        // published in the new epoch; when B is back, it finds them.
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let redis = Redis::connect(&proxy.url(), HistoryConfig::default(), tx)
+            .await
+            .unwrap();
+        let b = Hub::start(HubConfig::default(), Box::new(redis), rx);
+        let mut client = b.subscriber(SubscriberConfig::default());
+        client.subscribe(&topic, None).await.unwrap();
+        a.publish(&topic, text("old".into())).await.unwrap();
+        assert_eq!(next_text(&mut client).await.0, "old");
+        proxy.cut();
+        server.kill();
+        server.restart();
+        let publisher = a.subscriber(SubscriberConfig::default());
+        for i in 1..=5 {
+            publish_when_back(&publisher, &topic, format!("n{i}")).await;
+        }
+        proxy.reopen();
+        // The client keeps the gap's `resume` and drops right after it.
+        let resume = match next(&mut client).await {
+            Delivery::Gap { resume, .. } => resume,
+            other => panic!("expected a gap, got {other:?}"),
+        };
+        drop(client);
+        for i in 6..=8 {
+            a.publish(&topic, text(format!("n{i}"))).await.unwrap();
+        }
+        let resume = resume.expect("the new epoch has publications: a position to resume from");
+        let mut again = b.subscriber(SubscriberConfig::default());
+        let recovery = again.subscribe(&topic, Some(resume.clone())).await.unwrap();
+        let got = drain(&mut again, Duration::from_millis(800), 20).await;
+        let want: Vec<String> = (1..=8).map(|i| format!("n{i}")).collect();
+        assert_eq!(
+            (recovery, texts(&got)),
+            (Recovery::Recovered { count: 8 }, want),
+            "resuming from the gap's resume {resume}: {}",
+            got.iter().map(show).collect::<Vec<_>>().join(" ")
+        );
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
