@@ -28,6 +28,8 @@ use support::servers::{BackplaneServer, Kind};
 /// ones refused) and let it back, while the server and the other nodes go on.
 struct Proxy {
     port: u16,
+    /// The server's port: may be changed (a failover behind a fixed address).
+    target: Arc<std::sync::atomic::AtomicU16>,
     open: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
     accept: tokio::task::AbortHandle,
@@ -39,8 +41,9 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let open = Arc::new(AtomicBool::new(true));
         let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let target = Arc::new(std::sync::atomic::AtomicU16::new(target));
         let accept = {
-            let (open, conns) = (Arc::clone(&open), Arc::clone(&conns));
+            let (open, conns, target) = (Arc::clone(&open), Arc::clone(&conns), Arc::clone(&target));
             tokio::spawn(async move {
                 loop {
                     let Ok((mut down, _)) = listener.accept().await else {
@@ -49,6 +52,7 @@ impl Proxy {
                     if !open.load(Ordering::SeqCst) {
                         continue; // dropped: refused
                     }
+                    let target = target.load(Ordering::SeqCst);
                     let task = tokio::spawn(async move {
                         if let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
                             let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
@@ -61,6 +65,7 @@ impl Proxy {
         };
         Proxy {
             port,
+            target,
             open,
             conns,
             accept,
@@ -80,6 +85,14 @@ impl Proxy {
 
     fn reopen(&self) {
         self.open.store(true, Ordering::SeqCst);
+    }
+
+    /// Sends new connections to another server, and closes the ones to the old (as a virtual
+    /// address moved to a promoted replica).
+    fn retarget(&self, port: u16) {
+        self.cut();
+        self.target.store(port, Ordering::SeqCst);
+        self.reopen();
     }
 }
 
@@ -1057,50 +1070,174 @@ fn rollback_problems(
     problems
 }
 
+/// The rollback scenario of issue 29 through `url`: m1..m150 published and delivered to a
+/// subscriber on node B, `checkpoint` run after m100 (what the server will come back to), `crash`
+/// after m150 (the server comes back at m100's position, or another one that has only m1..m100
+/// takes over), then n1..n60 published; checked with [`rollback_problems`].
+async fn rollback_scenario(
+    url: String,
+    topic: &str,
+    checkpoint: impl AsyncFnOnce(),
+    crash: impl AsyncFnOnce(),
+) {
+    let topic = Topic::new(topic).unwrap();
+    let connect = async |url: &str| {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let redis = Redis::connect(url, HistoryConfig::default(), tx).await.unwrap();
+        Hub::start(HubConfig::default(), Box::new(redis), rx)
+    };
+    let a = connect(&url).await;
+    let b = connect(&url).await;
+    let publisher = a.subscriber(SubscriberConfig::default());
+    let mut live = b.subscriber(SubscriberConfig::default());
+    live.subscribe(&topic, None).await.unwrap();
+    let mut old = HashMap::new();
+    let mut checkpoint = Some(checkpoint);
+    for i in 1..=150 {
+        if i == 101
+            && let Some(checkpoint) = checkpoint.take()
+        {
+            checkpoint().await;
+        }
+        publisher.publish(&topic, text(format!("m{i}"))).await.unwrap();
+        let (t, p) = next_text(&mut live).await;
+        assert_eq!(t, format!("m{i}"));
+        old.insert(t, p);
+    }
+    crash().await;
+    for i in 1..=60 {
+        publish_when_back(&publisher, &topic, format!("n{i}")).await;
+    }
+    let got_live = drain(&mut live, Duration::from_millis(1500), 200).await;
+    let mut resumed = b.subscriber(SubscriberConfig::default());
+    let recovery = resumed
+        .subscribe(&topic, Some(old["m120"].clone()))
+        .await
+        .unwrap();
+    let got_resumed = drain(&mut resumed, Duration::from_millis(800), 200).await;
+    let problems = rollback_problems(&old, &got_live, &recovery, &got_resumed);
+    assert!(
+        problems.is_empty(),
+        "after the rollback:\n{}",
+        problems.join("\n")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_from_an_older_snapshot_loses_nothing_silently() {
     let mut server = BackplaneServer::start(Kind::Redis { persistent: false });
-    let topic = Topic::new("rollback rdb").unwrap();
-    let run = async {
-        let a = node(&server, HistoryConfig::default()).await;
-        let b = node(&server, HistoryConfig::default()).await;
-        let publisher = a.subscriber(SubscriberConfig::default());
-        let mut live = b.subscriber(SubscriberConfig::default());
-        live.subscribe(&topic, None).await.unwrap();
-        let mut old = HashMap::new();
-        for i in 1..=150 {
-            if i == 101 {
-                // The snapshot Redis will come back from: m1..m100.
-                let _: () = redis::cmd("SAVE")
-                    .query_async(&mut raw(&server.url()).await)
-                    .await
-                    .unwrap();
-            }
-            publisher.publish(&topic, text(format!("m{i}"))).await.unwrap();
-            let (t, p) = next_text(&mut live).await;
-            assert_eq!(t, format!("m{i}"));
-            old.insert(t, p);
-        }
+    let url = server.url();
+    let run = rollback_scenario(
+        url.clone(),
+        "rollback rdb",
+        // The snapshot Redis will come back from: m1..m100.
+        async || {
+            let _: () = redis::cmd("SAVE")
+                .query_async(&mut raw(&url).await)
+                .await
+                .unwrap();
+        },
         // A crash: Redis comes back from the snapshot, at m100's position, in the same epoch.
-        server.kill();
-        server.restart();
-        for i in 1..=60 {
-            publish_when_back(&publisher, &topic, format!("n{i}")).await;
-        }
-        let got_live = drain(&mut live, Duration::from_millis(1500), 200).await;
-        let mut resumed = b.subscriber(SubscriberConfig::default());
-        let recovery = resumed
-            .subscribe(&topic, Some(old["m120"].clone()))
+        async || {
+            server.kill();
+            server.restart();
+        },
+    );
+    timeout(Duration::from_secs(90), run).await.expect("within 90 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_only_file_that_lost_its_last_second_loses_nothing_silently() {
+    let mut server =
+        BackplaneServer::start_with(Kind::Redis { persistent: true }, &["--appendfsync", "everysec"]);
+    let aof_dir = server.dir().join("appendonlydir");
+    let synced: Arc<Mutex<Option<(std::path::PathBuf, u64)>>> = Arc::default();
+    let run = rollback_scenario(
+        server.url(),
+        "rollback aof",
+        // `everysec` has fsynced m1..m100 a second later: where the file stands then.
+        async || {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let incr: Vec<_> = std::fs::read_dir(&aof_dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+                .collect();
+            assert_eq!(incr.len(), 1, "{incr:?}");
+            let len = std::fs::metadata(&incr[0]).unwrap().len();
+            *synced.lock().unwrap() = Some((incr[0].clone(), len));
+        },
+        // kill -9 leaves what Redis wrote in the OS's cache, which keeps it: the loss of the
+        // un-synced tail (a power cut, a kernel crash: up to a second or two with `everysec`) is
+        // made by cutting the file back to what was synced.
+        async || {
+            server.kill();
+            let (file, len) = synced.lock().unwrap().take().unwrap();
+            let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+            assert!(f.metadata().unwrap().len() > len, "m101..m150 were appended");
+            f.set_len(len).unwrap();
+            drop(f);
+            server.restart();
+        },
+    );
+    timeout(Duration::from_secs(90), run).await.expect("within 90 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_promoted_while_behind_loses_nothing_silently() {
+    let primary = BackplaneServer::start(Kind::Redis { persistent: false });
+    let mut primary = Some(primary);
+    let primary_port = primary.as_ref().unwrap().port();
+    // The replica replicates through a proxy of its own, so that its link can be killed.
+    let link = Proxy::start(primary_port).await;
+    let replica = BackplaneServer::start_with(
+        Kind::Redis { persistent: false },
+        &["--replicaof", "127.0.0.1", &link.port.to_string()],
+    );
+    // The nodes reach the primary at an address that moves to the replica when it is promoted.
+    let address = Proxy::start(primary_port).await;
+    let mut to_replica = raw(&replica.url()).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut to_replica)
             .await
             .unwrap();
-        let got_resumed = drain(&mut resumed, Duration::from_millis(800), 200).await;
-        let problems = rollback_problems(&old, &got_live, &recovery, &got_resumed);
-        assert!(
-            problems.is_empty(),
-            "after a restart from an older snapshot:\n{}",
-            problems.join("\n")
-        );
-    };
+        if info.contains("master_link_status:up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica does not sync: {info}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let primary_url = primary.as_ref().unwrap().url();
+    let run = rollback_scenario(
+        address.url(),
+        "rollback replica",
+        // The replica has m1..m100, then its link dies: it stays behind.
+        async || {
+            let acked: i64 = redis::cmd("WAIT")
+                .arg(1)
+                .arg(5000)
+                .query_async(&mut raw(&primary_url).await)
+                .await
+                .unwrap();
+            assert_eq!(acked, 1, "the replica has m1..m100");
+            link.cut();
+        },
+        // The primary dies; the replica, without m101..m150, is promoted and the address moves
+        // to it.
+        async || {
+            drop(primary.take());
+            let _: () = redis::cmd("REPLICAOF")
+                .arg("NO")
+                .arg("ONE")
+                .query_async(&mut to_replica)
+                .await
+                .unwrap();
+            address.retarget(replica.port());
+        },
+    );
     timeout(Duration::from_secs(90), run).await.expect("within 90 s");
 }
 

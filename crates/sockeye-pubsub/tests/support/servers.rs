@@ -27,6 +27,8 @@ pub(crate) struct BackplaneServer {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// More command-line arguments (redis-server: after the defaults, so they override them).
+    extra: Vec<String>,
 }
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
@@ -55,14 +57,26 @@ fn fresh_dir() -> PathBuf {
 impl BackplaneServer {
     /// Starts one.
     pub(crate) fn start(kind: Kind) -> BackplaneServer {
+        BackplaneServer::start_with(kind, &[])
+    }
+
+    /// Starts one with more command-line arguments (redis-server: `--appendfsync everysec`,
+    /// `--replicaof 127.0.0.1 PORT`; they override the defaults).
+    pub(crate) fn start_with(kind: Kind, extra: &[&str]) -> BackplaneServer {
         let mut s = BackplaneServer {
             kind,
             port: 0,
             dir: fresh_dir(),
             child: None,
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
         };
         s.restart();
         s
+    }
+
+    /// Its data directory.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     /// Its port.
@@ -138,6 +152,7 @@ impl BackplaneServer {
                 .args(["--appendonly", if persistent { "yes" } else { "no" }])
                 .args(["--appendfsync", "always", "--dir"])
                 .arg(&self.dir)
+                .args(&self.extra)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().unwrap())
                 .stderr(log)
