@@ -859,6 +859,14 @@ impl Inner {
                 q.push(&gap);
             }
             if moved {
+                // A rollback seen in the history: positions up to `resume` may come live again
+                // (covered by this gap), not as a second rollback.
+                if let (Some(live), Some(r)) = (&t.live, &resume)
+                    && live.epoch == r.epoch
+                    && live.offset > r.offset
+                {
+                    t.live = None;
+                }
                 t.last = resume;
             }
         }

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use sockeye::Message;
-use sockeye_pubsub::backplane::InProcess;
+use sockeye_pubsub::backplane::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, InProcess};
 use sockeye_pubsub::{
-    Delivery, Error, HistoryConfig, Hub, HubConfig, Position, Recovery, SlowPolicy, Subscriber,
-    SubscriberConfig, Topic,
+    Delivery, Error, HistoryConfig, Hub, HubConfig, Origin, Position, Publication, Recovery, SlowPolicy,
+    Subscriber, SubscriberConfig, Topic,
 };
 use tokio::time::timeout;
 
@@ -392,4 +392,153 @@ async fn a_subscriber_does_not_get_its_own_publications_back_when_it_resumes() {
         (Recovery::Recovered { count: 1 }, vec!["theirs".to_owned()]),
         "resuming gave the subscriber its own publications back"
     );
+}
+
+/// A backplane the test drives: its events are sent by the test, its history is what the test
+/// puts there (one topic, epoch "E", contiguous offsets).
+struct Scripted {
+    history: std::sync::Arc<std::sync::Mutex<Vec<Publication>>>,
+}
+
+impl Backplane for Scripted {
+    fn capabilities(&self) -> Capabilities {
+        let mut c = InProcess::new(tokio::sync::mpsc::channel(1).0, HistoryConfig::default()).capabilities();
+        c.history = true;
+        c.contiguous_offsets = true;
+        c
+    }
+
+    fn publish(&self, _: Publication) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn unsubscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn history(
+        &self,
+        _: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<History, Error>> {
+        let all = self.history.lock().unwrap().clone();
+        let since = since.cloned();
+        Box::pin(async move {
+            let latest = all.last().and_then(|p| p.position.clone());
+            Ok(match (since, &latest) {
+                (None, _) => History::Complete(all.into_iter().take(limit).collect()),
+                (Some(s), Some(l)) if s.epoch == l.epoch && s.offset <= l.offset => History::Complete(
+                    all.into_iter()
+                        .filter(|p| p.position.as_ref().unwrap().offset > s.offset)
+                        .take(limit)
+                        .collect(),
+                ),
+                (Some(_), _) => History::Lost { latest },
+            })
+        })
+    }
+}
+
+fn scripted(topic: &Topic, offset: u64, text: &str) -> Publication {
+    Publication {
+        topic: topic.clone(),
+        position: Some(Position {
+            epoch: "E".into(),
+            offset,
+        }),
+        origin: Origin {
+            node: 7,
+            publisher: 0,
+        },
+        kind: sockeye::DataKind::Text,
+        payload: text.to_owned().into(),
+    }
+}
+
+/// A hub over a [`Scripted`] backplane, the sender of its events, its history, and a subscriber
+/// of `topic` that received a1..a5 (offsets 1..5).
+async fn after_five(
+    topic: &Topic,
+) -> (
+    Hub,
+    EventSender,
+    std::sync::Arc<std::sync::Mutex<Vec<Publication>>>,
+    Subscriber,
+) {
+    let history: std::sync::Arc<std::sync::Mutex<Vec<Publication>>> = Default::default();
+    let mut events = None;
+    let hub = Hub::with_backplane(HubConfig::default(), |tx| {
+        events = Some(tx);
+        Scripted {
+            history: history.clone(),
+        }
+    });
+    let events = events.unwrap();
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    s.subscribe(topic, None).await.unwrap();
+    for i in 1..=5 {
+        let p = scripted(topic, i, &format!("a{i}"));
+        history.lock().unwrap().push(p.clone());
+        events.send(Event::Publication(p)).await.unwrap();
+        assert_eq!(next_text(&mut s).await.0, format!("a{i}"));
+    }
+    (hub, events, history, s)
+}
+
+/// What arrives within 300 ms, as `text@offset` and `GAP(resume)`.
+async fn shown(s: &mut Subscriber) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Ok(Some(Ok(d))) = timeout(Duration::from_millis(300), s.recv()).await {
+        out.push(match d {
+            Delivery::Message(m) => format!(
+                "{}@{}",
+                String::from_utf8_lossy(m.message().as_payload()),
+                m.position().unwrap().offset
+            ),
+            Delivery::Gap { resume, .. } => format!("GAP({})", resume.map_or(-1, |r| r.offset as i64)),
+            other => format!("{other:?}"),
+        });
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_backplane_that_gives_positions_again_live_is_a_gap_not_duplicates() {
+    let topic = Topic::new("rolled back live").unwrap();
+    let (_hub, events, history, mut s) = after_five(&topic).await;
+    // The backplane went back to offset 2 without changing its epoch, and gives 3 and 4 again
+    // to new publications.
+    history.lock().unwrap().truncate(2);
+    for (i, t) in [(3, "b3"), (4, "b4")] {
+        let p = scripted(&topic, i, t);
+        history.lock().unwrap().push(p.clone());
+        events.send(Event::Publication(p)).await.unwrap();
+    }
+    assert_eq!(shown(&mut s).await, ["GAP(2)", "b3@3", "b4@4"]);
+}
+
+#[tokio::test]
+async fn a_history_behind_what_was_delivered_is_a_gap_and_what_follows_is_delivered() {
+    let topic = Topic::new("rolled back history").unwrap();
+    let (_hub, events, history, mut s) = after_five(&topic).await;
+    // An outage, after which the backplane stands at offset 2 in the same epoch.
+    events
+        .send(Event::Lost {
+            reason: "test".into(),
+        })
+        .await
+        .unwrap();
+    history.lock().unwrap().truncate(2);
+    events.send(Event::Restored).await.unwrap();
+    assert_eq!(shown(&mut s).await, ["GAP(2)"]);
+    // The next publication takes offset 3 again: delivered, not dropped as one seen already.
+    let p = scripted(&topic, 3, "b3");
+    history.lock().unwrap().push(p.clone());
+    events.send(Event::Publication(p)).await.unwrap();
+    assert_eq!(shown(&mut s).await, ["b3@3"]);
 }
