@@ -549,3 +549,119 @@ async fn bad_urls_and_unreachable_servers() {
     }
     assert!(started.elapsed() < Duration::from_secs(6));
 }
+
+/// Copies a directory tree (the server's store), by `cp -a`.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(to);
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jetstream_losing_its_tail_is_a_gap_then_every_new_publication() {
+    timeout(TEST_TIMEOUT, async {
+        let mut server = BackplaneServer::start(Kind::Nats { jetstream: true });
+        let topic = Topic::new("rollback js").unwrap();
+        let (a, _) = node(&server.url(), HistoryConfig::default()).await;
+        let (b, _) = node(&server.url(), HistoryConfig::default()).await;
+        let mut live = sub(&b);
+        live.subscribe(&topic, None).await.unwrap();
+        let mut old = HashMap::new();
+        for i in 1..=150 {
+            if i == 101 {
+                // What the store will come back to: m1..m100 (a copy taken with the server
+                // stopped, so that it is consistent).
+                server.kill();
+                let store = server.dir().to_owned();
+                copy_tree(&store, &store.with_extension("m100"));
+                server.restart();
+            }
+            publish_when_back(&a, &topic, &format!("m{i}")).await;
+            let (t, p) = recv_msg(&mut live).await;
+            if i == 101 {
+                // The restart itself lost nothing: no gap.
+                assert_eq!(t, "m101");
+            }
+            assert_eq!(t, format!("m{i}"));
+            old.insert(t, p.unwrap());
+        }
+        // The un-synced tail is lost: the store comes back as it was after m100.
+        server.kill();
+        let store = server.dir().to_owned();
+        copy_tree(&store.with_extension("m100"), &store);
+        let _ = std::fs::remove_dir_all(store.with_extension("m100"));
+        server.restart();
+        for i in 1..=60 {
+            publish_when_back(&a, &topic, &format!("n{i}")).await;
+        }
+        let mut got_live = Vec::new();
+        while let Ok(Some(Ok(d))) = timeout(Duration::from_millis(1500), live.recv()).await {
+            got_live.push(d);
+        }
+        // Not checked here, because it does not hold yet: a client resuming from a lost position
+        // (m120's) once the stream has grown past it again is told `Recovered` and given the
+        // publications that took those sequences (n21..n60): the stream's epoch (its creation
+        // time) does not change when JetStream loses its tail. See the NATS module's docs. A
+        // resume from a position beyond the stream's end is a gap.
+        let mut resumed = sub(&b);
+        let beyond = Position {
+            epoch: old["m150"].epoch.clone(),
+            offset: old["m150"].offset + 1000,
+        };
+        let recovery = resumed.subscribe(&topic, Some(beyond)).await.unwrap();
+        let mut got_resumed = Vec::new();
+        while let Ok(Some(Ok(d))) = timeout(Duration::from_millis(800), resumed.recv()).await {
+            got_resumed.push(d);
+        }
+        let show = |ds: &[Delivery]| {
+            ds.iter()
+                .map(|d| match d {
+                    Delivery::Message(m) => format!(
+                        "{}@{}",
+                        String::from_utf8_lossy(m.message().as_payload()),
+                        m.position().unwrap()
+                    ),
+                    Delivery::Gap { resume, .. } => format!("GAP({resume:?})"),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let texts = |ds: &[Delivery]| {
+            ds.iter()
+                .filter_map(|d| match d {
+                    Delivery::Message(m) => {
+                        Some(String::from_utf8_lossy(m.message().as_payload()).into_owned())
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let want: Vec<String> = (1..=60).map(|i| format!("n{i}")).collect();
+        let mut problems = Vec::new();
+        if texts(&got_live) != want || !matches!(got_live.first(), Some(Delivery::Gap { .. })) {
+            problems.push(format!(
+                "live: {} messages: {}",
+                texts(&got_live).len(),
+                show(&got_live)
+            ));
+        }
+        if recovery != Recovery::Lost
+            || !matches!(got_resumed.first(), Some(Delivery::Gap { .. }))
+            || !texts(&got_resumed).is_empty()
+        {
+            problems.push(format!(
+                "resumed beyond the end: {recovery:?}: {}",
+                show(&got_resumed)
+            ));
+        }
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
+    })
+    .await
+    .unwrap();
+}

@@ -23,6 +23,20 @@
 //!   position is no longer in the stream (dropped by the limits: later ones may be gone too;
 //!   conservative, never silently incomplete).
 //!
+//! - **A stream that went back** (JetStream lost its un-synced tail: a crash with the file
+//!   store's writes not yet on disk, or a store restored from an older copy) keeps its creation
+//!   time, so its epoch does not change. After a reconnect each topic's consumer checks that the
+//!   last publication it delivered is still at its sequence (same subject, same stored time);
+//!   if not, it starts again from the first publication stored after that one, so that the
+//!   publications given the lost sequences again are delivered, and the hub reports the gap
+//!   (it sees a position it had already received). This relies on the server's clock not going
+//!   back across the restart. **Not covered yet:** a client that resumes from a lost position
+//!   once the stream has grown past it again is told its recovery is complete and is given the
+//!   new publications under those sequences (a resume from beyond the stream's end is a gap).
+//!   Making the epoch change would need an identity of the server's life in each stored
+//!   publication (the Redis backplane's `run_id`), checked by [`Backplane::history`] at the
+//!   resume position.
+//!
 //! **Without JetStream** (or without history): core NATS publish/subscribe, at most once.
 //! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
 //! [`Delivery::Gap`](crate::Delivery::Gap) to every subscriber after every outage: what was
@@ -134,6 +148,10 @@ struct Follow {
     /// JetStream: the next stream sequence not yet delivered, and the epoch it belongs to.
     next: Arc<AtomicU64>,
     epoch: String,
+    /// JetStream: when the stream stored the last publication delivered (Unix nanoseconds):
+    /// after a reconnect, the publication at `next - 1` must still be that one, or the stream
+    /// went back (it lost its tail) and gives those sequences to new publications.
+    stored: Arc<std::sync::Mutex<Option<i128>>>,
 }
 
 impl Follow {
@@ -384,10 +402,18 @@ impl Shared {
         Error::backplane(format!("{}: {what}", self.server), e)
     }
 
-    /// Starts delivering `topic`: JetStream from stream sequence `start` of `epoch`, core from now.
-    async fn follow(&self, topic: &Topic, epoch: String, start: u64) -> Result<Follow, Error> {
+    /// Starts delivering `topic`: JetStream from stream sequence `start` of `epoch` (or, with
+    /// `after`, the first publication stored after that time, in Unix nanoseconds), core from now.
+    async fn follow(
+        &self,
+        topic: &Topic,
+        epoch: String,
+        start: u64,
+        after: Option<i128>,
+    ) -> Result<Follow, Error> {
         let subject = subject(topic);
-        let next = Arc::new(AtomicU64::new(start));
+        let next = Arc::new(AtomicU64::new(if after.is_some() { 0 } else { start }));
+        let stored = Arc::new(std::sync::Mutex::new(after));
         let events = self.events.clone();
         let task = match &self.js {
             None => {
@@ -404,11 +430,18 @@ impl Shared {
                 tokio::spawn(forward_core(topic.clone(), sub, events))
             }
             Some(js) => {
-                let config = consumer::pull::OrderedConfig {
-                    filter_subject: subject,
-                    deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                let deliver_policy = match after {
+                    Some(t) => consumer::DeliverPolicy::ByStartTime {
+                        start_time: async_nats::datetime::from_nanos(t.saturating_add(1))
+                            .map_err(|e| self.failed(format_args!("JetStream consumer for {topic}"), e))?,
+                    },
+                    None => consumer::DeliverPolicy::ByStartSequence {
                         start_sequence: start.max(1),
                     },
+                };
+                let config = consumer::pull::OrderedConfig {
+                    filter_subject: subject,
+                    deliver_policy,
                     ..Default::default()
                 };
                 let consumer: consumer::Consumer<consumer::pull::OrderedConfig> = js
@@ -425,6 +458,7 @@ impl Shared {
                     messages,
                     epoch.clone(),
                     Arc::clone(&next),
+                    Arc::clone(&stored),
                     events,
                 ))
             }
@@ -433,6 +467,7 @@ impl Shared {
             task: Some(task),
             next,
             epoch,
+            stored,
         })
     }
 
@@ -445,15 +480,67 @@ impl Shared {
         let mut topics = self.topics.lock().await;
         for (topic, follow) in topics.iter_mut() {
             follow.stop().await;
-            let start = if follow.epoch == epoch {
-                follow.next.load(Ordering::Acquire)
+            let (start, after) = if follow.epoch == epoch {
+                let next = follow.next.load(Ordering::Acquire);
+                let stored = *follow
+                    .stored
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if self.went_back(js, topic, &info, next, stored).await? {
+                    // The stream lost its tail and gives those sequences again: what it stored
+                    // after the last publication delivered is new, whatever its sequence (the
+                    // hub reports the gap when it sees a position again).
+                    tracing::warn!(
+                        "NATS: stream {STREAM} went back (it had given sequence {}, now stands at {}): \
+                         it lost publications on {topic}",
+                        next.saturating_sub(1),
+                        info.state.last_sequence
+                    );
+                    match stored {
+                        Some(t) => (0, Some(t)),
+                        None => (info.state.last_sequence + 1, None),
+                    }
+                } else {
+                    (next, None)
+                }
             } else {
                 // The stream was lost: everything in the new one is new.
-                1
+                (1, None)
             };
-            *follow = self.follow(topic, epoch.clone(), start).await?;
+            *follow = self.follow(topic, epoch.clone(), start, after).await?;
         }
         Ok(())
+    }
+
+    /// Whether the stream went back behind what `topic` delivered: the last publication
+    /// delivered (sequence `next - 1`, stored at `stored`) is beyond the stream's end, or that
+    /// sequence now holds another publication. (One gone from a stream that still reaches past
+    /// it was dropped by the limits: not a rollback.)
+    async fn went_back(
+        &self,
+        js: &Js,
+        topic: &Topic,
+        info: &stream::Info,
+        next: u64,
+        stored: Option<i128>,
+    ) -> Result<bool, Error> {
+        let Some(seq) = next.checked_sub(1).filter(|s| *s >= 1) else {
+            return Ok(false);
+        };
+        if seq > info.state.last_sequence {
+            return Ok(true);
+        }
+        let Some(stored) = stored else { return Ok(false) };
+        let stream = js
+            .context
+            .get_stream(STREAM)
+            .await
+            .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?;
+        match stream.get_raw_message(seq).await {
+            Ok(m) => Ok(m.subject.as_str() != subject(topic) || m.time.unix_timestamp_nanos() != stored),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(self.failed(format_args!("{topic}: publication {seq}"), e)),
+        }
     }
 
     /// See [`Backplane::publish_many`] for [`Nats`].
@@ -711,6 +798,7 @@ async fn forward_js(
     mut messages: consumer::pull::Ordered,
     epoch: String,
     next: Arc<AtomicU64>,
+    stored: Arc<std::sync::Mutex<Option<i128>>>,
     events: EventSender,
 ) {
     while let Some(m) = messages.next().await {
@@ -722,8 +810,8 @@ async fn forward_js(
                 continue;
             }
         };
-        let seq = match m.info() {
-            Ok(info) => info.stream_sequence,
+        let (seq, time) = match m.info() {
+            Ok(info) => (info.stream_sequence, info.published.unix_timestamp_nanos()),
             Err(e) => {
                 tracing::warn!("NATS: skipped a message on {topic}: {e}");
                 continue;
@@ -744,6 +832,7 @@ async fn forward_js(
             }
             Err(why) => tracing::warn!("NATS: skipped publication {seq} on {topic}: {why}"),
         }
+        *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(time);
         next.store(seq + 1, Ordering::Release);
     }
 }
@@ -841,7 +930,7 @@ impl Backplane for Nats {
                     (epoch_of(&info), info.state.last_sequence + 1)
                 }
             };
-            let follow = s.follow(&topic, epoch, start).await?;
+            let follow = s.follow(&topic, epoch, start, None).await?;
             topics.insert(topic, follow);
             Ok(())
         })
