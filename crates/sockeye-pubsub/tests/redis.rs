@@ -1333,3 +1333,33 @@ async fn a_client_that_keeps_a_gaps_resume_and_drops_at_once_skips_nothing() {
     };
     timeout(Duration::from_secs(60), run).await.expect("within 60 s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_info_still_works() {
+    // INFO renamed away (some hosted Redis do): the server's life is unknown, a restart is not
+    // noticed by the script, and the hub's own checks remain; publishing and resuming work.
+    let server = BackplaneServer::start_with(
+        Kind::Redis { persistent: false },
+        &["--rename-command", "INFO", ""],
+    );
+    let topic = Topic::new("no info").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node(&server, HistoryConfig::default()).await;
+        let mut s = b.subscriber(SubscriberConfig::default());
+        s.subscribe(&topic, None).await.unwrap();
+        for i in 0..3 {
+            a.publish(&topic, text(format!("m{i}"))).await.unwrap();
+        }
+        let (_, first) = next_text(&mut s).await;
+        assert_eq!(next_text(&mut s).await.0, "m1");
+        assert_eq!(next_text(&mut s).await.0, "m2");
+        let mut again = a.subscriber(SubscriberConfig::default());
+        assert_eq!(
+            again.subscribe(&topic, Some(first)).await.unwrap(),
+            Recovery::Recovered { count: 2 }
+        );
+        assert_eq!(next_text(&mut again).await.0, "m1");
+    };
+    timeout(Duration::from_secs(30), run).await.expect("within 30 s");
+}

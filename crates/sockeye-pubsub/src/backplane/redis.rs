@@ -906,6 +906,39 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_life_and_the_meta_hash_are_read_without_panics() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nrun_id:db1c6a9307bafb2042a124023541d5280e3bfae1\r\ntcp_port:6379\r\n";
+        assert_eq!(
+            server_life(info).as_deref(),
+            Some("db1c6a9307bafb2042a124023541d5280e3bfae1")
+        );
+        assert_eq!(server_life("# Server\r\nrun_id:\r\n"), None);
+        assert_eq!(server_life(""), None);
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        assert_eq!(
+            parse_meta(Value::Array(vec![bulk("e1"), bulk("42"), bulk("r1")])),
+            Some((Some("e1".into()), 42, Some("r1".into())))
+        );
+        assert_eq!(
+            parse_meta(Value::Array(vec![bulk("e1"), Value::Int(7), Value::Nil])),
+            Some((Some("e1".into()), 7, None))
+        );
+        assert_eq!(
+            parse_meta(Value::Array(vec![Value::Nil, Value::Nil, Value::Nil])),
+            Some((None, 0, None))
+        );
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![bulk("e1"), bulk("42")]),
+            Value::Array(vec![bulk("e1"), bulk("x"), Value::Nil]),
+            Value::Array(vec![bulk("e1"), Value::Int(-1), Value::Nil]),
+            Value::Array(vec![bulk("e1"), bulk("1"), Value::Int(3)]),
+        ] {
+            assert_eq!(parse_meta(bad.clone()), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn messages_round_trip_and_garbage_is_refused() {
         let t = Topic::new("a {b} c").unwrap_or_else(|e| panic!("{e}"));
         let ch = channel(&t.to_hex());
