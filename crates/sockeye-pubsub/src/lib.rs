@@ -6,10 +6,14 @@
 //! (feature `redis`: pub/sub for live fan-out, Streams for history) or NATS (feature `nats`:
 //! subjects, JetStream for history).
 //!
-//! Every publication gets a [`Position`] in its topic (offset and epoch); a subscriber that
-//! reconnects resumes from its last position and receives exactly what it missed, then live
-//! publications, with no gap and no duplicate at the seam, or learns that recovery is
-//! impossible (the epoch changed, or the history no longer reaches back that far).
+//! Every publication gets a [`Position`] in its topic (offset and epoch), which names it forever:
+//! a backplane that may have lost positions it handed out (a Redis restarted from older data or
+//! failed over to a replica that was behind) starts a new epoch. A subscriber that reconnects
+//! resumes from its last position and receives exactly what it missed, then live publications,
+//! with no gap and no duplicate at the seam, or learns that recovery is impossible (the epoch
+//! changed, or the history no longer reaches back that far) with a [`Delivery::Gap`], followed by
+//! whatever the history still holds, then live publications: the same as a subscriber that
+//! stayed subscribed receives.
 //!
 //! Why a crate of its own: the backplanes' clients (redis, async-nats) are large dependencies
 //! that a user of plain WebSockets should not compile, and the hub is policy (queues, bounds,

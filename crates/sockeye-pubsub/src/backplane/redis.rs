@@ -21,6 +21,15 @@
 //!   gap for every topic, even one that lost nothing (AOF `always`): the node cannot tell from
 //!   the server. Until the first publication of the new epoch, [`Backplane::history`] answers
 //!   as for a topic with nothing published (no position of the old epoch is recovered).
+//!
+//!   The `run_id` is read by the node on each command connection (`INFO server`) before it
+//!   publishes over it, which assumes that a connection ends at one Redis process (directly, or
+//!   through a TCP proxy or virtual address; not a Redis-protocol proxy that spreads one
+//!   connection over several servers). Not covered: the same process demoted to a replica,
+//!   fully resynced from an older primary through which no node published, then promoted again,
+//!   while a node's connection to it stays open; and an operator going back behind Redis's
+//!   back (`DEBUG RELOAD NOSAVE`, `RESTORE` of an old meta hash). Without `INFO` (renamed away)
+//!   nothing is checked here; the hub's own rollback checks remain (see [`crate::Hub`]).
 //! - **Order**: one order per topic (the offsets, given atomically by Redis); a node's
 //!   publications leave in call order over one multiplexed connection.
 //! - **Recovery by itself**: when the pub/sub connection drops, the backplane says
