@@ -996,19 +996,35 @@ impl Queue {
             return;
         }
         // Nothing to look up but while a subscription resumes: no hashing of the topic then.
-        if let Delivery::Message(p) = d
-            && let Some(r) = s.resuming.as_mut()
-        {
-            if let Some(held) = r.held.get_mut(p.topic()) {
-                held.push(d.clone());
-                return;
-            }
-            if let Some(seam) = r.seams.get(p.topic()) {
-                if p.not_after(seam) {
-                    return;
+        if let Some(r) = s.resuming.as_mut() {
+            match d {
+                Delivery::Message(p) => {
+                    if let Some(held) = r.held.get_mut(p.topic()) {
+                        held.push(d.clone());
+                        return;
+                    }
+                    if let Some(seam) = r.seams.get(p.topic()) {
+                        if p.not_after(seam) {
+                            return;
+                        }
+                        r.seams.remove(p.topic());
+                        s.tidy();
+                    }
                 }
-                r.seams.remove(p.topic());
-                s.tidy();
+                // A gap while the topic is recovered waits with its live deliveries, after the
+                // history; a gap after it ends the seam: the backplane went back, and what
+                // follows the gap may reuse positions at or before the seam (a rollback), which
+                // are new publications, not duplicates.
+                Delivery::Gap { topic, .. } => {
+                    if let Some(held) = r.held.get_mut(topic) {
+                        held.push(d.clone());
+                        return;
+                    }
+                    if r.seams.remove(topic).is_some() {
+                        s.tidy();
+                    }
+                }
+                Delivery::Dropped { .. } => {}
             }
         }
         self.push_locked(&mut s, d.clone());
@@ -1071,6 +1087,11 @@ impl Queue {
         for d in held {
             let duplicate = match (&d, &seam) {
                 (Delivery::Message(p), Some(seam)) => p.not_after(seam),
+                // What follows a gap is new whatever its position (see `push`).
+                (Delivery::Gap { .. }, _) => {
+                    seam = None;
+                    false
+                }
                 _ => false,
             };
             if !duplicate {

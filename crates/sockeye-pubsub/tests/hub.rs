@@ -542,3 +542,37 @@ async fn a_history_behind_what_was_delivered_is_a_gap_and_what_follows_is_delive
     events.send(Event::Publication(p)).await.unwrap();
     assert_eq!(shown(&mut s).await, ["b3@3"]);
 }
+
+/// A subscriber that resumed keeps a seam (the last position recovered) to drop live duplicates
+/// still on their way; a rollback right after gives positions at or before the seam to new
+/// publications. The gap ends the seam: what follows it is delivered, not dropped as a duplicate.
+#[tokio::test]
+async fn a_rollback_right_after_a_resume_delivers_what_follows_the_gap() {
+    let topic = Topic::new("rolled back after a resume").unwrap();
+    let (hub, events, history, _first) = after_five(&topic).await;
+    // Another client resumes from offset 2: a3..a5 come from history, the seam is at 5.
+    let mut resumed = hub.subscriber(SubscriberConfig::default());
+    let recovery = resumed
+        .subscribe(
+            &topic,
+            Some(Position {
+                epoch: "E".into(),
+                offset: 2,
+            }),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(recovery, Recovery::Recovered { count: 3 }),
+        "{recovery:?}"
+    );
+    assert_eq!(shown(&mut resumed).await, ["a3@3", "a4@4", "a5@5"]);
+    // The backplane goes back to offset 3 and gives 4 and 5 again.
+    history.lock().unwrap().truncate(3);
+    for (i, t) in [(4, "b4"), (5, "b5"), (6, "b6")] {
+        let p = scripted(&topic, i, t);
+        history.lock().unwrap().push(p.clone());
+        events.send(Event::Publication(p)).await.unwrap();
+    }
+    assert_eq!(shown(&mut resumed).await, ["GAP(3)", "b4@4", "b5@5", "b6@6"]);
+}
