@@ -69,6 +69,8 @@ const FRAME_HEADER_LEN: usize = 9;
 const FRAME_DATA: u8 = 0x0;
 const FRAME_HEADERS: u8 = 0x1;
 const FRAME_RST_STREAM: u8 = 0x3;
+/// The most ended streams one connection's guard remembers, whatever the concurrency limit.
+const MAX_REMEMBERED: usize = 4096;
 const FRAME_WINDOW_UPDATE: u8 = 0x8;
 const FLAG_END_STREAM: u8 = 0x1;
 const STREAM_CLOSED: u32 = 0x5;
@@ -144,9 +146,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
             skipping: false,
             ended: BTreeMap::new(),
             finished: BTreeSet::new(),
+            // The concurrency limit, and never more than the 4,096 remembered before it was the
+            // bound: a limit set very high must not let one connection grow this without end.
             remembered: usize::try_from(max_concurrent_streams)
                 .unwrap_or(usize::MAX)
-                .max(1),
+                .clamp(1, MAX_REMEMBERED),
             outbound: FrameCursor::default(),
             inject: BytesMut::new(),
             credit: 0,
@@ -188,6 +192,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> StreamErrorGuard<S> {
                 self.filtered.extend_from_slice(&header);
                 if ends_stream(kind, flags) {
                     self.remember_ended(stream);
+                } else if kind == FRAME_RST_STREAM && self.ended.contains_key(&stream) {
+                    // The client reset a stream it had ended: closed both ways (RFC 9113
+                    // §5.1), h2 answers anything late on it; forgettable first, like one we
+                    // ended too.
+                    self.finished.insert(stream);
                 }
                 continue;
             }
@@ -461,6 +470,39 @@ mod tests {
         guard.filter();
         assert_eq!(guard.filtered.to_vec(), frame(FRAME_RST_STREAM, 1, STREAM_CLOSED));
         assert_eq!(guard.inject.to_vec(), frame(FRAME_RST_STREAM, 1, STREAM_CLOSED));
+    }
+
+    /// The same with requests the client cancels itself (HEADERS with END_STREAM, then its own
+    /// RST_STREAM): such a stream is closed both ways, so it must not push the half-closed one
+    /// out of the guard's memory. And a huge concurrency limit still bounds that memory.
+    #[test]
+    fn streams_the_client_resets_do_not_push_out_a_half_closed_one() {
+        let (io, _peer) = tokio::io::duplex(64);
+        let mut guard = StreamErrorGuard::new(io, BytesMut::new(), 128);
+        let mut input = PREFACE.to_vec();
+        input.extend(header(0, 0x4, 0, 0));
+        input.extend(header(2, FRAME_HEADERS, 0x4, 1));
+        input.extend([0x82, 0x84]);
+        input.extend(header(0, FRAME_DATA, FLAG_END_STREAM, 1));
+        for i in 1..1000u32 {
+            let stream = 2 * i + 1;
+            input.extend(header(2, FRAME_HEADERS, 0x4 | FLAG_END_STREAM, stream));
+            input.extend([0x82, 0x84]);
+            input.extend(frame(FRAME_RST_STREAM, stream, 0x8));
+        }
+        guard.raw.extend_from_slice(&input);
+        guard.filter();
+        assert!(guard.ended.len() <= 128, "{}", guard.ended.len());
+        guard.filtered.clear();
+        let mut late = header(3, FRAME_DATA, 0, 1);
+        late.extend(b"late");
+        guard.raw.extend_from_slice(&late);
+        guard.filter();
+        assert_eq!(guard.filtered.to_vec(), frame(FRAME_RST_STREAM, 1, STREAM_CLOSED));
+
+        let (io, _peer) = tokio::io::duplex(64);
+        let unbounded = StreamErrorGuard::new(io, BytesMut::new(), u32::MAX);
+        assert!(unbounded.remembered <= 4096, "{}", unbounded.remembered);
     }
 
     #[test]
