@@ -320,7 +320,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             match item {
                 Ok(Message::Close(frame)) => reply = frame,
                 Ok(_) => {}
-                Err(e) if e.timeout().is_some() || e.kind() == crate::ErrorKind::AbnormalClosure => break,
+                // By kind, not `timeout()`: an engine deadline this layer does not name yet is a
+                // timeout all the same.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        crate::ErrorKind::Timeout | crate::ErrorKind::AbnormalClosure
+                    ) =>
+                {
+                    break;
+                }
                 Err(e) => return Err(e),
             }
         }
