@@ -528,7 +528,23 @@ impl Shared {
             return Ok(false);
         };
         if seq > info.state.last_sequence {
-            return Ok(true);
+            // Past the end read before this topic's consumer stopped, which may have delivered
+            // newer publications since: ask again, now that it is stopped, before calling it a
+            // rollback (a false one restarts the consumer by time).
+            let mut stream = js
+                .context
+                .get_stream(STREAM)
+                .await
+                .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?;
+            let last = stream
+                .info()
+                .await
+                .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?
+                .state
+                .last_sequence;
+            if seq > last {
+                return Ok(true);
+            }
         }
         let Some(stored) = stored else { return Ok(false) };
         let stream = js
