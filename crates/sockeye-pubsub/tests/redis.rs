@@ -105,8 +105,13 @@ impl Drop for Proxy {
 
 /// A node: a hub over its own connection to the server.
 async fn node(server: &BackplaneServer, history: HistoryConfig) -> Hub {
+    node_at(&server.url(), history).await
+}
+
+/// A node on the Redis at `url` (a server's, or a proxy's in front of it).
+async fn node_at(url: &str, history: HistoryConfig) -> Hub {
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-    let redis = Redis::connect(&server.url(), history, tx).await.unwrap();
+    let redis = Redis::connect(url, history, tx).await.unwrap();
     Hub::start(HubConfig::default(), Box::new(redis), rx)
 }
 
@@ -487,11 +492,7 @@ async fn a_node_cut_off_recovers_what_it_missed_from_history() {
     let topic = Topic::new("cut off").unwrap();
     let run = async {
         let a = node(&server, HistoryConfig::default()).await;
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let redis = Redis::connect(&proxy.url(), HistoryConfig::default(), tx)
-            .await
-            .unwrap();
-        let b = Hub::start(HubConfig::default(), Box::new(redis), rx);
+        let b = node_at(&proxy.url(), HistoryConfig::default()).await;
         let mut sub_b = b.subscriber(SubscriberConfig::default());
         sub_b.subscribe(&topic, None).await.unwrap();
         let publisher = a.subscriber(SubscriberConfig::default());
@@ -1081,13 +1082,8 @@ async fn rollback_scenario(
     crash: impl AsyncFnOnce(),
 ) {
     let topic = Topic::new(topic).unwrap();
-    let connect = async |url: &str| {
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let redis = Redis::connect(url, HistoryConfig::default(), tx).await.unwrap();
-        Hub::start(HubConfig::default(), Box::new(redis), rx)
-    };
-    let a = connect(&url).await;
-    let b = connect(&url).await;
+    let a = node_at(&url, HistoryConfig::default()).await;
+    let b = node_at(&url, HistoryConfig::default()).await;
     let publisher = a.subscriber(SubscriberConfig::default());
     let mut live = b.subscriber(SubscriberConfig::default());
     live.subscribe(&topic, None).await.unwrap();
@@ -1293,11 +1289,7 @@ async fn a_client_that_keeps_a_gaps_resume_and_drops_at_once_skips_nothing() {
         let a = node(&server, HistoryConfig::default()).await;
         // Node B reaches Redis through a proxy: cut off while Redis restarts and n1..n5 are
         // published in the new epoch; when B is back, it finds them.
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let redis = Redis::connect(&proxy.url(), HistoryConfig::default(), tx)
-            .await
-            .unwrap();
-        let b = Hub::start(HubConfig::default(), Box::new(redis), rx);
+        let b = node_at(&proxy.url(), HistoryConfig::default()).await;
         let mut client = b.subscriber(SubscriberConfig::default());
         client.subscribe(&topic, None).await.unwrap();
         a.publish(&topic, text("old".into())).await.unwrap();

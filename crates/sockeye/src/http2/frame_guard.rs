@@ -438,16 +438,32 @@ mod tests {
     /// What the bound keeps: a stream the client ended while ours goes on (half-closed, the
     /// case the guard is for) is remembered however many refused requests end after it, as we
     /// end those too.
-    #[test]
-    fn a_half_closed_stream_outlives_any_number_of_finished_ones() {
-        let (io, _peer) = tokio::io::duplex(64);
-        let mut guard = StreamErrorGuard::new(io, BytesMut::new(), 128);
+    /// The client's opening, then stream 1 ended by the client while ours goes on.
+    fn half_closed_stream_1() -> Vec<u8> {
         let mut input = PREFACE.to_vec();
         input.extend(header(0, 0x4, 0, 0));
         input.extend(header(2, FRAME_HEADERS, 0x4, 1));
         input.extend([0x82, 0x84]);
         input.extend(header(0, FRAME_DATA, FLAG_END_STREAM, 1));
-        guard.raw.extend_from_slice(&input);
+        input
+    }
+
+    /// Feeds a late DATA frame on stream 1: what reaches h2 (a reset of stream 1 if the guard
+    /// still remembers it; the frame itself, which h2 answers with a GOAWAY, if not).
+    fn late_data_on_1(guard: &mut StreamErrorGuard<tokio::io::DuplexStream>) -> Vec<u8> {
+        guard.filtered.clear();
+        let mut late = header(3, FRAME_DATA, 0, 1);
+        late.extend(b"late");
+        guard.raw.extend_from_slice(&late);
+        guard.filter();
+        guard.filtered.to_vec()
+    }
+
+    #[test]
+    fn a_half_closed_stream_outlives_any_number_of_finished_ones() {
+        let (io, _peer) = tokio::io::duplex(64);
+        let mut guard = StreamErrorGuard::new(io, BytesMut::new(), 128);
+        guard.raw.extend_from_slice(&half_closed_stream_1());
         guard.filter();
         for i in 1..1000u32 {
             let stream = 2 * i + 1;
@@ -463,12 +479,10 @@ mod tests {
             guard.sent(&refusal);
         }
         assert!(guard.ended.len() <= 128, "{}", guard.ended.len());
-        guard.filtered.clear();
-        let mut late = header(3, FRAME_DATA, 0, 1);
-        late.extend(b"late");
-        guard.raw.extend_from_slice(&late);
-        guard.filter();
-        assert_eq!(guard.filtered.to_vec(), frame(FRAME_RST_STREAM, 1, STREAM_CLOSED));
+        assert_eq!(
+            late_data_on_1(&mut guard),
+            frame(FRAME_RST_STREAM, 1, STREAM_CLOSED)
+        );
         assert_eq!(guard.inject.to_vec(), frame(FRAME_RST_STREAM, 1, STREAM_CLOSED));
     }
 
@@ -479,11 +493,7 @@ mod tests {
     fn streams_the_client_resets_do_not_push_out_a_half_closed_one() {
         let (io, _peer) = tokio::io::duplex(64);
         let mut guard = StreamErrorGuard::new(io, BytesMut::new(), 128);
-        let mut input = PREFACE.to_vec();
-        input.extend(header(0, 0x4, 0, 0));
-        input.extend(header(2, FRAME_HEADERS, 0x4, 1));
-        input.extend([0x82, 0x84]);
-        input.extend(header(0, FRAME_DATA, FLAG_END_STREAM, 1));
+        let mut input = half_closed_stream_1();
         for i in 1..1000u32 {
             let stream = 2 * i + 1;
             input.extend(header(2, FRAME_HEADERS, 0x4 | FLAG_END_STREAM, stream));
@@ -493,12 +503,10 @@ mod tests {
         guard.raw.extend_from_slice(&input);
         guard.filter();
         assert!(guard.ended.len() <= 128, "{}", guard.ended.len());
-        guard.filtered.clear();
-        let mut late = header(3, FRAME_DATA, 0, 1);
-        late.extend(b"late");
-        guard.raw.extend_from_slice(&late);
-        guard.filter();
-        assert_eq!(guard.filtered.to_vec(), frame(FRAME_RST_STREAM, 1, STREAM_CLOSED));
+        assert_eq!(
+            late_data_on_1(&mut guard),
+            frame(FRAME_RST_STREAM, 1, STREAM_CLOSED)
+        );
 
         let (io, _peer) = tokio::io::duplex(64);
         let unbounded = StreamErrorGuard::new(io, BytesMut::new(), u32::MAX);
