@@ -431,7 +431,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// Waits until the write queue is below the high-water mark (the sending side).
     #[inline]
     pub(crate) fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        if self.inner.going_away(None) || self.inner.conn.transmit_len() >= self.inner.high_water {
+        if self.inner.going_away(None) || self.is_full() {
             ready!(self.poll_write_out(cx))?;
         }
         Poll::Ready(Ok(()))
@@ -472,7 +472,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> SendSteps for WebSocket<S> {
 
     fn try_queue(&mut self, message: Message) -> Result<(), Error> {
         self.inner.going_away(None);
-        if self.inner.conn.transmit_len() >= self.inner.high_water {
+        if self.is_full() {
             return Err(Error::WriteBufferFull);
         }
         self.queue_unchecked(message)
