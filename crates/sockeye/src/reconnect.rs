@@ -292,10 +292,7 @@ impl ReconnectConfig {
         }
     }
 
-    /// `first_delay × multiplier^retry`, capped at `max_delay`. The product is computed in
-    /// floating point; it goes back to a `Duration` only below the cap, so a cap too large for
-    /// `f64` seconds to round-trip (`Duration::MAX` is 2^64 s as an `f64`, one past what
-    /// `Duration::from_secs_f64` takes) is returned as it was given.
+    /// `first_delay × multiplier^retry`, capped at `max_delay`.
     fn nominal_delay(&self, retry: u32) -> Duration {
         let first = self.first_delay.min(self.max_delay);
         if first.is_zero() {
@@ -303,12 +300,10 @@ impl ReconnectConfig {
         }
         let exponent = i32::try_from(retry).unwrap_or(i32::MAX);
         // `max` takes 1 for NaN: `f64::max` returns the operand that is a number.
-        let nominal = first.as_secs_f64() * self.multiplier.max(1.0).powi(exponent);
-        if nominal < self.max_delay.as_secs_f64() {
-            Duration::try_from_secs_f64(nominal).map_or(self.max_delay, |d| d.min(self.max_delay))
-        } else {
-            self.max_delay
-        }
+        secs_at_most(
+            first.as_secs_f64() * self.multiplier.max(1.0).powi(exponent),
+            self.max_delay,
+        )
     }
 
     /// The wait before reconnection number `retry`, `unit` (in `[0, 1]`, clamped) placing it
@@ -319,8 +314,15 @@ impl ReconnectConfig {
         let unit = if unit.is_nan() { 0.0 } else { unit.clamp(0.0, 1.0) };
         let span = high - low;
         // Not `mul_f64`: it panics where `span`'s seconds round up past what a `Duration` holds.
-        low + Duration::try_from_secs_f64(span.as_secs_f64() * unit).map_or(span, |d| d.min(span))
+        low + secs_at_most(span.as_secs_f64() * unit, span)
     }
+}
+
+/// `secs` seconds as a `Duration`, at most `cap`: a value past the cap, or one no `Duration`
+/// holds (infinite, not a number, or `Duration::MAX`'s seconds rounded up to 2^64 as an `f64`),
+/// is `cap` itself. `Duration::from_secs_f64` and `mul_f64` panic there.
+fn secs_at_most(secs: f64, cap: Duration) -> Duration {
+    Duration::try_from_secs_f64(secs).map_or(cap, |d| d.min(cap))
 }
 
 /// The default final refusals, those the `ws` tool stops at: an opening handshake refused with
