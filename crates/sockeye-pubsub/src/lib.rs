@@ -25,6 +25,7 @@ pub mod backplane;
 mod batch;
 mod error;
 mod hub;
+pub mod json_protocol;
 mod topic;
 
 use std::time::Duration;
