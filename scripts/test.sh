@@ -104,6 +104,9 @@ autobahn_pair() { # name, run.sh options...
   fi
 }
 
+step "the JavaScript pub/sub client (clients/js): Node's test runner, no dependencies"
+node --test clients/js/test/
+
 step "interop: Python websockets, Node ws, Chromium, tinyproxy and dante (installed on first use)"
 bash interop/run.sh
 

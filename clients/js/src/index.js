@@ -1,0 +1,380 @@
+// A client of Sockeye's pub/sub protocol (docs/pubsub-protocol.md) for browsers and Node:
+// one WebSocket, many topics, reconnecting with jittered backoff across a list of nodes and
+// resuming every topic from its last position, so that nothing is missed or delivered twice
+// across a reconnect. No dependencies; an ES module.
+
+/** Defaults of every option; see index.d.ts for what each means. */
+export const DEFAULTS = Object.freeze({
+  initialDelayMs: 250,
+  maxDelayMs: 30_000,
+  maxAttempts: Infinity,
+  maxQueuedPublishes: 1000,
+  tokenParam: "token",
+});
+
+/** An error of the client, with a `code` to match on. */
+export class PubSubError extends Error {
+  constructor(code, message, extra = {}) {
+    super(message);
+    this.name = "PubSubError";
+    this.code = code;
+    Object.assign(this, extra);
+  }
+}
+
+/**
+ * Connects to one node, or to the first of several (a string or an array of ws:// or wss://
+ * URLs), and returns the client at once: it connects in the background and reconnects by
+ * itself until `close()` or until it gives up (`maxAttempts` in a row failed).
+ */
+export function connect(urls, options = {}) {
+  return new PubSubClient(urls, options);
+}
+
+export class PubSubClient {
+  constructor(urls, options = {}) {
+    this.urls = (Array.isArray(urls) ? urls : [urls]).map(String);
+    if (this.urls.length === 0) throw new TypeError("connect() needs at least one URL");
+    this.options = { ...DEFAULTS, ...options };
+    this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    if (typeof this.WebSocket !== "function") {
+      throw new TypeError(
+        "no WebSocket implementation: pass options.WebSocket (in Node before 22: the `ws` package's WebSocket)",
+      );
+    }
+    this.timers = {
+      set: options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms)),
+      clear: options.clearTimeout ?? ((id) => clearTimeout(id)),
+    };
+    this.random = options.random ?? Math.random;
+    this.now = options.now ?? (() => Date.now());
+    // A listener's or handler's exception must not break the client's state: it is reported
+    // asynchronously (as an uncaught error, where the page or process reports those).
+    this.reportError =
+      options.onListenerError ??
+      ((e) =>
+        queueMicrotask(() => {
+          throw e;
+        }));
+    this.listeners = new Map();
+    this.topics = new Map(); // topic -> { handlers, position, ready, settle }
+    this.pending = new Map(); // request id -> { kind, topic, resolve, reject }
+    this.queued = []; // publishes waiting for a connection: { topic, data, resolve, reject }
+    this.nextId = 1;
+    this.urlIndex = 0;
+    this.failures = 0; // connection attempts failed in a row
+    this.socket = null;
+    this.open = false;
+    this.closed = false;
+    this.retryTimer = null;
+    this.#connect();
+  }
+
+  /** Adds a listener: "connected", "disconnected", "gap", "error", "dropped", "gaveup". */
+  on(event, listener) {
+    if (!this.listeners.has(event)) this.listeners.set(event, new Set());
+    this.listeners.get(event).add(listener);
+    return () => this.off(event, listener);
+  }
+
+  /** Removes a listener. */
+  off(event, listener) {
+    this.listeners.get(event)?.delete(listener);
+  }
+
+  /**
+   * Subscribes to `topic`; `onMessage(data, meta)` is called for each message, in order, once.
+   * `options.since` resumes after a position saved earlier ({offset, epoch}).
+   */
+  subscribe(topic, onMessage, options = {}) {
+    topic = String(topic);
+    let entry = this.topics.get(topic);
+    if (!entry) {
+      entry = { handlers: new Set(), position: options.since ?? null, settle: null, ready: null };
+      entry.ready = new Promise((resolve, reject) => (entry.settle = { resolve, reject }));
+      entry.ready.catch(() => {}); // a refusal is also an "error" event; no unhandled rejection
+      this.topics.set(topic, entry);
+      if (this.open) this.#sendSubscribe(topic, entry);
+    }
+    entry.handlers.add(onMessage);
+    const client = this;
+    return {
+      topic,
+      ready: entry.ready,
+      get position() {
+        return client.topics.get(topic)?.position ?? null;
+      },
+      unsubscribe() {
+        client.#unsubscribe(topic, onMessage);
+      },
+    };
+  }
+
+  /**
+   * Publishes `data` (any JSON value) on `topic`. Resolves with the position it got
+   * ({offset, epoch}; {} on a node without history). While disconnected it waits in a bounded
+   * queue and is sent after the next connection; it rejects with a PubSubError whose code is
+   * "queue_full", "closed", "gave_up", a node's refusal code ("not_allowed", …), or
+   * "outcome_unknown" when the connection dropped after sending it and before the node's answer
+   * (it may or may not have been published: retry only if a duplicate is harmless).
+   */
+  publish(topic, data) {
+    return new Promise((resolve, reject) => {
+      const item = { topic: String(topic), data, resolve, reject };
+      if (this.closed) return reject(new PubSubError("closed", "the client was closed"));
+      if (this.open) return this.#sendPublish(item);
+      if (this.queued.length >= this.options.maxQueuedPublishes) {
+        return reject(
+          new PubSubError(
+            "queue_full",
+            `${this.queued.length} publications already wait for a connection (maxQueuedPublishes)`,
+          ),
+        );
+      }
+      this.queued.push(item);
+    });
+  }
+
+  /** The positions to save for a later `subscribe(topic, fn, {since})`, per topic. */
+  positions() {
+    const out = {};
+    for (const [topic, entry] of this.topics) if (entry.position) out[topic] = { ...entry.position };
+    return out;
+  }
+
+  /** Closes for good: no reconnect; queued publishes reject with code "closed". */
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.retryTimer !== null) this.timers.clear(this.retryTimer);
+    this.retryTimer = null;
+    this.#failQueued("closed", "the client was closed");
+    const socket = this.socket;
+    this.#dropSocket(new PubSubError("closed", "the client was closed"));
+    if (socket) {
+      socket.close(1000);
+      this.#emit("disconnected", { code: 1000, reason: "closed by the client", willRetry: false });
+    }
+  }
+
+  #emit(event, detail) {
+    for (const listener of this.listeners.get(event) ?? []) {
+      try {
+        listener(detail);
+      } catch (e) {
+        this.reportError(e);
+      }
+    }
+  }
+
+  async #connect() {
+    if (this.closed) return;
+    const base = this.urls[this.urlIndex % this.urls.length];
+    let url = base;
+    try {
+      const token = typeof this.options.token === "function" ? await this.options.token() : this.options.token;
+      if (token != null) {
+        const u = new URL(base);
+        u.searchParams.set(this.options.tokenParam, String(token));
+        url = u.toString();
+      }
+    } catch (e) {
+      this.#emit("error", { code: "token", message: `options.token failed: ${e?.message ?? e}` });
+      return this.#retry();
+    }
+    if (this.closed) return;
+    let socket;
+    try {
+      socket = new this.WebSocket(url);
+    } catch (e) {
+      this.#emit("error", { code: "connect", message: `${base}: ${e?.message ?? e}` });
+      return this.#retry();
+    }
+    this.socket = socket;
+    socket.onopen = () => {
+      if (socket !== this.socket) return;
+      this.open = true;
+      this.openedAt = this.now();
+      this.#emit("connected", { url: base });
+      // Every topic again, from its last position, then what waited to be published: a
+      // publication queued after a subscribe comes after it, as the caller ordered them.
+      for (const [topic, entry] of this.topics) this.#sendSubscribe(topic, entry);
+      const queued = this.queued;
+      this.queued = [];
+      for (const item of queued) this.#sendPublish(item);
+    };
+    socket.onmessage = (event) => {
+      if (socket === this.socket) this.#receive(event.data);
+    };
+    socket.onclose = (event) => {
+      if (socket !== this.socket) return;
+      const wasOpen = this.open;
+      this.#dropSocket(
+        new PubSubError("outcome_unknown", "the connection dropped before the node answered"),
+      );
+      this.#emit("disconnected", {
+        url: base,
+        code: event?.code,
+        reason: event?.reason,
+        willRetry: !this.closed,
+      });
+      // A connection that did not open, or closed within a second (a node that accepts and
+      // then refuses), counts as a failure: the backoff grows instead of hammering the node.
+      if (wasOpen && this.now() - this.openedAt >= 1000) this.failures = 0;
+      else this.failures += 1;
+      this.urlIndex += 1; // the next node; the same one again after a round
+      this.#retry();
+    };
+    socket.onerror = () => {}; // a close event always follows
+  }
+
+  #dropSocket(error) {
+    this.socket = null;
+    this.open = false;
+    for (const [, request] of this.pending) {
+      // Subscribes are sent again on the next connection; a publish's fate is unknown.
+      if (request.kind === "publish") request.reject(error);
+    }
+    this.pending.clear();
+  }
+
+  #retry() {
+    if (this.closed) return;
+    if (this.failures >= this.options.maxAttempts) {
+      this.closed = true;
+      const message = `gave up after ${this.failures} failed connection attempts`;
+      this.#failQueued("gave_up", message);
+      this.#emit("gaveup", { attempts: this.failures, message });
+      return;
+    }
+    const delay = this.nextDelay(this.failures);
+    this.retryTimer = this.timers.set(() => {
+      this.retryTimer = null;
+      this.#connect();
+    }, delay);
+  }
+
+  /**
+   * The wait after `failures` failed attempts in a row (0: after a connection that lived):
+   * d = initialDelayMs × 2^(failures − 1), at most maxDelayMs, drawn uniformly in [d/2, d]
+   * ("equal jitter": clients that lost the same node do not all come back at once).
+   */
+  nextDelay(failures) {
+    const { initialDelayMs, maxDelayMs } = this.options;
+    const d = Math.min(maxDelayMs, initialDelayMs * 2 ** Math.min(Math.max(failures - 1, 0), 30));
+    return d / 2 + this.random() * (d / 2);
+  }
+
+  #failQueued(code, message) {
+    const queued = this.queued;
+    this.queued = [];
+    for (const item of queued) item.reject(new PubSubError(code, message));
+  }
+
+  #send(frame) {
+    this.socket.send(JSON.stringify(frame));
+  }
+
+  #sendSubscribe(topic, entry) {
+    const id = this.nextId++;
+    this.pending.set(id, { kind: "subscribe", topic });
+    const frame = { type: "subscribe", topic, id };
+    if (entry.position) frame.since = { offset: entry.position.offset, epoch: entry.position.epoch };
+    this.#send(frame);
+  }
+
+  #sendPublish(item) {
+    const id = this.nextId++;
+    this.pending.set(id, { kind: "publish", topic: item.topic, resolve: item.resolve, reject: item.reject });
+    let frame;
+    try {
+      frame = JSON.stringify({ type: "publish", topic: item.topic, data: item.data, id });
+    } catch (e) {
+      this.pending.delete(id);
+      return item.reject(new PubSubError("bad_request", `data is not JSON: ${e.message}`));
+    }
+    if (frame === undefined || item.data === undefined) {
+      this.pending.delete(id);
+      return item.reject(new PubSubError("bad_request", "data is not JSON (undefined)"));
+    }
+    this.socket.send(frame);
+  }
+
+  #unsubscribe(topic, handler) {
+    const entry = this.topics.get(topic);
+    if (!entry) return;
+    entry.handlers.delete(handler);
+    if (entry.handlers.size > 0) return;
+    this.topics.delete(topic);
+    if (this.open) this.#send({ type: "unsubscribe", topic, id: this.nextId++ });
+  }
+
+  #receive(text) {
+    let frame;
+    try {
+      frame = JSON.parse(text);
+    } catch {
+      return this.#emit("error", { code: "bad_json", message: "the node sent a frame that is not JSON" });
+    }
+    const request = frame.id !== undefined ? this.pending.get(frame.id) : undefined;
+    if (request) this.pending.delete(frame.id);
+    switch (frame.type) {
+      case "message":
+        return this.#deliver(frame);
+      case "gap": {
+        const entry = this.topics.get(frame.topic);
+        if (entry && frame.resume) entry.position = { offset: frame.resume.offset, epoch: frame.resume.epoch };
+        return this.#emit("gap", { topic: frame.topic, resume: frame.resume ?? null });
+      }
+      case "subscribed": {
+        const entry = this.topics.get(frame.topic);
+        entry?.settle?.resolve({ recovery: frame.recovery, recovered: frame.recovered });
+        return;
+      }
+      case "published":
+        return request?.resolve?.(frame.offset !== undefined ? { offset: frame.offset, epoch: frame.epoch } : {});
+      case "dropped":
+        return this.#emit("dropped", { count: frame.count });
+      case "error": {
+        const error = new PubSubError(frame.code, frame.message, { topic: request?.topic, id: frame.id });
+        if (request?.kind === "publish") request.reject(error);
+        if (request?.kind === "subscribe") {
+          // Refused for good (not allowed, invalid, too many): stop asking on every reconnect.
+          const entry = this.topics.get(request.topic);
+          this.topics.delete(request.topic);
+          entry?.settle?.reject(error);
+        }
+        return this.#emit("error", { code: frame.code, message: frame.message, topic: request?.topic, id: frame.id });
+      }
+      default:
+        return; // unsubscribed, and frame types a later node may add
+    }
+  }
+
+  #deliver(frame) {
+    const entry = this.topics.get(frame.topic);
+    if (!entry) return; // unsubscribed meanwhile
+    if (frame.offset !== undefined) {
+      const last = entry.position;
+      // Never twice: a position at or before the last one of the same epoch was delivered.
+      if (last && last.epoch === frame.epoch && frame.offset <= last.offset) return;
+      entry.position = { offset: frame.offset, epoch: frame.epoch };
+    }
+    const data = "data_base64" in frame ? base64Bytes(frame.data_base64) : frame.data;
+    const meta = { topic: frame.topic, offset: frame.offset, epoch: frame.epoch };
+    for (const handler of [...entry.handlers]) {
+      try {
+        handler(data, meta);
+      } catch (e) {
+        this.reportError(e);
+      }
+    }
+  }
+}
+
+function base64Bytes(text) {
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}

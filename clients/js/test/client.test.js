@@ -1,0 +1,275 @@
+// The client against a scripted node: a fake WebSocket whose frames the test reads and answers,
+// and a fake clock, so that reconnects, backoff and resume are checked exactly.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { connect, PubSubError } from "../src/index.js";
+
+class FakeSocket {
+  static all = [];
+  constructor(url) {
+    this.url = url;
+    this.sent = [];
+    this.closedWith = null;
+    FakeSocket.all.push(this);
+  }
+  send(text) {
+    this.sent.push(JSON.parse(text));
+  }
+  close(code) {
+    this.closedWith = code;
+  }
+  // The node's side.
+  accept() {
+    this.onopen?.({});
+  }
+  frame(obj) {
+    this.onmessage?.({ data: JSON.stringify(obj) });
+  }
+  drop(code = 1006) {
+    this.onclose?.({ code, reason: "" });
+  }
+  take() {
+    const out = this.sent;
+    this.sent = [];
+    return out;
+  }
+}
+
+function harness(urls = ["ws://a/", "ws://b/"], options = {}) {
+  FakeSocket.all = [];
+  const timers = [];
+  let now = 0;
+  const client = connect(urls, {
+    WebSocket: FakeSocket,
+    setTimeout: (fn, ms) => {
+      timers.push({ fn, ms });
+      return timers.length;
+    },
+    clearTimeout: () => {},
+    random: () => 1, // the longest wait of each jitter range
+    now: () => now,
+    ...options,
+  });
+  const events = [];
+  for (const e of ["connected", "disconnected", "gap", "error", "dropped", "gaveup"]) {
+    client.on(e, (detail) => events.push([e, detail]));
+  }
+  return {
+    client,
+    events,
+    timers,
+    latest: () => FakeSocket.all.at(-1),
+    advance(ms) {
+      now += ms;
+    },
+    // Runs the one pending reconnect timer and lets the token promise settle.
+    async fire() {
+      const t = timers.shift();
+      assert.ok(t, "a reconnect is scheduled");
+      t.fn();
+      await new Promise((r) => setImmediate(r));
+      return t.ms;
+    },
+  };
+}
+
+const tick = () => new Promise((r) => setImmediate(r));
+
+test("subscribes every topic, delivers in order, and resolves a publish with its position", async () => {
+  const h = harness();
+  await tick();
+  const got = [];
+  h.client.subscribe("user/1", (data, meta) => got.push([data, meta.offset]));
+  h.client.subscribe("global", (data) => got.push([data, "g"]));
+  const sock = h.latest();
+  assert.equal(sock.url, "ws://a/");
+  sock.accept();
+  assert.deepEqual(sock.take(), [
+    { type: "subscribe", topic: "user/1", id: 1 },
+    { type: "subscribe", topic: "global", id: 2 },
+  ]);
+  sock.frame({ type: "subscribed", topic: "user/1", recovery: "live", recovered: 0, id: 1 });
+  sock.frame({ type: "message", topic: "user/1", offset: 1, epoch: "E", data: { n: 1 } });
+  sock.frame({ type: "message", topic: "global", offset: 7, epoch: "E", data: "hi" });
+  sock.frame({ type: "message", topic: "user/1", offset: 2, epoch: "E", data: { n: 2 } });
+  assert.deepEqual(got, [[{ n: 1 }, 1], ["hi", "g"], [{ n: 2 }, 2]]);
+  const published = h.client.publish("global", [1, 2]);
+  assert.deepEqual(sock.take(), [{ type: "publish", topic: "global", data: [1, 2], id: 3 }]);
+  sock.frame({ type: "published", topic: "global", offset: 8, epoch: "E", id: 3 });
+  assert.deepEqual(await published, { offset: 8, epoch: "E" });
+  assert.deepEqual(h.client.positions(), { "user/1": { offset: 2, epoch: "E" }, global: { offset: 7, epoch: "E" } });
+});
+
+test("reconnects to the next node with backoff and resumes each topic from its last position, dropping duplicates", async () => {
+  const h = harness();
+  await tick();
+  const got = [];
+  h.client.subscribe("t", (data) => got.push(data));
+  h.client.subscribe("quiet", () => {});
+  let sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "message", topic: "t", offset: 5, epoch: "E", data: "m5" });
+  h.advance(5000);
+  sock.drop();
+  assert.deepEqual(h.events.at(-1), ["disconnected", { url: "ws://a/", code: 1006, reason: "", willRetry: true }]);
+  // A connection that lived over a second resets the backoff: [125, 250] ms, random()=1 → 250.
+  assert.equal(await h.fire(), 250);
+  sock = h.latest();
+  assert.equal(sock.url, "ws://b/");
+  sock.accept();
+  assert.deepEqual(sock.take(), [
+    { type: "subscribe", topic: "t", id: 3, since: { offset: 5, epoch: "E" } },
+    { type: "subscribe", topic: "quiet", id: 4 },
+  ]);
+  sock.frame({ type: "subscribed", topic: "t", recovery: "recovered", recovered: 1, id: 3 });
+  sock.frame({ type: "message", topic: "t", offset: 5, epoch: "E", data: "m5 again" });
+  sock.frame({ type: "message", topic: "t", offset: 6, epoch: "E", data: "m6" });
+  assert.deepEqual(got, ["m5", "m6"]);
+});
+
+test("the backoff doubles on failures in a row, within equal jitter, up to the cap", async () => {
+  const h = harness(["ws://a/"], { initialDelayMs: 100, maxDelayMs: 1000, random: () => 0 });
+  await tick();
+  const waits = [];
+  for (let i = 0; i < 6; i++) {
+    h.latest().drop();
+    waits.push(await h.fire());
+  }
+  // random()=0: the shortest wait of each range, d/2, for d = 100, 200, 400, 800, 1000 (the cap).
+  assert.deepEqual(waits, [50, 100, 200, 400, 500, 500]);
+  const c = h.client;
+  for (let f = 1; f < 40; f++) {
+    for (const r of [0, 0.5, 0.999]) {
+      c.random = () => r;
+      const d = Math.min(1000, 100 * 2 ** (f - 1));
+      const wait = c.nextDelay(f);
+      assert.ok(wait >= d / 2 && wait <= d, `failure ${f}: ${wait} outside [${d / 2}, ${d}]`);
+    }
+  }
+});
+
+test("a gap's resume becomes the position resumed from", async () => {
+  const h = harness(["ws://a/"]);
+  await tick();
+  h.client.subscribe("t", () => {});
+  let sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "message", topic: "t", offset: 150, epoch: "E1", data: 1 });
+  sock.frame({ type: "gap", topic: "t", resume: { offset: 0, epoch: "E2" } });
+  assert.deepEqual(h.events.at(-1), ["gap", { topic: "t", resume: { offset: 0, epoch: "E2" } }]);
+  // A gap without a resume keeps the position held before.
+  sock.frame({ type: "gap", topic: "t", resume: null });
+  sock.drop();
+  await h.fire();
+  sock = h.latest();
+  sock.accept();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "t", id: 2, since: { offset: 0, epoch: "E2" } }]);
+});
+
+test("publishes wait for a connection, bounded, and follow the resubscribes", async () => {
+  const h = harness(["ws://a/"], { maxQueuedPublishes: 2 });
+  await tick();
+  h.client.subscribe("t", () => {});
+  const first = h.client.publish("t", "one");
+  const second = h.client.publish("t", "two");
+  await assert.rejects(h.client.publish("t", "three"), (e) => e instanceof PubSubError && e.code === "queue_full");
+  const sock = h.latest();
+  sock.accept();
+  assert.deepEqual(
+    sock.take().map((f) => [f.type, f.data]),
+    [["subscribe", undefined], ["publish", "one"], ["publish", "two"]],
+  );
+  sock.frame({ type: "published", topic: "t", offset: 1, epoch: "E", id: 2 });
+  sock.frame({ type: "error", code: "not_allowed", message: "no", id: 3 });
+  assert.deepEqual(await first, { offset: 1, epoch: "E" });
+  await assert.rejects(second, (e) => e.code === "not_allowed" && e.topic === "t");
+});
+
+test("a publish sent but unanswered when the connection drops has an unknown outcome", async () => {
+  const h = harness(["ws://a/"]);
+  await tick();
+  const sock = h.latest();
+  sock.accept();
+  const p = h.client.publish("t", 1);
+  sock.drop();
+  await assert.rejects(p, (e) => e.code === "outcome_unknown");
+});
+
+test("gives up after maxAttempts failures in a row and fails what waits", async () => {
+  const h = harness(["ws://a/"], { maxAttempts: 2 });
+  await tick();
+  const p = h.client.publish("t", 1);
+  h.latest().drop();
+  await h.fire();
+  h.latest().drop();
+  assert.equal(h.timers.length, 0);
+  assert.equal(h.events.at(-1)[0], "gaveup");
+  await assert.rejects(p, (e) => e.code === "gave_up");
+  await assert.rejects(h.client.publish("t", 2), (e) => e.code === "closed");
+});
+
+test("a refused subscription rejects its ready promise and is not asked for again", async () => {
+  const h = harness(["ws://a/"]);
+  await tick();
+  const sub = h.client.subscribe("secret", () => {});
+  let sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "error", code: "not_allowed", message: "not yours", id: 1 });
+  await assert.rejects(sub.ready, (e) => e.code === "not_allowed");
+  assert.deepEqual(h.events.at(-1), ["error", { code: "not_allowed", message: "not yours", topic: "secret", id: 1 }]);
+  sock.drop();
+  await h.fire();
+  sock = h.latest();
+  sock.accept();
+  assert.deepEqual(sock.take(), []);
+});
+
+test("the token goes in the query string, asked for again on each connection", async () => {
+  let n = 0;
+  const h = harness(["ws://a/path?x=1"], { token: async () => `t${++n}` });
+  await tick();
+  assert.equal(h.latest().url, "ws://a/path?x=1&token=t1");
+  h.latest().drop();
+  await h.fire();
+  assert.equal(h.latest().url, "ws://a/path?x=1&token=t2");
+});
+
+test("binary payloads arrive as bytes; unsubscribe stops deliveries; close stops reconnecting", async () => {
+  const h = harness(["ws://a/"]);
+  await tick();
+  const got = [];
+  const sub = h.client.subscribe("t", (data) => got.push(data));
+  const sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "message", topic: "t", offset: 1, epoch: "E", data_base64: "/wB7" });
+  assert.deepEqual(got, [new Uint8Array([0xff, 0x00, 0x7b])]);
+  sub.unsubscribe();
+  assert.deepEqual(sock.take(), [{ type: "unsubscribe", topic: "t", id: 2 }]);
+  sock.frame({ type: "message", topic: "t", offset: 2, epoch: "E", data: 2 });
+  assert.equal(got.length, 1);
+  h.client.close();
+  assert.equal(sock.closedWith, 1000);
+  sock.drop(1000);
+  assert.equal(h.timers.length, 0);
+});
+
+test("a listener that throws does not break the client", async () => {
+  const thrown = [];
+  const h = harness(["ws://a/"], { onListenerError: (e) => thrown.push(e.message) });
+  await tick();
+  const got = [];
+  h.client.subscribe("t", () => {
+    throw new Error("handler bug");
+  });
+  h.client.subscribe("t", (d) => got.push(d));
+  const sock = h.latest();
+  sock.accept();
+  sock.frame({ type: "message", topic: "t", offset: 1, epoch: "E", data: 1 });
+  sock.frame({ type: "message", topic: "t", offset: 2, epoch: "E", data: 2 });
+  assert.deepEqual(got, [1, 2]);
+  assert.deepEqual(thrown, ["handler bug", "handler bug"]);
+});
