@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod backplane;
 mod batch;
 mod error;
