@@ -15,7 +15,7 @@
 //! | --- | --- | --- |
 //! | the client closes, or the connection drops | (the client's) | [`Ended::Disconnected`] |
 //! | the server shuts down gracefully ([`ShutdownHandle`](sockeye::ShutdownHandle)) | 1001, sent by the connection itself | [`Ended::Disconnected`] |
-//! | its queue passed [`SubscriberConfig::max_queued_bytes`] ([`SlowPolicy::Close`](crate::SlowPolicy)) | 1008, at once: the backlog is not sent | [`Ended::TooSlow`] |
+//! | its queue passed [`SubscriberConfig::max_queued_bytes`] ([`SlowPolicy::Close`](crate::SlowPolicy)) | 1008, at once: the backlog is not sent (the close follows what the socket already holds, [`SessionConfig::slow_drain`]) | [`Ended::TooSlow`] |
 //! | a publication could not be published (see below) | [`Error::close_frame`]: 1013 for the backplane | [`Ended::NotPublished`] |
 //! | publications were missed and cannot be recovered ([`Delivery::Gap`]), with [`OnGap::Close`] | 1013 | [`Ended::Gap`] |
 //! | the [`Protocol`] refuses what the client sent ([`Request::Close`]) | its frame | [`Ended::Refused`] |
@@ -239,6 +239,12 @@ pub struct SessionConfig {
     /// take to go out (a client that does not read may never take it), and how long the
     /// writing half may finish after the client has gone. Default 1 s.
     pub close_grace: Duration,
+    /// How long a client closed as too slow has to read what its socket already holds before
+    /// the 1008 close is queued behind it; the close deadline of the connection
+    /// ([`close_timeout`](sockeye::ProtocolConfig::close_timeout)) then runs for the client's
+    /// answer. Default 30 s (a keepalive interval): a slow client still reading gets its 1008,
+    /// one that does not read is dropped within this plus the close timeout.
+    pub slow_drain: Duration,
 }
 
 impl Default for SessionConfig {
@@ -252,6 +258,7 @@ impl Default for SessionConfig {
             publish_backoff: Backoff::new(Duration::from_millis(50), Duration::from_secs(1)),
             on_gap: OnGap::Close,
             close_grace: Duration::from_secs(1),
+            slow_drain: Duration::from_secs(30),
         }
     }
 }
@@ -305,6 +312,13 @@ impl SessionConfig {
     #[must_use]
     pub fn close_grace(mut self, grace: Duration) -> Self {
         self.close_grace = grace;
+        self
+    }
+
+    /// Sets [`slow_drain`](Self::slow_drain).
+    #[must_use]
+    pub fn slow_drain(mut self, grace: Duration) -> Self {
+        self.slow_drain = grace;
         self
     }
 }
@@ -576,8 +590,13 @@ where
             Err(_) => return Stop::Disconnected,
         }
     };
-    // The backlog of a client too slow is not sent; the close goes out as soon as the socket
-    // takes it (it may not read at all: the close deadline then ends the connection).
+    // The backlog of a client too slow is not sent, but its socket still holds what was written
+    // before: the close goes after that, once the client has read it (within `slow_drain`), so
+    // that the engine's close deadline runs from when the close can reach it. A client that does
+    // not read at all is then ended by that deadline.
+    if matches!(stop, Stop::TooSlow) {
+        let _ = tokio::time::timeout(config.slow_drain, sink.flush()).await;
+    }
     let _ = tokio::time::timeout(config.close_grace, sink.close(Some(frame))).await;
     stop
 }

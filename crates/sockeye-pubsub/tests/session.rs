@@ -326,6 +326,24 @@ async fn a_client_that_does_not_read_is_closed_with_1008_and_its_backlog_dropped
 }
 
 #[tokio::test]
+async fn a_client_dropped_as_too_slow_that_never_reads_is_disconnected_after_the_drain_grace() {
+    let (hub, _, _) = switched_hub(HistoryConfig::none());
+    let config = SessionConfig::default()
+        .subscriber(SubscriberConfig::new(256 << 10, SlowPolicy::Close))
+        .slow_drain(Duration::from_millis(300));
+    let mut node = Node::start(&hub, config, Relay::new(Topic::new("t").unwrap()), &["t"]).await;
+    let mut c = clients(&node, &hub, "t", 2).await;
+    let _never_reads = c.pop().unwrap();
+    let big = "x".repeat(64 << 10);
+    for _ in 0..512 {
+        c[0].feed(big.as_str()).await.unwrap();
+    }
+    c[0].flush().await.unwrap();
+    // Its connection is not held for ever: the drain grace, then the close deadline (1 s).
+    assert!(matches!(node.ended().await, Ended::TooSlow));
+}
+
+#[tokio::test]
 async fn graceful_shutdown_closes_with_1001() {
     let (hub, _, _) = switched_hub(HistoryConfig::default());
     let mut node = Node::start(
