@@ -31,6 +31,7 @@ pub mod backplane;
 mod batch;
 mod error;
 mod hub;
+mod protocol;
 pub mod session;
 mod topic;
 
@@ -40,7 +41,8 @@ pub use backplane::{Origin, Position, Publication};
 pub use batch::next_batch;
 pub use error::Error;
 pub use hub::{Delivery, Hub, Published, Publisher, Recovery, Subscriber};
-pub use session::{Ended, OnGap, Outgoing, Protocol, Relay, Request, Session, SessionConfig};
+pub use protocol::{Outgoing, Protocol, Relay, Request};
+pub use session::{Ended, OnGap, Session, SessionConfig};
 pub use topic::Topic;
 
 /// How much history a backplane keeps per topic, for recovery.

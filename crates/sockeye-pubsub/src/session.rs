@@ -102,92 +102,14 @@ use std::pin::pin;
 use std::time::Duration;
 
 use sockeye::backoff::Backoff;
-use sockeye::{CloseCode, CloseFrame, Message, PreparedMessage, WebSocket, WebSocketReader, WebSocketWriter};
+use sockeye::{CloseCode, CloseFrame, Message, WebSocket, WebSocketReader, WebSocketWriter};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 
+use crate::protocol::{Outgoing, Protocol, Relay, Request};
 use crate::{
     Delivery, Error, Hub, Position, Publisher, Recovery, Subscriber, SubscriberConfig, Topic, next_batch,
 };
-
-/// What the client's messages mean and how deliveries are sent to it: see the
-/// [module docs](self). `&self` and `Sync`: both directions of a connection use it at once.
-pub trait Protocol: Send + Sync {
-    /// What a data message (text or binary) received from the client asks for.
-    fn request(&self, message: Message) -> Request;
-
-    /// What is sent to the client for `delivery`. The default sends a publication as it was
-    /// published (prepared once for every subscriber) and nothing for a [`Delivery::Gap`]
-    /// (reached only with [`OnGap::Deliver`]) or a [`Delivery::Dropped`] notice
-    /// ([`SlowPolicy::Drop`](crate::SlowPolicy)).
-    fn outgoing<'a>(&self, delivery: &'a Delivery) -> Outgoing<'a> {
-        match delivery {
-            Delivery::Message(published) => Outgoing::Prepared(published.prepared()),
-            _ => Outgoing::Nothing,
-        }
-    }
-}
-
-/// What a message from the client asks for (see [`Protocol::request`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Request {
-    /// Publish `message` on `topic`, to every subscriber but this connection, on every node.
-    /// Consecutive publications on one topic go to the backplane together.
-    Publish {
-        /// The topic.
-        topic: Topic,
-        /// The message.
-        message: Message,
-    },
-    /// Nothing: the message is dropped (a protocol that only takes text, say).
-    Ignore,
-    /// Close the connection with this frame: the client broke the protocol. What it sent
-    /// before is published first.
-    Close(CloseFrame),
-}
-
-/// What is sent to the client for a delivery (see [`Protocol::outgoing`]).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum Outgoing<'a> {
-    /// Nothing.
-    Nothing,
-    /// A message prepared once for every subscriber (encoded once: with permessage-deflate
-    /// without context takeover, compressed once, not once per connection).
-    Prepared(&'a PreparedMessage),
-    /// A message made for this client.
-    Message(Message),
-}
-
-/// The default [`Protocol`]: one topic per socket; every text and binary message the client
-/// sends is a publication on it, and every publication is sent as it was published (what the
-/// `ws broadcast_server` relay does).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Relay {
-    topic: Topic,
-}
-
-impl Relay {
-    /// Publishes on `topic`.
-    pub fn new(topic: Topic) -> Relay {
-        Relay { topic }
-    }
-
-    /// The topic it publishes on.
-    pub fn topic(&self) -> &Topic {
-        &self.topic
-    }
-}
-
-impl Protocol for Relay {
-    fn request(&self, message: Message) -> Request {
-        Request::Publish {
-            topic: self.topic.clone(),
-            message,
-        }
-    }
-}
 
 /// What a [`Delivery::Gap`] does to a session (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
