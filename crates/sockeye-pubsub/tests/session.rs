@@ -153,21 +153,63 @@ impl Node {
 
 type Client = WebSocket<TransportStream>;
 
+/// Waits until the number of `topic`'s subscribers on `hub` passes `check`; panics with `why`
+/// after a step.
+async fn subscribers_until(hub: &Hub, topic: &str, check: impl Fn(usize) -> bool, why: &str) {
+    let topic = Topic::new(topic).unwrap();
+    let waited = timeout(STEP, async {
+        while !check(hub.subscriber_count(&topic)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    waited.await.expect(why);
+}
+
 /// Connects `n` clients and waits until each is subscribed to `topic`.
 async fn clients(node: &Node, hub: &Hub, topic: &str, n: usize) -> Vec<Client> {
     let mut out = Vec::new();
     for _ in 0..n {
         out.push(sockeye::connect(node.url.as_str()).await.unwrap().0);
     }
-    let topic = Topic::new(topic).unwrap();
-    timeout(STEP, async {
-        while hub.subscriber_count(&topic) < n {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the clients were not all subscribed");
+    subscribers_until(
+        hub,
+        topic,
+        |count| count >= n,
+        "the clients were not all subscribed",
+    )
+    .await;
     out
+}
+
+/// A relay of topic `t` (the default protocol) on a switched hub, and `n` clients on it.
+struct Relayed {
+    hub: Hub,
+    switch: Arc<Switch>,
+    events: EventSender,
+    node: Node,
+    c: Vec<Client>,
+}
+
+async fn relayed(history: HistoryConfig, config: SessionConfig, n: usize) -> Relayed {
+    let (hub, switch, events) = switched_hub(history);
+    let node = Node::start(&hub, config, Relay::new(Topic::new("t").unwrap()), &["t"]).await;
+    let c = clients(&node, &hub, "t", n).await;
+    Relayed {
+        hub,
+        switch,
+        events,
+        node,
+        c,
+    }
+}
+
+/// Sends `count` messages of 64 KiB, flushed once.
+async fn flood(client: &mut Client, count: usize) {
+    let big = "x".repeat(64 << 10);
+    for _ in 0..count {
+        client.feed(big.as_str()).await.unwrap();
+    }
+    client.flush().await.unwrap();
 }
 
 /// The next data message's text, or the close frame's code and reason as `close CODE REASON`.
@@ -202,15 +244,12 @@ async fn receives(ws: &mut Client, range: std::ops::Range<usize>) {
 
 #[tokio::test]
 async fn what_a_client_sends_reaches_the_others_once_in_order_in_batches() {
-    let (hub, switch, _) = switched_hub(HistoryConfig::default());
-    let node = Node::start(
-        &hub,
-        SessionConfig::default(),
-        Relay::new(Topic::new("t").unwrap()),
-        &["t"],
-    )
-    .await;
-    let mut c = clients(&node, &hub, "t", 3).await;
+    let Relayed {
+        switch,
+        node: _node,
+        mut c,
+        ..
+    } = relayed(HistoryConfig::default(), SessionConfig::default(), 3).await;
     const N: usize = 2000;
     c[0].send_batch(numbered(0..N)).await.unwrap();
     let [a, b, d] = &mut c[..] else { unreachable!() };
@@ -232,11 +271,14 @@ async fn what_a_client_sends_reaches_the_others_once_in_order_in_batches() {
 
 #[tokio::test]
 async fn an_outage_is_waited_out_and_a_batch_cut_short_is_retried_from_where_it_stopped() {
-    let (hub, switch, _) = switched_hub(HistoryConfig::default());
     let config = SessionConfig::default()
         .publish_backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(50)));
-    let node = Node::start(&hub, config, Relay::new(Topic::new("t").unwrap()), &["t"]).await;
-    let mut c = clients(&node, &hub, "t", 2).await;
+    let Relayed {
+        switch,
+        node: _node,
+        mut c,
+        ..
+    } = relayed(HistoryConfig::default(), config, 2).await;
     // Down: nothing of a batch is published, and it is tried again.
     switch.down.store(true, Ordering::SeqCst);
     c[0].send_batch(numbered(0..50)).await.unwrap();
@@ -253,15 +295,12 @@ async fn an_outage_is_waited_out_and_a_batch_cut_short_is_retried_from_where_it_
 
 #[tokio::test]
 async fn a_batch_that_may_be_partly_published_is_not_retried_and_closes_with_1013() {
-    let (hub, switch, _) = switched_hub(HistoryConfig::default());
-    let mut node = Node::start(
-        &hub,
-        SessionConfig::default(),
-        Relay::new(Topic::new("t").unwrap()),
-        &["t"],
-    )
-    .await;
-    let mut c = clients(&node, &hub, "t", 2).await;
+    let Relayed {
+        switch,
+        mut node,
+        mut c,
+        ..
+    } = relayed(HistoryConfig::default(), SessionConfig::default(), 2).await;
     // 2 published, the 3rd sent and not answered: retrying could publish it twice.
     *switch.partly.lock().unwrap() = Some((2, 3));
     c[0].send_batch(numbered(0..5)).await.unwrap();
@@ -276,12 +315,15 @@ async fn a_batch_that_may_be_partly_published_is_not_retried_and_closes_with_101
 
 #[tokio::test]
 async fn an_outage_longer_than_the_patience_closes_with_1013() {
-    let (hub, switch, _) = switched_hub(HistoryConfig::default());
     let config = SessionConfig::default()
         .publish_patience(Duration::from_millis(300))
         .publish_backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(50)));
-    let mut node = Node::start(&hub, config, Relay::new(Topic::new("t").unwrap()), &["t"]).await;
-    let mut c = clients(&node, &hub, "t", 1).await;
+    let Relayed {
+        switch,
+        mut node,
+        mut c,
+        ..
+    } = relayed(HistoryConfig::default(), config, 1).await;
     switch.down.store(true, Ordering::SeqCst);
     let sent = tokio::time::Instant::now();
     c[0].send("lost").await.unwrap();
@@ -296,19 +338,12 @@ async fn an_outage_longer_than_the_patience_closes_with_1013() {
 
 #[tokio::test]
 async fn a_client_that_does_not_read_is_closed_with_1008_and_its_backlog_dropped() {
-    let (hub, _, _) = switched_hub(HistoryConfig::none());
     let config = SessionConfig::default().subscriber(SubscriberConfig::new(256 << 10, SlowPolicy::Close));
-    let mut node = Node::start(&hub, config, Relay::new(Topic::new("t").unwrap()), &["t"]).await;
-    let mut c = clients(&node, &hub, "t", 2).await;
+    let Relayed { mut node, mut c, .. } = relayed(HistoryConfig::none(), config, 2).await;
     // 32 MiB at a client that reads nothing: more than the sockets between them hold.
     const N: usize = 512;
-    let big = "x".repeat(64 << 10);
     let mut slow = c.pop().unwrap();
-    let fast = &mut c[0];
-    for _ in 0..N {
-        fast.feed(big.as_str()).await.unwrap();
-    }
-    fast.flush().await.unwrap();
+    flood(&mut c[0], N).await;
     assert!(
         node.ended.try_recv().is_err(),
         "ended before the slow client read"
@@ -327,33 +362,20 @@ async fn a_client_that_does_not_read_is_closed_with_1008_and_its_backlog_dropped
 
 #[tokio::test]
 async fn a_client_dropped_as_too_slow_that_never_reads_is_disconnected_after_the_drain_grace() {
-    let (hub, _, _) = switched_hub(HistoryConfig::none());
     let config = SessionConfig::default()
         .subscriber(SubscriberConfig::new(256 << 10, SlowPolicy::Close))
         .slow_drain(Duration::from_millis(300));
-    let mut node = Node::start(&hub, config, Relay::new(Topic::new("t").unwrap()), &["t"]).await;
-    let mut c = clients(&node, &hub, "t", 2).await;
+    let Relayed { mut node, mut c, .. } = relayed(HistoryConfig::none(), config, 2).await;
     let _never_reads = c.pop().unwrap();
-    let big = "x".repeat(64 << 10);
-    for _ in 0..512 {
-        c[0].feed(big.as_str()).await.unwrap();
-    }
-    c[0].flush().await.unwrap();
+    flood(&mut c[0], 512).await;
     // Its connection is not held for ever: the drain grace, then the close deadline (1 s).
     assert!(matches!(node.ended().await, Ended::TooSlow));
 }
 
 #[tokio::test]
 async fn graceful_shutdown_closes_with_1001() {
-    let (hub, _, _) = switched_hub(HistoryConfig::default());
-    let mut node = Node::start(
-        &hub,
-        SessionConfig::default(),
-        Relay::new(Topic::new("t").unwrap()),
-        &["t"],
-    )
-    .await;
-    let mut c = clients(&node, &hub, "t", 1).await;
+    let Relayed { mut node, mut c, .. } =
+        relayed(HistoryConfig::default(), SessionConfig::default(), 1).await;
     node.shutdown.shutdown();
     assert_eq!(next(&mut c[0]).await, "close 1001 server shutting down");
     assert!(matches!(node.ended().await, Ended::Disconnected));
@@ -361,43 +383,33 @@ async fn graceful_shutdown_closes_with_1001() {
 
 #[tokio::test]
 async fn the_client_s_close_ends_the_session_and_its_subscription() {
-    let (hub, _, _) = switched_hub(HistoryConfig::default());
-    let mut node = Node::start(
-        &hub,
-        SessionConfig::default(),
-        Relay::new(Topic::new("t").unwrap()),
-        &["t"],
-    )
-    .await;
-    let mut c = clients(&node, &hub, "t", 1).await;
+    let Relayed {
+        hub, mut node, mut c, ..
+    } = relayed(HistoryConfig::default(), SessionConfig::default(), 1).await;
     let reply = c[0]
         .close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
         .await
         .unwrap();
     assert_eq!(reply.map(|f| f.code), Some(CloseCode::NORMAL));
     assert!(matches!(node.ended().await, Ended::Disconnected));
-    let topic = Topic::new("t").unwrap();
-    timeout(STEP, async {
-        while hub.subscriber_count(&topic) > 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("still subscribed after the client left");
+    subscribers_until(
+        &hub,
+        "t",
+        |count| count == 0,
+        "still subscribed after the client left",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn an_unrecoverable_gap_closes_with_1013_by_default() {
     // No history: after the backplane comes back, what was missed is a gap.
-    let (hub, _, events) = switched_hub(HistoryConfig::none());
-    let mut node = Node::start(
-        &hub,
-        SessionConfig::default(),
-        Relay::new(Topic::new("t").unwrap()),
-        &["t"],
-    )
-    .await;
-    let mut c = clients(&node, &hub, "t", 1).await;
+    let Relayed {
+        events,
+        mut node,
+        mut c,
+        ..
+    } = relayed(HistoryConfig::none(), SessionConfig::default(), 1).await;
     events.send(Event::Restored).await.unwrap();
     assert_eq!(
         next(&mut c[0]).await,
