@@ -417,11 +417,16 @@ async fn publish_patiently(
     mut batch: Vec<Message>,
     config: &SessionConfig,
 ) -> Result<(), Error> {
-    let give_up = tokio::time::Instant::now() + config.publish_patience;
-    let mut retry = 0;
+    // `None`: a patience past what an `Instant` holds (`Duration::MAX`), never given up.
+    let give_up = tokio::time::Instant::now().checked_add(config.publish_patience);
+    let mut retry: u32 = 0;
     loop {
         let delay = config.publish_backoff.random_delay(retry);
-        let patient = tokio::time::Instant::now() + delay < give_up;
+        let patient = give_up.is_none_or(|at| {
+            tokio::time::Instant::now()
+                .checked_add(delay)
+                .is_some_and(|next| next < at)
+        });
         match publisher.publish_many(topic, batch.clone()).await {
             // Nothing of it was published: all of it again.
             Err(Error::Backplane { .. }) if patient => {}
@@ -432,7 +437,7 @@ async fn publish_patiently(
             r => return r,
         }
         tokio::time::sleep(delay).await;
-        retry += 1;
+        retry = retry.saturating_add(1);
     }
 }
 

@@ -293,6 +293,29 @@ async fn an_outage_is_waited_out_and_a_batch_cut_short_is_retried_from_where_it_
     quiet(&mut c[0]).await;
 }
 
+/// `Duration::MAX` is a valid setting: it waited for ever, and panicked adding it to an instant.
+#[tokio::test]
+async fn the_longest_durations_are_valid_settings() {
+    let config = SessionConfig::default()
+        .publish_patience(Duration::MAX)
+        .close_grace(Duration::MAX)
+        .slow_drain(Duration::MAX)
+        .publish_backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(50)));
+    let Relayed {
+        switch,
+        mut node,
+        mut c,
+        ..
+    } = relayed(HistoryConfig::default(), config, 2).await;
+    switch.down.store(true, Ordering::SeqCst);
+    c[0].send_batch(numbered(0..5)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    switch.down.store(false, Ordering::SeqCst);
+    receives(&mut c[1], 0..5).await;
+    c[0].close(None).await.unwrap();
+    assert!(matches!(node.ended().await, Ended::Disconnected));
+}
+
 #[tokio::test]
 async fn a_batch_that_may_be_partly_published_is_not_retried_and_closes_with_1013() {
     let Relayed {
