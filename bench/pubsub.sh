@@ -1,8 +1,8 @@
 # Section 11 of bench/run.sh (sourced by it): pub/sub fan-out. Uses run.sh's BIN, OUT, SMOKE,
 # REPS, PIN_SERVER, PIN_LOAD, PORT, record and run.
 #
-# Systems: Sockeye (`pubsub-server sockeye`: a sockeye-pubsub Hub, one writer task per connection
-# as in `ws broadcast_server`), the same sockets with no pub/sub layer (`pubsub-server raw`:
+# Systems: Sockeye (`pubsub-server sockeye`: a sockeye-pubsub Hub, a Session per connection as in
+# `ws broadcast_server`: what users get), the same sockets with no pub/sub layer (`pubsub-server raw`:
 # pre-encoded frame bytes through a tokio broadcast channel: the ceiling), Node `ws` looping over
 # its clients (peers/node-ws/pubsub.mjs) and Socket.IO (peers/socketio/server.mjs; across nodes
 # with @socket.io/redis-adapter). The load generator (`pubsub-load`) holds every subscriber and
@@ -109,7 +109,7 @@ for variant in sockeye-redis sockeye-nats sockeye-nats-js socketio-redis; do
 done
 
 # Memory per subscription: the Sockeye server's RSS growth per idle connection, subscribed (a
-# Subscriber and its writer task each) and not (`sockeye-nosub`: the same server, connections
+# Session each: the split connection and a Subscriber, one task) and not (`sockeye-nosub`: the same server, connections
 # only read; `sockeye-split`: split into reading and writing halves, not subscribed).
 for s in sockeye-nosub sockeye-split sockeye; do
   PORT=$((PORT + 1))
@@ -123,7 +123,7 @@ for s in sockeye-nosub sockeye-split sockeye; do
   sleep 1
   after=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
   case "$s" in
-    sockeye) label="$PS_IDLE idle, subscribed (split, Subscriber, writer task)" ;;
+    sockeye) label="$PS_IDLE idle, subscribed (a Session: split, Subscriber)" ;;
     sockeye-split) label="$PS_IDLE idle, split into reader and writer, not subscribed" ;;
     *) label="$PS_IDLE idle, not subscribed" ;;
   esac

@@ -257,7 +257,7 @@ def pubsub_tables(runs, order):
         if sub and nosub and sub[0] is not None and nosub[0] is not None:
             out.append(f"| **per subscription** (subscribed − not subscribed) | **{sub[0] - nosub[0]:.2f}** |")
         if sub and split and sub[0] is not None and split[0] is not None:
-            out.append(f"| per subscription above a split connection (Subscriber + writer task) | {sub[0] - split[0]:.2f} |")
+            out.append(f"| per subscription above a split connection (a Session: Subscriber, one task) | {sub[0] - split[0]:.2f} |")
     return out
 
 

@@ -13,13 +13,16 @@
 //! on every node, prefixed with its position (`[offset@epoch] text`). A client that reconnects
 //! with `?since=offset@epoch` first receives what it missed (within the backplane's history),
 //! or a line saying what could not be recovered. Without a backplane URL the node is alone
-//! (`memory:`).
+//! (`memory:`). Each connection is a [`Session`] with a protocol of the chat's own: a client too
+//! slow to read is closed with 1008, a publication the backplane will not take with 1013.
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use sockeye::{Config, Message, Server};
-use sockeye_pubsub::{Delivery, HistoryConfig, Hub, HubConfig, Position, Recovery, SubscriberConfig, Topic};
+use sockeye_pubsub::{
+    Delivery, HistoryConfig, Hub, HubConfig, OnGap, Outgoing, Position, Protocol, Recovery, Request, Session,
+    SessionConfig, Topic,
+};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,8 +33,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hub = Hub::connect(&backplane, HubConfig::default(), history).await?;
     let server = Server::bind(("127.0.0.1", port), Config::default()).await?;
     eprintln!("chat node on ws://127.0.0.1:{port}/rooms/NAME over {backplane}");
+    // A gap is a line in the room, and the chat goes on.
+    let config = SessionConfig::default().on_gap(OnGap::Deliver);
     server
-        .serve_requests(move |ws, request, peer| {
+        .serve_requests(move |mut ws, request, peer| {
             let hub = hub.clone();
             async move {
                 let Ok(room) = Topic::new(request.uri().path()) else {
@@ -42,47 +47,51 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .query()
                     .and_then(|q| q.strip_prefix("since="))
                     .and_then(parse_position);
-                let (mut sink, mut stream) = ws.split();
-                let mut me = hub.subscriber(SubscriberConfig::default());
+                let mut me = Session::new(&hub, Lines(room.clone()), config);
                 match me.subscribe(&room, since).await {
                     Ok(Recovery::Recovered { count }) => eprintln!("{peer}: back in {room}, {count} missed"),
                     Ok(_) => eprintln!("{peer}: joined {room}"),
                     Err(e) => {
                         eprintln!("{peer}: {e}");
+                        let _ = ws.close(Some(e.close_frame())).await;
                         return;
                     }
                 }
-                let publisher = me.publisher();
-                // Deliveries to the socket in one task, the socket's lines to the room in this one.
-                let writer = tokio::spawn(async move {
-                    while let Some(Ok(delivery)) = me.recv().await {
-                        let line = match delivery {
-                            Delivery::Message(m) => match (m.position(), m.message()) {
-                                (Some(p), Message::Text(text)) => {
-                                    format!("[{}@{}] {text}", p.offset, p.epoch)
-                                }
-                                _ => continue,
-                            },
-                            Delivery::Gap { .. } => "[missed messages could not be recovered]".into(),
-                            _ => continue,
-                        };
-                        if sink.send(line).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-                while let Some(Ok(message)) = stream.next().await {
-                    if let Message::Text(_) = message
-                        && let Err(e) = publisher.publish(&room, message).await
-                    {
-                        eprintln!("{peer}: not delivered: {e}");
-                    }
-                }
-                writer.abort();
+                let ended = me.run(ws).await;
+                eprintln!("{peer}: left {room} ({ended:?})");
             }
         })
         .await?;
     Ok(())
+}
+
+/// The chat's protocol: each text line a client sends goes to the room; each line it receives
+/// is prefixed with its position, and a gap is a line of its own.
+struct Lines(Topic);
+
+impl Protocol for Lines {
+    fn request(&self, message: Message) -> Request {
+        match message {
+            Message::Text(_) => Request::Publish {
+                topic: self.0.clone(),
+                message,
+            },
+            _ => Request::Ignore,
+        }
+    }
+
+    fn outgoing<'a>(&self, delivery: &'a Delivery) -> Outgoing<'a> {
+        match delivery {
+            Delivery::Message(m) => match (m.position(), m.message()) {
+                (Some(p), Message::Text(text)) => {
+                    Outgoing::Message(format!("[{}@{}] {text}", p.offset, p.epoch).into())
+                }
+                _ => Outgoing::Nothing,
+            },
+            Delivery::Gap { .. } => Outgoing::Message("[missed messages could not be recovered]".into()),
+            _ => Outgoing::Nothing,
+        }
+    }
 }
 
 /// `offset@epoch`, as the chat prints it.

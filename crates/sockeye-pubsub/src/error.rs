@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use sockeye::{CloseCode, CloseFrame};
+
 /// An error from a hub, a subscriber or a backplane.
 ///
 /// [`is_caller_fault`](Self::is_caller_fault) tells input to fix from a backplane to wait for.
@@ -72,6 +74,27 @@ impl Error {
             self,
             Error::InvalidTopic(_) | Error::InvalidUrl(_) | Error::PayloadTooLarge { .. } | Error::NotData
         )
+    }
+
+    /// The close frame for a WebSocket whose publication or subscription failed with this
+    /// error, the code mapped here once: the backplane (unreachable, stopped, a batch cut short)
+    /// is 1013, try again later (RFC 6455 §7.4.1: the client reconnects, and resumes from its
+    /// last position); a subscriber [too slow](Error::TooSlow) is 1008, as is a caller's fault
+    /// (a bad topic, something that is not data), except a publication over the size limit:
+    /// 1009, message too big.
+    pub fn close_frame(&self) -> CloseFrame {
+        let (code, reason) = match self {
+            Error::Backplane { .. } | Error::PartlyPublished { .. } | Error::Closed => {
+                (CloseCode::TRY_AGAIN_LATER, "pub/sub backplane unavailable")
+            }
+            Error::TooSlow { .. } => (CloseCode::POLICY_VIOLATION, "too slow: messages were dropped"),
+            Error::PayloadTooLarge { .. } => (CloseCode::MESSAGE_TOO_BIG, "publication too large"),
+            Error::InvalidTopic(_) => (CloseCode::POLICY_VIOLATION, "invalid topic"),
+            Error::InvalidUrl(_) | Error::NotData => {
+                (CloseCode::POLICY_VIOLATION, "refused by the pub/sub hub")
+            }
+        };
+        CloseFrame::new(code, reason)
     }
 
     /// A backplane failure, with the client library's error.

@@ -15,6 +15,12 @@
 //! whatever the history still holds, then live publications: the same as a subscriber that
 //! stayed subscribed receives.
 //!
+//! A [`Session`] serves one subscribed WebSocket: the client's messages published in batches
+//! (retried through a backplane outage, never twice), the deliveries written encoded once with
+//! one flush per batch, a client too slow closed with 1008, an unrecoverable gap and a backplane
+//! that will not take a publication closed with 1013 (configurable), graceful shutdown 1001. A
+//! server is a few lines on top of it (see [`session`]).
+//!
 //! Why a crate of its own: the backplanes' clients (redis, async-nats) are large dependencies
 //! that a user of plain WebSockets should not compile, and the hub is policy (queues, bounds,
 //! recovery) on top of the tokio layer, not part of it.
@@ -27,6 +33,8 @@ mod batch;
 mod error;
 mod hub;
 pub mod json_protocol;
+mod protocol;
+pub mod session;
 mod topic;
 
 use std::time::Duration;
@@ -35,6 +43,8 @@ pub use backplane::{Origin, Position, Publication};
 pub use batch::next_batch;
 pub use error::Error;
 pub use hub::{Delivery, Hub, Published, Publisher, Recovery, Subscriber};
+pub use protocol::{Outgoing, Protocol, Relay, Request};
+pub use session::{Ended, OnGap, Session, SessionConfig};
 pub use topic::Topic;
 
 /// How much history a backplane keeps per topic, for recovery.

@@ -46,7 +46,8 @@
 //! - [`Config`]: every limit, timeout and default in one place, each with its reason;
 //! - [`ReconnectingClient`] ([`reconnect`]): a client that stays connected — jittered
 //!   exponential backoff, the keepalive as heartbeat, events, an offline queue, a hook to
-//!   resubscribe on each connection.
+//!   resubscribe on each connection; [`backoff::Backoff`], its jittered exponential backoff, for
+//!   any other retry loop.
 //!
 //! Features: `tls` (default; rustls with aws-lc-rs), `deflate` (default; permessage-deflate),
 //! `http2` (default; WebSockets over HTTP/2, RFC 8441, in [`Server`] and, when
@@ -55,6 +56,7 @@
 
 #![deny(missing_docs)]
 
+pub mod backoff;
 mod client;
 mod config;
 mod error;

@@ -84,6 +84,7 @@ use sockeye_proto::{CloseCode, CloseFrame, HandshakeError, Message};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+pub use crate::backoff::{Backoff, Jitter};
 use crate::client::IntoClientRequest;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
@@ -121,21 +122,6 @@ impl Default for Offline {
     }
 }
 
-/// How the random part of the wait is drawn from the nominal delay `d` (see
-/// [`ReconnectConfig::delay_range`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Jitter {
-    /// "Equal jitter": uniformly in `[d/2, d]`. Clients that lost the same server at the same
-    /// moment spread out, and each still backs off by at least half the nominal delay.
-    #[default]
-    Equal,
-    /// "Full jitter": uniformly in `[0, d]`.
-    Full,
-    /// No jitter: exactly `d`.
-    None,
-}
-
 /// Whether a disconnection is a refusal that would only repeat (then the client gives up).
 pub type FinalRefusal = Arc<dyn Fn(&Disconnect) -> bool + Send + Sync>;
 
@@ -147,21 +133,17 @@ pub type FinalRefusal = Arc<dyn Fn(&Disconnect) -> bool + Send + Sync>;
 /// let config = ReconnectConfig::default()
 ///     .max_delay(Duration::from_secs(5))
 ///     .offline(Offline::Refuse);
-/// assert_eq!(config.delay_range(0), (Duration::from_millis(50), Duration::from_millis(100)));
+/// assert_eq!(config.backoff.delay_range(0), (Duration::from_millis(50), Duration::from_millis(100)));
 /// ```
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ReconnectConfig {
-    /// The nominal wait before the first reconnection (default 100 ms).
-    pub first_delay: Duration,
-    /// Each further reconnection multiplies the nominal wait by this (default 2).
-    pub multiplier: f64,
-    /// The nominal wait never exceeds this (default 30 s).
-    pub max_delay: Duration,
-    /// How the actual wait is drawn from the nominal one (default [`Jitter::Equal`]).
-    pub jitter: Jitter,
+    /// The wait before each reconnection: the nominal wait starts at 100 ms and doubles up to
+    /// 30 s, and the actual one is drawn in `[d/2, d]` (the [`Backoff`] default). Retry `n` is
+    /// the `n`th reconnection since the last healthy connection.
+    pub backoff: Backoff,
     /// A connection that stayed up this long was healthy: the next wait starts again from
-    /// `first_delay` (default 10 s). A connection that drops sooner keeps the backoff growing,
+    /// the backoff's first (default 10 s). A connection that drops sooner keeps the backoff growing,
     /// so that a server accepting and dropping at once is not hammered.
     pub healthy_after: Duration,
     /// Give up after this many connection attempts in a row failed (`None`, the default:
@@ -176,10 +158,7 @@ pub struct ReconnectConfig {
 impl fmt::Debug for ReconnectConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReconnectConfig")
-            .field("first_delay", &self.first_delay)
-            .field("multiplier", &self.multiplier)
-            .field("max_delay", &self.max_delay)
-            .field("jitter", &self.jitter)
+            .field("backoff", &self.backoff)
             .field("healthy_after", &self.healthy_after)
             .field("max_attempts", &self.max_attempts)
             .field("offline", &self.offline)
@@ -190,10 +169,7 @@ impl fmt::Debug for ReconnectConfig {
 impl Default for ReconnectConfig {
     fn default() -> Self {
         ReconnectConfig {
-            first_delay: Duration::from_millis(100),
-            multiplier: 2.0,
-            max_delay: Duration::from_secs(30),
-            jitter: Jitter::Equal,
+            backoff: Backoff::default(),
             healthy_after: Duration::from_secs(10),
             max_attempts: None,
             offline: Offline::default(),
@@ -203,31 +179,39 @@ impl Default for ReconnectConfig {
 }
 
 impl ReconnectConfig {
-    /// The nominal wait before the first reconnection.
+    /// The whole backoff.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// The nominal wait before the first reconnection ([`Backoff::first`]).
     #[must_use]
     pub fn first_delay(mut self, delay: Duration) -> Self {
-        self.first_delay = delay;
+        self.backoff = self.backoff.first(delay);
         self
     }
 
-    /// The growth of the nominal wait per reconnection (values below 1 are taken as 1).
+    /// The growth of the nominal wait per reconnection ([`Backoff::multiplier`]; values below
+    /// 1 are taken as 1).
     #[must_use]
     pub fn multiplier(mut self, multiplier: f64) -> Self {
-        self.multiplier = if multiplier >= 1.0 { multiplier } else { 1.0 };
+        self.backoff = self.backoff.multiplier(multiplier);
         self
     }
 
-    /// The cap on the nominal wait.
+    /// The cap on the nominal wait ([`Backoff::max`]).
     #[must_use]
     pub fn max_delay(mut self, delay: Duration) -> Self {
-        self.max_delay = delay;
+        self.backoff = self.backoff.max(delay);
         self
     }
 
-    /// The jitter.
+    /// The jitter ([`Backoff::jitter`]).
     #[must_use]
     pub fn jitter(mut self, jitter: Jitter) -> Self {
-        self.jitter = jitter;
+        self.backoff = self.backoff.jitter(jitter);
         self
     }
 
@@ -274,55 +258,6 @@ impl ReconnectConfig {
     pub fn is_final(&self, disconnect: &Disconnect) -> bool {
         (self.final_refusal)(disconnect)
     }
-
-    /// The bounds of the wait before reconnection number `retry` (0 for the first since the
-    /// last healthy connection): the nominal delay is `first_delay × multiplier^retry`, capped
-    /// at `max_delay`; the wait is drawn uniformly between the bounds this returns, `[d/2, d]`
-    /// with [`Jitter::Equal`], `[0, d]` with [`Jitter::Full`], `[d, d]` without jitter.
-    ///
-    /// Any settings give bounds, never a panic: a nominal delay past `max_delay` (an overflow
-    /// to infinity included) is `max_delay` itself, whatever its size (`Duration::MAX` too),
-    /// and a multiplier that is not a number counts as 1.
-    pub fn delay_range(&self, retry: u32) -> (Duration, Duration) {
-        let nominal = self.nominal_delay(retry);
-        match self.jitter {
-            Jitter::Equal => (nominal / 2, nominal),
-            Jitter::Full => (Duration::ZERO, nominal),
-            Jitter::None => (nominal, nominal),
-        }
-    }
-
-    /// `first_delay × multiplier^retry`, capped at `max_delay`.
-    fn nominal_delay(&self, retry: u32) -> Duration {
-        let first = self.first_delay.min(self.max_delay);
-        if first.is_zero() {
-            return Duration::ZERO;
-        }
-        let exponent = i32::try_from(retry).unwrap_or(i32::MAX);
-        // `max` takes 1 for NaN: `f64::max` returns the operand that is a number.
-        secs_at_most(
-            first.as_secs_f64() * self.multiplier.max(1.0).powi(exponent),
-            self.max_delay,
-        )
-    }
-
-    /// The wait before reconnection number `retry`, `unit` (in `[0, 1]`, clamped) placing it
-    /// between the bounds of [`delay_range`](Self::delay_range): the client passes a uniform
-    /// random number.
-    pub fn delay(&self, retry: u32, unit: f64) -> Duration {
-        let (low, high) = self.delay_range(retry);
-        let unit = if unit.is_nan() { 0.0 } else { unit.clamp(0.0, 1.0) };
-        let span = high - low;
-        // Not `mul_f64`: it panics where `span`'s seconds round up past what a `Duration` holds.
-        low + secs_at_most(span.as_secs_f64() * unit, span)
-    }
-}
-
-/// `secs` seconds as a `Duration`, at most `cap`: a value past the cap, or one no `Duration`
-/// holds (infinite, not a number, or `Duration::MAX`'s seconds rounded up to 2^64 as an `f64`),
-/// is `cap` itself. `Duration::from_secs_f64` and `mul_f64` panic there.
-fn secs_at_most(secs: f64, cap: Duration) -> Duration {
-    Duration::try_from_secs_f64(secs).map_or(cap, |d| d.min(cap))
 }
 
 /// The default final refusals, those the `ws` tool stops at: an opening handshake refused with
@@ -1088,7 +1023,7 @@ impl Driver {
             self.io.push(Event::GaveUp(GiveUp::MaxAttempts));
             return Next::End;
         }
-        let delay = self.reconnect.delay(self.retry, rand::random::<f64>());
+        let delay = self.reconnect.backoff.random_delay(self.retry);
         self.retry = self.retry.saturating_add(1);
         self.io.push(Event::Reconnecting {
             attempt: Attempt {

@@ -4,11 +4,11 @@
 //! `pubsub-server SYSTEM PORT [BACKPLANE]`
 //!
 //! - `sockeye`: a [`Hub`] on BACKPLANE (`memory:` by default, `redis://…`, `nats://…`) and a
-//!   `sockeye::Server`; every connection subscribes to the topic, with a writer task that drains
-//!   its subscriber in batches (as `ws broadcast_server` does: `crates/sockeye-cli/src/relay.rs`),
-//!   and publishes what it receives, leaving itself out: what a connection has already sent goes
-//!   out in one batch (`publish_many`, one backplane round trip), as in relay.rs.
-//! - `sockeye-nosub`: the same server, but connections neither subscribe nor get a writer task:
+//!   `sockeye::Server`; every connection is a [`Session`] with its defaults, what users get (and
+//!   what `ws broadcast_server` runs): subscribed to the topic, its deliveries written in batches
+//!   encoded once, what it sends published leaving itself out, what it has already sent in one
+//!   batch (`publish_many`, one backplane round trip).
+//! - `sockeye-nosub`: the same server, but connections neither subscribe nor run a session:
 //!   the baseline of the memory scenario (an idle connection, no subscription).
 //! - `sockeye-split`: connections are split into their reading and writing halves (what any
 //!   server that writes from another task does) but do not subscribe: the memory scenario's
@@ -25,21 +25,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use sockeye::{CloseCode, CloseFrame};
 use sockeye_bench::{encode_frame, server_handshake};
-use sockeye_pubsub::{Delivery, HistoryConfig, Hub, HubConfig, SubscriberConfig, Topic, next_batch};
+use sockeye_pubsub::{Ended, HistoryConfig, Hub, HubConfig, Relay, Session, SessionConfig, Topic};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 
 type Error = Box<dyn std::error::Error>;
 
-/// Deliveries written to a socket before one flush (as in relay.rs).
+/// Messages written to a socket at most before one write (the raw server).
 const BATCH: usize = 256;
-/// Messages already received from a client published together at most, and their bytes (as in
-/// relay.rs).
-const READ_BATCH: usize = 256;
-const READ_BATCH_BYTES: usize = 1 << 20;
 /// The topic every connection is on.
 const TOPIC: &str = "bench";
 
@@ -88,74 +83,27 @@ async fn sockeye(
                 while let Some(Ok(_)) = ws.next().await {}
                 return;
             }
-            let (mut sink, mut stream) = ws.split();
             if split_only {
+                let (mut sink, mut stream) = ws.split();
                 let _keep = &mut sink;
                 while let Some(Ok(_)) = stream.next().await {}
                 return;
             }
-            let mut subscriber = hub.subscriber(SubscriberConfig::default());
-            if let Err(e) = subscriber.subscribe(&topic, None).await {
+            let mut session = Session::new(&hub, Relay::new(topic.clone()), SessionConfig::default());
+            if let Err(e) = session.subscribe(&topic, None).await {
                 eprintln!("cannot subscribe: {e}");
-                let _ = sink
-                    .close(Some(CloseFrame::new(CloseCode::TRY_AGAIN_LATER, "no backplane")))
-                    .await;
+                let mut ws = ws;
+                let _ = ws.close(Some(e.close_frame())).await;
                 return;
             }
-            let publisher = subscriber.publisher();
-            let writer = tokio::spawn(async move {
-                // Allocated when the first delivery arrives: an idle subscriber holds no batch.
-                let mut batch = Vec::new();
-                loop {
-                    match subscriber.recv().await {
-                        None => return,
-                        Some(Err(_)) => break,
-                        Some(Ok(d)) => {
-                            batch.reserve(BATCH);
-                            batch.push(d);
-                        }
-                    }
-                    if subscriber.try_recv_many(&mut batch, BATCH - 1).is_err() {
-                        break;
-                    }
-                    let write = async {
-                        for d in batch.drain(..) {
-                            if let Delivery::Message(m) = d {
-                                sink.feed_prepared(m.prepared()).await?;
-                            }
-                        }
-                        sink.flush().await
-                    };
-                    let written = tokio::select! {
-                        biased;
-                        () = subscriber.too_slow() => break,
-                        r = write => r,
-                    };
-                    if written.is_err() {
-                        return;
-                    }
-                    batch.clear();
+            match session.run(ws).await {
+                Ended::TooSlow => {
+                    let n = too_slow.fetch_add(1, Ordering::Relaxed) + 1;
+                    eprintln!("a subscriber was too slow and is closed (1008); {n} so far");
                 }
-                let n = too_slow.fetch_add(1, Ordering::Relaxed) + 1;
-                eprintln!("a subscriber was too slow and is closed (1008); {n} so far");
-                let close = CloseFrame::new(CloseCode::POLICY_VIOLATION, "too slow");
-                let _ =
-                    tokio::time::timeout(std::time::Duration::from_secs(1), sink.close(Some(close))).await;
-            });
-            // What the client has already sent goes out as one batch (one backplane round trip),
-            // as in relay.rs: up to READ_BATCH messages or READ_BATCH_BYTES.
-            let mut batch: Vec<sockeye::Message> = Vec::new();
-            let mut open = true;
-            while open {
-                open = next_batch(&mut stream, &mut batch, READ_BATCH, READ_BATCH_BYTES).await;
-                if !batch.is_empty()
-                    && let Err(e) = publisher.publish_many(&topic, std::mem::take(&mut batch)).await
-                {
-                    eprintln!("publish failed: {e}");
-                    break;
-                }
+                Ended::NotPublished(e) => eprintln!("publish failed: {e}"),
+                _ => {}
             }
-            writer.abort();
         }
     });
     serving.await?;

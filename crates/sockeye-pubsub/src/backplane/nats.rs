@@ -44,7 +44,7 @@
 //!
 //! # Outages
 //!
-//! The client reconnects by itself (backoff from 100 ms to 2 s). Losing the server sends one
+//! The client reconnects by itself (sockeye's `Backoff`: 100 ms doubling to 2 s, equal jitter). Losing the server sends one
 //! [`Event::Lost`]; once reconnected and every subscription (JetStream: the stream and every
 //! consumer) is back, [`Event::Restored`].
 //!
@@ -84,6 +84,7 @@ use async_nats::jetstream::{self, consumer, stream};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::StreamExt;
 use sockeye::DataKind;
+use sockeye::backoff::Backoff;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 
@@ -99,6 +100,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a publication may wait for its acknowledgement (JetStream) or flush (core), and a
 /// JetStream request for its answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// The client's reconnection backoff: 100 ms doubling to 2 s, each wait drawn in [d/2, d] so
+/// that the nodes that lost one server do not all come back at the same instant.
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 /// How long reading a history may take.
 const HISTORY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Publications fetched from history per pull request.
@@ -195,8 +199,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
         .connection_timeout(CONNECT_TIMEOUT)
         .request_timeout(Some(REQUEST_TIMEOUT))
         .reconnect_delay_callback(|attempts| {
-            let shift = u32::try_from(attempts.min(8)).unwrap_or(8);
-            Duration::from_millis(100u64 << shift).min(Duration::from_secs(2))
+            BACKOFF.random_delay(u32::try_from(attempts).unwrap_or(u32::MAX))
         })
         .event_callback(move |event| {
             let conn_tx = conn_tx.clone();

@@ -33,9 +33,10 @@
 //! - **Order**: one order per topic (the offsets, given atomically by Redis); a node's
 //!   publications leave in call order over one multiplexed connection.
 //! - **Recovery by itself**: when the pub/sub connection drops, the backplane says
-//!   [`Event::Lost`], reconnects with backoff (50 ms doubling to 2 s, with jitter), subscribes
-//!   again to every topic and says [`Event::Restored`]. Publishing while Redis is down fails at
-//!   once with [`Error::Backplane`] (nothing is queued); the next publish reconnects.
+//!   [`Event::Lost`], reconnects with backoff (sockeye's `Backoff`: 100 ms doubling to 3 s,
+//!   equal jitter), subscribes again to every topic and says [`Event::Restored`]. Publishing
+//!   while Redis is down fails at once with [`Error::Backplane`] (nothing is queued); the next
+//!   publish reconnects.
 //! - **Batches** ([`Backplane::publish_many`]) go in one pipeline, one round trip: the publish
 //!   script once per publication, each atomic and in order. A batch that fails part-way says how
 //!   far it got ([`Error::PartlyPublished`]). A server
@@ -86,6 +87,7 @@ use futures_util::StreamExt;
 use redis::aio::{MultiplexedConnection, PubSubSink, PubSubStream};
 use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
 use sockeye::DataKind;
+use sockeye::backoff::Backoff;
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
@@ -105,9 +107,9 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// go away.
 pub const META_TTL_MIN: Duration = Duration::from_secs(24 * 3600);
 
-/// Reconnection backoff: first delay, and the cap it doubles up to.
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// Reconnection backoff: the nominal wait starts at 100 ms and doubles up to 3 s, each wait drawn
+/// in [d/2, d] so that many nodes do not reconnect in step (50–100 ms first, 1.5–3 s at most).
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(3));
 
 /// How often the pub/sub connection is checked with a PING (a server that hangs without closing
 /// the connection is otherwise never noticed).
@@ -729,16 +731,14 @@ async fn read(shared: Arc<Shared>, mut stream: PubSubStream) {
         if shared.events.send(Event::Lost { reason }).await.is_err() {
             return;
         }
-        let mut delay = BACKOFF_MIN;
+        let mut retry = 0;
         stream = loop {
-            // Up to half as long again, so that many nodes do not reconnect in step.
-            let jitter = rand::random_range(0..=delay.as_millis() as u64 / 2);
-            tokio::time::sleep(delay + Duration::from_millis(jitter)).await;
+            tokio::time::sleep(BACKOFF.random_delay(retry)).await;
             match shared.resubscribe().await {
                 Ok(stream) => break stream,
                 Err(e) => {
                     tracing::debug!("pub/sub backplane: reconnecting: {e}");
-                    delay = (delay * 2).min(BACKOFF_MAX);
+                    retry = retry.saturating_add(1);
                 }
             }
         };

@@ -1,0 +1,534 @@
+//! A subscribed WebSocket, served: the loop between a socket and the hub, written once.
+//!
+//! A [`Session`] runs both directions of one connection until it ends, in one task:
+//!
+//! ```text
+//!  socket ─► next_batch ─► Protocol::request ─► Publisher::publish_many ─► hub ─► every node
+//!            (what the client already sent: one backplane round trip; retried per the policy below)
+//!  socket ◄─ one flush ◄─ feed_prepared ×N ◄─ Protocol::outgoing ◄─ Subscriber queue ◄─ hub
+//!            (up to write_batch deliveries, each encoded once for every subscriber)
+//! ```
+//!
+//! What ends it, and how the client is told:
+//!
+//! | event | close | [`Ended`] |
+//! | --- | --- | --- |
+//! | the client closes, or the connection drops | (the client's) | [`Ended::Disconnected`] |
+//! | the server shuts down gracefully ([`ShutdownHandle`](sockeye::ShutdownHandle)) | 1001, sent by the connection itself | [`Ended::Disconnected`] |
+//! | its queue passed [`SubscriberConfig::max_queued_bytes`] ([`SlowPolicy::Close`](crate::SlowPolicy)) | 1008, at once: the backlog is not sent (the close follows what the socket already holds, [`SessionConfig::slow_drain`]) | [`Ended::TooSlow`] |
+//! | a publication could not be published (see below) | [`Error::close_frame`]: 1013 for the backplane | [`Ended::NotPublished`] |
+//! | publications were missed and cannot be recovered ([`Delivery::Gap`]), with [`OnGap::Close`] | 1013 | [`Ended::Gap`] |
+//! | the [`Protocol`] refuses what the client sent ([`Request::Close`]) | its frame | [`Ended::Refused`] |
+//! | the hub stopped (its backplane ended) | 1013 | [`Ended::HubStopped`] |
+//!
+//! # Publishing: nothing duplicated, nothing silently dropped
+//!
+//! What a client has already sent is published as one batch, in order, and the connection is
+//! not read while a batch waits (a client that publishes faster than the backplane takes it is
+//! slowed down by TCP, not buffered). A batch that fails is retried, with
+//! [`SessionConfig::publish_backoff`] between attempts, for at most
+//! [`SessionConfig::publish_patience`], only when the error says that what is retried was not
+//! published: the whole batch when nothing of it was sent (the backplane is not connected: the
+//! usual outage), the rest of it when its start is known published and the rest known not. A
+//! batch that may be partly published (sent, and the answer lost) is not retried, since that
+//! could deliver some messages twice: the client is closed with 1013 and knows that its last
+//! messages may not all have been delivered. Past the patience, the same.
+//!
+//! # Backplane lost
+//!
+//! While the backplane is down, publishing waits as above; subscriptions come back by
+//! themselves, and what was missed meanwhile is recovered from history. What cannot be
+//! recovered arrives as a [`Delivery::Gap`], and [`SessionConfig::on_gap`] decides: close with
+//! 1013 ([`OnGap::Close`], the default: the client reconnects and resumes from the last position
+//! it saw, and a client of the default [`Relay`] protocol, which has no way to hear of a gap
+//! otherwise, is not left with a silent hole), or keep going and hand the gap to
+//! [`Protocol::outgoing`] ([`OnGap::Deliver`]: for a protocol that tells its clients).
+//!
+//! # Protocols, and many topics on one socket (issue 30)
+//!
+//! What a received message means and how a delivery is sent are a [`Protocol`]'s: [`Relay`], the
+//! default, is one topic per socket, every text and binary message a publication on it, every
+//! publication sent as it was published. A protocol that speaks JSON frames with several topics
+//! plugs in without a second loop: its [`request`](Protocol::request) parses a frame into a
+//! [`Request`] (a publication names its topic already), and its
+//! [`outgoing`](Protocol::outgoing) encodes a [`Delivery`] (topic, position, gap) into a frame.
+//! Subscribing and unsubscribing from the client will be two more [`Request`] variants (the
+//! enum is `#[non_exhaustive]`), which this loop runs on its [`Subscriber`] between two writes
+//! (the writing half owns it), with the answer encoded by a further `Protocol` method with a
+//! default, so that existing protocols keep compiling. A protocol holds no per-connection
+//! state of its own (`&self`, `Sync`): what a connection subscribed to is the subscriber's.
+//!
+//! # Example: a server that serves one topic per URL path
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use sockeye::{Message, Server};
+//! use sockeye_pubsub::{Hub, Relay, Session, SessionConfig, Topic};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let hub = Hub::in_process();
+//! let server = Server::bind("127.0.0.1:0", sockeye::Config::default()).await?;
+//! let url = format!("ws://{}/news", server.local_addr()?);
+//! # let node = hub.clone();
+//! tokio::spawn(server.serve_requests(move |ws, request, _peer| {
+//!     let hub = hub.clone();
+//!     async move {
+//!         let Ok(topic) = Topic::new(request.uri().path()) else { return };
+//!         let mut session = Session::new(&hub, Relay::new(topic.clone()), SessionConfig::default());
+//!         if let Err(e) = session.subscribe(&topic, None).await {
+//!             let mut ws = ws;
+//!             let _ = ws.close(Some(e.close_frame())).await; // 1013: try again later
+//!             return;
+//!         }
+//!         let ended = session.run(ws).await;
+//!         println!("{ended:?}");
+//!     }
+//! }));
+//!
+//! let (mut alice, _) = sockeye::connect(url.as_str()).await?;
+//! let (mut bob, _) = sockeye::connect(url.as_str()).await?;
+//! # // Both subscribed before alice speaks.
+//! # while node.subscriber_count(&Topic::new("/news")?) < 2 {
+//! #     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+//! # }
+//! alice.send("hello").await?;
+//! assert_eq!(bob.next().await.transpose()?, Some(Message::text("hello")));
+//! # Ok(())
+//! # }
+//! ```
+
+use std::pin::pin;
+use std::time::Duration;
+
+use sockeye::backoff::Backoff;
+use sockeye::{CloseCode, CloseFrame, Message, WebSocket, WebSocketReader, WebSocketWriter};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::oneshot;
+
+use crate::protocol::{Outgoing, Protocol, Relay, Request};
+use crate::{
+    Delivery, Error, Hub, Position, Publisher, Recovery, Subscriber, SubscriberConfig, Topic, next_batch,
+};
+
+/// What a [`Delivery::Gap`] does to a session (see the [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum OnGap {
+    /// Close the connection with 1013 (try again later): the client reconnects and resumes from
+    /// the last position it saw. The default: a protocol that cannot tell its client of a gap
+    /// (the default [`Relay`]) does not leave it with a silent hole.
+    #[default]
+    Close,
+    /// Keep going; the gap goes to [`Protocol::outgoing`], which may tell the client.
+    Deliver,
+}
+
+/// A session's settings. Build with the setters from the default.
+///
+/// ```
+/// use std::time::Duration;
+/// use sockeye_pubsub::{OnGap, SessionConfig};
+/// let config = SessionConfig::default()
+///     .on_gap(OnGap::Deliver)
+///     .publish_patience(Duration::from_secs(2));
+/// assert_eq!(config.write_batch, 256);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct SessionConfig {
+    /// The subscriber's queue bound and slow policy (default: 16 MiB, then close with 1008).
+    pub subscriber: SubscriberConfig,
+    /// Messages the client has already sent that are published together, at most (one
+    /// backplane round trip for all of them). Default 256.
+    pub read_batch: usize,
+    /// Their payload bytes at most: the batch ends at whichever comes first (one message of any
+    /// size may always go). Default 1 MiB.
+    pub read_batch_bytes: usize,
+    /// Deliveries written to the socket at most before one flush. Default 256: a syscall per
+    /// 256 small messages under load, and an idle connection holds no batch buffer.
+    pub write_batch: usize,
+    /// How long a batch of publications waits for an unreachable backplane (the connection is
+    /// not read meanwhile) before the client is closed with 1013. Default 10 s: a backplane
+    /// restart of a few seconds loses nothing.
+    pub publish_patience: Duration,
+    /// The wait between two attempts to publish a batch. Default 50 ms doubling to 1 s, equal
+    /// jitter: quick after a blip, and not every connection of a node in step after an outage.
+    pub publish_backoff: Backoff,
+    /// What an unrecoverable gap does. Default [`OnGap::Close`].
+    pub on_gap: OnGap,
+    /// How long the close frame of a session that closes (too slow, not published, gap) may
+    /// take to go out (a client that does not read may never take it), and how long the
+    /// writing half may finish after the client has gone. Default 1 s.
+    pub close_grace: Duration,
+    /// How long a client closed as too slow has to read what its socket already holds before
+    /// the 1008 close is queued behind it; the close deadline of the connection
+    /// ([`close_timeout`](sockeye::ProtocolConfig::close_timeout)) then runs for the client's
+    /// answer. Default 30 s (a keepalive interval): a slow client still reading gets its 1008,
+    /// one that does not read is dropped within this plus the close timeout.
+    pub slow_drain: Duration,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            subscriber: SubscriberConfig::default(),
+            read_batch: 256,
+            read_batch_bytes: 1 << 20,
+            write_batch: 256,
+            publish_patience: Duration::from_secs(10),
+            publish_backoff: Backoff::new(Duration::from_millis(50), Duration::from_secs(1)),
+            on_gap: OnGap::Close,
+            close_grace: Duration::from_secs(1),
+            slow_drain: Duration::from_secs(30),
+        }
+    }
+}
+
+impl SessionConfig {
+    /// Sets [`subscriber`](Self::subscriber).
+    #[must_use]
+    pub fn subscriber(mut self, subscriber: SubscriberConfig) -> Self {
+        self.subscriber = subscriber;
+        self
+    }
+
+    /// Sets [`read_batch`](Self::read_batch) and [`read_batch_bytes`](Self::read_batch_bytes)
+    /// (0 is taken as 1).
+    #[must_use]
+    pub fn read_batch(mut self, messages: usize, bytes: usize) -> Self {
+        self.read_batch = messages.max(1);
+        self.read_batch_bytes = bytes.max(1);
+        self
+    }
+
+    /// Sets [`write_batch`](Self::write_batch) (0 is taken as 1).
+    #[must_use]
+    pub fn write_batch(mut self, deliveries: usize) -> Self {
+        self.write_batch = deliveries.max(1);
+        self
+    }
+
+    /// Sets [`publish_patience`](Self::publish_patience).
+    #[must_use]
+    pub fn publish_patience(mut self, patience: Duration) -> Self {
+        self.publish_patience = patience;
+        self
+    }
+
+    /// Sets [`publish_backoff`](Self::publish_backoff).
+    #[must_use]
+    pub fn publish_backoff(mut self, backoff: Backoff) -> Self {
+        self.publish_backoff = backoff;
+        self
+    }
+
+    /// Sets [`on_gap`](Self::on_gap).
+    #[must_use]
+    pub fn on_gap(mut self, on_gap: OnGap) -> Self {
+        self.on_gap = on_gap;
+        self
+    }
+
+    /// Sets [`close_grace`](Self::close_grace).
+    #[must_use]
+    pub fn close_grace(mut self, grace: Duration) -> Self {
+        self.close_grace = grace;
+        self
+    }
+
+    /// Sets [`slow_drain`](Self::slow_drain).
+    #[must_use]
+    pub fn slow_drain(mut self, grace: Duration) -> Self {
+        self.slow_drain = grace;
+        self
+    }
+}
+
+/// How a session ended (see the table in the [module docs](self)).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Ended {
+    /// The connection closed: by the client, by the server's graceful shutdown (1001), or it
+    /// dropped.
+    Disconnected,
+    /// The client did not read fast enough: closed with 1008, its backlog not sent.
+    TooSlow,
+    /// A batch of its publications could not be published: closed with the error's
+    /// [`close_frame`](Error::close_frame) (1013 for the backplane). The batch's messages may
+    /// not all have been published.
+    NotPublished(Error),
+    /// Publications on `topic` were missed and cannot be recovered ([`OnGap::Close`]): closed
+    /// with 1013.
+    Gap {
+        /// The topic.
+        topic: Topic,
+    },
+    /// The protocol refused what the client sent ([`Request::Close`]): closed with this frame.
+    Refused(CloseFrame),
+    /// The hub stopped (its backplane ended): nothing more can be delivered; closed with 1013.
+    HubStopped,
+}
+
+/// One connection's subscriber, served over its WebSocket by [`run`](Self::run).
+#[derive(Debug)]
+pub struct Session<P = Relay> {
+    subscriber: Subscriber,
+    protocol: P,
+    config: SessionConfig,
+}
+
+impl<P: Protocol> Session<P> {
+    /// A session on `hub` speaking `protocol`, subscribed to nothing yet.
+    pub fn new(hub: &Hub, protocol: P, config: SessionConfig) -> Session<P> {
+        Session {
+            subscriber: hub.subscriber(config.subscriber),
+            protocol,
+            config,
+        }
+    }
+
+    /// Subscribes to `topic`, from `resume` if given (see [`Subscriber::subscribe`]). On an
+    /// error, close the WebSocket with [`Error::close_frame`].
+    pub async fn subscribe(&mut self, topic: &Topic, resume: Option<Position>) -> Result<Recovery, Error> {
+        self.subscriber.subscribe(topic, resume).await
+    }
+
+    /// Its subscriber.
+    pub fn subscriber(&self) -> &Subscriber {
+        &self.subscriber
+    }
+
+    /// Serves `ws` until the connection ends (see [`Ended`]): the client's messages to the hub,
+    /// the subscriber's deliveries to the client. Dropping the future drops the connection and
+    /// unsubscribes.
+    pub async fn run<S>(mut self, ws: WebSocket<S>) -> Ended
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let (mut sink, mut stream) = ws.split();
+        let publisher = self.subscriber.publisher();
+        let (close_tx, close_rx) = oneshot::channel();
+        let mut reading = pin!(read(
+            &mut stream,
+            &publisher,
+            &self.protocol,
+            &self.config,
+            close_tx
+        ));
+        let mut writing = pin!(write(
+            &mut sink,
+            &mut self.subscriber,
+            &self.protocol,
+            &self.config,
+            close_rx
+        ));
+        let (read_end, write_end) = tokio::select! {
+            // The writer closed (too slow, a gap) or stopped: read on until the client's close
+            // reply ends the stream, publishing what it sent before.
+            w = &mut writing => (reading.await, Some(w)),
+            // The client is gone (or refused): the writer finishes its close, or stops at once.
+            r = &mut reading => (r, tokio::time::timeout(self.config.close_grace, writing).await.ok()),
+        };
+        match (write_end, read_end) {
+            (Some(Stop::TooSlow), _) => Ended::TooSlow,
+            (Some(Stop::Gap(topic)), _) => Ended::Gap { topic },
+            (_, Stop::NotPublished(e)) => Ended::NotPublished(e),
+            (_, Stop::Refused(frame)) => Ended::Refused(frame),
+            (Some(Stop::HubStopped), _) => Ended::HubStopped,
+            _ => Ended::Disconnected,
+        }
+    }
+}
+
+/// Why one direction of a session stopped.
+enum Stop {
+    /// The connection ended (or failed).
+    Disconnected,
+    TooSlow,
+    Gap(Topic),
+    NotPublished(Error),
+    Refused(CloseFrame),
+    HubStopped,
+}
+
+/// The client's messages to the hub, a batch at a time. Asks the writer to close (it owns the
+/// sending half) when a batch cannot be published or the protocol refuses a message; tells it
+/// to stop when the client has gone (the sender dropped).
+async fn read<S, P>(
+    stream: &mut WebSocketReader<S>,
+    publisher: &Publisher,
+    protocol: &P,
+    config: &SessionConfig,
+    close: oneshot::Sender<CloseFrame>,
+) -> Stop
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    P: Protocol,
+{
+    let mut received: Vec<Message> = Vec::new();
+    // Consecutive publications on one topic: one `publish_many`.
+    let mut run: Vec<Message> = Vec::new();
+    let mut run_topic: Option<Topic> = None;
+    let mut open = true;
+    while open {
+        open = next_batch(stream, &mut received, config.read_batch, config.read_batch_bytes).await;
+        let mut refused = None;
+        for message in received.drain(..) {
+            match protocol.request(message) {
+                Request::Publish { topic, message } => {
+                    if run_topic.as_ref().is_some_and(|t| *t != topic)
+                        && let Some(t) = run_topic.take()
+                        && let Err(e) =
+                            publish_patiently(publisher, &t, std::mem::take(&mut run), config).await
+                    {
+                        let _ = close.send(e.close_frame());
+                        return Stop::NotPublished(e);
+                    }
+                    run_topic = Some(topic);
+                    run.push(message);
+                }
+                Request::Ignore => {}
+                Request::Close(frame) => {
+                    refused = Some(frame);
+                    break;
+                }
+            }
+        }
+        received.clear();
+        if let Some(t) = run_topic.take()
+            && let Err(e) = publish_patiently(publisher, &t, std::mem::take(&mut run), config).await
+        {
+            let _ = close.send(e.close_frame());
+            return Stop::NotPublished(e);
+        }
+        if let Some(frame) = refused {
+            let _ = close.send(frame.clone());
+            return Stop::Refused(frame);
+        }
+    }
+    Stop::Disconnected
+}
+
+/// Publishes a batch in order, retrying as the [module docs](self) say.
+async fn publish_patiently(
+    publisher: &Publisher,
+    topic: &Topic,
+    mut batch: Vec<Message>,
+    config: &SessionConfig,
+) -> Result<(), Error> {
+    // `None`: a patience past what an `Instant` holds (`Duration::MAX`), never given up.
+    let give_up = tokio::time::Instant::now().checked_add(config.publish_patience);
+    let mut retry: u32 = 0;
+    loop {
+        let delay = config.publish_backoff.random_delay(retry);
+        let patient = give_up.is_none_or(|at| {
+            tokio::time::Instant::now()
+                .checked_add(delay)
+                .is_some_and(|next| next < at)
+        });
+        match publisher.publish_many(topic, batch.clone()).await {
+            // Nothing of it was published: all of it again.
+            Err(Error::Backplane { .. }) if patient => {}
+            // Its start was published and the rest was not: the rest.
+            Err(Error::PartlyPublished { published, sent, .. }) if patient && published == sent => {
+                batch.drain(..sent);
+            }
+            r => return r,
+        }
+        tokio::time::sleep(delay).await;
+        retry = retry.saturating_add(1);
+    }
+}
+
+/// The subscriber's deliveries to the client, a batch and one flush at a time, until the
+/// subscriber is too slow or meets a gap it closes for, the reader asks for a close or stops,
+/// or the hub stops.
+async fn write<S, P>(
+    sink: &mut WebSocketWriter<S>,
+    subscriber: &mut Subscriber,
+    protocol: &P,
+    config: &SessionConfig,
+    mut close: oneshot::Receiver<CloseFrame>,
+) -> Stop
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    P: Protocol,
+{
+    let (stop, frame) = loop {
+        let first = tokio::select! {
+            biased;
+            asked = &mut close => match asked {
+                // The reader's stop already says why.
+                Ok(frame) => break (Stop::Disconnected, frame),
+                Err(_) => return Stop::Disconnected,
+            },
+            d = subscriber.recv() => d,
+        };
+        let first = match first {
+            // The hub stopped (its backplane ended): nothing more will come.
+            None => break (Stop::HubStopped, Error::Closed.close_frame()),
+            Some(Err(e)) => break (Stop::TooSlow, e.close_frame()),
+            Some(Ok(d)) => d,
+        };
+        // What is queued now goes out with one flush.
+        let batch = async {
+            let mut next = Some(first);
+            let mut written = 0;
+            while let Some(d) = next.take() {
+                if let Delivery::Gap { topic, .. } = &d
+                    && config.on_gap == OnGap::Close
+                {
+                    return Ok(Some(Stop::Gap(topic.clone())));
+                }
+                match protocol.outgoing(&d) {
+                    Outgoing::Prepared(m) => sink.feed_prepared(m).await?,
+                    Outgoing::Message(m) => sink.feed(m).await?,
+                    Outgoing::Nothing => {}
+                }
+                written += 1;
+                if written < config.write_batch {
+                    next = match subscriber.try_recv() {
+                        Some(Ok(d)) => Some(d),
+                        Some(Err(_)) => return Ok(Some(Stop::TooSlow)),
+                        None => None,
+                    };
+                }
+            }
+            sink.flush().await.map(|()| None)
+        };
+        // A client that does not read blocks the write: give up on it as soon as its queue
+        // passes the bound.
+        let written = tokio::select! {
+            biased;
+            () = subscriber.too_slow() => Ok(Some(Stop::TooSlow)),
+            r = batch => r,
+        };
+        match written {
+            Ok(None) => {}
+            Ok(Some(Stop::Gap(topic))) => {
+                let frame = CloseFrame::new(
+                    CloseCode::TRY_AGAIN_LATER,
+                    "publications were missed: reconnect and resume",
+                );
+                break (Stop::Gap(topic), frame);
+            }
+            Ok(Some(stop)) => break (stop, too_slow()),
+            Err(_) => return Stop::Disconnected,
+        }
+    };
+    // The backlog of a client too slow is not sent, but its socket still holds what was written
+    // before: the close goes after that, once the client has read it (within `slow_drain`), so
+    // that the engine's close deadline runs from when the close can reach it. A client that does
+    // not read at all is then ended by that deadline.
+    if matches!(stop, Stop::TooSlow) {
+        let _ = tokio::time::timeout(config.slow_drain, sink.flush()).await;
+    }
+    let _ = tokio::time::timeout(config.close_grace, sink.close(Some(frame))).await;
+    stop
+}
+
+/// The close of a client too slow to read (the code and reason are [`Error::close_frame`]'s).
+fn too_slow() -> CloseFrame {
+    Error::TooSlow { queued: 0, max: 0 }.close_frame()
+}
