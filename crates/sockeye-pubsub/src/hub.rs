@@ -398,11 +398,38 @@ impl Subscriber {
     /// duplicate at the seam; or, if that is impossible, a [`Delivery::Gap`] says so, followed
     /// by what the history still holds (see [`Recovery::Lost`]). Either way this subscriber's
     /// own publications are left out, as they are from live delivery.
+    ///
+    /// Refused past [`SubscriberConfig::max_subscriptions`] topics for this subscriber
+    /// ([`Error::TooManySubscriptions`]) and [`HubConfig::max_topics`] topics on the node
+    /// ([`Error::TooManyTopics`]); [`Error::close_code`] says how to close the client's
+    /// connection for either. A subscriber stopped by [`SlowPolicy::Close`] while it waits for
+    /// the history (what arrived live meanwhile counts against its bound) gets
+    /// [`Error::TooSlow`] at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a subscribe that is dropped before it completes (a `timeout`, a `select!`,
+    /// the connection closing while the history is read) leaves nothing behind. The subscriber
+    /// is not subscribed to the topic, nothing is held for it, and the node's subscription at the
+    /// backplane is released if no one else uses it (in a task, as [`Drop`] does); subscribing
+    /// again starts over and recovers from `resume` as the first attempt would have. The same
+    /// holds when it fails.
     pub async fn subscribe(&mut self, topic: &Topic, resume: Option<Position>) -> Result<Recovery, Error> {
-        let inner = &self.hub.inner;
+        let inner = Arc::clone(&self.hub.inner);
         if self.topics.contains(topic) {
             return Ok(Recovery::Live);
         }
+        let max = self.queue.config.max_subscriptions;
+        if self.topics.len() >= max {
+            return Err(Error::TooManySubscriptions { max });
+        }
+        // From here until it is disarmed, a drop (cancelled or failed) undoes what was done.
+        let pending = Pending {
+            inner: &inner,
+            queue: &self.queue,
+            topic,
+            id: self.id,
+        };
         {
             let _serial = inner.subscriptions.lock().await;
             let known = lock(&inner.topics).contains_key(topic);
@@ -411,6 +438,11 @@ impl Subscriber {
             // not delivered anything on yet would be missed silently after an outage).
             let mut latest = None;
             if !known {
+                let max = inner.config.max_topics;
+                if lock(&inner.topics).len() >= max {
+                    pending.disarm();
+                    return Err(Error::TooManyTopics { max });
+                }
                 inner.backplane.subscribe(topic).await?;
                 if inner.backplane.capabilities().history {
                     latest = inner.latest_position(topic).await?;
@@ -427,25 +459,41 @@ impl Subscriber {
             }
             state.subscribers.insert(self.id, Arc::clone(&self.queue));
         }
-        self.topics.push(topic.clone());
-        let Some(since) = resume else {
-            return Ok(Recovery::Live);
+        let recovery = match resume {
+            None => Recovery::Live,
+            Some(since) => {
+                let queue = Arc::clone(&self.queue);
+                // No use waiting for the history of a subscriber stopped meanwhile.
+                tokio::select! {
+                    r = self.recover(topic, since) => r?,
+                    () = queue.stopped() => return Err(queue.too_slow_error()),
+                }
+            }
         };
+        pending.disarm();
+        self.topics.push(topic.clone());
+        Ok(recovery)
+    }
+
+    /// Queues what `topic` published after `since`, or the gap, then releases the live
+    /// deliveries held meanwhile.
+    async fn recover(&self, topic: &Topic, since: Position) -> Result<Recovery, Error> {
+        let inner = &self.hub.inner;
         let history = if inner.backplane.capabilities().history {
             inner
                 .backplane
                 .history(topic, Some(&since), inner.config.max_recovered)
-                .await
+                .await?
         } else {
-            Ok(History::Lost { latest: None })
+            History::Lost { latest: None }
         };
         // This subscriber's own publications are left out, as live delivery leaves them out.
         let own = Origin {
             node: inner.node,
             publisher: self.id,
         };
-        match history {
-            Ok(History::Complete(publications)) if publications.len() < inner.config.max_recovered => {
+        Ok(match history {
+            History::Complete(publications) if publications.len() < inner.config.max_recovered => {
                 let recovered: Vec<Delivery> = publications
                     .into_iter()
                     .filter(|p| p.origin != own)
@@ -453,9 +501,9 @@ impl Subscriber {
                     .collect();
                 let count = recovered.len();
                 self.queue.release(topic, recovered, Some(since));
-                Ok(Recovery::Recovered { count })
+                Recovery::Recovered { count }
             }
-            Ok(History::Lost { latest }) => {
+            History::Lost { latest } => {
                 let (resume, after) = inner.after_gap(topic, Some(&since), latest).await;
                 let mut queued = vec![Delivery::Gap {
                     topic: topic.clone(),
@@ -468,9 +516,9 @@ impl Subscriber {
                         .filter_map(to_delivery),
                 );
                 self.queue.release(topic, queued, resume);
-                Ok(Recovery::Lost)
+                Recovery::Lost
             }
-            Ok(History::Complete(_)) => {
+            History::Complete(_) => {
                 // Too much to recover: from where this node stands.
                 let resume = inner.latest(topic);
                 let gap = Delivery::Gap {
@@ -478,14 +526,9 @@ impl Subscriber {
                     resume: resume.clone(),
                 };
                 self.queue.release(topic, vec![gap], resume);
-                Ok(Recovery::Lost)
+                Recovery::Lost
             }
-            Err(e) => {
-                self.queue.release(topic, Vec::new(), None);
-                self.unsubscribe(topic).await?;
-                Err(e)
-            }
-        }
+        })
     }
 
     /// Unsubscribes from `topic`; what was already queued for it stays queued.
@@ -494,13 +537,7 @@ impl Subscriber {
             return Ok(());
         };
         self.topics.swap_remove(i);
-        {
-            let mut s = lock(&self.queue.state);
-            if let Some(r) = s.resuming.as_mut() {
-                r.seams.remove(topic);
-                s.tidy();
-            }
-        }
+        self.queue.forget(topic);
         self.hub.inner.leave(topic, self.id).await
     }
 
@@ -528,15 +565,7 @@ impl Subscriber {
     /// Resolves once [`SlowPolicy::Close`] has stopped this subscriber: for a writer blocked on a
     /// connection that does not read, to give up on it at once.
     pub async fn too_slow(&self) {
-        loop {
-            let stopped = self.queue.stop.notified();
-            tokio::pin!(stopped);
-            stopped.as_mut().enable();
-            if lock(&self.queue.state).stopped {
-                return;
-            }
-            stopped.await;
-        }
+        self.queue.stopped().await;
     }
 
     /// The next delivery; `None` once the hub has stopped. [`Error::TooSlow`] (once) when the
@@ -575,7 +604,10 @@ impl Subscriber {
         lock(&self.queue.state).dropped_total
     }
 
-    /// Payload bytes waiting in its queue.
+    /// Bytes waiting in its queue, as counted against
+    /// [`SubscriberConfig::max_queued_bytes`]: payloads and per-delivery overhead, including the
+    /// live deliveries held while a [`subscribe`](Self::subscribe) with a position reads the
+    /// history.
     pub fn queued_bytes(&self) -> usize {
         lock(&self.queue.state).bytes
     }
@@ -625,23 +657,60 @@ impl Drop for Subscriber {
     }
 }
 
+/// A subscription under way: until [`disarm`](Pending::disarm)ed, dropping it (the subscribe
+/// was cancelled or failed) takes the subscriber out of the topic at once and releases the
+/// node's subscription at the backplane in a task, if no one else uses it.
+struct Pending<'a> {
+    inner: &'a Arc<Inner>,
+    queue: &'a Arc<Queue>,
+    topic: &'a Topic,
+    id: u64,
+}
+
+impl Pending<'_> {
+    /// The subscription is complete (or nothing was done): nothing to undo.
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.queue.forget(self.topic);
+        // Nothing more delivered to it from now; the topic's entry, if left empty, goes with the
+        // backplane's subscription, under the serialising lock (see `leave`).
+        if let Some(t) = lock(&self.inner.topics).get_mut(self.topic) {
+            t.subscribers.remove(&self.id);
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let inner = Arc::clone(self.inner);
+            let topic = self.topic.clone();
+            let id = self.id;
+            rt.spawn(async move {
+                let _ = inner.leave(&topic, id).await;
+            });
+        }
+    }
+}
+
 impl Inner {
     /// Removes subscriber `id` from `topic`, and the node's subscription at the backplane with
-    /// the topic's last subscriber.
+    /// the topic's last subscriber (or when the topic has no entry: a subscription cancelled
+    /// before it made one may have subscribed at the backplane).
     async fn leave(&self, topic: &Topic, id: u64) -> Result<(), Error> {
         let _serial = self.subscriptions.lock().await;
-        let now_empty = {
+        let unused = {
             let mut topics = lock(&self.topics);
-            let empty = topics.get_mut(topic).is_some_and(|t| {
+            let unused = topics.get_mut(topic).is_none_or(|t| {
                 t.subscribers.remove(&id);
                 t.subscribers.is_empty()
             });
-            if empty {
+            if unused {
                 topics.remove(topic);
             }
-            empty
+            unused
         };
-        if now_empty {
+        if unused {
             self.backplane.unsubscribe(topic).await?;
         }
         Ok(())
@@ -999,8 +1068,8 @@ impl Queue {
         if let Some(r) = s.resuming.as_mut() {
             match d {
                 Delivery::Message(p) => {
-                    if let Some(held) = r.held.get_mut(p.topic()) {
-                        held.push(d.clone());
+                    if r.held.contains_key(p.topic()) {
+                        self.hold_one(&mut s, p.topic(), d);
                         return;
                     }
                     if let Some(seam) = r.seams.get(p.topic()) {
@@ -1016,8 +1085,8 @@ impl Queue {
                 // follows the gap may reuse positions at or before the seam (a rollback), which
                 // are new publications, not duplicates.
                 Delivery::Gap { topic, .. } => {
-                    if let Some(held) = r.held.get_mut(topic) {
-                        held.push(d.clone());
+                    if r.held.contains_key(topic) {
+                        self.hold_one(&mut s, topic, d);
                         return;
                     }
                     if r.seams.remove(topic).is_some() {
@@ -1031,13 +1100,24 @@ impl Queue {
     }
 
     fn push_locked(&self, s: &mut QueueState, d: Delivery) {
-        let size = d.size();
+        if !self.admit(s, d.size()) {
+            return;
+        }
+        let was_empty = s.items.is_empty();
+        s.items.push_back(d);
+        if was_empty {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Counts `size` more bytes against the bound (queued and held alike), or applies the
+    /// [`SlowPolicy`] and says no.
+    fn admit(&self, s: &mut QueueState, size: usize) -> bool {
         if s.bytes > 0 && s.bytes + size > self.config.max_queued_bytes {
             match self.config.slow {
                 SlowPolicy::Drop => {
                     s.dropped += 1;
                     s.dropped_total += 1;
-                    return;
                 }
                 SlowPolicy::Close => {
                     s.too_slow = Some((s.bytes + size, self.config.max_queued_bytes));
@@ -1047,15 +1127,21 @@ impl Queue {
                     s.resuming = None;
                     self.notify.notify_one();
                     self.stop.notify_waiters();
-                    return;
                 }
             }
+            return false;
         }
         s.bytes += size;
-        let was_empty = s.items.is_empty();
-        s.items.push_back(d);
-        if was_empty {
-            self.notify.notify_one();
+        true
+    }
+
+    /// Holds a live delivery for `topic`, being recovered, within the bound.
+    fn hold_one(&self, s: &mut QueueState, topic: &Topic, d: &Delivery) {
+        if !self.admit(s, d.size()) {
+            return;
+        }
+        if let Some(held) = s.resuming.as_mut().and_then(|r| r.held.get_mut(topic)) {
+            held.push(d.clone());
         }
     }
 
@@ -1066,11 +1152,54 @@ impl Queue {
         r.held.insert(topic.clone(), Vec::new());
     }
 
+    /// Takes `topic`'s held deliveries out of the count (they are queued again or dropped).
+    fn take_held(s: &mut QueueState, topic: &Topic) -> Vec<Delivery> {
+        let held = s
+            .resuming
+            .as_mut()
+            .and_then(|r| r.held.remove(topic))
+            .unwrap_or_default();
+        s.bytes -= held.iter().map(Delivery::size).sum::<usize>();
+        held
+    }
+
+    /// Forgets `topic` (unsubscribed, or its subscription cancelled): what is held for it is
+    /// dropped, and its seam.
+    fn forget(&self, topic: &Topic) {
+        let mut s = lock(&self.state);
+        Self::take_held(&mut s, topic);
+        if let Some(r) = s.resuming.as_mut() {
+            r.seams.remove(topic);
+        }
+        s.tidy();
+    }
+
+    /// Resolves once [`SlowPolicy::Close`] has stopped the queue.
+    async fn stopped(&self) {
+        loop {
+            let stopped = self.stop.notified();
+            tokio::pin!(stopped);
+            stopped.as_mut().enable();
+            if lock(&self.state).stopped {
+                return;
+            }
+            stopped.await;
+        }
+    }
+
+    /// The error of a stopped queue, without taking it from [`pop`](Self::pop).
+    fn too_slow_error(&self) -> Error {
+        let (queued, max) = lock(&self.state)
+            .too_slow
+            .unwrap_or((0, self.config.max_queued_bytes));
+        Error::TooSlow { queued, max }
+    }
+
     /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
     /// after both `since` and the last recovered one.
     fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Position>) {
         let mut s = lock(&self.state);
-        let held = s.resuming().held.remove(topic).unwrap_or_default();
+        let held = Self::take_held(&mut s, topic);
         s.tidy();
         if s.stopped {
             return;

@@ -93,6 +93,12 @@ pub struct SubscriberConfig {
     pub max_queued_bytes: usize,
     /// What passing the bound does. Default [`SlowPolicy::Close`].
     pub slow: SlowPolicy,
+    /// Topics the subscriber may be subscribed to at once; one more is refused with
+    /// [`Error::TooManySubscriptions`]. Default 100: each topic may be a subscription at the
+    /// backplane's server (a Redis channel, a NATS subscription or JetStream consumer) and a
+    /// history read when it resumes, so a client must not be able to make a node hold an
+    /// unbounded number of them; a chat or dashboard client follows a handful.
+    pub max_subscriptions: usize,
 }
 
 impl Default for SubscriberConfig {
@@ -100,17 +106,38 @@ impl Default for SubscriberConfig {
         SubscriberConfig {
             max_queued_bytes: 16 << 20,
             slow: SlowPolicy::Close,
+            max_subscriptions: 100,
         }
     }
 }
 
 impl SubscriberConfig {
-    /// A bound of `max_queued_bytes` with the policy `slow`.
+    /// A bound of `max_queued_bytes` with the policy `slow` (the other settings at their
+    /// defaults).
     pub fn new(max_queued_bytes: usize, slow: SlowPolicy) -> Self {
         SubscriberConfig {
             max_queued_bytes,
             slow,
+            ..SubscriberConfig::default()
         }
+    }
+
+    /// Sets [`max_queued_bytes`](Self::max_queued_bytes).
+    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.max_queued_bytes = bytes;
+        self
+    }
+
+    /// Sets [`slow`](Self::slow).
+    pub fn slow(mut self, policy: SlowPolicy) -> Self {
+        self.slow = policy;
+        self
+    }
+
+    /// Sets [`max_subscriptions`](Self::max_subscriptions).
+    pub fn max_subscriptions(mut self, topics: usize) -> Self {
+        self.max_subscriptions = topics;
+        self
     }
 }
 
@@ -124,6 +151,12 @@ pub struct HubConfig {
     /// Publications fetched from history at most when a subscriber resumes or a gap is repaired.
     /// Default 10,000.
     pub max_recovered: usize,
+    /// Topics the node follows at once (topics with at least one subscriber on it); a
+    /// subscription to one more is refused with [`Error::TooManyTopics`]. Default 100,000: each
+    /// is a subscription at the backplane's server (a Redis channel, a NATS subscription or
+    /// JetStream consumer) and a few hundred bytes on the node, so that clients cannot make a
+    /// node hold an unbounded number of them, while one topic per connected user still fits.
+    pub max_topics: usize,
 }
 
 impl Default for HubConfig {
@@ -131,6 +164,7 @@ impl Default for HubConfig {
         HubConfig {
             max_payload: (1 << 20) - 1024,
             max_recovered: 10_000,
+            max_topics: 100_000,
         }
     }
 }
@@ -145,6 +179,12 @@ impl HubConfig {
     /// Sets [`max_recovered`](Self::max_recovered).
     pub fn max_recovered(mut self, publications: usize) -> Self {
         self.max_recovered = publications;
+        self
+    }
+
+    /// Sets [`max_topics`](Self::max_topics).
+    pub fn max_topics(mut self, topics: usize) -> Self {
+        self.max_topics = topics;
         self
     }
 }

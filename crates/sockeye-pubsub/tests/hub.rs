@@ -576,3 +576,192 @@ async fn a_rollback_right_after_a_resume_delivers_what_follows_the_gap() {
     }
     assert_eq!(shown(&mut resumed).await, ["GAP(3)", "b4@4", "b5@5", "b6@6"]);
 }
+
+/// The in-process backplane, but a resume's history read (one with a position and a limit) never
+/// answers while `stall` is set: a history server that hangs.
+struct Stalling {
+    inner: InProcess,
+    stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Backplane for Stalling {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn publish(&self, p: Publication) -> BoxFuture<'_, Result<(), Error>> {
+        self.inner.publish(p)
+    }
+
+    fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        self.inner.subscribe(topic)
+    }
+
+    fn unsubscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        self.inner.unsubscribe(topic)
+    }
+
+    fn history(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<History, Error>> {
+        if since.is_some() && limit > 0 && self.stall.load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
+        self.inner.history(topic, since, limit)
+    }
+}
+
+/// A hub over [`Stalling`] and its switch.
+fn stalling_hub(config: HubConfig) -> (Hub, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let stall = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let hub = Hub::with_backplane(config, |tx| Stalling {
+        inner: InProcess::new(tx, HistoryConfig::default()),
+        stall: stall.clone(),
+    });
+    (hub, stall)
+}
+
+#[tokio::test]
+async fn a_cancelled_resume_leaves_nothing_and_a_retry_recovers() {
+    let (hub, stall) = stalling_hub(HubConfig::default());
+    let topic = Topic::new("t").unwrap();
+    // A position to resume from: m1 published and seen.
+    let mut first = hub.subscriber(SubscriberConfig::default());
+    first.subscribe(&topic, None).await.unwrap();
+    hub.publish(&topic, Message::text("m1")).await.unwrap();
+    let (_, seen) = next_text(&mut first).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let cancelled = timeout(
+        Duration::from_millis(100),
+        s.subscribe(&topic, Some(seen.clone())),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "the history never answers: the subscribe must time out"
+    );
+    // Nothing left: not subscribed here, nor at the hub.
+    assert_eq!(
+        s.topics().count(),
+        0,
+        "a cancelled subscribe left the topic subscribed"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        hub.subscriber_count(&topic),
+        0,
+        "a cancelled subscribe left the subscriber at the hub"
+    );
+    assert_eq!(hub.topic_count(), 0);
+    // Publications meanwhile are not held for it (they would pile up unbounded).
+    for i in 2..=101 {
+        hub.publish(&topic, Message::binary(vec![0; 1000])).await.unwrap();
+        let _ = i;
+    }
+    assert_eq!(
+        s.queued_bytes(),
+        0,
+        "publications pile up for a cancelled subscribe"
+    );
+
+    // A retry recovers what was published since `seen`, then live ones.
+    stall.store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut retry = hub.subscriber(SubscriberConfig::default());
+    let recovery = retry.subscribe(&topic, Some(seen.clone())).await.unwrap();
+    assert_eq!(recovery, Recovery::Recovered { count: 100 });
+    let recovery = s.subscribe(&topic, Some(seen)).await.unwrap();
+    assert_eq!(
+        recovery,
+        Recovery::Recovered { count: 100 },
+        "a retry after a cancel must recover"
+    );
+    for offset in 2..=101 {
+        match next(&mut s).await {
+            Delivery::Message(m) => assert_eq!(m.position().unwrap().offset, offset),
+            other => panic!("{other:?}"),
+        }
+    }
+    nothing_more(&mut s).await;
+}
+
+#[tokio::test]
+async fn live_publications_held_during_a_resume_count_against_the_bound() {
+    let (hub, _stall) = stalling_hub(HubConfig::default());
+    let topic = Topic::new("t").unwrap();
+    let mut first = hub.subscriber(SubscriberConfig::default());
+    first.subscribe(&topic, None).await.unwrap();
+    hub.publish(&topic, Message::text("m1")).await.unwrap();
+    let (_, seen) = next_text(&mut first).await;
+
+    // While its history does not answer, 50 × 1,000 bytes arrive live for a subscriber bound to
+    // 10,000: held for it, they pass its bound, and it is stopped at once instead of holding
+    // them all (before: held without a bound, and the subscribe waited on).
+    let mut s = hub.subscriber(SubscriberConfig::new(10_000, SlowPolicy::Close));
+    let publish = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        for _ in 0..50 {
+            hub.publish(&topic, Message::binary(vec![0; 1000])).await.unwrap();
+        }
+    };
+    let (subscribed, ()) = tokio::join!(timeout(WAIT, s.subscribe(&topic, Some(seen))), publish);
+    match subscribed {
+        Ok(Err(Error::TooSlow { queued, max })) => assert!(queued > max && max == 10_000),
+        other => panic!("expected TooSlow while resuming, got {other:?}"),
+    }
+    assert_eq!(s.queued_bytes(), 0);
+    assert_eq!(s.topics().count(), 0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(hub.subscriber_count(&topic), 1, "only `first` is left");
+}
+
+#[tokio::test]
+async fn a_subscriber_past_its_subscription_limit_is_refused_clearly() {
+    let hub = Hub::in_process();
+    let mut s = hub.subscriber(SubscriberConfig::default().max_subscriptions(3));
+    for i in 0..3 {
+        s.subscribe(&Topic::new(&format!("t{i}")).unwrap(), None)
+            .await
+            .unwrap();
+    }
+    let err = s.subscribe(&Topic::new("t3").unwrap(), None).await.unwrap_err();
+    assert!(matches!(err, Error::TooManySubscriptions { max: 3 }), "{err:?}");
+    assert!(err.is_caller_fault());
+    assert_eq!(err.close_code(), sockeye::CloseCode::POLICY_VIOLATION);
+    assert!(err.to_string().contains("max_subscriptions"), "{err}");
+    assert_eq!(hub.topic_count(), 3, "the refused topic was not subscribed");
+    // Subscribing again to one it has is not one more; after leaving one, another fits.
+    s.subscribe(&Topic::new("t0").unwrap(), None).await.unwrap();
+    s.unsubscribe(&Topic::new("t0").unwrap()).await.unwrap();
+    s.subscribe(&Topic::new("t3").unwrap(), None).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_past_its_topic_limit_refuses_new_topics_clearly() {
+    let hub = Hub::with_backplane(HubConfig::default().max_topics(2), |tx| {
+        InProcess::new(tx, HistoryConfig::default())
+    });
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    let mut b = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&Topic::new("t0").unwrap(), None).await.unwrap();
+    a.subscribe(&Topic::new("t1").unwrap(), None).await.unwrap();
+    let err = b.subscribe(&Topic::new("t2").unwrap(), None).await.unwrap_err();
+    assert!(matches!(err, Error::TooManyTopics { max: 2 }), "{err:?}");
+    assert!(
+        !err.is_caller_fault(),
+        "the node is full: not this client's fault"
+    );
+    assert_eq!(err.close_code(), sockeye::CloseCode::TRY_AGAIN_LATER);
+    assert!(err.to_string().contains("max_topics"), "{err}");
+    // A topic the node follows already is no new topic.
+    b.subscribe(&Topic::new("t1").unwrap(), None).await.unwrap();
+    // Once a topic is left by all, there is room again.
+    a.unsubscribe(&Topic::new("t0").unwrap()).await.unwrap();
+    b.subscribe(&Topic::new("t2").unwrap(), None).await.unwrap();
+    assert_eq!(hub.topic_count(), 2);
+}
