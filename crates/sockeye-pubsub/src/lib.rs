@@ -44,6 +44,14 @@ pub struct HistoryConfig {
     /// How long a publication is kept. Default 5 minutes: long enough to ride out a restart of
     /// a node or of the backplane's server, short enough to bound memory.
     pub max_age: Duration,
+    /// The [in-process](backplane::InProcess) backplane's bound on the history of all its
+    /// topics together, in bytes (payloads and per-publication overhead): past it, the oldest
+    /// publications of any topic go first, and a resume that needed one of them gets a
+    /// [`Delivery::Gap`]. Default 256 MiB: without it, `max_len` × `max_payload` per topic
+    /// (1,000 × 1 MiB) times the number of topics ever published to is unbounded. Redis and
+    /// NATS keep their history on their servers, bounded there (`maxmemory`, the JetStream
+    /// stream's limits), and do not use it.
+    pub max_bytes: usize,
 }
 
 impl Default for HistoryConfig {
@@ -51,6 +59,7 @@ impl Default for HistoryConfig {
         HistoryConfig {
             max_len: 1000,
             max_age: Duration::from_secs(300),
+            max_bytes: 256 << 20,
         }
     }
 }
@@ -61,12 +70,24 @@ impl HistoryConfig {
         HistoryConfig {
             max_len: 0,
             max_age: Duration::ZERO,
+            ..HistoryConfig::default()
         }
     }
 
-    /// Keeps `max_len` publications per topic, for at most `max_age`.
+    /// Keeps `max_len` publications per topic, for at most `max_age` (and at most
+    /// [`max_bytes`](Self::max_bytes) in all, in process).
     pub fn new(max_len: usize, max_age: Duration) -> Self {
-        HistoryConfig { max_len, max_age }
+        HistoryConfig {
+            max_len,
+            max_age,
+            ..HistoryConfig::default()
+        }
+    }
+
+    /// Sets [`max_bytes`](Self::max_bytes).
+    pub fn max_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
     }
 }
 

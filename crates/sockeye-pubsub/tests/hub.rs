@@ -765,3 +765,44 @@ async fn a_node_past_its_topic_limit_refuses_new_topics_clearly() {
     b.subscribe(&Topic::new("t2").unwrap(), None).await.unwrap();
     assert_eq!(hub.topic_count(), 2);
 }
+
+/// A hub over the in-process backplane with `history`, and a position on `topic` published
+/// before more was.
+async fn resume_point(history: HistoryConfig, topic: &Topic) -> (Hub, Position) {
+    let hub = Hub::with_backplane(HubConfig::default(), |tx| InProcess::new(tx, history));
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    s.subscribe(topic, None).await.unwrap();
+    hub.publish(topic, Message::binary(vec![0; 1000])).await.unwrap();
+    let Delivery::Message(m) = next(&mut s).await else {
+        panic!()
+    };
+    hub.publish(topic, Message::binary(vec![0; 1000])).await.unwrap();
+    (hub, m.position().unwrap().clone())
+}
+
+/// The first delivery after resuming from `from` must be a gap.
+async fn resumes_with_a_gap(hub: &Hub, topic: &Topic, from: Position) {
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    assert_eq!(s.subscribe(topic, Some(from)).await.unwrap(), Recovery::Lost);
+    assert!(matches!(next(&mut s).await, Delivery::Gap { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_process_history_expires_by_age_and_a_resume_past_it_is_a_gap() {
+    let topic = Topic::new("t").unwrap();
+    let (hub, from) = resume_point(HistoryConfig::new(100, Duration::from_secs(60)), &topic).await;
+    tokio::time::sleep(Duration::from_secs(62)).await;
+    resumes_with_a_gap(&hub, &topic, from).await;
+}
+
+#[tokio::test]
+async fn in_process_history_is_bounded_in_all_and_a_resume_past_it_is_a_gap() {
+    let topic = Topic::new("t").unwrap();
+    let (hub, from) = resume_point(HistoryConfig::default().max_bytes(20_000), &topic).await;
+    // Other topics' publications push the oldest out, whatever their topic.
+    for i in 0..40 {
+        let other = Topic::new(&format!("other {i}")).unwrap();
+        hub.publish(&other, Message::binary(vec![0; 1000])).await.unwrap();
+    }
+    resumes_with_a_gap(&hub, &topic, from).await;
+}
