@@ -9,8 +9,7 @@ use std::time::Duration;
 use sockeye::{CloseCode, CloseFrame, Message};
 use sockeye_pubsub::backplane::InProcess;
 use sockeye_pubsub::{
-    Delivery, Error as PubSubError, HistoryConfig, Hub, HubConfig, SlowPolicy, SubscriberConfig, Topic,
-    next_batch,
+    Delivery, HistoryConfig, Hub, HubConfig, PublishRetry, SlowPolicy, SubscriberConfig, Topic, next_batch,
 };
 
 use crate::cli::RelayArgs;
@@ -31,10 +30,6 @@ const LOCAL_MAX_MESSAGE: usize = 1 << 30;
 /// the backplane's header (far below Redis's limit). Larger messages are refused by the engine
 /// with 1009 (message too big).
 const BACKPLANE_MAX_MESSAGE: usize = (1 << 20) - 1024;
-/// How long a client's message waits for an unreachable backplane (its connection is not read
-/// meanwhile) before the client is closed with 1013 (try again later): a backplane restart of a
-/// few seconds loses nothing.
-const PUBLISH_PATIENCE: Duration = Duration::from_secs(10);
 /// Deliveries fed to a socket at most before one flush.
 const BATCH: usize = 256;
 /// Messages a client has already sent that are published together, at most (one backplane round
@@ -86,6 +81,10 @@ pub(crate) async fn server(
                 errln!("{addr}: joined ({now} connected)");
             }
             let publisher = subscriber.publisher();
+            // A client's messages wait out an unreachable backplane (its connection is not read
+            // meanwhile) for 10 s, then it is closed with 1013 (try again later): a backplane
+            // restart of a few seconds loses nothing, and nothing is published twice.
+            let retry = PublishRetry::default();
             // The reader asks the writer to close (the writer owns the sending half).
             let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<CloseFrame>();
             let writer = tokio::spawn(async move {
@@ -146,7 +145,7 @@ pub(crate) async fn server(
                 if batch.is_empty() {
                     continue;
                 }
-                if let Err(e) = publish_patiently(&publisher, &topic, std::mem::take(&mut batch)).await {
+                if let Err(e) = retry.publish_many(&publisher, &topic, std::mem::take(&mut batch)).await {
                     if !quiet {
                         errln!("{addr}: messages not delivered: {e}; closing with 1013");
                     }
@@ -189,36 +188,6 @@ async fn connect_backplane(url: &str, name: &str) -> Result<Hub, Failure> {
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
         }
-    }
-}
-
-/// Publishes a batch in order, waiting out a backplane that is down for up to
-/// [`PUBLISH_PATIENCE`].
-///
-/// Retried only when the error says that what is retried was not published: the whole batch
-/// when nothing of it was sent (the backplane is not connected: the usual outage), the rest of
-/// it when its start is known published and the rest known not. A batch that may be partly
-/// published (sent, and the answer lost: a connection dropped or a server hung mid-batch) is not
-/// retried: that could deliver some messages twice, so the client is closed with 1013 instead
-/// and knows that its last messages may not all have been delivered.
-async fn publish_patiently(
-    publisher: &sockeye_pubsub::Publisher,
-    topic: &Topic,
-    mut batch: Vec<Message>,
-) -> Result<(), PubSubError> {
-    let give_up = tokio::time::Instant::now() + PUBLISH_PATIENCE;
-    let mut delay = Duration::from_millis(50);
-    loop {
-        let patient = tokio::time::Instant::now() + delay < give_up;
-        match publisher.publish_many(topic, batch.clone()).await {
-            Err(PubSubError::Backplane { .. }) if patient => {}
-            Err(PubSubError::PartlyPublished { published, sent, .. }) if patient && published == sent => {
-                batch.drain(..sent);
-            }
-            r => return r,
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(1));
     }
 }
 

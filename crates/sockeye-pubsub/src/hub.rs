@@ -152,15 +152,23 @@ impl Hub {
     }
 
     /// Publishes to every subscriber of `topic`, on every node. Returns once the backplane has
-    /// the publication; it is delivered when the backplane hands it back (with its position).
-    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+    /// the publication, with the position it got (`None` from a backplane that gives none: NATS
+    /// without JetStream); it is delivered when the backplane hands it back.
+    ///
+    /// An error says whether it was published, by the rule of
+    /// [`publish_many`](Self::publish_many) for a batch of one: [`Error::PartlyPublished`]
+    /// (`published` 0, `sent` 1) when it was sent and the answer was lost, so it may or may not
+    /// have been published (retrying may deliver it twice); any other error means it was not
+    /// published, and may be retried ([`PublishRetry`](crate::PublishRetry) does both right).
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<Option<Position>, Error> {
         self.publish_as(0, topic, message).await
     }
 
     /// Publishes `messages` to every subscriber of `topic`, on every node, in order, as
     /// [`publish`](Self::publish) one after the other would, but in one go: over Redis one round
     /// trip for the whole batch, over NATS one server check and the acknowledgements awaited
-    /// together (see [`Backplane::publish_many`]).
+    /// together (see [`Backplane::publish_many`]). Returns the positions they got, in order
+    /// (empty from a backplane that gives none).
     ///
     /// Every message is checked first (data only, each at most
     /// [`HubConfig::max_payload`](crate::HubConfig)): one that does not pass refuses the whole
@@ -169,13 +177,20 @@ impl Hub {
     /// Not all-or-nothing: a batch that fails at the backplane may be partly published, and
     /// [`Error::PartlyPublished`] says how far it got; any other error means none of it was
     /// published (it may be retried whole).
-    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<Vec<Position>, Error> {
         self.publish_many_as(0, topic, messages).await
     }
 
-    async fn publish_as(&self, publisher: u64, topic: &Topic, message: Message) -> Result<(), Error> {
-        let publication = self.publication(publisher, topic, message)?;
-        self.inner.backplane.publish(publication).await
+    /// One rule for one publication and a batch: a publication goes out as a batch of one, whose
+    /// error says whether it was published (a backplane's `publish` need not).
+    async fn publish_as(
+        &self,
+        publisher: u64,
+        topic: &Topic,
+        message: Message,
+    ) -> Result<Option<Position>, Error> {
+        let positions = self.publish_many_as(publisher, topic, vec![message]).await?;
+        Ok(positions.into_iter().next())
     }
 
     async fn publish_many_as(
@@ -183,13 +198,13 @@ impl Hub {
         publisher: u64,
         topic: &Topic,
         messages: Vec<Message>,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<Position>, Error> {
         let publications = messages
             .into_iter()
             .map(|m| self.publication(publisher, topic, m))
             .collect::<Result<Vec<_>, _>>()?;
         match publications.len() {
-            0 => Ok(()),
+            0 => Ok(Vec::new()),
             _ => self.inner.backplane.publish_many(publications).await,
         }
     }
@@ -542,14 +557,15 @@ impl Subscriber {
     }
 
     /// Publishes to every subscriber of `topic` but this one, on every node (as a chat room
-    /// does: the sender already has its message).
-    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+    /// does: the sender already has its message): see [`Hub::publish`] for what it returns and
+    /// what an error means.
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<Option<Position>, Error> {
         self.hub.publish_as(self.id, topic, message).await
     }
 
     /// Publishes `messages` in order, in one go, to every subscriber of `topic` but this one:
-    /// see [`Hub::publish_many`] for what is checked and what an error means.
-    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+    /// see [`Hub::publish_many`] for what is checked, what it returns and what an error means.
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<Vec<Position>, Error> {
         self.hub.publish_many_as(self.id, topic, messages).await
     }
 
@@ -626,14 +642,15 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// Publishes to every subscriber of `topic` but the one this handle came from, on every node.
-    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+    /// Publishes to every subscriber of `topic` but the one this handle came from, on every node:
+    /// see [`Hub::publish`] for what it returns and what an error means.
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<Option<Position>, Error> {
         self.hub.publish_as(self.id, topic, message).await
     }
 
     /// Publishes `messages` in order, in one go, as this handle's subscriber: see
-    /// [`Hub::publish_many`] for what is checked and what an error means.
-    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+    /// [`Hub::publish_many`] for what is checked, what it returns and what an error means.
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<Vec<Position>, Error> {
         self.hub.publish_many_as(self.id, topic, messages).await
     }
 }

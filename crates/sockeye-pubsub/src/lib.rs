@@ -15,6 +15,37 @@
 //! whatever the history still holds, then live publications: the same as a subscriber that
 //! stayed subscribed receives.
 //!
+//! A publish returns the position it got ([`Hub::publish`], [`Hub::publish_many`]), and its
+//! error says what was published: [`Error::PartlyPublished`] when some may have been (sent, the
+//! answer lost), any other error when none was. [`PublishRetry`] waits out a backplane outage
+//! on that rule, retrying only what was not published. A position prints as `offset@epoch` and
+//! parses back (`"42@5f3a".parse::<Position>()`), for a client that keeps it as text.
+//!
+//! # What a node holds, and its bounds
+//!
+//! Clients cannot make a node hold an unbounded amount:
+//! - a subscriber's queue, with what is held for it while a subscription resumes, is bounded by
+//!   [`SubscriberConfig::max_queued_bytes`] (16 MiB), past which its [`SlowPolicy`] applies;
+//! - a subscriber follows at most [`SubscriberConfig::max_subscriptions`] topics (100), a node
+//!   at most [`HubConfig::max_topics`] (100,000): each is a subscription at the backplane's
+//!   server. Past them, [`Error::TooManySubscriptions`] (close the client with 1008, policy
+//!   violation: it asked for too much) and [`Error::TooManyTopics`] (1013, try again later: the
+//!   node is full, another node or a later try may serve it); [`Error::close_code`] maps every
+//!   error to its close code;
+//! - the in-process backplane's history is bounded per topic ([`HistoryConfig`]: 1,000
+//!   publications, 5 minutes, expired by a timer without waiting for the next publication) and
+//!   in all ([`HistoryConfig::max_bytes`], 256 MiB, the oldest first); a resume that needed what
+//!   went gets a [`Delivery::Gap`]. Redis and NATS keep history on their servers.
+//!
+//! [`Subscriber::subscribe`] is cancel-safe: dropped before it completes (a timeout, a
+//! `select!`, the connection closing during a slow history read), it leaves nothing behind, and
+//! a new try recovers as the first would have.
+//!
+//! # Features
+//!
+//! `redis` and `nats` add the backplanes. `deflate`, `tls` and `http2` (on by default) are
+//! sockeye's, forwarded: with `default-features = false` no TLS provider is built.
+//!
 //! Why a crate of its own: the backplanes' clients (redis, async-nats) are large dependencies
 //! that a user of plain WebSockets should not compile, and the hub is policy (queues, bounds,
 //! recovery) on top of the tokio layer, not part of it.
@@ -25,6 +56,7 @@ pub mod backplane;
 mod batch;
 mod error;
 mod hub;
+mod retry;
 mod topic;
 
 use std::time::Duration;
@@ -33,6 +65,7 @@ pub use backplane::{Origin, Position, Publication};
 pub use batch::next_batch;
 pub use error::Error;
 pub use hub::{Delivery, Hub, Published, Publisher, Recovery, Subscriber};
+pub use retry::PublishRetry;
 pub use topic::Topic;
 
 /// How much history a backplane keeps per topic, for recovery.

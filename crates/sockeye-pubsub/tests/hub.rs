@@ -408,8 +408,8 @@ impl Backplane for Scripted {
         c
     }
 
-    fn publish(&self, _: Publication) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async { Ok(()) })
+    fn publish(&self, _: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
+        Box::pin(async { Ok(None) })
     }
 
     fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
@@ -589,7 +589,7 @@ impl Backplane for Stalling {
         self.inner.capabilities()
     }
 
-    fn publish(&self, p: Publication) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish(&self, p: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
         self.inner.publish(p)
     }
 
@@ -805,4 +805,200 @@ async fn in_process_history_is_bounded_in_all_and_a_resume_past_it_is_a_gap() {
         hub.publish(&other, Message::binary(vec![0; 1000])).await.unwrap();
     }
     resumes_with_a_gap(&hub, &topic, from).await;
+}
+
+#[tokio::test]
+async fn a_publish_returns_the_position_it_got() {
+    let hub = Hub::in_process();
+    let topic = Topic::new("t").unwrap();
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    s.subscribe(&topic, None).await.unwrap();
+    let one = hub.publish(&topic, Message::text("one")).await.unwrap();
+    let many = hub
+        .publish_many(&topic, vec![Message::text("two"), Message::text("three")])
+        .await
+        .unwrap();
+    let none = hub.publish_many(&topic, Vec::new()).await.unwrap();
+    assert!(none.is_empty());
+    let returned: Vec<Position> = one.into_iter().chain(many).collect();
+    let mut delivered = Vec::new();
+    for _ in 0..3 {
+        delivered.push(next_text(&mut s).await.1);
+    }
+    assert_eq!(returned, delivered);
+}
+
+/// A backplane whose publications are all sent and never answered: `publish` says only that it
+/// failed (as a backplane's `publish` may), `publish_many` says how far the batch got.
+struct Unanswered;
+
+impl Backplane for Unanswered {
+    fn capabilities(&self) -> Capabilities {
+        InProcess::new(tokio::sync::mpsc::channel(1).0, HistoryConfig::none()).capabilities()
+    }
+
+    fn publish(&self, _: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
+        Box::pin(async {
+            Err(Error::Backplane {
+                what: "no answer".into(),
+                source: None,
+            })
+        })
+    }
+
+    fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn unsubscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn history(&self, _: &Topic, _: Option<&Position>, _: usize) -> BoxFuture<'_, Result<History, Error>> {
+        Box::pin(async { Ok(History::Complete(Vec::new())) })
+    }
+}
+
+#[tokio::test]
+async fn a_publish_error_says_whether_it_was_published_as_a_batch_error_does() {
+    let hub = Hub::with_backplane(HubConfig::default(), |_| Unanswered);
+    let topic = Topic::new("t").unwrap();
+    let one = hub.publish(&topic, Message::text("one")).await.unwrap_err();
+    let batch = hub
+        .publish_many(&topic, vec![Message::text("one")])
+        .await
+        .unwrap_err();
+    for e in [one, batch] {
+        assert!(
+            matches!(
+                e,
+                Error::PartlyPublished {
+                    published: 0,
+                    sent: 1,
+                    ..
+                }
+            ),
+            "sent and not answered must say so: {e:?}"
+        );
+        assert!(e.to_string().contains("may or may not"), "{e}");
+    }
+}
+
+/// A backplane that answers each batch with the next of `answers` (`Ok`: published) and
+/// records the texts of every batch it was given.
+#[derive(Default)]
+struct Flaky {
+    answers: std::sync::Mutex<std::collections::VecDeque<Result<(), Error>>>,
+    tries: std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>,
+}
+
+impl Backplane for Flaky {
+    fn capabilities(&self) -> Capabilities {
+        InProcess::new(tokio::sync::mpsc::channel(1).0, HistoryConfig::none()).capabilities()
+    }
+
+    fn publish(&self, p: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
+        Box::pin(async move { Ok(self.publish_many(vec![p]).await?.pop()) })
+    }
+
+    fn publish_many(&self, batch: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
+        let mut tries = self.tries.lock().unwrap();
+        tries.push(
+            batch
+                .iter()
+                .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
+                .collect(),
+        );
+        let n = tries.iter().map(Vec::len).sum::<usize>() as u64;
+        let answer = self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()));
+        let positions = (0..batch.len() as u64)
+            .map(|i| Position {
+                epoch: "E".into(),
+                offset: n - batch.len() as u64 + i + 1,
+            })
+            .collect();
+        Box::pin(async move { answer.map(|()| positions) })
+    }
+
+    fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn unsubscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn history(&self, _: &Topic, _: Option<&Position>, _: usize) -> BoxFuture<'_, Result<History, Error>> {
+        Box::pin(async { Ok(History::Complete(Vec::new())) })
+    }
+}
+
+fn down() -> Error {
+    Error::Backplane {
+        what: "not connected".into(),
+        source: None,
+    }
+}
+
+fn partly(published: usize, sent: usize) -> Error {
+    Error::PartlyPublished {
+        published,
+        sent,
+        source: Box::new(down()),
+    }
+}
+
+/// What `retry` does with a batch a, b, c given `answers`: its result and the batches tried.
+async fn retried(
+    retry: sockeye_pubsub::PublishRetry,
+    answers: Vec<Result<(), Error>>,
+) -> (Result<Option<Position>, Error>, Vec<Vec<String>>) {
+    let tries = std::sync::Arc::default();
+    let flaky = Flaky {
+        answers: std::sync::Mutex::new(answers.into()),
+        tries: std::sync::Arc::clone(&tries),
+    };
+    let hub = Hub::with_backplane(HubConfig::default(), |_| flaky);
+    let publisher = hub.subscriber(SubscriberConfig::default()).publisher();
+    let batch = vec!["a".into(), "b".into(), "c".into()];
+    let result = retry
+        .publish_many(&publisher, &Topic::new("t").unwrap(), batch)
+        .await;
+    let tries = tries.lock().unwrap().clone();
+    (result, tries)
+}
+
+#[tokio::test(start_paused = true)]
+async fn publish_retry_retries_only_what_was_not_published() {
+    use sockeye_pubsub::PublishRetry;
+    let abc = || vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+    // Down twice (nothing sent): the whole batch again, then its last position.
+    let (r, tries) = retried(PublishRetry::default(), vec![Err(down()), Err(down()), Ok(())]).await;
+    assert_eq!(r.unwrap().unwrap().offset, 9);
+    assert_eq!(tries, [abc(), abc(), abc()]);
+    // The first known published, the rest known not: the rest only.
+    let (r, tries) = retried(PublishRetry::default(), vec![Err(partly(1, 1)), Ok(())]).await;
+    assert_eq!(r.unwrap().unwrap().offset, 5);
+    assert_eq!(tries, [abc(), vec!["b".to_owned(), "c".to_owned()]]);
+    // Maybe published: never retried (it could be delivered twice).
+    let (r, tries) = retried(PublishRetry::default(), vec![Err(partly(0, 2))]).await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::PartlyPublished {
+                published: 0,
+                sent: 2,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(tries.len(), 1);
+    // Patience: 1 s of waits from 50 ms doubling (50, 100, 200, 400 ms), then the error.
+    let started = tokio::time::Instant::now();
+    let policy = PublishRetry::default().patience(Duration::from_secs(1));
+    let (r, tries) = retried(policy, (0..100).map(|_| Err(down())).collect()).await;
+    assert!(matches!(r, Err(Error::Backplane { .. })), "{r:?}");
+    assert_eq!(tries.len(), 5);
+    assert!(started.elapsed() < Duration::from_secs(1));
 }

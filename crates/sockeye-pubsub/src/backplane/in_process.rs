@@ -120,8 +120,12 @@ impl InProcess {
         state.topics.len()
     }
 
-    /// Numbers `publication`, keeps it, and hands it to the hub if subscribed.
-    async fn publish_locked(&self, state: &mut State, mut publication: Publication) -> Result<(), Error> {
+    /// Numbers `publication`, keeps it, and hands it to the hub if subscribed; its position.
+    async fn publish_locked(
+        &self,
+        state: &mut State,
+        mut publication: Publication,
+    ) -> Result<Position, Error> {
         let config = &self.shared.history;
         let now = Instant::now();
         state.sweep(now, config);
@@ -137,10 +141,11 @@ impl InProcess {
             }
         });
         h.offset += 1;
-        publication.position = Some(Position {
+        let position = Position {
             epoch: h.epoch.clone(),
             offset: h.offset,
-        });
+        };
+        publication.position = Some(position.clone());
         if config.max_len > 0 {
             state.keep(now, publication.clone());
             while state
@@ -161,7 +166,7 @@ impl InProcess {
         } else {
             state.forget_if_unused(&topic);
         }
-        Ok(())
+        Ok(position)
     }
 }
 
@@ -261,7 +266,7 @@ impl Backplane for InProcess {
         }
     }
 
-    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
         Box::pin(async move {
             // Held across the send: two publications get their offsets and reach the hub in one
             // order.
@@ -271,27 +276,31 @@ impl Backplane for InProcess {
             if was_empty && !state.oldest.is_empty() {
                 self.shared.wake.notify_one();
             }
-            result
+            result.map(Some)
         })
     }
 
     /// Under one lock: the batch gets consecutive offsets, no other publication between them.
     /// Fails only with [`Error::Closed`]: the hub has stopped, nothing more is delivered anyway.
-    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
         Box::pin(async move {
             let mut state = self.shared.state.lock().await;
             let was_empty = state.oldest.is_empty();
+            let mut positions = Vec::with_capacity(publications.len());
             let mut result = Ok(());
             for p in publications {
-                result = self.publish_locked(&mut state, p).await;
-                if result.is_err() {
-                    break;
+                match self.publish_locked(&mut state, p).await {
+                    Ok(position) => positions.push(position),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
                 }
             }
             if was_empty && !state.oldest.is_empty() {
                 self.shared.wake.notify_one();
             }
-            result
+            result.map(|()| positions)
         })
     }
 

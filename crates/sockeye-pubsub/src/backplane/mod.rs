@@ -187,14 +187,16 @@ pub trait Backplane: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// Publishes. Returns once the backplane's server has it (or, for a backplane without
-    /// acknowledgements, once it is written).
-    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>>;
+    /// acknowledgements, once it is written), with the position it got (`None` from a backplane
+    /// that gives none).
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>>;
 
     /// Publishes several publications, in order, as if by `publish` one after the other
     /// (each publisher's order is kept), but without waiting for each before sending the next:
     /// a backplane over the network sends the whole batch in one round trip where it can.
     ///
-    /// Returns once the server has them all. Not all-or-nothing: like a failed `publish`, whose
+    /// Returns once the server has them all, with the positions they got, in order (empty from a
+    /// backplane that gives none). Not all-or-nothing: like a failed `publish`, whose
     /// publication may have been published, a failed batch may be partly published, and the
     /// error says how far it got:
     /// - an error other than [`Error::PartlyPublished`] (and [`Error::Closed`], after which
@@ -206,14 +208,16 @@ pub trait Backplane: Send + Sync + 'static {
     ///
     /// The default publishes one by one with `publish`, in order, stopping at the first
     /// failure.
-    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
         Box::pin(async move {
+            let mut positions = Vec::with_capacity(publications.len());
             for (i, p) in publications.into_iter().enumerate() {
-                if let Err(e) = self.publish(p).await {
-                    return Err(partly_published(i, i + 1, e));
+                match self.publish(p).await {
+                    Ok(position) => positions.extend(position),
+                    Err(e) => return Err(partly_published(i, i + 1, e)),
                 }
             }
-            Ok(())
+            Ok(positions)
         })
     }
 
