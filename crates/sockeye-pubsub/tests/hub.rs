@@ -395,9 +395,17 @@ async fn a_subscriber_does_not_get_its_own_publications_back_when_it_resumes() {
 }
 
 /// A backplane the test drives: its events are sent by the test, its history is what the test
-/// puts there (one topic, epoch "E", contiguous offsets).
+/// puts there (one topic, epoch "E", contiguous offsets). A resume's history read (one with a
+/// position and a limit) never answers while `stall` is set: a history server that hangs. Each
+/// batch is recorded in `tries` and answered with the next of `answers` (then `Ok`), as if its
+/// server took it: a backplane whose batches fail on cue; its `publish` says only that it failed,
+/// not whether it was published (as a backplane's `publish` may).
+#[derive(Clone, Default)]
 struct Scripted {
     history: std::sync::Arc<std::sync::Mutex<Vec<Publication>>>,
+    stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answers: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<Result<(), Error>>>>,
+    tries: std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>,
 }
 
 impl Backplane for Scripted {
@@ -408,8 +416,35 @@ impl Backplane for Scripted {
         c
     }
 
-    fn publish(&self, _: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
-        Box::pin(async { Ok(None) })
+    fn publish(&self, p: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
+        Box::pin(async move {
+            match self.publish_many(vec![p]).await {
+                Ok(mut positions) => Ok(positions.pop()),
+                Err(Error::PartlyPublished { source, .. }) => Err(*source),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn publish_many(&self, batch: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
+        let mut tries = self.tries.lock().unwrap();
+        tries.push(
+            batch
+                .iter()
+                .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
+                .collect(),
+        );
+        // Numbered as if every batch tried had been published.
+        let end = tries.iter().map(Vec::len).sum::<usize>() as u64;
+        let start = end - batch.len() as u64;
+        let answer = self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()));
+        let positions = (start + 1..=end)
+            .map(|offset| Position {
+                epoch: "E".into(),
+                offset,
+            })
+            .collect();
+        Box::pin(async move { answer.map(|()| positions) })
     }
 
     fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
@@ -426,6 +461,9 @@ impl Backplane for Scripted {
         since: Option<&Position>,
         limit: usize,
     ) -> BoxFuture<'_, Result<History, Error>> {
+        if since.is_some() && limit > 0 && self.stall.load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
         let all = self.history.lock().unwrap().clone();
         let since = since.cloned();
         Box::pin(async move {
@@ -442,6 +480,16 @@ impl Backplane for Scripted {
             })
         })
     }
+}
+
+/// A hub over `backplane` and the sender of its events.
+fn scripted_hub(backplane: &Scripted) -> (Hub, EventSender) {
+    let mut events = None;
+    let hub = Hub::with_backplane(HubConfig::default(), |tx| {
+        events = Some(tx);
+        backplane.clone()
+    });
+    (hub, events.unwrap())
 }
 
 fn scripted(topic: &Topic, offset: u64, text: &str) -> Publication {
@@ -470,15 +518,9 @@ async fn after_five(
     std::sync::Arc<std::sync::Mutex<Vec<Publication>>>,
     Subscriber,
 ) {
-    let history: std::sync::Arc<std::sync::Mutex<Vec<Publication>>> = Default::default();
-    let mut events = None;
-    let hub = Hub::with_backplane(HubConfig::default(), |tx| {
-        events = Some(tx);
-        Scripted {
-            history: history.clone(),
-        }
-    });
-    let events = events.unwrap();
+    let backplane = Scripted::default();
+    let history = backplane.history.clone();
+    let (hub, events) = scripted_hub(&backplane);
     let mut s = hub.subscriber(SubscriberConfig::default());
     s.subscribe(topic, None).await.unwrap();
     for i in 1..=5 {
@@ -577,65 +619,35 @@ async fn a_rollback_right_after_a_resume_delivers_what_follows_the_gap() {
     assert_eq!(shown(&mut resumed).await, ["GAP(3)", "b4@4", "b5@5", "b6@6"]);
 }
 
-/// The in-process backplane, but a resume's history read (one with a position and a limit) never
-/// answers while `stall` is set: a history server that hangs.
-struct Stalling {
-    inner: InProcess,
-    stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
+/// A hub over a [`Scripted`] backplane whose resumes stall, the sender of its events, and
+/// position 1 of `topic` (m1) in its history.
+fn stalled(topic: &Topic) -> (Hub, EventSender, Scripted, Position) {
+    let backplane = Scripted::default();
+    backplane.stall.store(true, std::sync::atomic::Ordering::SeqCst);
+    let m1 = scripted(topic, 1, "m1");
+    backplane.history.lock().unwrap().push(m1.clone());
+    let (hub, events) = scripted_hub(&backplane);
+    (hub, events, backplane, m1.position.unwrap())
 }
 
-impl Backplane for Stalling {
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+/// Publishes `scripted(topic, offset, _)` for each offset: kept in history, sent live.
+async fn publish_scripted(
+    backplane: &Scripted,
+    events: &EventSender,
+    topic: &Topic,
+    offsets: std::ops::RangeInclusive<u64>,
+) {
+    for offset in offsets {
+        let p = scripted(topic, offset, &"x".repeat(1000));
+        backplane.history.lock().unwrap().push(p.clone());
+        events.send(Event::Publication(p)).await.unwrap();
     }
-
-    fn publish(&self, p: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
-        self.inner.publish(p)
-    }
-
-    fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
-        self.inner.subscribe(topic)
-    }
-
-    fn unsubscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
-        self.inner.unsubscribe(topic)
-    }
-
-    fn history(
-        &self,
-        topic: &Topic,
-        since: Option<&Position>,
-        limit: usize,
-    ) -> BoxFuture<'_, Result<History, Error>> {
-        if since.is_some() && limit > 0 && self.stall.load(std::sync::atomic::Ordering::SeqCst) {
-            return Box::pin(std::future::pending());
-        }
-        self.inner.history(topic, since, limit)
-    }
-}
-
-/// A hub over [`Stalling`] and its switch.
-fn stalling_hub(config: HubConfig) -> (Hub, std::sync::Arc<std::sync::atomic::AtomicBool>) {
-    let stall = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let hub = Hub::with_backplane(config, |tx| Stalling {
-        inner: InProcess::new(tx, HistoryConfig::default()),
-        stall: stall.clone(),
-    });
-    (hub, stall)
 }
 
 #[tokio::test]
 async fn a_cancelled_resume_leaves_nothing_and_a_retry_recovers() {
-    let (hub, stall) = stalling_hub(HubConfig::default());
     let topic = Topic::new("t").unwrap();
-    // A position to resume from: m1 published and seen.
-    let mut first = hub.subscriber(SubscriberConfig::default());
-    first.subscribe(&topic, None).await.unwrap();
-    hub.publish(&topic, Message::text("m1")).await.unwrap();
-    let (_, seen) = next_text(&mut first).await;
-    drop(first);
-    tokio::time::sleep(Duration::from_millis(50)).await;
-
+    let (hub, events, backplane, seen) = stalled(&topic);
     let mut s = hub.subscriber(SubscriberConfig::default());
     let cancelled = timeout(
         Duration::from_millis(100),
@@ -660,10 +672,8 @@ async fn a_cancelled_resume_leaves_nothing_and_a_retry_recovers() {
     );
     assert_eq!(hub.topic_count(), 0);
     // Publications meanwhile are not held for it (they would pile up unbounded).
-    for i in 2..=101 {
-        hub.publish(&topic, Message::binary(vec![0; 1000])).await.unwrap();
-        let _ = i;
-    }
+    publish_scripted(&backplane, &events, &topic, 2..=101).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
         s.queued_bytes(),
         0,
@@ -671,17 +681,15 @@ async fn a_cancelled_resume_leaves_nothing_and_a_retry_recovers() {
     );
 
     // A retry recovers what was published since `seen`, then live ones.
-    stall.store(false, std::sync::atomic::Ordering::SeqCst);
-    let mut retry = hub.subscriber(SubscriberConfig::default());
-    let recovery = retry.subscribe(&topic, Some(seen.clone())).await.unwrap();
-    assert_eq!(recovery, Recovery::Recovered { count: 100 });
+    backplane.stall.store(false, std::sync::atomic::Ordering::SeqCst);
     let recovery = s.subscribe(&topic, Some(seen)).await.unwrap();
     assert_eq!(
         recovery,
         Recovery::Recovered { count: 100 },
         "a retry after a cancel must recover"
     );
-    for offset in 2..=101 {
+    publish_scripted(&backplane, &events, &topic, 102..=102).await;
+    for offset in 2..=102 {
         match next(&mut s).await {
             Delivery::Message(m) => assert_eq!(m.position().unwrap().offset, offset),
             other => panic!("{other:?}"),
@@ -692,22 +700,15 @@ async fn a_cancelled_resume_leaves_nothing_and_a_retry_recovers() {
 
 #[tokio::test]
 async fn live_publications_held_during_a_resume_count_against_the_bound() {
-    let (hub, _stall) = stalling_hub(HubConfig::default());
     let topic = Topic::new("t").unwrap();
-    let mut first = hub.subscriber(SubscriberConfig::default());
-    first.subscribe(&topic, None).await.unwrap();
-    hub.publish(&topic, Message::text("m1")).await.unwrap();
-    let (_, seen) = next_text(&mut first).await;
-
+    let (hub, events, backplane, seen) = stalled(&topic);
     // While its history does not answer, 50 × 1,000 bytes arrive live for a subscriber bound to
     // 10,000: held for it, they pass its bound, and it is stopped at once instead of holding
     // them all (before: held without a bound, and the subscribe waited on).
     let mut s = hub.subscriber(SubscriberConfig::new(10_000, SlowPolicy::Close));
     let publish = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        for _ in 0..50 {
-            hub.publish(&topic, Message::binary(vec![0; 1000])).await.unwrap();
-        }
+        publish_scripted(&backplane, &events, &topic, 2..=51).await;
     };
     let (subscribed, ()) = tokio::join!(timeout(WAIT, s.subscribe(&topic, Some(seen))), publish);
     match subscribed {
@@ -717,7 +718,7 @@ async fn live_publications_held_during_a_resume_count_against_the_bound() {
     assert_eq!(s.queued_bytes(), 0);
     assert_eq!(s.topics().count(), 0);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(hub.subscriber_count(&topic), 1, "only `first` is left");
+    assert_eq!(hub.subscriber_count(&topic), 0);
 }
 
 #[tokio::test]
@@ -828,41 +829,35 @@ async fn a_publish_returns_the_position_it_got() {
     assert_eq!(returned, delivered);
 }
 
-/// A backplane whose publications are all sent and never answered: `publish` says only that it
-/// failed (as a backplane's `publish` may), `publish_many` says how far the batch got.
-struct Unanswered;
-
-impl Backplane for Unanswered {
-    fn capabilities(&self) -> Capabilities {
-        InProcess::new(tokio::sync::mpsc::channel(1).0, HistoryConfig::none()).capabilities()
+fn down() -> Error {
+    Error::Backplane {
+        what: "not connected".into(),
+        source: None,
     }
+}
 
-    fn publish(&self, _: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
-        Box::pin(async {
-            Err(Error::Backplane {
-                what: "no answer".into(),
-                source: None,
-            })
-        })
+fn partly(published: usize, sent: usize) -> Error {
+    Error::PartlyPublished {
+        published,
+        sent,
+        source: Box::new(down()),
     }
+}
 
-    fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn unsubscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn history(&self, _: &Topic, _: Option<&Position>, _: usize) -> BoxFuture<'_, Result<History, Error>> {
-        Box::pin(async { Ok(History::Complete(Vec::new())) })
-    }
+/// A hub over a [`Scripted`] backplane that answers batches with `answers`, a publisher on
+/// it, and what the backplane was given.
+fn failing_on_cue(answers: Vec<Result<(), Error>>) -> (Hub, sockeye_pubsub::Publisher, Scripted) {
+    let backplane = Scripted::default();
+    *backplane.answers.lock().unwrap() = answers.into();
+    let (hub, _) = scripted_hub(&backplane);
+    let publisher = hub.subscriber(SubscriberConfig::default()).publisher();
+    (hub, publisher, backplane)
 }
 
 #[tokio::test]
 async fn a_publish_error_says_whether_it_was_published_as_a_batch_error_does() {
-    let hub = Hub::with_backplane(HubConfig::default(), |_| Unanswered);
     let topic = Topic::new("t").unwrap();
+    let (hub, _, _) = failing_on_cue(vec![Err(partly(0, 1)), Err(partly(0, 1))]);
     let one = hub.publish(&topic, Message::text("one")).await.unwrap_err();
     let batch = hub
         .publish_many(&topic, vec![Message::text("one")])
@@ -884,87 +879,17 @@ async fn a_publish_error_says_whether_it_was_published_as_a_batch_error_does() {
     }
 }
 
-/// A backplane that answers each batch with the next of `answers` (`Ok`: published) and
-/// records the texts of every batch it was given.
-#[derive(Default)]
-struct Flaky {
-    answers: std::sync::Mutex<std::collections::VecDeque<Result<(), Error>>>,
-    tries: std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>,
-}
-
-impl Backplane for Flaky {
-    fn capabilities(&self) -> Capabilities {
-        InProcess::new(tokio::sync::mpsc::channel(1).0, HistoryConfig::none()).capabilities()
-    }
-
-    fn publish(&self, p: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
-        Box::pin(async move { Ok(self.publish_many(vec![p]).await?.pop()) })
-    }
-
-    fn publish_many(&self, batch: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
-        let mut tries = self.tries.lock().unwrap();
-        tries.push(
-            batch
-                .iter()
-                .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
-                .collect(),
-        );
-        let n = tries.iter().map(Vec::len).sum::<usize>() as u64;
-        let answer = self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()));
-        let positions = (0..batch.len() as u64)
-            .map(|i| Position {
-                epoch: "E".into(),
-                offset: n - batch.len() as u64 + i + 1,
-            })
-            .collect();
-        Box::pin(async move { answer.map(|()| positions) })
-    }
-
-    fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn unsubscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn history(&self, _: &Topic, _: Option<&Position>, _: usize) -> BoxFuture<'_, Result<History, Error>> {
-        Box::pin(async { Ok(History::Complete(Vec::new())) })
-    }
-}
-
-fn down() -> Error {
-    Error::Backplane {
-        what: "not connected".into(),
-        source: None,
-    }
-}
-
-fn partly(published: usize, sent: usize) -> Error {
-    Error::PartlyPublished {
-        published,
-        sent,
-        source: Box::new(down()),
-    }
-}
-
 /// What `retry` does with a batch a, b, c given `answers`: its result and the batches tried.
 async fn retried(
     retry: sockeye_pubsub::PublishRetry,
     answers: Vec<Result<(), Error>>,
 ) -> (Result<Option<Position>, Error>, Vec<Vec<String>>) {
-    let tries = std::sync::Arc::default();
-    let flaky = Flaky {
-        answers: std::sync::Mutex::new(answers.into()),
-        tries: std::sync::Arc::clone(&tries),
-    };
-    let hub = Hub::with_backplane(HubConfig::default(), |_| flaky);
-    let publisher = hub.subscriber(SubscriberConfig::default()).publisher();
+    let (_hub, publisher, backplane) = failing_on_cue(answers);
     let batch = vec!["a".into(), "b".into(), "c".into()];
     let result = retry
         .publish_many(&publisher, &Topic::new("t").unwrap(), batch)
         .await;
-    let tries = tries.lock().unwrap().clone();
+    let tries = backplane.tries.lock().unwrap().clone();
     (result, tries)
 }
 
