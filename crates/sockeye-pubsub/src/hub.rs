@@ -2,7 +2,7 @@
 //!
 //! A publication is turned into a [`Message`] once (its payload is shared `Bytes`) and pushed
 //! into every subscriber's queue under one lock, without an `await` per subscriber: a slow
-//! subscriber only ever fills its own queue, whose bound and [`SlowPolicy`] decide what happens.
+//! subscriber only ever fills its own queue, whose bound and [`SlowPolicy`](crate::SlowPolicy) decide what happens.
 //!
 //! # No silent miss
 //!
@@ -19,16 +19,18 @@
 //! stands behind a position it gave, is a rollback: a gap is reported, and the positions given
 //! again are delivered as the new publications they are, not dropped as duplicates.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
-use sockeye::{DataKind, Message, PreparedMessage, Utf8Bytes};
-use tokio::sync::{Notify, mpsc};
+use sockeye::{DataKind, Message};
+use tokio::sync::mpsc;
 
 use crate::backplane::{Backplane, EVENT_QUEUE, Event, EventSender, History, InProcess};
+use crate::delivery::{delivery, to_delivery};
+use crate::queue::{Queue, lock};
 use crate::{
-    Error, HistoryConfig, HubConfig, Origin, Position, Publication, SlowPolicy, SubscriberConfig, Topic,
+    Delivery, Error, HistoryConfig, HubConfig, Origin, Position, Publication, SubscriberConfig, Topic,
 };
 
 /// A node's topics. Cheap to clone (shared); the hub stops when the last clone and the last
@@ -253,121 +255,6 @@ impl Hub {
     }
 }
 
-/// What a subscriber receives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Delivery {
-    /// A publication (one shared handle for every subscriber it is delivered to).
-    Message(Published),
-    /// Publications on `topic` may have been missed and cannot be recovered: the backplane's
-    /// server was unreachable and has no history, the history no longer reaches back far enough,
-    /// or the backplane may have lost publications it had given positions to (a new epoch: its
-    /// server restarted or failed over, its storage was lost; or a rollback it did not report).
-    ///
-    /// After the gap come, in order, whatever the history still holds that was not delivered
-    /// (after a new epoch: everything the new epoch holds, from its first publication), then live
-    /// publications: the same for a subscriber that stayed subscribed as for one that resumes.
-    Gap {
-        /// The topic.
-        topic: Topic,
-        /// The position just before the first publication delivered after this gap: every
-        /// publication after it is delivered after the gap (none skipped), none at or before it
-        /// is. A client that keeps `resume` (after a new epoch, offset 0 of it, say `0@E2`) and
-        /// drops right after the gap skips nothing when it resumes from it later (as far as the
-        /// history still reaches; if not, it is told with another gap).
-        ///
-        /// `None`: the topic has no position in its current history yet (nothing published in a
-        /// new epoch), or where it stands is unknown (the history did not answer). Keep the
-        /// position held before the gap: resuming from it reports the gap again, then delivers
-        /// everything the current history holds.
-        resume: Option<Position>,
-    },
-    /// [`SlowPolicy::Drop`]: this many publications did not fit in the queue and were dropped for
-    /// this subscriber since the last such notice.
-    Dropped {
-        /// How many.
-        count: u64,
-    },
-}
-
-/// A publication as delivered: built once on this node and shared by every subscriber it goes
-/// to (queueing it for one more subscriber costs one reference count).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Published(Arc<PublishedInner>);
-
-#[derive(PartialEq, Eq)]
-struct PublishedInner {
-    topic: Topic,
-    position: Option<Position>,
-    origin: Origin,
-    prepared: PreparedMessage,
-}
-
-impl Published {
-    /// Its topic.
-    pub fn topic(&self) -> &Topic {
-        &self.0.topic
-    }
-
-    /// Where it stands in the topic's history: keep the last one to resume from after a
-    /// reconnect (`None` from a backplane without history).
-    pub fn position(&self) -> Option<&Position> {
-        self.0.position.as_ref()
-    }
-
-    /// Who published it.
-    pub fn origin(&self) -> Origin {
-        self.0.origin
-    }
-
-    /// The message (its payload shared with every other subscriber).
-    pub fn message(&self) -> &Message {
-        self.0.prepared.message()
-    }
-
-    /// The message prepared once for every subscriber: send it with
-    /// [`WebSocketWriter::feed_prepared`](sockeye::WebSocketWriter::feed_prepared) so that with
-    /// permessage-deflate (without context takeover) it is compressed once, not once per
-    /// connection.
-    pub fn prepared(&self) -> &PreparedMessage {
-        &self.0.prepared
-    }
-
-    /// Whether it is at or before `seam` in the same epoch (already delivered).
-    fn not_after(&self, seam: &Position) -> bool {
-        self.0
-            .position
-            .as_ref()
-            .is_some_and(|p| p.epoch == seam.epoch && p.offset <= seam.offset)
-    }
-}
-
-impl std::fmt::Debug for Published {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Published")
-            .field("topic", &self.0.topic)
-            .field("position", &self.0.position)
-            .field("origin", &self.0.origin)
-            .field("message", self.message())
-            .finish()
-    }
-}
-
-/// What a queued delivery is counted as against [`SubscriberConfig::max_queued_bytes`]: its
-/// payload and what the queue holds for it, so that the bound is one of memory.
-const QUEUE_ITEM_COST: usize = std::mem::size_of::<Delivery>() + 16;
-
-impl Delivery {
-    /// The bytes this delivery holds in a queue.
-    fn size(&self) -> usize {
-        QUEUE_ITEM_COST
-            + match self {
-                Delivery::Message(p) => p.message().as_payload().len(),
-                _ => 0,
-            }
-    }
-}
-
 /// How a subscription with a position to resume from began.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -417,7 +304,7 @@ impl Subscriber {
     /// Refused past [`SubscriberConfig::max_subscriptions`] topics for this subscriber
     /// ([`Error::TooManySubscriptions`]) and [`HubConfig::max_topics`] topics on the node
     /// ([`Error::TooManyTopics`]); [`Error::close_code`] says how to close the client's
-    /// connection for either. A subscriber stopped by [`SlowPolicy::Close`] while it waits for
+    /// connection for either. A subscriber stopped by [`SlowPolicy::Close`](crate::SlowPolicy::Close) while it waits for
     /// the history (what arrived live meanwhile counts against its bound) gets
     /// [`Error::TooSlow`] at once.
     ///
@@ -578,14 +465,14 @@ impl Subscriber {
         }
     }
 
-    /// Resolves once [`SlowPolicy::Close`] has stopped this subscriber: for a writer blocked on a
+    /// Resolves once [`SlowPolicy::Close`](crate::SlowPolicy::Close) has stopped this subscriber: for a writer blocked on a
     /// connection that does not read, to give up on it at once.
     pub async fn too_slow(&self) {
         self.queue.stopped().await;
     }
 
     /// The next delivery; `None` once the hub has stopped. [`Error::TooSlow`] (once) when the
-    /// subscriber passed its bound under [`SlowPolicy::Close`]; it receives nothing after that.
+    /// subscriber passed its bound under [`SlowPolicy::Close`](crate::SlowPolicy::Close); it receives nothing after that.
     pub async fn recv(&mut self) -> Option<Result<Delivery, Error>> {
         loop {
             let notified = self.queue.notify.notified();
@@ -611,7 +498,7 @@ impl Subscriber {
         self.queue.pop()
     }
 
-    /// Publications dropped for this subscriber under [`SlowPolicy::Drop`], in all.
+    /// Publications dropped for this subscriber under [`SlowPolicy::Drop`](crate::SlowPolicy::Drop), in all.
     #[expect(
         clippy::misnamed_getters,
         reason = "`dropped` is the count not yet reported; this is the total"
@@ -749,32 +636,6 @@ impl Inner {
     fn latest(&self, topic: &Topic) -> Option<Position> {
         lock(&self.topics).get(topic).and_then(|t| t.last.clone())
     }
-}
-
-/// Turns a publication into a delivery if it comes after `since`.
-fn delivery(p: Publication, since: &Position) -> Option<Delivery> {
-    if let Some(pos) = &p.position
-        && pos.epoch == since.epoch
-        && pos.offset <= since.offset
-    {
-        return None;
-    }
-    to_delivery(p)
-}
-
-/// The message of a publication, built once for all its subscribers. A text payload that is not
-/// UTF-8 (a foreign publisher on the backplane) is dropped: it could not be sent as text.
-fn to_delivery(p: Publication) -> Option<Delivery> {
-    let message = match p.kind {
-        DataKind::Text => Message::Text(Utf8Bytes::try_from(p.payload).ok()?),
-        DataKind::Binary => Message::Binary(p.payload),
-    };
-    Some(Delivery::Message(Published(Arc::new(PublishedInner {
-        topic: p.topic,
-        position: p.position,
-        origin: p.origin,
-        prepared: PreparedMessage::new(message)?,
-    }))))
 }
 
 /// Reads the backplane's events and delivers them; ends when the hub is dropped or the backplane
@@ -1013,279 +874,4 @@ fn not_after(p: &Publication, seam: &Position) -> bool {
     p.position
         .as_ref()
         .is_some_and(|pos| pos.epoch == seam.epoch && pos.offset <= seam.offset)
-}
-
-/// One subscriber's deliveries.
-#[derive(Debug)]
-struct Queue {
-    config: SubscriberConfig,
-    state: Mutex<QueueState>,
-    notify: Notify,
-    /// Told when [`SlowPolicy::Close`] stops the queue.
-    stop: Notify,
-}
-
-#[derive(Debug, Default)]
-struct QueueState {
-    items: VecDeque<Delivery>,
-    bytes: usize,
-    /// Dropped since the last [`Delivery::Dropped`] was handed out, and in all.
-    dropped: u64,
-    dropped_total: u64,
-    /// [`SlowPolicy::Close`] fired: `(queued, max)`, reported once.
-    too_slow: Option<(usize, usize)>,
-    stopped: bool,
-    /// Only while a subscription resumes (boxed: an idle subscriber holds a pointer's worth).
-    resuming: Option<Box<Resuming>>,
-}
-
-/// The state of subscriptions that resume from a position.
-#[derive(Debug, Default)]
-struct Resuming {
-    /// Topics being recovered: their live deliveries wait here until the history is queued.
-    held: HashMap<Topic, Vec<Delivery>>,
-    /// Topics recovered: the last position queued from history. A live publication at or before
-    /// it that was still on its way from the backplane when the recovery ended is a duplicate.
-    seams: HashMap<Topic, Position>,
-}
-
-impl QueueState {
-    fn resuming(&mut self) -> &mut Resuming {
-        self.resuming.get_or_insert_with(Box::default)
-    }
-
-    /// Frees the resuming state once nothing resumes.
-    fn tidy(&mut self) {
-        if self
-            .resuming
-            .as_ref()
-            .is_some_and(|r| r.held.is_empty() && r.seams.is_empty())
-        {
-            self.resuming = None;
-        }
-    }
-}
-
-impl Queue {
-    fn new(config: SubscriberConfig) -> Queue {
-        Queue {
-            config,
-            state: Mutex::default(),
-            notify: Notify::new(),
-            stop: Notify::new(),
-        }
-    }
-
-    fn push(&self, d: &Delivery) {
-        let mut s = lock(&self.state);
-        if s.stopped {
-            return;
-        }
-        // Nothing to look up but while a subscription resumes: no hashing of the topic then.
-        if let Some(r) = s.resuming.as_mut() {
-            match d {
-                Delivery::Message(p) => {
-                    if r.held.contains_key(p.topic()) {
-                        self.hold_one(&mut s, p.topic(), d);
-                        return;
-                    }
-                    if let Some(seam) = r.seams.get(p.topic()) {
-                        if p.not_after(seam) {
-                            return;
-                        }
-                        r.seams.remove(p.topic());
-                        s.tidy();
-                    }
-                }
-                // A gap while the topic is recovered waits with its live deliveries, after the
-                // history; a gap after it ends the seam: the backplane went back, and what
-                // follows the gap may reuse positions at or before the seam (a rollback), which
-                // are new publications, not duplicates.
-                Delivery::Gap { topic, .. } => {
-                    if r.held.contains_key(topic) {
-                        self.hold_one(&mut s, topic, d);
-                        return;
-                    }
-                    if r.seams.remove(topic).is_some() {
-                        s.tidy();
-                    }
-                }
-                Delivery::Dropped { .. } => {}
-            }
-        }
-        self.push_locked(&mut s, d.clone());
-    }
-
-    fn push_locked(&self, s: &mut QueueState, d: Delivery) {
-        if !self.admit(s, d.size()) {
-            return;
-        }
-        let was_empty = s.items.is_empty();
-        s.items.push_back(d);
-        if was_empty {
-            self.notify.notify_one();
-        }
-    }
-
-    /// Counts `size` more bytes against the bound (queued and held alike), or applies the
-    /// [`SlowPolicy`] and says no.
-    fn admit(&self, s: &mut QueueState, size: usize) -> bool {
-        if s.bytes > 0 && s.bytes + size > self.config.max_queued_bytes {
-            match self.config.slow {
-                SlowPolicy::Drop => {
-                    s.dropped += 1;
-                    s.dropped_total += 1;
-                }
-                SlowPolicy::Close => {
-                    s.too_slow = Some((s.bytes + size, self.config.max_queued_bytes));
-                    s.stopped = true;
-                    s.items.clear();
-                    s.bytes = 0;
-                    s.resuming = None;
-                    self.notify.notify_one();
-                    self.stop.notify_waiters();
-                }
-            }
-            return false;
-        }
-        s.bytes += size;
-        true
-    }
-
-    /// Holds a live delivery for `topic`, being recovered, within the bound.
-    fn hold_one(&self, s: &mut QueueState, topic: &Topic, d: &Delivery) {
-        if !self.admit(s, d.size()) {
-            return;
-        }
-        if let Some(held) = s.resuming.as_mut().and_then(|r| r.held.get_mut(topic)) {
-            held.push(d.clone());
-        }
-    }
-
-    fn hold(&self, topic: &Topic) {
-        let mut s = lock(&self.state);
-        let r = s.resuming();
-        r.seams.remove(topic);
-        r.held.insert(topic.clone(), Vec::new());
-    }
-
-    /// Takes `topic`'s held deliveries out of the count (they are queued again or dropped).
-    fn take_held(s: &mut QueueState, topic: &Topic) -> Vec<Delivery> {
-        let held = s
-            .resuming
-            .as_mut()
-            .and_then(|r| r.held.remove(topic))
-            .unwrap_or_default();
-        s.bytes -= held.iter().map(Delivery::size).sum::<usize>();
-        held
-    }
-
-    /// Forgets `topic` (unsubscribed, or its subscription cancelled): what is held for it is
-    /// dropped, and its seam.
-    fn forget(&self, topic: &Topic) {
-        let mut s = lock(&self.state);
-        Self::take_held(&mut s, topic);
-        if let Some(r) = s.resuming.as_mut() {
-            r.seams.remove(topic);
-        }
-        s.tidy();
-    }
-
-    /// Resolves once [`SlowPolicy::Close`] has stopped the queue.
-    async fn stopped(&self) {
-        loop {
-            let stopped = self.stop.notified();
-            tokio::pin!(stopped);
-            stopped.as_mut().enable();
-            if lock(&self.state).stopped {
-                return;
-            }
-            stopped.await;
-        }
-    }
-
-    /// The error of a stopped queue, without taking it from [`pop`](Self::pop).
-    fn too_slow_error(&self) -> Error {
-        let (queued, max) = lock(&self.state)
-            .too_slow
-            .unwrap_or((0, self.config.max_queued_bytes));
-        Error::TooSlow { queued, max }
-    }
-
-    /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
-    /// after both `since` and the last recovered one.
-    fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Position>) {
-        let mut s = lock(&self.state);
-        let held = Self::take_held(&mut s, topic);
-        s.tidy();
-        if s.stopped {
-            return;
-        }
-        let mut seam = since;
-        for d in recovered {
-            if let Delivery::Message(p) = &d
-                && let Some(position) = p.position()
-            {
-                seam = Some(position.clone());
-            }
-            self.push_locked(&mut s, d);
-        }
-        for d in held {
-            let duplicate = match (&d, &seam) {
-                (Delivery::Message(p), Some(seam)) => p.not_after(seam),
-                // What follows a gap is new whatever its position (see `push`).
-                (Delivery::Gap { .. }, _) => {
-                    seam = None;
-                    false
-                }
-                _ => false,
-            };
-            if !duplicate {
-                self.push_locked(&mut s, d);
-            }
-        }
-        if let Some(seam) = seam {
-            s.resuming().seams.insert(topic.clone(), seam);
-        }
-    }
-
-    fn pop(&self) -> Option<Result<Delivery, Error>> {
-        let mut s = lock(&self.state);
-        if let Some((queued, max)) = s.too_slow.take() {
-            return Some(Err(Error::TooSlow { queued, max }));
-        }
-        if s.dropped > 0 {
-            let count = std::mem::take(&mut s.dropped);
-            return Some(Ok(Delivery::Dropped { count }));
-        }
-        let d = s.items.pop_front()?;
-        s.bytes -= d.size();
-        Some(Ok(d))
-    }
-
-    fn pop_many(&self, out: &mut Vec<Delivery>, max: usize) -> Result<usize, Error> {
-        let mut s = lock(&self.state);
-        if let Some((queued, max)) = s.too_slow.take() {
-            return Err(Error::TooSlow { queued, max });
-        }
-        let mut n = 0;
-        if s.dropped > 0 && n < max {
-            let count = std::mem::take(&mut s.dropped);
-            out.push(Delivery::Dropped { count });
-            n += 1;
-        }
-        while n < max {
-            let Some(d) = s.items.pop_front() else { break };
-            s.bytes -= d.size();
-            out.push(d);
-            n += 1;
-        }
-        Ok(n)
-    }
-}
-
-/// A lock whose holder cannot leave the data half-updated on panic (every critical section
-/// above is a few pushes and removals), so a poisoned lock is still usable.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -54,8 +54,10 @@
 
 pub mod backplane;
 mod batch;
+mod delivery;
 mod error;
 mod hub;
+mod queue;
 mod retry;
 mod topic;
 
@@ -63,8 +65,9 @@ use std::time::Duration;
 
 pub use backplane::{Origin, Position, Publication};
 pub use batch::next_batch;
+pub use delivery::{Delivery, Published};
 pub use error::Error;
-pub use hub::{Delivery, Hub, Published, Publisher, Recovery, Subscriber};
+pub use hub::{Hub, Publisher, Recovery, Subscriber};
 pub use retry::PublishRetry;
 pub use topic::Topic;
 
