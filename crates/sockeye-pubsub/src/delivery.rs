@@ -36,8 +36,8 @@ pub enum Delivery {
         /// everything the current history holds.
         resume: Option<Position>,
     },
-    /// [`SlowPolicy::Drop`](crate::SlowPolicy::Drop): this many publications did not fit in the queue and were dropped for
-    /// this subscriber since the last such notice.
+    /// [`SlowPolicy::Drop`](crate::SlowPolicy::Drop): this many publications did not fit in the
+    /// queue and were dropped for this subscriber since the last such notice.
     Dropped {
         /// How many.
         count: u64,
@@ -107,8 +107,9 @@ impl std::fmt::Debug for Published {
     }
 }
 
-/// What a queued delivery is counted as against [`SubscriberConfig::max_queued_bytes`](crate::SubscriberConfig): its
-/// payload and what the queue holds for it, so that the bound is one of memory.
+/// What a queued delivery is counted as against
+/// [`SubscriberConfig::max_queued_bytes`](crate::SubscriberConfig): its payload and what the queue
+/// holds for it, so that the bound is one of memory.
 const QUEUE_ITEM_COST: usize = std::mem::size_of::<Delivery>() + 16;
 
 impl Delivery {

@@ -1,8 +1,9 @@
 //! The hub: a node's topics, its subscribers' queues, and the fan-out from the backplane.
 //!
-//! A publication is turned into a [`Message`] once (its payload is shared `Bytes`) and pushed
-//! into every subscriber's queue under one lock, without an `await` per subscriber: a slow
-//! subscriber only ever fills its own queue, whose bound and [`SlowPolicy`](crate::SlowPolicy) decide what happens.
+//! A publication is turned into a [`Message`] once (its payload is shared `Bytes`) and pushed into
+//! every subscriber's queue under one lock, without an `await` per subscriber: a slow subscriber
+//! only ever fills its own queue, whose bound and [`SlowPolicy`](crate::SlowPolicy) decide what
+//! happens.
 //!
 //! # No silent miss
 //!
@@ -303,9 +304,9 @@ impl Subscriber {
     ///
     /// Refused past [`SubscriberConfig::max_subscriptions`] topics for this subscriber
     /// ([`Error::TooManySubscriptions`]) and [`HubConfig::max_topics`] topics on the node
-    /// ([`Error::TooManyTopics`]); [`Error::close_code`] says how to close the client's
-    /// connection for either. A subscriber stopped by [`SlowPolicy::Close`](crate::SlowPolicy::Close) while it waits for
-    /// the history (what arrived live meanwhile counts against its bound) gets
+    /// ([`Error::TooManyTopics`]); [`Error::close_code`] says how to close the client's connection
+    /// for either. A subscriber stopped by [`SlowPolicy::Close`](crate::SlowPolicy::Close) while it
+    /// waits for the history (what arrived live meanwhile counts against its bound) gets
     /// [`Error::TooSlow`] at once.
     ///
     /// # Cancel safety
@@ -465,14 +466,15 @@ impl Subscriber {
         }
     }
 
-    /// Resolves once [`SlowPolicy::Close`](crate::SlowPolicy::Close) has stopped this subscriber: for a writer blocked on a
-    /// connection that does not read, to give up on it at once.
+    /// Resolves once [`SlowPolicy::Close`](crate::SlowPolicy::Close) has stopped this subscriber:
+    /// for a writer blocked on a connection that does not read, to give up on it at once.
     pub async fn too_slow(&self) {
         self.queue.stopped().await;
     }
 
     /// The next delivery; `None` once the hub has stopped. [`Error::TooSlow`] (once) when the
-    /// subscriber passed its bound under [`SlowPolicy::Close`](crate::SlowPolicy::Close); it receives nothing after that.
+    /// subscriber passed its bound under [`SlowPolicy::Close`](crate::SlowPolicy::Close); it
+    /// receives nothing after that.
     pub async fn recv(&mut self) -> Option<Result<Delivery, Error>> {
         loop {
             let notified = self.queue.notify.notified();
