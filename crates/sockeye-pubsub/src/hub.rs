@@ -192,7 +192,8 @@ impl Hub {
         topic: &Topic,
         message: Message,
     ) -> Result<Option<Position>, Error> {
-        let positions = self.publish_many_as(publisher, topic, vec![message]).await?;
+        let publication = self.publication(publisher, topic, message)?;
+        let positions = self.inner.backplane.publish_many(vec![publication]).await?;
         Ok(positions.into_iter().next())
     }
 

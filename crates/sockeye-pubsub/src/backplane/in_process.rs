@@ -5,7 +5,9 @@
 //! (the oldest publication of any topic goes first), and by age: one task per backplane sleeps
 //! until the oldest publication of all is due (at most once a [`SWEEP_EVERY`]) and drops what
 //! has expired, and every call sweeps too. An index of each topic's oldest publication, ordered
-//! by time, finds the oldest of all without looking at every topic.
+//! by time, finds the oldest of all without looking at every topic; it is corrected lazily (when
+//! an entry comes first), so that trimming a topic to `max_len` on the path of every publication
+//! does not touch it.
 //!
 //! A topic nobody subscribes to whose history is empty (expired, or none kept) is forgotten.
 //! Its offsets are then given again when it is published to, so each life of a topic has an
@@ -56,8 +58,8 @@ struct Shared {
 struct State {
     topics: HashMap<Topic, TopicHistory>,
     subscribed: HashSet<Topic>,
-    /// Each topic's oldest kept publication, by the time it was made (and a sequence number, to
-    /// tell two made at the same instant apart).
+    /// An entry per topic with something kept, at (or before) its oldest kept publication, by
+    /// the time it was made and a sequence number (to tell two made at the same instant apart).
     oldest: BTreeMap<(Instant, u64), Topic>,
     /// Bytes kept in all topics, as counted against `max_bytes`.
     bytes: usize,
@@ -73,6 +75,8 @@ struct TopicHistory {
     offset: u64,
     /// The newest publications, oldest first.
     kept: VecDeque<Kept>,
+    /// Its entry in `State::oldest`: at or before its oldest publication (see `State::sweep`).
+    indexed: Option<(Instant, u64)>,
 }
 
 #[derive(Debug)]
@@ -127,17 +131,22 @@ impl InProcess {
         mut publication: Publication,
     ) -> Result<Position, Error> {
         let config = &self.shared.history;
-        let now = Instant::now();
-        state.sweep(now, config);
-        let topic = publication.topic.clone();
         let instance = self.shared.instance;
-        let sequence = &mut state.sequence;
-        let h = state.topics.entry(topic.clone()).or_insert_with(|| {
+        let State {
+            topics,
+            oldest,
+            bytes,
+            sequence,
+            ..
+        } = state;
+        // One lookup of the topic for all that follows (this is the path of every publication).
+        let h = topics.entry(publication.topic.clone()).or_insert_with(|| {
             *sequence += 1;
             TopicHistory {
                 epoch: format!("{instance:016x}.{sequence:x}").into(),
                 offset: 0,
                 kept: VecDeque::new(),
+                indexed: None,
             }
         });
         h.offset += 1;
@@ -146,25 +155,36 @@ impl InProcess {
             offset: h.offset,
         };
         publication.position = Some(position.clone());
+        let now = Instant::now();
         if config.max_len > 0 {
-            state.keep(now, publication.clone());
-            while state
-                .topics
-                .get(&topic)
-                .is_some_and(|h| h.kept.len() > config.max_len)
-            {
-                state.pop_oldest(&topic);
+            *sequence += 1;
+            let kept = Kept {
+                at: now,
+                sequence: *sequence,
+                publication: publication.clone(),
+            };
+            if h.indexed.is_none() {
+                h.indexed = Some((kept.at, kept.sequence));
+                oldest.insert((kept.at, kept.sequence), publication.topic.clone());
+            }
+            *bytes += kept.cost();
+            h.kept.push_back(kept);
+            // Not the index: it is corrected when this topic's entry comes first (`sweep`).
+            while h.kept.len() > config.max_len {
+                if let Some(gone) = h.kept.pop_front() {
+                    *bytes -= gone.cost();
+                }
             }
             // The new publication may be all that is over `max_bytes`: it goes too.
             state.sweep(now, config);
         }
-        if state.subscribed.contains(&topic) {
+        if state.subscribed.contains(&publication.topic) {
             self.events
                 .send(Event::Publication(publication))
                 .await
                 .map_err(|_| Error::Closed)?;
         } else {
-            state.forget_if_unused(&topic);
+            state.forget_if_unused(&publication.topic);
         }
         Ok(position)
     }
@@ -179,53 +199,44 @@ impl Drop for InProcess {
 }
 
 impl State {
-    /// Keeps `p` (numbered) at the end of its topic's history.
-    fn keep(&mut self, now: Instant, publication: Publication) {
-        self.sequence += 1;
-        let kept = Kept {
-            at: now,
-            sequence: self.sequence,
-            publication,
-        };
-        let Some(h) = self.topics.get_mut(&kept.publication.topic) else {
-            return;
-        };
-        if h.kept.is_empty() {
-            self.oldest
-                .insert((kept.at, kept.sequence), kept.publication.topic.clone());
-        }
-        self.bytes += kept.cost();
-        h.kept.push_back(kept);
-    }
-
-    /// Drops `topic`'s oldest kept publication.
-    fn pop_oldest(&mut self, topic: &Topic) {
-        let Some(h) = self.topics.get_mut(topic) else {
-            return;
-        };
-        let Some(gone) = h.kept.pop_front() else { return };
-        self.oldest.remove(&(gone.at, gone.sequence));
-        self.bytes -= gone.cost();
-        if let Some(next) = h.kept.front() {
-            self.oldest.insert((next.at, next.sequence), topic.clone());
-        }
-        self.forget_if_unused(topic);
-    }
-
     /// Drops what is older than `max_age` (at `now`), then the oldest of all while the history
     /// is over `max_bytes`.
+    ///
+    /// The index is corrected here, as its entries come first: a topic's entry may stand before
+    /// its oldest publication (trimmed by `max_len` since) or belong to a life of the topic that
+    /// ended; it is moved to the right place or dropped. An entry never stands after its topic's
+    /// oldest publication, so the first one that is right is the oldest of all.
     fn sweep(&mut self, now: Instant, config: &HistoryConfig) {
-        while let Some((&(at, _), topic)) = self.oldest.first_key_value() {
+        while let Some((&key, topic)) = self.oldest.first_key_value() {
+            let (at, _) = key;
             let expired = now.saturating_duration_since(at) >= config.max_age;
             if !expired && self.bytes <= config.max_bytes {
                 return;
             }
             let topic = topic.clone();
-            self.pop_oldest(&topic);
+            self.oldest.remove(&key);
+            let Some(h) = self.topics.get_mut(&topic).filter(|h| h.indexed == Some(key)) else {
+                continue; // of a life of the topic that ended
+            };
+            let front = h.kept.front().map(|k| (k.at, k.sequence));
+            // Right: it is the oldest of all, and goes. Wrong: moved to its place, below.
+            if front == Some(key)
+                && let Some(gone) = h.kept.pop_front()
+            {
+                self.bytes -= gone.cost();
+            }
+            h.indexed = h.kept.front().map(|k| (k.at, k.sequence));
+            match h.indexed {
+                Some(next) => {
+                    self.oldest.insert(next, topic);
+                }
+                None => self.forget_if_unused(&topic),
+            }
         }
     }
 
-    /// When the oldest publication kept expires (`None`: nothing kept, or never).
+    /// When the oldest publication kept expires (`None`: nothing kept, or never); possibly
+    /// earlier (the index may stand before it), never later.
     fn next_expiry(&self, config: &HistoryConfig) -> Option<Instant> {
         let (&(at, _), _) = self.oldest.first_key_value()?;
         at.checked_add(config.max_age)
@@ -234,7 +245,11 @@ impl State {
     /// Forgets a topic nobody subscribes to with nothing kept: its next publication starts a
     /// new life, with a new epoch (see the module's documentation).
     fn forget_if_unused(&mut self, topic: &Topic) {
-        if !self.subscribed.contains(topic) && self.topics.get(topic).is_some_and(|h| h.kept.is_empty()) {
+        let Some(h) = self.topics.get(topic) else { return };
+        if h.kept.is_empty() && !self.subscribed.contains(topic) {
+            if let Some(key) = h.indexed {
+                self.oldest.remove(&key);
+            }
             self.topics.remove(topic);
         }
     }
@@ -517,5 +532,27 @@ mod tests {
             b.history(&a, Some(&third), 100).await.unwrap(),
             History::Complete(ps) if ps.len() == 2
         ));
+    }
+
+    #[tokio::test]
+    async fn the_oldest_goes_first_after_a_topic_was_trimmed_to_max_len() {
+        let entry = 1000 + ENTRY_COST;
+        let (b, _rx) = backplane(HistoryConfig::new(2, Duration::from_secs(60)).max_bytes(3 * entry));
+        let (a, c) = (Topic::new("a").unwrap(), Topic::new("c").unwrap());
+        b.subscribe(&a).await.unwrap();
+        // a1 trimmed by max_len: the index still stands at it.
+        for _ in 0..3 {
+            b.publish(publication(&a, 1000)).await.unwrap();
+        }
+        b.publish(publication(&c, 1000)).await.unwrap();
+        assert_eq!(b.history_bytes().await, 3 * entry);
+        // One over: the oldest kept (a2, not the trimmed a1) goes.
+        b.publish(publication(&c, 1000)).await.unwrap();
+        assert_eq!(b.history_bytes().await, 3 * entry);
+        assert_eq!(
+            kept(&b, &a).await.iter().map(|p| p.offset).collect::<Vec<_>>(),
+            [3]
+        );
+        assert_eq!(kept(&b, &c).await.len(), 2);
     }
 }
