@@ -56,6 +56,10 @@ step "clippy (warnings are errors), every feature, and the build without default
 cargo clippy --workspace --all-targets --all-features --quiet -- -D warnings
 cargo check --quiet -p sockeye --no-default-features
 cargo check --quiet -p sockeye-pubsub --no-default-features
+# ...and without them, pub/sub builds no TLS provider (it used to force sockeye's defaults).
+if cargo tree --quiet -p sockeye-pubsub --no-default-features -e features | grep -i rustls; then
+    echo "sockeye-pubsub without default features still builds rustls" >&2; exit 1
+fi
 step "docs build without warnings"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --all-features -p sockeye-proto -p sockeye -p sockeye-pubsub
 step "unit, property, doc, loopback, fault and framework tests"

@@ -44,6 +44,26 @@ pub enum Error {
         /// The bound.
         max: usize,
     },
+    /// A subscriber asked for one topic more than
+    /// [`SubscriberConfig::max_subscriptions`](crate::SubscriberConfig) allows. The caller's
+    /// fault (a client following too many topics): unsubscribe from one first, or raise the
+    /// setting. A WebSocket server refusing a client's subscription for this should close with
+    /// 1008 (policy violation): retrying the same request will not succeed.
+    TooManySubscriptions {
+        /// The limit.
+        max: usize,
+    },
+    /// The node already follows [`HubConfig::max_topics`](crate::HubConfig) topics and a
+    /// subscription asked for one more. Not this caller's fault: the node is full. A WebSocket
+    /// server should close with 1013 (try again later) so that the client reconnects, later
+    /// or to another node; the operator raises the setting or adds nodes.
+    TooManyTopics {
+        /// The limit.
+        max: usize,
+    },
+    /// A position to resume from (`offset@epoch`, as [`Position`](crate::Position) prints) that
+    /// cannot be read. The caller's fault (a client sent it): the message says what is wrong.
+    InvalidPosition(String),
     /// The hub has stopped (every handle to it was dropped, or its backplane ended).
     Closed,
     /// A batch ([`Hub::publish_many`](crate::Hub::publish_many),
@@ -72,29 +92,59 @@ impl Error {
     pub fn is_caller_fault(&self) -> bool {
         matches!(
             self,
-            Error::InvalidTopic(_) | Error::InvalidUrl(_) | Error::PayloadTooLarge { .. } | Error::NotData
+            Error::InvalidTopic(_)
+                | Error::InvalidUrl(_)
+                | Error::PayloadTooLarge { .. }
+                | Error::NotData
+                | Error::TooManySubscriptions { .. }
+                | Error::InvalidPosition(_)
         )
     }
 
+    /// The close code a WebSocket carrying the subscriber or the publisher that got this error
+    /// should be closed with, if it has to be closed: the one place that maps them.
+    ///
+    /// - 1008 (policy violation) when the client broke a rule of the server that retrying will
+    ///   not fix: [`TooSlow`](Error::TooSlow), [`TooManySubscriptions`](Error::TooManySubscriptions),
+    ///   [`InvalidTopic`](Error::InvalidTopic), [`InvalidPosition`](Error::InvalidPosition),
+    ///   [`NotData`](Error::NotData);
+    /// - 1009 (message too big): [`PayloadTooLarge`](Error::PayloadTooLarge);
+    /// - 1013 (try again later) when the node or its backplane cannot serve it now and a
+    ///   reconnect (later, or to another node) may succeed: [`TooManyTopics`](Error::TooManyTopics),
+    ///   [`Backplane`](Error::Backplane), [`PartlyPublished`](Error::PartlyPublished),
+    ///   [`Closed`](Error::Closed), [`InvalidUrl`](Error::InvalidUrl) (a node's own setting).
+    pub fn close_code(&self) -> CloseCode {
+        match self {
+            Error::TooSlow { .. }
+            | Error::TooManySubscriptions { .. }
+            | Error::InvalidTopic(_)
+            | Error::InvalidPosition(_)
+            | Error::NotData => CloseCode::POLICY_VIOLATION,
+            Error::PayloadTooLarge { .. } => CloseCode::MESSAGE_TOO_BIG,
+            Error::TooManyTopics { .. }
+            | Error::Backplane { .. }
+            | Error::PartlyPublished { .. }
+            | Error::Closed
+            | Error::InvalidUrl(_) => CloseCode::TRY_AGAIN_LATER,
+        }
+    }
+
     /// The close frame for a WebSocket whose publication or subscription failed with this
-    /// error, the code mapped here once: the backplane (unreachable, stopped, a batch cut short)
-    /// is 1013, try again later (RFC 6455 §7.4.1: the client reconnects, and resumes from its
-    /// last position); a subscriber [too slow](Error::TooSlow) is 1008, as is a caller's fault
-    /// (a bad topic, something that is not data), except a publication over the size limit:
-    /// 1009, message too big.
+    /// error: [`close_code`](Self::close_code), with a reason that says what happened.
     pub fn close_frame(&self) -> CloseFrame {
-        let (code, reason) = match self {
+        let reason = match self {
             Error::Backplane { .. } | Error::PartlyPublished { .. } | Error::Closed => {
-                (CloseCode::TRY_AGAIN_LATER, "pub/sub backplane unavailable")
+                "pub/sub backplane unavailable"
             }
-            Error::TooSlow { .. } => (CloseCode::POLICY_VIOLATION, "too slow: messages were dropped"),
-            Error::PayloadTooLarge { .. } => (CloseCode::MESSAGE_TOO_BIG, "publication too large"),
-            Error::InvalidTopic(_) => (CloseCode::POLICY_VIOLATION, "invalid topic"),
-            Error::InvalidUrl(_) | Error::NotData => {
-                (CloseCode::POLICY_VIOLATION, "refused by the pub/sub hub")
-            }
+            Error::TooSlow { .. } => "too slow: messages were dropped",
+            Error::PayloadTooLarge { .. } => "publication too large",
+            Error::InvalidTopic(_) => "invalid topic",
+            Error::InvalidPosition(_) => "invalid position",
+            Error::TooManySubscriptions { .. } => "too many subscriptions",
+            Error::TooManyTopics { .. } => "this node has too many topics: try later or another node",
+            Error::InvalidUrl(_) | Error::NotData => "refused by the pub/sub hub",
         };
-        CloseFrame::new(code, reason)
+        CloseFrame::new(self.close_code(), reason)
     }
 
     /// A backplane failure, with the client library's error.
@@ -129,6 +179,17 @@ impl fmt::Display for Error {
                 f,
                 "subscriber too slow: {queued} bytes queued, over its bound of {max} (SubscriberConfig::max_queued_bytes)"
             ),
+            Error::TooManySubscriptions { max } => write!(
+                f,
+                "a subscriber may follow at most {max} topics (SubscriberConfig::max_subscriptions): \
+                 unsubscribe from one first"
+            ),
+            Error::TooManyTopics { max } => write!(
+                f,
+                "this node already follows its limit of {max} topics (HubConfig::max_topics): \
+                 try again later or on another node"
+            ),
+            Error::InvalidPosition(why) => write!(f, "invalid position: {why}"),
             Error::Closed => f.write_str("the hub has stopped"),
             Error::PartlyPublished {
                 published,

@@ -1,8 +1,9 @@
 //! The hub: a node's topics, its subscribers' queues, and the fan-out from the backplane.
 //!
-//! A publication is turned into a [`Message`] once (its payload is shared `Bytes`) and pushed
-//! into every subscriber's queue under one lock, without an `await` per subscriber: a slow
-//! subscriber only ever fills its own queue, whose bound and [`SlowPolicy`] decide what happens.
+//! A publication is turned into a [`Message`] once (its payload is shared `Bytes`) and pushed into
+//! every subscriber's queue under one lock, without an `await` per subscriber: a slow subscriber
+//! only ever fills its own queue, whose bound and [`SlowPolicy`](crate::SlowPolicy) decide what
+//! happens.
 //!
 //! # No silent miss
 //!
@@ -19,16 +20,18 @@
 //! stands behind a position it gave, is a rollback: a gap is reported, and the positions given
 //! again are delivered as the new publications they are, not dropped as duplicates.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
-use sockeye::{DataKind, Message, PreparedMessage, Utf8Bytes};
-use tokio::sync::{Notify, mpsc};
+use sockeye::{DataKind, Message};
+use tokio::sync::mpsc;
 
 use crate::backplane::{Backplane, EVENT_QUEUE, Event, EventSender, History, InProcess};
+use crate::delivery::{delivery, to_delivery};
+use crate::queue::{Queue, lock};
 use crate::{
-    Error, HistoryConfig, HubConfig, Origin, Position, Publication, SlowPolicy, SubscriberConfig, Topic,
+    Delivery, Error, HistoryConfig, HubConfig, Origin, Position, Publication, SubscriberConfig, Topic,
 };
 
 /// A node's topics. Cheap to clone (shared); the hub stops when the last clone and the last
@@ -152,15 +155,23 @@ impl Hub {
     }
 
     /// Publishes to every subscriber of `topic`, on every node. Returns once the backplane has
-    /// the publication; it is delivered when the backplane hands it back (with its position).
-    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+    /// the publication, with the position it got (`None` from a backplane that gives none: NATS
+    /// without JetStream); it is delivered when the backplane hands it back.
+    ///
+    /// An error says whether it was published, by the rule of
+    /// [`publish_many`](Self::publish_many) for a batch of one: [`Error::PartlyPublished`]
+    /// (`published` 0, `sent` 1) when it was sent and the answer was lost, so it may or may not
+    /// have been published (retrying may deliver it twice); any other error means it was not
+    /// published, and may be retried ([`PublishRetry`](crate::PublishRetry) does both right).
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<Option<Position>, Error> {
         self.publish_as(0, topic, message).await
     }
 
     /// Publishes `messages` to every subscriber of `topic`, on every node, in order, as
     /// [`publish`](Self::publish) one after the other would, but in one go: over Redis one round
     /// trip for the whole batch, over NATS one server check and the acknowledgements awaited
-    /// together (see [`Backplane::publish_many`]).
+    /// together (see [`Backplane::publish_many`]). Returns the positions they got, in order
+    /// (empty from a backplane that gives none).
     ///
     /// Every message is checked first (data only, each at most
     /// [`HubConfig::max_payload`](crate::HubConfig)): one that does not pass refuses the whole
@@ -169,13 +180,21 @@ impl Hub {
     /// Not all-or-nothing: a batch that fails at the backplane may be partly published, and
     /// [`Error::PartlyPublished`] says how far it got; any other error means none of it was
     /// published (it may be retried whole).
-    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<Vec<Position>, Error> {
         self.publish_many_as(0, topic, messages).await
     }
 
-    async fn publish_as(&self, publisher: u64, topic: &Topic, message: Message) -> Result<(), Error> {
+    /// One rule for one publication and a batch: a publication goes out as a batch of one, whose
+    /// error says whether it was published (a backplane's `publish` need not).
+    async fn publish_as(
+        &self,
+        publisher: u64,
+        topic: &Topic,
+        message: Message,
+    ) -> Result<Option<Position>, Error> {
         let publication = self.publication(publisher, topic, message)?;
-        self.inner.backplane.publish(publication).await
+        let positions = self.inner.backplane.publish_many(vec![publication]).await?;
+        Ok(positions.into_iter().next())
     }
 
     async fn publish_many_as(
@@ -183,13 +202,13 @@ impl Hub {
         publisher: u64,
         topic: &Topic,
         messages: Vec<Message>,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<Position>, Error> {
         let publications = messages
             .into_iter()
             .map(|m| self.publication(publisher, topic, m))
             .collect::<Result<Vec<_>, _>>()?;
         match publications.len() {
-            0 => Ok(()),
+            0 => Ok(Vec::new()),
             _ => self.inner.backplane.publish_many(publications).await,
         }
     }
@@ -236,120 +255,10 @@ impl Hub {
     pub fn node(&self) -> u64 {
         self.inner.node
     }
-}
 
-/// What a subscriber receives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Delivery {
-    /// A publication (one shared handle for every subscriber it is delivered to).
-    Message(Published),
-    /// Publications on `topic` may have been missed and cannot be recovered: the backplane's
-    /// server was unreachable and has no history, the history no longer reaches back far enough,
-    /// or the backplane may have lost publications it had given positions to (a new epoch: its
-    /// server restarted or failed over, its storage was lost; or a rollback it did not report).
-    ///
-    /// After the gap come, in order, whatever the history still holds that was not delivered
-    /// (after a new epoch: everything the new epoch holds, from its first publication), then live
-    /// publications: the same for a subscriber that stayed subscribed as for one that resumes.
-    Gap {
-        /// The topic.
-        topic: Topic,
-        /// The position just before the first publication delivered after this gap: every
-        /// publication after it is delivered after the gap (none skipped), none at or before it
-        /// is. A client that keeps `resume` (after a new epoch, offset 0 of it, say `0@E2`) and
-        /// drops right after the gap skips nothing when it resumes from it later (as far as the
-        /// history still reaches; if not, it is told with another gap).
-        ///
-        /// `None`: the topic has no position in its current history yet (nothing published in a
-        /// new epoch), or where it stands is unknown (the history did not answer). Keep the
-        /// position held before the gap: resuming from it reports the gap again, then delivers
-        /// everything the current history holds.
-        resume: Option<Position>,
-    },
-    /// [`SlowPolicy::Drop`]: this many publications did not fit in the queue and were dropped for
-    /// this subscriber since the last such notice.
-    Dropped {
-        /// How many.
-        count: u64,
-    },
-}
-
-/// A publication as delivered: built once on this node and shared by every subscriber it goes
-/// to (queueing it for one more subscriber costs one reference count).
-#[derive(Clone, PartialEq, Eq)]
-pub struct Published(Arc<PublishedInner>);
-
-#[derive(PartialEq, Eq)]
-struct PublishedInner {
-    topic: Topic,
-    position: Option<Position>,
-    origin: Origin,
-    prepared: PreparedMessage,
-}
-
-impl Published {
-    /// Its topic.
-    pub fn topic(&self) -> &Topic {
-        &self.0.topic
-    }
-
-    /// Where it stands in the topic's history: keep the last one to resume from after a
-    /// reconnect (`None` from a backplane without history).
-    pub fn position(&self) -> Option<&Position> {
-        self.0.position.as_ref()
-    }
-
-    /// Who published it.
-    pub fn origin(&self) -> Origin {
-        self.0.origin
-    }
-
-    /// The message (its payload shared with every other subscriber).
-    pub fn message(&self) -> &Message {
-        self.0.prepared.message()
-    }
-
-    /// The message prepared once for every subscriber: send it with
-    /// [`WebSocketWriter::feed_prepared`](sockeye::WebSocketWriter::feed_prepared) so that with
-    /// permessage-deflate (without context takeover) it is compressed once, not once per
-    /// connection.
-    pub fn prepared(&self) -> &PreparedMessage {
-        &self.0.prepared
-    }
-
-    /// Whether it is at or before `seam` in the same epoch (already delivered).
-    fn not_after(&self, seam: &Position) -> bool {
-        self.0
-            .position
-            .as_ref()
-            .is_some_and(|p| p.epoch == seam.epoch && p.offset <= seam.offset)
-    }
-}
-
-impl std::fmt::Debug for Published {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Published")
-            .field("topic", &self.0.topic)
-            .field("position", &self.0.position)
-            .field("origin", &self.0.origin)
-            .field("message", self.message())
-            .finish()
-    }
-}
-
-/// What a queued delivery is counted as against [`SubscriberConfig::max_queued_bytes`]: its
-/// payload and what the queue holds for it, so that the bound is one of memory.
-const QUEUE_ITEM_COST: usize = std::mem::size_of::<Delivery>() + 16;
-
-impl Delivery {
-    /// The bytes this delivery holds in a queue.
-    fn size(&self) -> usize {
-        QUEUE_ITEM_COST
-            + match self {
-                Delivery::Message(p) => p.message().as_payload().len(),
-                _ => 0,
-            }
+    /// The largest payload a publication may carry ([`HubConfig::max_payload`]).
+    pub fn max_payload(&self) -> usize {
+        self.inner.config.max_payload
     }
 }
 
@@ -398,11 +307,38 @@ impl Subscriber {
     /// duplicate at the seam; or, if that is impossible, a [`Delivery::Gap`] says so, followed
     /// by what the history still holds (see [`Recovery::Lost`]). Either way this subscriber's
     /// own publications are left out, as they are from live delivery.
+    ///
+    /// Refused past [`SubscriberConfig::max_subscriptions`] topics for this subscriber
+    /// ([`Error::TooManySubscriptions`]) and [`HubConfig::max_topics`] topics on the node
+    /// ([`Error::TooManyTopics`]); [`Error::close_code`] says how to close the client's connection
+    /// for either. A subscriber stopped by [`SlowPolicy::Close`](crate::SlowPolicy::Close) while it
+    /// waits for the history (what arrived live meanwhile counts against its bound) gets
+    /// [`Error::TooSlow`] at once.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel-safe: a subscribe that is dropped before it completes (a `timeout`, a `select!`,
+    /// the connection closing while the history is read) leaves nothing behind. The subscriber
+    /// is not subscribed to the topic, nothing is held for it, and the node's subscription at the
+    /// backplane is released if no one else uses it (in a task, as [`Drop`] does); subscribing
+    /// again starts over and recovers from `resume` as the first attempt would have. The same
+    /// holds when it fails.
     pub async fn subscribe(&mut self, topic: &Topic, resume: Option<Position>) -> Result<Recovery, Error> {
-        let inner = &self.hub.inner;
+        let inner = Arc::clone(&self.hub.inner);
         if self.topics.contains(topic) {
             return Ok(Recovery::Live);
         }
+        let max = self.queue.config.max_subscriptions;
+        if self.topics.len() >= max {
+            return Err(Error::TooManySubscriptions { max });
+        }
+        // From here until it is disarmed, a drop (cancelled or failed) undoes what was done.
+        let pending = Pending {
+            inner: &inner,
+            queue: &self.queue,
+            topic,
+            id: self.id,
+        };
         {
             let _serial = inner.subscriptions.lock().await;
             let known = lock(&inner.topics).contains_key(topic);
@@ -411,6 +347,11 @@ impl Subscriber {
             // not delivered anything on yet would be missed silently after an outage).
             let mut latest = None;
             if !known {
+                let max = inner.config.max_topics;
+                if lock(&inner.topics).len() >= max {
+                    pending.disarm();
+                    return Err(Error::TooManyTopics { max });
+                }
                 inner.backplane.subscribe(topic).await?;
                 if inner.backplane.capabilities().history {
                     latest = inner.latest_position(topic).await?;
@@ -427,25 +368,41 @@ impl Subscriber {
             }
             state.subscribers.insert(self.id, Arc::clone(&self.queue));
         }
-        self.topics.push(topic.clone());
-        let Some(since) = resume else {
-            return Ok(Recovery::Live);
+        let recovery = match resume {
+            None => Recovery::Live,
+            Some(since) => {
+                let queue = Arc::clone(&self.queue);
+                // No use waiting for the history of a subscriber stopped meanwhile.
+                tokio::select! {
+                    r = self.recover(topic, since) => r?,
+                    () = queue.stopped() => return Err(queue.too_slow_error()),
+                }
+            }
         };
+        pending.disarm();
+        self.topics.push(topic.clone());
+        Ok(recovery)
+    }
+
+    /// Queues what `topic` published after `since`, or the gap, then releases the live
+    /// deliveries held meanwhile.
+    async fn recover(&self, topic: &Topic, since: Position) -> Result<Recovery, Error> {
+        let inner = &self.hub.inner;
         let history = if inner.backplane.capabilities().history {
             inner
                 .backplane
                 .history(topic, Some(&since), inner.config.max_recovered)
-                .await
+                .await?
         } else {
-            Ok(History::Lost { latest: None })
+            History::Lost { latest: None }
         };
         // This subscriber's own publications are left out, as live delivery leaves them out.
         let own = Origin {
             node: inner.node,
             publisher: self.id,
         };
-        match history {
-            Ok(History::Complete(publications)) if publications.len() < inner.config.max_recovered => {
+        Ok(match history {
+            History::Complete(publications) if publications.len() < inner.config.max_recovered => {
                 let recovered: Vec<Delivery> = publications
                     .into_iter()
                     .filter(|p| p.origin != own)
@@ -453,9 +410,9 @@ impl Subscriber {
                     .collect();
                 let count = recovered.len();
                 self.queue.release(topic, recovered, Some(since));
-                Ok(Recovery::Recovered { count })
+                Recovery::Recovered { count }
             }
-            Ok(History::Lost { latest }) => {
+            History::Lost { latest } => {
                 let (resume, after) = inner.after_gap(topic, Some(&since), latest).await;
                 let mut queued = vec![Delivery::Gap {
                     topic: topic.clone(),
@@ -468,9 +425,9 @@ impl Subscriber {
                         .filter_map(to_delivery),
                 );
                 self.queue.release(topic, queued, resume);
-                Ok(Recovery::Lost)
+                Recovery::Lost
             }
-            Ok(History::Complete(_)) => {
+            History::Complete(_) => {
                 // Too much to recover: from where this node stands.
                 let resume = inner.latest(topic);
                 let gap = Delivery::Gap {
@@ -478,14 +435,9 @@ impl Subscriber {
                     resume: resume.clone(),
                 };
                 self.queue.release(topic, vec![gap], resume);
-                Ok(Recovery::Lost)
+                Recovery::Lost
             }
-            Err(e) => {
-                self.queue.release(topic, Vec::new(), None);
-                self.unsubscribe(topic).await?;
-                Err(e)
-            }
-        }
+        })
     }
 
     /// Unsubscribes from `topic`; what was already queued for it stays queued.
@@ -494,25 +446,20 @@ impl Subscriber {
             return Ok(());
         };
         self.topics.swap_remove(i);
-        {
-            let mut s = lock(&self.queue.state);
-            if let Some(r) = s.resuming.as_mut() {
-                r.seams.remove(topic);
-                s.tidy();
-            }
-        }
+        self.queue.forget(topic);
         self.hub.inner.leave(topic, self.id).await
     }
 
     /// Publishes to every subscriber of `topic` but this one, on every node (as a chat room
-    /// does: the sender already has its message).
-    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+    /// does: the sender already has its message): see [`Hub::publish`] for what it returns and
+    /// what an error means.
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<Option<Position>, Error> {
         self.hub.publish_as(self.id, topic, message).await
     }
 
     /// Publishes `messages` in order, in one go, to every subscriber of `topic` but this one:
-    /// see [`Hub::publish_many`] for what is checked and what an error means.
-    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+    /// see [`Hub::publish_many`] for what is checked, what it returns and what an error means.
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<Vec<Position>, Error> {
         self.hub.publish_many_as(self.id, topic, messages).await
     }
 
@@ -525,22 +472,15 @@ impl Subscriber {
         }
     }
 
-    /// Resolves once [`SlowPolicy::Close`] has stopped this subscriber: for a writer blocked on a
-    /// connection that does not read, to give up on it at once.
+    /// Resolves once [`SlowPolicy::Close`](crate::SlowPolicy::Close) has stopped this subscriber:
+    /// for a writer blocked on a connection that does not read, to give up on it at once.
     pub async fn too_slow(&self) {
-        loop {
-            let stopped = self.queue.stop.notified();
-            tokio::pin!(stopped);
-            stopped.as_mut().enable();
-            if lock(&self.queue.state).stopped {
-                return;
-            }
-            stopped.await;
-        }
+        self.queue.stopped().await;
     }
 
     /// The next delivery; `None` once the hub has stopped. [`Error::TooSlow`] (once) when the
-    /// subscriber passed its bound under [`SlowPolicy::Close`]; it receives nothing after that.
+    /// subscriber passed its bound under [`SlowPolicy::Close`](crate::SlowPolicy::Close); it
+    /// receives nothing after that.
     pub async fn recv(&mut self) -> Option<Result<Delivery, Error>> {
         loop {
             let notified = self.queue.notify.notified();
@@ -566,7 +506,7 @@ impl Subscriber {
         self.queue.pop()
     }
 
-    /// Publications dropped for this subscriber under [`SlowPolicy::Drop`], in all.
+    /// Publications dropped for this subscriber under [`SlowPolicy::Drop`](crate::SlowPolicy::Drop), in all.
     #[expect(
         clippy::misnamed_getters,
         reason = "`dropped` is the count not yet reported; this is the total"
@@ -575,7 +515,10 @@ impl Subscriber {
         lock(&self.queue.state).dropped_total
     }
 
-    /// Payload bytes waiting in its queue.
+    /// Bytes waiting in its queue, as counted against
+    /// [`SubscriberConfig::max_queued_bytes`]: payloads and per-delivery overhead, including the
+    /// live deliveries held while a [`subscribe`](Self::subscribe) with a position reads the
+    /// history.
     pub fn queued_bytes(&self) -> usize {
         lock(&self.queue.state).bytes
     }
@@ -594,14 +537,15 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// Publishes to every subscriber of `topic` but the one this handle came from, on every node.
-    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<(), Error> {
+    /// Publishes to every subscriber of `topic` but the one this handle came from, on every node:
+    /// see [`Hub::publish`] for what it returns and what an error means.
+    pub async fn publish(&self, topic: &Topic, message: Message) -> Result<Option<Position>, Error> {
         self.hub.publish_as(self.id, topic, message).await
     }
 
     /// Publishes `messages` in order, in one go, as this handle's subscriber: see
-    /// [`Hub::publish_many`] for what is checked and what an error means.
-    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<(), Error> {
+    /// [`Hub::publish_many`] for what is checked, what it returns and what an error means.
+    pub async fn publish_many(&self, topic: &Topic, messages: Vec<Message>) -> Result<Vec<Position>, Error> {
         self.hub.publish_many_as(self.id, topic, messages).await
     }
 }
@@ -625,23 +569,60 @@ impl Drop for Subscriber {
     }
 }
 
+/// A subscription under way: until [`disarm`](Pending::disarm)ed, dropping it (the subscribe
+/// was cancelled or failed) takes the subscriber out of the topic at once and releases the
+/// node's subscription at the backplane in a task, if no one else uses it.
+struct Pending<'a> {
+    inner: &'a Arc<Inner>,
+    queue: &'a Arc<Queue>,
+    topic: &'a Topic,
+    id: u64,
+}
+
+impl Pending<'_> {
+    /// The subscription is complete (or nothing was done): nothing to undo.
+    fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.queue.forget(self.topic);
+        // Nothing more delivered to it from now; the topic's entry, if left empty, goes with the
+        // backplane's subscription, under the serialising lock (see `leave`).
+        if let Some(t) = lock(&self.inner.topics).get_mut(self.topic) {
+            t.subscribers.remove(&self.id);
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let inner = Arc::clone(self.inner);
+            let topic = self.topic.clone();
+            let id = self.id;
+            rt.spawn(async move {
+                let _ = inner.leave(&topic, id).await;
+            });
+        }
+    }
+}
+
 impl Inner {
     /// Removes subscriber `id` from `topic`, and the node's subscription at the backplane with
-    /// the topic's last subscriber.
+    /// the topic's last subscriber (or when the topic has no entry: a subscription cancelled
+    /// before it made one may have subscribed at the backplane).
     async fn leave(&self, topic: &Topic, id: u64) -> Result<(), Error> {
         let _serial = self.subscriptions.lock().await;
-        let now_empty = {
+        let unused = {
             let mut topics = lock(&self.topics);
-            let empty = topics.get_mut(topic).is_some_and(|t| {
+            let unused = topics.get_mut(topic).is_none_or(|t| {
                 t.subscribers.remove(&id);
                 t.subscribers.is_empty()
             });
-            if empty {
+            if unused {
                 topics.remove(topic);
             }
-            empty
+            unused
         };
-        if now_empty {
+        if unused {
             self.backplane.unsubscribe(topic).await?;
         }
         Ok(())
@@ -663,32 +644,6 @@ impl Inner {
     fn latest(&self, topic: &Topic) -> Option<Position> {
         lock(&self.topics).get(topic).and_then(|t| t.last.clone())
     }
-}
-
-/// Turns a publication into a delivery if it comes after `since`.
-fn delivery(p: Publication, since: &Position) -> Option<Delivery> {
-    if let Some(pos) = &p.position
-        && pos.epoch == since.epoch
-        && pos.offset <= since.offset
-    {
-        return None;
-    }
-    to_delivery(p)
-}
-
-/// The message of a publication, built once for all its subscribers. A text payload that is not
-/// UTF-8 (a foreign publisher on the backplane) is dropped: it could not be sent as text.
-fn to_delivery(p: Publication) -> Option<Delivery> {
-    let message = match p.kind {
-        DataKind::Text => Message::Text(Utf8Bytes::try_from(p.payload).ok()?),
-        DataKind::Binary => Message::Binary(p.payload),
-    };
-    Some(Delivery::Message(Published(Arc::new(PublishedInner {
-        topic: p.topic,
-        position: p.position,
-        origin: p.origin,
-        prepared: PreparedMessage::new(message)?,
-    }))))
 }
 
 /// Reads the backplane's events and delivers them; ends when the hub is dropped or the backplane
@@ -927,219 +882,4 @@ fn not_after(p: &Publication, seam: &Position) -> bool {
     p.position
         .as_ref()
         .is_some_and(|pos| pos.epoch == seam.epoch && pos.offset <= seam.offset)
-}
-
-/// One subscriber's deliveries.
-#[derive(Debug)]
-struct Queue {
-    config: SubscriberConfig,
-    state: Mutex<QueueState>,
-    notify: Notify,
-    /// Told when [`SlowPolicy::Close`] stops the queue.
-    stop: Notify,
-}
-
-#[derive(Debug, Default)]
-struct QueueState {
-    items: VecDeque<Delivery>,
-    bytes: usize,
-    /// Dropped since the last [`Delivery::Dropped`] was handed out, and in all.
-    dropped: u64,
-    dropped_total: u64,
-    /// [`SlowPolicy::Close`] fired: `(queued, max)`, reported once.
-    too_slow: Option<(usize, usize)>,
-    stopped: bool,
-    /// Only while a subscription resumes (boxed: an idle subscriber holds a pointer's worth).
-    resuming: Option<Box<Resuming>>,
-}
-
-/// The state of subscriptions that resume from a position.
-#[derive(Debug, Default)]
-struct Resuming {
-    /// Topics being recovered: their live deliveries wait here until the history is queued.
-    held: HashMap<Topic, Vec<Delivery>>,
-    /// Topics recovered: the last position queued from history. A live publication at or before
-    /// it that was still on its way from the backplane when the recovery ended is a duplicate.
-    seams: HashMap<Topic, Position>,
-}
-
-impl QueueState {
-    fn resuming(&mut self) -> &mut Resuming {
-        self.resuming.get_or_insert_with(Box::default)
-    }
-
-    /// Frees the resuming state once nothing resumes.
-    fn tidy(&mut self) {
-        if self
-            .resuming
-            .as_ref()
-            .is_some_and(|r| r.held.is_empty() && r.seams.is_empty())
-        {
-            self.resuming = None;
-        }
-    }
-}
-
-impl Queue {
-    fn new(config: SubscriberConfig) -> Queue {
-        Queue {
-            config,
-            state: Mutex::default(),
-            notify: Notify::new(),
-            stop: Notify::new(),
-        }
-    }
-
-    fn push(&self, d: &Delivery) {
-        let mut s = lock(&self.state);
-        if s.stopped {
-            return;
-        }
-        // Nothing to look up but while a subscription resumes: no hashing of the topic then.
-        if let Some(r) = s.resuming.as_mut() {
-            match d {
-                Delivery::Message(p) => {
-                    if let Some(held) = r.held.get_mut(p.topic()) {
-                        held.push(d.clone());
-                        return;
-                    }
-                    if let Some(seam) = r.seams.get(p.topic()) {
-                        if p.not_after(seam) {
-                            return;
-                        }
-                        r.seams.remove(p.topic());
-                        s.tidy();
-                    }
-                }
-                // A gap while the topic is recovered waits with its live deliveries, after the
-                // history; a gap after it ends the seam: the backplane went back, and what
-                // follows the gap may reuse positions at or before the seam (a rollback), which
-                // are new publications, not duplicates.
-                Delivery::Gap { topic, .. } => {
-                    if let Some(held) = r.held.get_mut(topic) {
-                        held.push(d.clone());
-                        return;
-                    }
-                    if r.seams.remove(topic).is_some() {
-                        s.tidy();
-                    }
-                }
-                Delivery::Dropped { .. } => {}
-            }
-        }
-        self.push_locked(&mut s, d.clone());
-    }
-
-    fn push_locked(&self, s: &mut QueueState, d: Delivery) {
-        let size = d.size();
-        if s.bytes > 0 && s.bytes + size > self.config.max_queued_bytes {
-            match self.config.slow {
-                SlowPolicy::Drop => {
-                    s.dropped += 1;
-                    s.dropped_total += 1;
-                    return;
-                }
-                SlowPolicy::Close => {
-                    s.too_slow = Some((s.bytes + size, self.config.max_queued_bytes));
-                    s.stopped = true;
-                    s.items.clear();
-                    s.bytes = 0;
-                    s.resuming = None;
-                    self.notify.notify_one();
-                    self.stop.notify_waiters();
-                    return;
-                }
-            }
-        }
-        s.bytes += size;
-        let was_empty = s.items.is_empty();
-        s.items.push_back(d);
-        if was_empty {
-            self.notify.notify_one();
-        }
-    }
-
-    fn hold(&self, topic: &Topic) {
-        let mut s = lock(&self.state);
-        let r = s.resuming();
-        r.seams.remove(topic);
-        r.held.insert(topic.clone(), Vec::new());
-    }
-
-    /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
-    /// after both `since` and the last recovered one.
-    fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Position>) {
-        let mut s = lock(&self.state);
-        let held = s.resuming().held.remove(topic).unwrap_or_default();
-        s.tidy();
-        if s.stopped {
-            return;
-        }
-        let mut seam = since;
-        for d in recovered {
-            if let Delivery::Message(p) = &d
-                && let Some(position) = p.position()
-            {
-                seam = Some(position.clone());
-            }
-            self.push_locked(&mut s, d);
-        }
-        for d in held {
-            let duplicate = match (&d, &seam) {
-                (Delivery::Message(p), Some(seam)) => p.not_after(seam),
-                // What follows a gap is new whatever its position (see `push`).
-                (Delivery::Gap { .. }, _) => {
-                    seam = None;
-                    false
-                }
-                _ => false,
-            };
-            if !duplicate {
-                self.push_locked(&mut s, d);
-            }
-        }
-        if let Some(seam) = seam {
-            s.resuming().seams.insert(topic.clone(), seam);
-        }
-    }
-
-    fn pop(&self) -> Option<Result<Delivery, Error>> {
-        let mut s = lock(&self.state);
-        if let Some((queued, max)) = s.too_slow.take() {
-            return Some(Err(Error::TooSlow { queued, max }));
-        }
-        if s.dropped > 0 {
-            let count = std::mem::take(&mut s.dropped);
-            return Some(Ok(Delivery::Dropped { count }));
-        }
-        let d = s.items.pop_front()?;
-        s.bytes -= d.size();
-        Some(Ok(d))
-    }
-
-    fn pop_many(&self, out: &mut Vec<Delivery>, max: usize) -> Result<usize, Error> {
-        let mut s = lock(&self.state);
-        if let Some((queued, max)) = s.too_slow.take() {
-            return Err(Error::TooSlow { queued, max });
-        }
-        let mut n = 0;
-        if s.dropped > 0 && n < max {
-            let count = std::mem::take(&mut s.dropped);
-            out.push(Delivery::Dropped { count });
-            n += 1;
-        }
-        while n < max {
-            let Some(d) = s.items.pop_front() else { break };
-            s.bytes -= d.size();
-            out.push(d);
-            n += 1;
-        }
-        Ok(n)
-    }
-}
-
-/// A lock whose holder cannot leave the data half-updated on panic (every critical section
-/// above is a few pushes and removals), so a poisoned lock is still usable.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -21,6 +21,37 @@
 //! that will not take a publication closed with 1013 (configurable), graceful shutdown 1001. A
 //! server is a few lines on top of it (see [`session`]).
 //!
+//! A publish returns the position it got ([`Hub::publish`], [`Hub::publish_many`]), and its
+//! error says what was published: [`Error::PartlyPublished`] when some may have been (sent, the
+//! answer lost), any other error when none was. [`PublishRetry`] waits out a backplane outage
+//! on that rule, retrying only what was not published. A position prints as `offset@epoch` and
+//! parses back (`"42@5f3a".parse::<Position>()`), for a client that keeps it as text.
+//!
+//! # What a node holds, and its bounds
+//!
+//! Clients cannot make a node hold an unbounded amount:
+//! - a subscriber's queue, with what is held for it while a subscription resumes, is bounded by
+//!   [`SubscriberConfig::max_queued_bytes`] (16 MiB), past which its [`SlowPolicy`] applies;
+//! - a subscriber follows at most [`SubscriberConfig::max_subscriptions`] topics (100), a node
+//!   at most [`HubConfig::max_topics`] (100,000): each is a subscription at the backplane's
+//!   server. Past them, [`Error::TooManySubscriptions`] (close the client with 1008, policy
+//!   violation: it asked for too much) and [`Error::TooManyTopics`] (1013, try again later: the
+//!   node is full, another node or a later try may serve it); [`Error::close_code`] maps every
+//!   error to its close code;
+//! - the in-process backplane's history is bounded per topic ([`HistoryConfig`]: 1,000
+//!   publications, 5 minutes, expired by a timer without waiting for the next publication) and
+//!   in all ([`HistoryConfig::max_bytes`], 256 MiB, the oldest first); a resume that needed what
+//!   went gets a [`Delivery::Gap`]. Redis and NATS keep history on their servers.
+//!
+//! [`Subscriber::subscribe`] is cancel-safe: dropped before it completes (a timeout, a
+//! `select!`, the connection closing during a slow history read), it leaves nothing behind, and
+//! a new try recovers as the first would have.
+//!
+//! # Features
+//!
+//! `redis` and `nats` add the backplanes. `deflate`, `tls` and `http2` (on by default) are
+//! sockeye's, forwarded: with `default-features = false` no TLS provider is built.
+//!
 //! Why a crate of its own: the backplanes' clients (redis, async-nats) are large dependencies
 //! that a user of plain WebSockets should not compile, and the hub is policy (queues, bounds,
 //! recovery) on top of the tokio layer, not part of it.
@@ -30,10 +61,13 @@
 pub mod access;
 pub mod backplane;
 mod batch;
+mod delivery;
 mod error;
 mod hub;
 pub mod json_protocol;
 mod protocol;
+mod queue;
+mod retry;
 pub mod session;
 mod topic;
 
@@ -41,9 +75,11 @@ use std::time::Duration;
 
 pub use backplane::{Origin, Position, Publication};
 pub use batch::next_batch;
+pub use delivery::{Delivery, Published};
 pub use error::Error;
-pub use hub::{Delivery, Hub, Published, Publisher, Recovery, Subscriber};
-pub use protocol::{Outgoing, Protocol, Relay, Request};
+pub use hub::{Hub, Publisher, Recovery, Subscriber};
+pub use protocol::{Answer, Outgoing, Protocol, Relay, Request};
+pub use retry::PublishRetry;
 pub use session::{Ended, OnGap, Session, SessionConfig};
 pub use topic::Topic;
 
@@ -56,6 +92,14 @@ pub struct HistoryConfig {
     /// How long a publication is kept. Default 5 minutes: long enough to ride out a restart of
     /// a node or of the backplane's server, short enough to bound memory.
     pub max_age: Duration,
+    /// The [in-process](backplane::InProcess) backplane's bound on the history of all its
+    /// topics together, in bytes (payloads and per-publication overhead): past it, the oldest
+    /// publications of any topic go first, and a resume that needed one of them gets a
+    /// [`Delivery::Gap`]. Default 256 MiB: without it, `max_len` × `max_payload` per topic
+    /// (1,000 × 1 MiB) times the number of topics ever published to is unbounded. Redis and
+    /// NATS keep their history on their servers, bounded there (`maxmemory`, the JetStream
+    /// stream's limits), and do not use it.
+    pub max_bytes: usize,
 }
 
 impl Default for HistoryConfig {
@@ -63,6 +107,7 @@ impl Default for HistoryConfig {
         HistoryConfig {
             max_len: 1000,
             max_age: Duration::from_secs(300),
+            max_bytes: 256 << 20,
         }
     }
 }
@@ -73,12 +118,24 @@ impl HistoryConfig {
         HistoryConfig {
             max_len: 0,
             max_age: Duration::ZERO,
+            ..HistoryConfig::default()
         }
     }
 
-    /// Keeps `max_len` publications per topic, for at most `max_age`.
+    /// Keeps `max_len` publications per topic, for at most `max_age` (and at most
+    /// [`max_bytes`](Self::max_bytes) in all, in process).
     pub fn new(max_len: usize, max_age: Duration) -> Self {
-        HistoryConfig { max_len, max_age }
+        HistoryConfig {
+            max_len,
+            max_age,
+            ..HistoryConfig::default()
+        }
+    }
+
+    /// Sets [`max_bytes`](Self::max_bytes).
+    pub fn max_bytes(mut self, bytes: usize) -> Self {
+        self.max_bytes = bytes;
+        self
     }
 }
 
@@ -105,6 +162,12 @@ pub struct SubscriberConfig {
     pub max_queued_bytes: usize,
     /// What passing the bound does. Default [`SlowPolicy::Close`].
     pub slow: SlowPolicy,
+    /// Topics the subscriber may be subscribed to at once; one more is refused with
+    /// [`Error::TooManySubscriptions`]. Default 100: each topic may be a subscription at the
+    /// backplane's server (a Redis channel, a NATS subscription or JetStream consumer) and a
+    /// history read when it resumes, so a client must not be able to make a node hold an
+    /// unbounded number of them; a chat or dashboard client follows a handful.
+    pub max_subscriptions: usize,
 }
 
 impl Default for SubscriberConfig {
@@ -112,17 +175,38 @@ impl Default for SubscriberConfig {
         SubscriberConfig {
             max_queued_bytes: 16 << 20,
             slow: SlowPolicy::Close,
+            max_subscriptions: 100,
         }
     }
 }
 
 impl SubscriberConfig {
-    /// A bound of `max_queued_bytes` with the policy `slow`.
+    /// A bound of `max_queued_bytes` with the policy `slow` (the other settings at their
+    /// defaults).
     pub fn new(max_queued_bytes: usize, slow: SlowPolicy) -> Self {
         SubscriberConfig {
             max_queued_bytes,
             slow,
+            ..SubscriberConfig::default()
         }
+    }
+
+    /// Sets [`max_queued_bytes`](Self::max_queued_bytes).
+    pub fn max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.max_queued_bytes = bytes;
+        self
+    }
+
+    /// Sets [`slow`](Self::slow).
+    pub fn slow(mut self, policy: SlowPolicy) -> Self {
+        self.slow = policy;
+        self
+    }
+
+    /// Sets [`max_subscriptions`](Self::max_subscriptions).
+    pub fn max_subscriptions(mut self, topics: usize) -> Self {
+        self.max_subscriptions = topics;
+        self
     }
 }
 
@@ -136,6 +220,12 @@ pub struct HubConfig {
     /// Publications fetched from history at most when a subscriber resumes or a gap is repaired.
     /// Default 10,000.
     pub max_recovered: usize,
+    /// Topics the node follows at once (topics with at least one subscriber on it); a
+    /// subscription to one more is refused with [`Error::TooManyTopics`]. Default 100,000: each
+    /// is a subscription at the backplane's server (a Redis channel, a NATS subscription or
+    /// JetStream consumer) and a few hundred bytes on the node, so that clients cannot make a
+    /// node hold an unbounded number of them, while one topic per connected user still fits.
+    pub max_topics: usize,
 }
 
 impl Default for HubConfig {
@@ -143,6 +233,7 @@ impl Default for HubConfig {
         HubConfig {
             max_payload: (1 << 20) - 1024,
             max_recovered: 10_000,
+            max_topics: 100_000,
         }
     }
 }
@@ -157,6 +248,12 @@ impl HubConfig {
     /// Sets [`max_recovered`](Self::max_recovered).
     pub fn max_recovered(mut self, publications: usize) -> Self {
         self.max_recovered = publications;
+        self
+    }
+
+    /// Sets [`max_topics`](Self::max_topics).
+    pub fn max_topics(mut self, topics: usize) -> Self {
+        self.max_topics = topics;
         self
     }
 }

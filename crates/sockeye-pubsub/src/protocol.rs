@@ -5,7 +5,12 @@
 
 use sockeye::{CloseFrame, Message, PreparedMessage};
 
-use crate::{Delivery, Topic};
+use crate::{Delivery, Error, Position, Recovery, Topic};
+
+/// How a protocol answers a request once its outcome is known: called once with the result,
+/// it returns the frame to send the client, if any. Made by [`Protocol::request`], which knows
+/// the request's id; run by the session when the request has been carried out.
+pub type Answer<T> = Box<dyn for<'e> FnOnce(Result<T, &'e Error>) -> Option<Message> + Send>;
 
 /// What the client's messages mean and how deliveries are sent to it: see the
 /// [session module docs](crate::session). `&self` and `Sync`: both directions of a connection use it at once.
@@ -26,7 +31,9 @@ pub trait Protocol: Send + Sync {
 }
 
 /// What a message from the client asks for (see [`Protocol::request`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Requests are carried out in the order they were received, and their answers sent in that
+/// order.
 #[non_exhaustive]
 pub enum Request {
     /// Publish `message` on `topic`, to every subscriber but this connection, on every node.
@@ -37,11 +44,73 @@ pub enum Request {
         /// The message.
         message: Message,
     },
+    /// [`Publish`](Self::Publish), answered: `answer` gets the position the publication got
+    /// (`None` from a backplane without positions, or when it was published by a retry after
+    /// an outage). A publication that cannot be published closes the connection as
+    /// [`Publish`](Self::Publish) does (1013), unanswered.
+    PublishAnswered {
+        /// The topic.
+        topic: Topic,
+        /// The message.
+        message: Message,
+        /// Makes the answer.
+        answer: Answer<Option<Position>>,
+    },
+    /// Subscribe to `topic`, resuming after `since` if given (see
+    /// [`Subscriber::subscribe`](crate::Subscriber::subscribe)); `answer` gets how it began, or
+    /// the error (too many subscriptions, the backplane down): the connection stays up.
+    Subscribe {
+        /// The topic.
+        topic: Topic,
+        /// The position to resume after.
+        since: Option<Position>,
+        /// Makes the answer.
+        answer: Answer<Recovery>,
+    },
+    /// Unsubscribe from `topic` (nothing happens if not subscribed); `answer` gets the outcome.
+    Unsubscribe {
+        /// The topic.
+        topic: Topic,
+        /// Makes the answer.
+        answer: Answer<()>,
+    },
+    /// Send this to the client, in order with the answers to the requests before it: the
+    /// protocol's own answer (a refusal of a malformed request, say).
+    Reply(Message),
     /// Nothing: the message is dropped (a protocol that only takes text, say).
     Ignore,
     /// Close the connection with this frame: the client broke the protocol. What it sent
     /// before is published first.
     Close(CloseFrame),
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Request::Publish { topic, message } => f
+                .debug_struct("Publish")
+                .field("topic", topic)
+                .field("message", message)
+                .finish(),
+            Request::PublishAnswered { topic, message, .. } => f
+                .debug_struct("PublishAnswered")
+                .field("topic", topic)
+                .field("message", message)
+                .finish_non_exhaustive(),
+            Request::Subscribe { topic, since, .. } => f
+                .debug_struct("Subscribe")
+                .field("topic", topic)
+                .field("since", since)
+                .finish_non_exhaustive(),
+            Request::Unsubscribe { topic, .. } => f
+                .debug_struct("Unsubscribe")
+                .field("topic", topic)
+                .finish_non_exhaustive(),
+            Request::Reply(message) => f.debug_tuple("Reply").field(message).finish(),
+            Request::Ignore => f.write_str("Ignore"),
+            Request::Close(frame) => f.debug_tuple("Close").field(frame).finish(),
+        }
+    }
 }
 
 /// What is sent to the client for a delivery (see [`Protocol::outgoing`]).

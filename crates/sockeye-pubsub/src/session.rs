@@ -26,8 +26,8 @@
 //! What a client has already sent is published as one batch, in order, and the connection is
 //! not read while a batch waits (a client that publishes faster than the backplane takes it is
 //! slowed down by TCP, not buffered). A batch that fails is retried, with
-//! [`SessionConfig::publish_backoff`] between attempts, for at most
-//! [`SessionConfig::publish_patience`], only when the error says that what is retried was not
+//! [`SessionConfig::publish_retry`]'s backoff between attempts, for at most its patience
+//! ([`PublishRetry`]), only when the error says that what is retried was not
 //! published: the whole batch when nothing of it was sent (the backplane is not connected: the
 //! usual outage), the rest of it when its start is known published and the rest known not. A
 //! batch that may be partly published (sent, and the answer lost) is not retried, since that
@@ -44,19 +44,20 @@
 //! otherwise, is not left with a silent hole), or keep going and hand the gap to
 //! [`Protocol::outgoing`] ([`OnGap::Deliver`]: for a protocol that tells its clients).
 //!
-//! # Protocols, and many topics on one socket (issue 30)
+//! # Protocols, and many topics on one socket
 //!
 //! What a received message means and how a delivery is sent are a [`Protocol`]'s: [`Relay`], the
 //! default, is one topic per socket, every text and binary message a publication on it, every
-//! publication sent as it was published. A protocol that speaks JSON frames with several topics
-//! plugs in without a second loop: its [`request`](Protocol::request) parses a frame into a
-//! [`Request`] (a publication names its topic already), and its
-//! [`outgoing`](Protocol::outgoing) encodes a [`Delivery`] (topic, position, gap) into a frame.
-//! Subscribing and unsubscribing from the client will be two more [`Request`] variants (the
-//! enum is `#[non_exhaustive]`), which this loop runs on its [`Subscriber`] between two writes
-//! (the writing half owns it), with the answer encoded by a further `Protocol` method with a
-//! default, so that existing protocols keep compiling. A protocol holds no per-connection
-//! state of its own (`&self`, `Sync`): what a connection subscribed to is the subscriber's.
+//! publication sent as it was published. A protocol with several topics on one socket (the JSON
+//! protocol for web clients, [`JsonProtocol`](crate::json_protocol::JsonProtocol)) turns a
+//! frame into a [`Request`]: a publication (answered with its position, or not), a subscribe or
+//! an unsubscribe (carried out by the writing half, which owns the [`Subscriber`]), a reply of
+//! its own (a refusal), or a close. Requests are carried out in the order they came, the
+//! publications before a subscribe published first, and their answers (made by the protocol's
+//! [`Answer`] once the outcome is known) sent in that order. At most
+//! 32 requests wait for the writing half; past that the client is not read (TCP pushes back).
+//! A protocol holds no per-connection state that changes (`&self`, `Sync`): what a connection
+//! subscribed to is the subscriber's.
 //!
 //! # Example: a server that serves one topic per URL path
 //!
@@ -101,15 +102,20 @@
 use std::pin::pin;
 use std::time::Duration;
 
-use sockeye::backoff::Backoff;
 use sockeye::{CloseCode, CloseFrame, Message, WebSocket, WebSocketReader, WebSocketWriter};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::oneshot;
+use tokio::sync::mpsc;
 
-use crate::protocol::{Outgoing, Protocol, Relay, Request};
+use crate::protocol::{Answer, Outgoing, Protocol, Relay, Request};
 use crate::{
-    Delivery, Error, Hub, Position, Publisher, Recovery, Subscriber, SubscriberConfig, Topic, next_batch,
+    Delivery, Error, Hub, Position, PublishRetry, Publisher, Recovery, Subscriber, SubscriberConfig, Topic,
+    next_batch,
 };
+
+/// Requests the reader has handed the writer and not yet carried out, at most: past it the
+/// reader waits, and so does the client (TCP), so that a client flooding subscribe requests
+/// costs the node a bounded queue.
+const OPS_QUEUE: usize = 32;
 
 /// What a [`Delivery::Gap`] does to a session (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -128,10 +134,10 @@ pub enum OnGap {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sockeye_pubsub::{OnGap, SessionConfig};
+/// use sockeye_pubsub::{OnGap, PublishRetry, SessionConfig};
 /// let config = SessionConfig::default()
 ///     .on_gap(OnGap::Deliver)
-///     .publish_patience(Duration::from_secs(2));
+///     .publish_retry(PublishRetry::default().patience(Duration::from_secs(2)));
 /// assert_eq!(config.write_batch, 256);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -148,13 +154,11 @@ pub struct SessionConfig {
     /// Deliveries written to the socket at most before one flush. Default 256: a syscall per
     /// 256 small messages under load, and an idle connection holds no batch buffer.
     pub write_batch: usize,
-    /// How long a batch of publications waits for an unreachable backplane (the connection is
-    /// not read meanwhile) before the client is closed with 1013. Default 10 s: a backplane
-    /// restart of a few seconds loses nothing.
-    pub publish_patience: Duration,
-    /// The wait between two attempts to publish a batch. Default 50 ms doubling to 1 s, equal
-    /// jitter: quick after a blip, and not every connection of a node in step after an outage.
-    pub publish_backoff: Backoff,
+    /// How a batch of publications waits out an unreachable backplane (the connection is not
+    /// read meanwhile) before the client is closed with 1013. Default [`PublishRetry::default`]:
+    /// 10 s in all, waits from 50 ms doubling to 1 s, equal jitter; a backplane restart of a few
+    /// seconds loses nothing.
+    pub publish_retry: PublishRetry,
     /// What an unrecoverable gap does. Default [`OnGap::Close`].
     pub on_gap: OnGap,
     /// How long the close frame of a session that closes (too slow, not published, gap) may
@@ -176,8 +180,7 @@ impl Default for SessionConfig {
             read_batch: 256,
             read_batch_bytes: 1 << 20,
             write_batch: 256,
-            publish_patience: Duration::from_secs(10),
-            publish_backoff: Backoff::new(Duration::from_millis(50), Duration::from_secs(1)),
+            publish_retry: PublishRetry::default(),
             on_gap: OnGap::Close,
             close_grace: Duration::from_secs(1),
             slow_drain: Duration::from_secs(30),
@@ -209,17 +212,10 @@ impl SessionConfig {
         self
     }
 
-    /// Sets [`publish_patience`](Self::publish_patience).
+    /// Sets [`publish_retry`](Self::publish_retry).
     #[must_use]
-    pub fn publish_patience(mut self, patience: Duration) -> Self {
-        self.publish_patience = patience;
-        self
-    }
-
-    /// Sets [`publish_backoff`](Self::publish_backoff).
-    #[must_use]
-    pub fn publish_backoff(mut self, backoff: Backoff) -> Self {
-        self.publish_backoff = backoff;
+    pub fn publish_retry(mut self, retry: PublishRetry) -> Self {
+        self.publish_retry = retry;
         self
     }
 
@@ -308,20 +304,20 @@ impl<P: Protocol> Session<P> {
     {
         let (mut sink, mut stream) = ws.split();
         let publisher = self.subscriber.publisher();
-        let (close_tx, close_rx) = oneshot::channel();
+        let (ops_tx, ops_rx) = mpsc::channel(OPS_QUEUE);
         let mut reading = pin!(read(
             &mut stream,
             &publisher,
             &self.protocol,
             &self.config,
-            close_tx
+            ops_tx
         ));
         let mut writing = pin!(write(
             &mut sink,
             &mut self.subscriber,
             &self.protocol,
             &self.config,
-            close_rx
+            ops_rx
         ));
         let (read_end, write_end) = tokio::select! {
             // The writer closed (too slow, a gap) or stopped: read on until the client's close
@@ -352,124 +348,188 @@ enum Stop {
     HubStopped,
 }
 
-/// The client's messages to the hub, a batch at a time. Asks the writer to close (it owns the
-/// sending half) when a batch cannot be published or the protocol refuses a message; tells it
-/// to stop when the client has gone (the sender dropped).
+/// What the reader hands the writer, which owns the sending half and the subscriber, in the
+/// order the client's requests came.
+enum Op {
+    /// Send this frame.
+    Send(Message),
+    /// Subscribe, then send what `answer` makes of the outcome.
+    Subscribe {
+        topic: Topic,
+        since: Option<Position>,
+        answer: Answer<Recovery>,
+    },
+    /// Unsubscribe, then send what `answer` makes of the outcome.
+    Unsubscribe { topic: Topic, answer: Answer<()> },
+    /// Close with this frame (the reader's stop says why).
+    Close(CloseFrame),
+}
+
+/// Consecutive publications on one topic, published with one `publish_many`, with the answers
+/// owed for them.
+#[derive(Default)]
+struct Run {
+    topic: Option<Topic>,
+    messages: Vec<Message>,
+    answers: Vec<Option<Answer<Option<Position>>>>,
+}
+
+impl Run {
+    /// Publishes what it holds, in order, with the session's retry policy, and hands the
+    /// answers to the writer. Empty afterwards.
+    async fn publish(
+        &mut self,
+        publisher: &Publisher,
+        retry: &PublishRetry,
+        ops: &mpsc::Sender<Op>,
+    ) -> Result<(), Error> {
+        let Some(topic) = self.topic.take() else {
+            return Ok(());
+        };
+        let messages = std::mem::take(&mut self.messages);
+        let answers = std::mem::take(&mut self.answers);
+        let positions = retry.publish_many(publisher, &topic, messages).await?;
+        let positions = positions.into_iter().chain(std::iter::repeat(None));
+        for (answer, position) in answers.into_iter().zip(positions) {
+            if let Some(frame) = answer.and_then(|answer| answer(Ok(position))) {
+                // The writer is gone only when the connection is: nothing left to answer.
+                let _ = ops.send(Op::Send(frame)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The client's messages to the hub, a batch at a time, publications on one topic together;
+/// other requests are handed to the writer, in order, after the publications before them.
+/// Asks the writer to close when a batch cannot be published or the protocol refuses a
+/// message; stops the writer (by dropping `ops`) when the client has gone.
 async fn read<S, P>(
     stream: &mut WebSocketReader<S>,
     publisher: &Publisher,
     protocol: &P,
     config: &SessionConfig,
-    close: oneshot::Sender<CloseFrame>,
+    ops: mpsc::Sender<Op>,
 ) -> Stop
 where
     S: AsyncRead + AsyncWrite + Unpin,
     P: Protocol,
 {
     let mut received: Vec<Message> = Vec::new();
-    // Consecutive publications on one topic: one `publish_many`.
-    let mut run: Vec<Message> = Vec::new();
-    let mut run_topic: Option<Topic> = None;
+    let mut run = Run::default();
     let mut open = true;
     while open {
         open = next_batch(stream, &mut received, config.read_batch, config.read_batch_bytes).await;
         let mut refused = None;
         for message in received.drain(..) {
-            match protocol.request(message) {
-                Request::Publish { topic, message } => {
-                    if run_topic.as_ref().is_some_and(|t| *t != topic)
-                        && let Some(t) = run_topic.take()
-                        && let Err(e) =
-                            publish_patiently(publisher, &t, std::mem::take(&mut run), config).await
-                    {
-                        let _ = close.send(e.close_frame());
+            let (topic, message, answer) = match protocol.request(message) {
+                Request::Publish { topic, message } => (topic, message, None),
+                Request::PublishAnswered {
+                    topic,
+                    message,
+                    answer,
+                } => (topic, message, Some(answer)),
+                other => {
+                    // What came before is published (and answered) before this is carried out.
+                    if let Err(e) = run.publish(publisher, &config.publish_retry, &ops).await {
+                        let _ = ops.send(Op::Close(e.close_frame())).await;
                         return Stop::NotPublished(e);
                     }
-                    run_topic = Some(topic);
-                    run.push(message);
+                    let op = match other {
+                        Request::Subscribe { topic, since, answer } => Op::Subscribe { topic, since, answer },
+                        Request::Unsubscribe { topic, answer } => Op::Unsubscribe { topic, answer },
+                        Request::Reply(message) => Op::Send(message),
+                        Request::Close(frame) => {
+                            refused = Some(frame);
+                            break;
+                        }
+                        _ => continue, // Ignore
+                    };
+                    if ops.send(op).await.is_err() {
+                        return Stop::Disconnected;
+                    }
+                    continue;
                 }
-                Request::Ignore => {}
-                Request::Close(frame) => {
-                    refused = Some(frame);
-                    break;
-                }
+            };
+            if run.topic.as_ref().is_some_and(|t| *t != topic)
+                && let Err(e) = run.publish(publisher, &config.publish_retry, &ops).await
+            {
+                let _ = ops.send(Op::Close(e.close_frame())).await;
+                return Stop::NotPublished(e);
             }
+            run.topic = Some(topic);
+            run.messages.push(message);
+            run.answers.push(answer);
         }
         received.clear();
-        if let Some(t) = run_topic.take()
-            && let Err(e) = publish_patiently(publisher, &t, std::mem::take(&mut run), config).await
-        {
-            let _ = close.send(e.close_frame());
+        if let Err(e) = run.publish(publisher, &config.publish_retry, &ops).await {
+            let _ = ops.send(Op::Close(e.close_frame())).await;
             return Stop::NotPublished(e);
         }
         if let Some(frame) = refused {
-            let _ = close.send(frame.clone());
+            let _ = ops.send(Op::Close(frame.clone())).await;
             return Stop::Refused(frame);
         }
     }
     Stop::Disconnected
 }
 
-/// Publishes a batch in order, retrying as the [module docs](self) say.
-async fn publish_patiently(
-    publisher: &Publisher,
-    topic: &Topic,
-    mut batch: Vec<Message>,
-    config: &SessionConfig,
-) -> Result<(), Error> {
-    // `None`: a patience past what an `Instant` holds (`Duration::MAX`), never given up.
-    let give_up = tokio::time::Instant::now().checked_add(config.publish_patience);
-    let mut retry: u32 = 0;
-    loop {
-        let delay = config.publish_backoff.random_delay(retry);
-        let patient = give_up.is_none_or(|at| {
-            tokio::time::Instant::now()
-                .checked_add(delay)
-                .is_some_and(|next| next < at)
-        });
-        match publisher.publish_many(topic, batch.clone()).await {
-            // Nothing of it was published: all of it again.
-            Err(Error::Backplane { .. }) if patient => {}
-            // Its start was published and the rest was not: the rest.
-            Err(Error::PartlyPublished { published, sent, .. }) if patient && published == sent => {
-                batch.drain(..sent);
-            }
-            r => return r,
-        }
-        tokio::time::sleep(delay).await;
-        retry = retry.saturating_add(1);
-    }
-}
-
-/// The subscriber's deliveries to the client, a batch and one flush at a time, until the
-/// subscriber is too slow or meets a gap it closes for, the reader asks for a close or stops,
-/// or the hub stops.
+/// The subscriber's deliveries and the answers to the client's requests, to the client, a batch
+/// and one flush at a time, until the subscriber is too slow or meets a gap it closes for, the
+/// reader asks for a close or stops, or the hub stops.
 async fn write<S, P>(
     sink: &mut WebSocketWriter<S>,
     subscriber: &mut Subscriber,
     protocol: &P,
     config: &SessionConfig,
-    mut close: oneshot::Receiver<CloseFrame>,
+    mut ops: mpsc::Receiver<Op>,
 ) -> Stop
 where
     S: AsyncRead + AsyncWrite + Unpin,
     P: Protocol,
 {
     let (stop, frame) = loop {
-        let first = tokio::select! {
-            biased;
-            asked = &mut close => match asked {
-                // The reader's stop already says why.
-                Ok(frame) => break (Stop::Disconnected, frame),
-                Err(_) => return Stop::Disconnected,
-            },
-            d = subscriber.recv() => d,
+        let next = tokio::select! {
+            op = ops.recv() => Next::Op(op),
+            d = subscriber.recv() => Next::Delivery(d),
         };
-        let first = match first {
+        let first = match next {
+            // The reader has stopped: its stop says why.
+            Next::Op(None) => return Stop::Disconnected,
+            Next::Op(Some(Op::Close(frame))) => break (Stop::Disconnected, frame),
+            Next::Op(Some(op)) => {
+                let reply = match op {
+                    Op::Send(message) => Some(message),
+                    Op::Subscribe { topic, since, answer } => match subscriber.subscribe(&topic, since).await
+                    {
+                        Ok(recovery) => answer(Ok(recovery)),
+                        Err(e) => answer(Err(&e)),
+                    },
+                    Op::Unsubscribe { topic, answer } => match subscriber.unsubscribe(&topic).await {
+                        Ok(()) => answer(Ok(())),
+                        Err(e) => answer(Err(&e)),
+                    },
+                    Op::Close(_) => None,
+                };
+                let Some(reply) = reply else { continue };
+                let written = tokio::select! {
+                    biased;
+                    () = subscriber.too_slow() => Ok(Some(Stop::TooSlow)),
+                    r = async {
+                        sink.feed(reply).await?;
+                        sink.flush().await.map(|()| None)
+                    } => r,
+                };
+                match written {
+                    Ok(None) => continue,
+                    Ok(Some(stop)) => break (stop, too_slow()),
+                    Err(_) => return Stop::Disconnected,
+                }
+            }
             // The hub stopped (its backplane ended): nothing more will come.
-            None => break (Stop::HubStopped, Error::Closed.close_frame()),
-            Some(Err(e)) => break (Stop::TooSlow, e.close_frame()),
-            Some(Ok(d)) => d,
+            Next::Delivery(None) => break (Stop::HubStopped, Error::Closed.close_frame()),
+            Next::Delivery(Some(Err(e))) => break (Stop::TooSlow, e.close_frame()),
+            Next::Delivery(Some(Ok(d))) => d,
         };
         // What is queued now goes out with one flush.
         let batch = async {
@@ -526,6 +586,12 @@ where
     }
     let _ = tokio::time::timeout(config.close_grace, sink.close(Some(frame))).await;
     stop
+}
+
+/// What the writer waits for.
+enum Next {
+    Op(Option<Op>),
+    Delivery(Option<Result<Delivery, Error>>),
 }
 
 /// The close of a client too slow to read (the code and reason are [`Error::close_frame`]'s).

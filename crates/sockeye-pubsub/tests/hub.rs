@@ -395,9 +395,17 @@ async fn a_subscriber_does_not_get_its_own_publications_back_when_it_resumes() {
 }
 
 /// A backplane the test drives: its events are sent by the test, its history is what the test
-/// puts there (one topic, epoch "E", contiguous offsets).
+/// puts there (one topic, epoch "E", contiguous offsets). A resume's history read (one with a
+/// position and a limit) never answers while `stall` is set: a history server that hangs. Each
+/// batch is recorded in `tries` and answered with the next of `answers` (then `Ok`), as if its
+/// server took it: a backplane whose batches fail on cue; its `publish` says only that it failed,
+/// not whether it was published (as a backplane's `publish` may).
+#[derive(Clone, Default)]
 struct Scripted {
     history: std::sync::Arc<std::sync::Mutex<Vec<Publication>>>,
+    stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    answers: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<Result<(), Error>>>>,
+    tries: std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>,
 }
 
 impl Backplane for Scripted {
@@ -408,8 +416,35 @@ impl Backplane for Scripted {
         c
     }
 
-    fn publish(&self, _: Publication) -> BoxFuture<'_, Result<(), Error>> {
-        Box::pin(async { Ok(()) })
+    fn publish(&self, p: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
+        Box::pin(async move {
+            match self.publish_many(vec![p]).await {
+                Ok(mut positions) => Ok(positions.pop()),
+                Err(Error::PartlyPublished { source, .. }) => Err(*source),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn publish_many(&self, batch: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
+        let mut tries = self.tries.lock().unwrap();
+        tries.push(
+            batch
+                .iter()
+                .map(|p| String::from_utf8_lossy(&p.payload).into_owned())
+                .collect(),
+        );
+        // Numbered as if every batch tried had been published.
+        let end = tries.iter().map(Vec::len).sum::<usize>() as u64;
+        let start = end - batch.len() as u64;
+        let answer = self.answers.lock().unwrap().pop_front().unwrap_or(Ok(()));
+        let positions = (start + 1..=end)
+            .map(|offset| Position {
+                epoch: "E".into(),
+                offset,
+            })
+            .collect();
+        Box::pin(async move { answer.map(|()| positions) })
     }
 
     fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
@@ -426,6 +461,9 @@ impl Backplane for Scripted {
         since: Option<&Position>,
         limit: usize,
     ) -> BoxFuture<'_, Result<History, Error>> {
+        if since.is_some() && limit > 0 && self.stall.load(std::sync::atomic::Ordering::SeqCst) {
+            return Box::pin(std::future::pending());
+        }
         let all = self.history.lock().unwrap().clone();
         let since = since.cloned();
         Box::pin(async move {
@@ -442,6 +480,16 @@ impl Backplane for Scripted {
             })
         })
     }
+}
+
+/// A hub over `backplane` and the sender of its events.
+fn scripted_hub(backplane: &Scripted) -> (Hub, EventSender) {
+    let mut events = None;
+    let hub = Hub::with_backplane(HubConfig::default(), |tx| {
+        events = Some(tx);
+        backplane.clone()
+    });
+    (hub, events.unwrap())
 }
 
 fn scripted(topic: &Topic, offset: u64, text: &str) -> Publication {
@@ -470,15 +518,9 @@ async fn after_five(
     std::sync::Arc<std::sync::Mutex<Vec<Publication>>>,
     Subscriber,
 ) {
-    let history: std::sync::Arc<std::sync::Mutex<Vec<Publication>>> = Default::default();
-    let mut events = None;
-    let hub = Hub::with_backplane(HubConfig::default(), |tx| {
-        events = Some(tx);
-        Scripted {
-            history: history.clone(),
-        }
-    });
-    let events = events.unwrap();
+    let backplane = Scripted::default();
+    let history = backplane.history.clone();
+    let (hub, events) = scripted_hub(&backplane);
     let mut s = hub.subscriber(SubscriberConfig::default());
     s.subscribe(topic, None).await.unwrap();
     for i in 1..=5 {
@@ -575,4 +617,324 @@ async fn a_rollback_right_after_a_resume_delivers_what_follows_the_gap() {
         events.send(Event::Publication(p)).await.unwrap();
     }
     assert_eq!(shown(&mut resumed).await, ["GAP(3)", "b4@4", "b5@5", "b6@6"]);
+}
+
+/// A hub over a [`Scripted`] backplane whose resumes stall, the sender of its events, and
+/// position 1 of `topic` (m1) in its history.
+fn stalled(topic: &Topic) -> (Hub, EventSender, Scripted, Position) {
+    let backplane = Scripted::default();
+    backplane.stall.store(true, std::sync::atomic::Ordering::SeqCst);
+    let m1 = scripted(topic, 1, "m1");
+    backplane.history.lock().unwrap().push(m1.clone());
+    let (hub, events) = scripted_hub(&backplane);
+    (hub, events, backplane, m1.position.unwrap())
+}
+
+/// Publishes `scripted(topic, offset, _)` for each offset: kept in history, sent live.
+async fn publish_scripted(
+    backplane: &Scripted,
+    events: &EventSender,
+    topic: &Topic,
+    offsets: std::ops::RangeInclusive<u64>,
+) {
+    for offset in offsets {
+        let p = scripted(topic, offset, &"x".repeat(1000));
+        backplane.history.lock().unwrap().push(p.clone());
+        events.send(Event::Publication(p)).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_resume_leaves_nothing_and_a_retry_recovers() {
+    let topic = Topic::new("t").unwrap();
+    let (hub, events, backplane, seen) = stalled(&topic);
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let cancelled = timeout(
+        Duration::from_millis(100),
+        s.subscribe(&topic, Some(seen.clone())),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "the history never answers: the subscribe must time out"
+    );
+    // Nothing left: not subscribed here, nor at the hub.
+    assert_eq!(
+        s.topics().count(),
+        0,
+        "a cancelled subscribe left the topic subscribed"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        hub.subscriber_count(&topic),
+        0,
+        "a cancelled subscribe left the subscriber at the hub"
+    );
+    assert_eq!(hub.topic_count(), 0);
+    // Publications meanwhile are not held for it (they would pile up unbounded).
+    publish_scripted(&backplane, &events, &topic, 2..=101).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        s.queued_bytes(),
+        0,
+        "publications pile up for a cancelled subscribe"
+    );
+
+    // A retry recovers what was published since `seen`, then live ones.
+    backplane.stall.store(false, std::sync::atomic::Ordering::SeqCst);
+    let recovery = s.subscribe(&topic, Some(seen)).await.unwrap();
+    assert_eq!(
+        recovery,
+        Recovery::Recovered { count: 100 },
+        "a retry after a cancel must recover"
+    );
+    publish_scripted(&backplane, &events, &topic, 102..=102).await;
+    for offset in 2..=102 {
+        match next(&mut s).await {
+            Delivery::Message(m) => assert_eq!(m.position().unwrap().offset, offset),
+            other => panic!("{other:?}"),
+        }
+    }
+    nothing_more(&mut s).await;
+}
+
+#[tokio::test]
+async fn live_publications_held_during_a_resume_count_against_the_bound() {
+    let topic = Topic::new("t").unwrap();
+    let (hub, events, backplane, seen) = stalled(&topic);
+    // While its history does not answer, 50 × 1,000 bytes arrive live for a subscriber bound to
+    // 10,000: held for it, they pass its bound, and it is stopped at once instead of holding
+    // them all (before: held without a bound, and the subscribe waited on).
+    let mut s = hub.subscriber(SubscriberConfig::new(10_000, SlowPolicy::Close));
+    let publish = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        publish_scripted(&backplane, &events, &topic, 2..=51).await;
+    };
+    let (subscribed, ()) = tokio::join!(timeout(WAIT, s.subscribe(&topic, Some(seen))), publish);
+    match subscribed {
+        Ok(Err(Error::TooSlow { queued, max })) => assert!(queued > max && max == 10_000),
+        other => panic!("expected TooSlow while resuming, got {other:?}"),
+    }
+    assert_eq!(s.queued_bytes(), 0);
+    assert_eq!(s.topics().count(), 0);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(hub.subscriber_count(&topic), 0);
+}
+
+#[tokio::test]
+async fn a_subscriber_past_its_subscription_limit_is_refused_clearly() {
+    let hub = Hub::in_process();
+    let mut s = hub.subscriber(SubscriberConfig::default().max_subscriptions(3));
+    for i in 0..3 {
+        s.subscribe(&Topic::new(&format!("t{i}")).unwrap(), None)
+            .await
+            .unwrap();
+    }
+    let err = s.subscribe(&Topic::new("t3").unwrap(), None).await.unwrap_err();
+    assert!(matches!(err, Error::TooManySubscriptions { max: 3 }), "{err:?}");
+    assert!(err.is_caller_fault());
+    assert_eq!(err.close_code(), sockeye::CloseCode::POLICY_VIOLATION);
+    assert!(err.to_string().contains("max_subscriptions"), "{err}");
+    assert_eq!(hub.topic_count(), 3, "the refused topic was not subscribed");
+    // Subscribing again to one it has is not one more; after leaving one, another fits.
+    s.subscribe(&Topic::new("t0").unwrap(), None).await.unwrap();
+    s.unsubscribe(&Topic::new("t0").unwrap()).await.unwrap();
+    s.subscribe(&Topic::new("t3").unwrap(), None).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_past_its_topic_limit_refuses_new_topics_clearly() {
+    let hub = Hub::with_backplane(HubConfig::default().max_topics(2), |tx| {
+        InProcess::new(tx, HistoryConfig::default())
+    });
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    let mut b = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&Topic::new("t0").unwrap(), None).await.unwrap();
+    a.subscribe(&Topic::new("t1").unwrap(), None).await.unwrap();
+    let err = b.subscribe(&Topic::new("t2").unwrap(), None).await.unwrap_err();
+    assert!(matches!(err, Error::TooManyTopics { max: 2 }), "{err:?}");
+    assert!(
+        !err.is_caller_fault(),
+        "the node is full: not this client's fault"
+    );
+    assert_eq!(err.close_code(), sockeye::CloseCode::TRY_AGAIN_LATER);
+    assert!(err.to_string().contains("max_topics"), "{err}");
+    // A topic the node follows already is no new topic.
+    b.subscribe(&Topic::new("t1").unwrap(), None).await.unwrap();
+    // Once a topic is left by all, there is room again.
+    a.unsubscribe(&Topic::new("t0").unwrap()).await.unwrap();
+    b.subscribe(&Topic::new("t2").unwrap(), None).await.unwrap();
+    assert_eq!(hub.topic_count(), 2);
+}
+
+/// A hub over the in-process backplane with `history`, and a position on `topic` published
+/// before more was.
+async fn resume_point(history: HistoryConfig, topic: &Topic) -> (Hub, Position) {
+    let hub = Hub::with_backplane(HubConfig::default(), |tx| InProcess::new(tx, history));
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    s.subscribe(topic, None).await.unwrap();
+    hub.publish(topic, Message::binary(vec![0; 1000])).await.unwrap();
+    let Delivery::Message(m) = next(&mut s).await else {
+        panic!()
+    };
+    hub.publish(topic, Message::binary(vec![0; 1000])).await.unwrap();
+    (hub, m.position().unwrap().clone())
+}
+
+/// The first delivery after resuming from `from` must be a gap.
+async fn resumes_with_a_gap(hub: &Hub, topic: &Topic, from: Position) {
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    assert_eq!(s.subscribe(topic, Some(from)).await.unwrap(), Recovery::Lost);
+    assert!(matches!(next(&mut s).await, Delivery::Gap { .. }));
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_process_history_expires_by_age_and_a_resume_past_it_is_a_gap() {
+    let topic = Topic::new("t").unwrap();
+    let (hub, from) = resume_point(HistoryConfig::new(100, Duration::from_secs(60)), &topic).await;
+    tokio::time::sleep(Duration::from_secs(62)).await;
+    resumes_with_a_gap(&hub, &topic, from).await;
+}
+
+#[tokio::test]
+async fn in_process_history_is_bounded_in_all_and_a_resume_past_it_is_a_gap() {
+    let topic = Topic::new("t").unwrap();
+    let (hub, from) = resume_point(HistoryConfig::default().max_bytes(20_000), &topic).await;
+    // Other topics' publications push the oldest out, whatever their topic.
+    for i in 0..40 {
+        let other = Topic::new(&format!("other {i}")).unwrap();
+        hub.publish(&other, Message::binary(vec![0; 1000])).await.unwrap();
+    }
+    resumes_with_a_gap(&hub, &topic, from).await;
+}
+
+#[tokio::test]
+async fn a_publish_returns_the_position_it_got() {
+    let hub = Hub::in_process();
+    let topic = Topic::new("t").unwrap();
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    s.subscribe(&topic, None).await.unwrap();
+    let one = hub.publish(&topic, Message::text("one")).await.unwrap();
+    let many = hub
+        .publish_many(&topic, vec![Message::text("two"), Message::text("three")])
+        .await
+        .unwrap();
+    let none = hub.publish_many(&topic, Vec::new()).await.unwrap();
+    assert!(none.is_empty());
+    let returned: Vec<Position> = one.into_iter().chain(many).collect();
+    let mut delivered = Vec::new();
+    for _ in 0..3 {
+        delivered.push(next_text(&mut s).await.1);
+    }
+    assert_eq!(returned, delivered);
+}
+
+fn down() -> Error {
+    Error::Backplane {
+        what: "not connected".into(),
+        source: None,
+    }
+}
+
+fn partly(published: usize, sent: usize) -> Error {
+    Error::PartlyPublished {
+        published,
+        sent,
+        source: Box::new(down()),
+    }
+}
+
+/// A hub over a [`Scripted`] backplane that answers batches with `answers`, a publisher on
+/// it, and what the backplane was given.
+fn failing_on_cue(answers: Vec<Result<(), Error>>) -> (Hub, sockeye_pubsub::Publisher, Scripted) {
+    let backplane = Scripted::default();
+    *backplane.answers.lock().unwrap() = answers.into();
+    let (hub, _) = scripted_hub(&backplane);
+    let publisher = hub.subscriber(SubscriberConfig::default()).publisher();
+    (hub, publisher, backplane)
+}
+
+#[tokio::test]
+async fn a_publish_error_says_whether_it_was_published_as_a_batch_error_does() {
+    let topic = Topic::new("t").unwrap();
+    let (hub, _, _) = failing_on_cue(vec![Err(partly(0, 1)), Err(partly(0, 1))]);
+    let one = hub.publish(&topic, Message::text("one")).await.unwrap_err();
+    let batch = hub
+        .publish_many(&topic, vec![Message::text("one")])
+        .await
+        .unwrap_err();
+    for e in [one, batch] {
+        assert!(
+            matches!(
+                e,
+                Error::PartlyPublished {
+                    published: 0,
+                    sent: 1,
+                    ..
+                }
+            ),
+            "sent and not answered must say so: {e:?}"
+        );
+        assert!(e.to_string().contains("may or may not"), "{e}");
+    }
+}
+
+/// What `retry` does with a batch a, b, c given `answers`: its result and the batches tried.
+async fn retried(
+    retry: sockeye_pubsub::PublishRetry,
+    answers: Vec<Result<(), Error>>,
+) -> (Result<Vec<Option<Position>>, Error>, Vec<Vec<String>>) {
+    let (_hub, publisher, backplane) = failing_on_cue(answers);
+    let batch = vec!["a".into(), "b".into(), "c".into()];
+    let result = retry
+        .publish_many(&publisher, &Topic::new("t").unwrap(), batch)
+        .await;
+    let tries = backplane.tries.lock().unwrap().clone();
+    (result, tries)
+}
+
+#[tokio::test(start_paused = true)]
+async fn publish_retry_retries_only_what_was_not_published() {
+    use sockeye_pubsub::PublishRetry;
+    let abc = || vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+    // Down twice (nothing sent): the whole batch again, then its last position.
+    let (r, tries) = retried(PublishRetry::default(), vec![Err(down()), Err(down()), Ok(())]).await;
+    let positions = r.unwrap();
+    assert_eq!(positions.len(), 3);
+    assert!(positions.iter().all(Option::is_some), "{positions:?}");
+    assert_eq!(positions[2].as_ref().unwrap().offset, 9);
+    assert_eq!(tries, [abc(), abc(), abc()]);
+    // The first known published, the rest known not: the rest only.
+    let (r, tries) = retried(PublishRetry::default(), vec![Err(partly(1, 1)), Ok(())]).await;
+    let positions = r.unwrap();
+    // The first was published by the failed try, which said how many, not where.
+    assert_eq!(positions.len(), 3);
+    assert!(positions[0].is_none());
+    assert_eq!(positions[2].as_ref().unwrap().offset, 5);
+    assert_eq!(tries, [abc(), vec!["b".to_owned(), "c".to_owned()]]);
+    // Maybe published: never retried (it could be delivered twice).
+    let (r, tries) = retried(PublishRetry::default(), vec![Err(partly(0, 2))]).await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::PartlyPublished {
+                published: 0,
+                sent: 2,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(tries.len(), 1);
+    // Patience: 1 s of waits from 50 ms doubling (50, 100, 200, 400 ms), then the error.
+    let started = tokio::time::Instant::now();
+    let waits = sockeye::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(1))
+        .jitter(sockeye::backoff::Jitter::None);
+    let policy = PublishRetry::default()
+        .patience(Duration::from_secs(1))
+        .backoff(waits);
+    let (r, tries) = retried(policy, (0..100).map(|_| Err(down())).collect()).await;
+    assert!(matches!(r, Err(Error::Backplane { .. })), "{r:?}");
+    assert_eq!(tries.len(), 5);
+    assert!(started.elapsed() < Duration::from_secs(1));
 }

@@ -66,7 +66,7 @@ async fn publish_when_back(hub: &Hub, topic: &Topic, text: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match hub.publish(topic, text.to_owned().into()).await {
-            Ok(()) => return,
+            Ok(_) => return,
             Err(e) => {
                 assert!(matches!(e, Error::Backplane { .. }), "{e}");
                 assert!(Instant::now() < deadline, "the backplane did not come back: {e}");
@@ -158,16 +158,22 @@ async fn batches_across_nodes(jetstream: bool) {
     sub_b.subscribe(&topic, None).await.unwrap();
     let publisher = sub(&a).publisher();
     let mut sent = 0;
+    let mut returned = Vec::new();
     for size in [1, 7, 100, 256, 136] {
         let batch = (sent..sent + size).map(|i| format!("m{i}").into()).collect();
-        publisher.publish_many(&topic, batch).await.unwrap();
+        returned.extend(publisher.publish_many(&topic, batch).await.unwrap());
         sent += size;
     }
     assert_eq!(sent, 500);
+    // The positions a publish returns are those delivered (none without JetStream).
+    assert_eq!(returned.len(), if jetstream { sent } else { 0 });
     let mut last = 0;
     for i in 0..sent {
         let (text, position) = recv_msg(&mut sub_b).await;
         assert_eq!(text, format!("m{i}"), "out of order, lost or duplicated");
+        if jetstream {
+            assert_eq!(position.as_ref(), returned.get(i), "m{i}: the position returned");
+        }
         if let Some(p) = position {
             assert!(jetstream);
             assert!(p.offset > last, "positions must increase");

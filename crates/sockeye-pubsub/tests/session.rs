@@ -16,7 +16,7 @@ use sockeye::{CloseCode, CloseFrame, Message, Server, ShutdownHandle, TransportS
 use sockeye_pubsub::backplane::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, InProcess};
 use sockeye_pubsub::{
     Delivery, Ended, Error, HistoryConfig, Hub, HubConfig, OnGap, Outgoing, Position, Protocol, Publication,
-    Relay, Request, Session, SessionConfig, SlowPolicy, SubscriberConfig, Topic,
+    PublishRetry, Relay, Request, Session, SessionConfig, SlowPolicy, SubscriberConfig, Topic,
 };
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -46,11 +46,14 @@ impl Backplane for Switched {
         self.inner.capabilities()
     }
 
-    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
-        self.publish_many(vec![publication])
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
+        Box::pin(async move { Ok(self.publish_many(vec![publication]).await?.pop()) })
     }
 
-    fn publish_many(&self, mut publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish_many(
+        &self,
+        mut publications: Vec<Publication>,
+    ) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
         Box::pin(async move {
             if self.switch.down.load(Ordering::SeqCst) {
                 return Err(Error::Backplane {
@@ -92,6 +95,11 @@ impl Backplane for Switched {
     ) -> BoxFuture<'_, Result<History, Error>> {
         self.inner.history(topic, since, limit)
     }
+}
+
+/// Waits of 10 ms doubling to 50 ms between publish tries: outages in these tests are short.
+fn quick_retry() -> PublishRetry {
+    PublishRetry::default().backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(50)))
 }
 
 /// A hub over a switched in-process backplane, the switch, and the sender of its events.
@@ -271,8 +279,7 @@ async fn what_a_client_sends_reaches_the_others_once_in_order_in_batches() {
 
 #[tokio::test]
 async fn an_outage_is_waited_out_and_a_batch_cut_short_is_retried_from_where_it_stopped() {
-    let config = SessionConfig::default()
-        .publish_backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(50)));
+    let config = SessionConfig::default().publish_retry(quick_retry());
     let Relayed {
         switch,
         node: _node,
@@ -297,10 +304,9 @@ async fn an_outage_is_waited_out_and_a_batch_cut_short_is_retried_from_where_it_
 #[tokio::test]
 async fn the_longest_durations_are_valid_settings() {
     let config = SessionConfig::default()
-        .publish_patience(Duration::MAX)
         .close_grace(Duration::MAX)
         .slow_drain(Duration::MAX)
-        .publish_backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(50)));
+        .publish_retry(quick_retry().patience(Duration::MAX));
     let Relayed {
         switch,
         mut node,
@@ -338,9 +344,7 @@ async fn a_batch_that_may_be_partly_published_is_not_retried_and_closes_with_101
 
 #[tokio::test]
 async fn an_outage_longer_than_the_patience_closes_with_1013() {
-    let config = SessionConfig::default()
-        .publish_patience(Duration::from_millis(300))
-        .publish_backoff(Backoff::new(Duration::from_millis(10), Duration::from_millis(50)));
+    let config = SessionConfig::default().publish_retry(quick_retry().patience(Duration::from_millis(300)));
     let Relayed {
         switch,
         mut node,

@@ -63,6 +63,48 @@ impl fmt::Display for Position {
     }
 }
 
+/// Reads a position as it prints, `offset@epoch` (a client keeps it as text, in a URL's
+/// `?since=` say): the offset in decimal digits, the epoch anything but empty (it is opaque; it
+/// may contain `@`: the first one ends the offset). Anything else is
+/// [`Error::InvalidPosition`], saying what is wrong.
+///
+/// ```
+/// use sockeye_pubsub::Position;
+/// let p: Position = "42@5f3a9c".parse()?;
+/// assert_eq!((p.offset, &*p.epoch), (42, "5f3a9c"));
+/// assert_eq!(p.to_string(), "42@5f3a9c");
+/// assert!("42".parse::<Position>().is_err());
+/// # Ok::<(), sockeye_pubsub::Error>(())
+/// ```
+impl std::str::FromStr for Position {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Position, Error> {
+        let bad = |why: &str| {
+            let shown: String = s.chars().take(64).collect();
+            Error::InvalidPosition(format!(
+                "{shown:?}: {why}; expected OFFSET@EPOCH, as a position prints"
+            ))
+        };
+        let Some((offset, epoch)) = s.split_once('@') else {
+            return Err(bad("no @"));
+        };
+        if offset.is_empty() || !offset.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("the offset is not a number"));
+        }
+        let offset = offset
+            .parse::<u64>()
+            .map_err(|_| bad("the offset is over 18446744073709551615"))?;
+        if epoch.is_empty() {
+            return Err(bad("the epoch is empty"));
+        }
+        Ok(Position {
+            epoch: epoch.into(),
+            offset,
+        })
+    }
+}
+
 /// Who published: the node and, on that node, the publisher (a connection, say). A hub uses it
 /// to leave the publisher out of its own fan-out when asked to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -145,14 +187,16 @@ pub trait Backplane: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// Publishes. Returns once the backplane's server has it (or, for a backplane without
-    /// acknowledgements, once it is written).
-    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>>;
+    /// acknowledgements, once it is written), with the position it got (`None` from a backplane
+    /// that gives none).
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>>;
 
     /// Publishes several publications, in order, as if by `publish` one after the other
     /// (each publisher's order is kept), but without waiting for each before sending the next:
     /// a backplane over the network sends the whole batch in one round trip where it can.
     ///
-    /// Returns once the server has them all. Not all-or-nothing: like a failed `publish`, whose
+    /// Returns once the server has them all, with the positions they got, in order (empty from a
+    /// backplane that gives none). Not all-or-nothing: like a failed `publish`, whose
     /// publication may have been published, a failed batch may be partly published, and the
     /// error says how far it got:
     /// - an error other than [`Error::PartlyPublished`] (and [`Error::Closed`], after which
@@ -164,14 +208,16 @@ pub trait Backplane: Send + Sync + 'static {
     ///
     /// The default publishes one by one with `publish`, in order, stopping at the first
     /// failure.
-    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
         Box::pin(async move {
+            let mut positions = Vec::with_capacity(publications.len());
             for (i, p) in publications.into_iter().enumerate() {
-                if let Err(e) = self.publish(p).await {
-                    return Err(partly_published(i, i + 1, e));
+                match self.publish(p).await {
+                    Ok(position) => positions.extend(position),
+                    Err(e) => return Err(partly_published(i, i + 1, e)),
                 }
             }
-            Ok(())
+            Ok(positions)
         })
     }
 
@@ -292,3 +338,50 @@ pub async fn connect(
 
 /// Events queued from a backplane to its hub before the backplane waits.
 pub const EVENT_QUEUE: usize = 4096;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #[test]
+        fn a_position_reads_back_as_it_prints(offset in any::<u64>(), epoch in ".+") {
+            let p = Position { epoch: epoch.into(), offset };
+            prop_assert_eq!(p.to_string().parse::<Position>().unwrap(), p);
+        }
+
+        #[test]
+        fn any_text_is_a_position_or_a_clear_error(text in ".*") {
+            match text.parse::<Position>() {
+                // Leading zeros are read, not printed: what it reads prints canonically.
+                Ok(p) => prop_assert_eq!(p.to_string().parse::<Position>().unwrap(), p),
+                Err(e) => {
+                    prop_assert!(matches!(e, Error::InvalidPosition(_)));
+                    prop_assert!(e.is_caller_fault());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn garbage_is_refused_saying_why() {
+        for (text, why) in [
+            ("", "no @"),
+            ("12", "no @"),
+            ("@e", "not a number"),
+            ("+1@e", "not a number"),
+            ("-1@e", "not a number"),
+            ("1.5@e", "not a number"),
+            ("18446744073709551616@e", "over"),
+            ("7@", "epoch is empty"),
+        ] {
+            let e = text.parse::<Position>().unwrap_err();
+            assert!(e.to_string().contains(why), "{text:?}: {e}");
+        }
+        assert_eq!("0@a@b".parse::<Position>().unwrap().epoch.as_ref(), "a@b");
+    }
+}

@@ -144,6 +144,9 @@ struct Shared {
 struct Js {
     context: jetstream::Context,
     config: stream::Config,
+    /// The stream's epoch as last seen (at connect and after each reconnect), for the positions
+    /// a publish returns.
+    epoch: std::sync::Mutex<Arc<str>>,
 }
 
 /// One subscribed topic: the task forwarding its messages to the hub.
@@ -233,7 +236,11 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
         // JetStream.
         match context.get_or_create_stream(config.clone()).await {
             Ok(_) => {
-                let js = Js { context, config };
+                let js = Js {
+                    context,
+                    config,
+                    epoch: std::sync::Mutex::new("".into()),
+                };
                 js.ensure_stream(&server).await?;
                 Some(js)
             }
@@ -381,6 +388,10 @@ impl Js {
             .await
             .map_err(|e| Error::backplane(format!("{server}: JetStream stream {STREAM} info"), e))?
             .clone();
+        *self
+            .epoch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = epoch_of(&info).into();
         let c = &info.config;
         if c.subjects != self.config.subjects
             || c.max_messages_per_subject != self.config.max_messages_per_subject
@@ -563,10 +574,10 @@ impl Shared {
     }
 
     /// See [`Backplane::publish_many`] for [`Nats`].
-    async fn publish_many(&self, batch: Vec<Publication>) -> Result<(), Error> {
+    async fn publish_many(&self, batch: Vec<Publication>) -> Result<Vec<Position>, Error> {
         let n = batch.len();
         let Some(first) = batch.first() else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         let what = if n == 1 {
             format!("publish on {}", first.topic)
@@ -623,11 +634,21 @@ impl Shared {
                         acks.push(ack);
                     }
                     // In order: the first one not acknowledged ends what is known published.
+                    let epoch = js
+                        .epoch
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone();
+                    let mut positions = Vec::with_capacity(n);
                     for ack in acks {
-                        ack.await.map_err(|e| self.failed(&what, e))?;
+                        let ack = ack.await.map_err(|e| self.failed(&what, e))?;
                         published += 1;
+                        positions.push(Position {
+                            epoch: epoch.clone(),
+                            offset: ack.sequence,
+                        });
                     }
-                    Ok(())
+                    Ok(positions)
                 }
                 None => {
                     for (subject, body) in bodies {
@@ -639,7 +660,8 @@ impl Shared {
                     }
                     self.client.flush().await.map_err(|e| self.failed(&what, e))?;
                     published = sent;
-                    Ok(())
+                    // Core NATS gives no positions.
+                    Ok(Vec::new())
                 }
             }
         };
@@ -910,12 +932,13 @@ impl Backplane for Nats {
         }
     }
 
-    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
         Box::pin(async move {
             // The batch's error for one publication is the same error (sent or not).
             self.shared
                 .publish_many(vec![publication])
                 .await
+                .map(|positions| positions.into_iter().next())
                 .map_err(|e| match e {
                     Error::PartlyPublished { source, .. } => *source,
                     e => e,
@@ -930,7 +953,7 @@ impl Backplane for Nats {
     /// server's `max_payload`) fails with the plain [`Error::Backplane`]; later failures with
     /// [`Error::PartlyPublished`]: with JetStream, the publications acknowledged before the
     /// first that was not are known to be published.
-    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
         Box::pin(self.shared.publish_many(publications))
     }
 

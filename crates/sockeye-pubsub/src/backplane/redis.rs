@@ -166,7 +166,7 @@ if tonumber(ARGV[4]) > 0 then
 end
 redis.call('pexpire', KEYS[1], ARGV[6])
 redis.call('publish', ARGV[1], '\1' .. offset .. '\n' .. epoch .. '\n' .. ARGV[2])
-return offset
+return {offset, epoch}
 ";
 
 /// The Redis backplane (feature `redis`): see the [module documentation](self) for what it
@@ -374,12 +374,12 @@ impl Shared {
         *self.commands.lock().await = None;
     }
 
-    async fn publish(&self, p: Publication) -> Result<(), Error> {
+    async fn publish(&self, p: Publication) -> Result<Option<Position>, Error> {
         let topic = p.topic.clone();
         let Commands { mut conn, life } = self.commands().await?;
-        let result: Result<u64, RedisError> = self.invocation(&p, &life).invoke_async(&mut conn).await;
+        let result: Result<Value, RedisError> = self.invocation(&p, &life).invoke_async(&mut conn).await;
         match result {
-            Ok(_) => Ok(()),
+            Ok(v) => Ok(position_of(&v)),
             Err(e) => {
                 // Not retried: the script may have run before the connection dropped, and a
                 // retry would publish twice.
@@ -435,19 +435,19 @@ impl Shared {
     /// `SCRIPT LOAD` first, in the same pipeline, so that no `EVALSHA` meets an empty script
     /// cache (a restarted Redis): otherwise some of the batch could fail with NOSCRIPT while
     /// others ran (another node loading the script meanwhile), and resending would duplicate.
-    async fn publish_many(&self, batch: Vec<Publication>) -> Result<(), Error> {
+    async fn publish_many(&self, batch: Vec<Publication>) -> Result<Vec<Position>, Error> {
         let n = batch.len();
         match n {
-            0 => return Ok(()),
+            0 => return Ok(Vec::new()),
             1 => {
                 // One publication: the script's own NOSCRIPT fallback, nothing to load.
                 let p = batch.into_iter().next().ok_or(Error::Closed)?;
                 let Commands { mut conn, life } = self.commands().await?;
                 let topic = p.topic.clone();
-                let result: Result<u64, RedisError> =
+                let result: Result<Value, RedisError> =
                     self.invocation(&p, &life).invoke_async(&mut conn).await;
                 return match result {
-                    Ok(_) => Ok(()),
+                    Ok(v) => Ok(position_of(&v).into_iter().collect()),
                     Err(e) => {
                         self.reset_commands().await;
                         Err(super::partly_published(
@@ -492,7 +492,7 @@ impl Shared {
         let results: Vec<Result<Value, RedisError>> = replies.into_iter().skip(1).collect();
         let published = results.iter().take_while(|r| r.is_ok()).count();
         if published == n && results.len() == n {
-            return Ok(());
+            return Ok(results.iter().flatten().filter_map(position_of).collect());
         }
         // Each failed script did not publish (PUBLISH is its last call); a later one may have.
         let sent = results.iter().rposition(Result::is_ok).map_or(0, |i| i + 1);
@@ -613,6 +613,18 @@ fn channel(hex: &str) -> String {
 fn channel_topic(name: &[u8]) -> Option<Topic> {
     let hex = name.strip_prefix(b"sockeye:{")?.strip_suffix(b"}")?;
     Topic::from_hex(std::str::from_utf8(hex).ok()?).ok()
+}
+
+/// The position the publish script returned (`[offset, epoch]`).
+fn position_of(v: &Value) -> Option<Position> {
+    let Value::Array(parts) = v else { return None };
+    let [Value::Int(offset), epoch] = parts.as_slice() else {
+        return None;
+    };
+    Some(Position {
+        epoch: std::str::from_utf8(bytes_of(epoch)?).ok()?.into(),
+        offset: u64::try_from(*offset).ok()?,
+    })
 }
 
 fn bytes_of(v: &Value) -> Option<&[u8]> {
@@ -812,7 +824,7 @@ impl Backplane for Redis {
         }
     }
 
-    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
         Box::pin(self.shared.publish(publication))
     }
 
@@ -822,7 +834,7 @@ impl Backplane for Redis {
     /// [`RESPONSE_TIMEOUT`] for the whole batch) is [`Error::PartlyPublished`] with nothing known
     /// (`published` 0, `sent` the whole batch); a script that failed on the server is reported
     /// with exactly how many before it were published.
-    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
         Box::pin(self.shared.publish_many(publications))
     }
 

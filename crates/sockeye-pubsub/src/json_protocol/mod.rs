@@ -30,6 +30,8 @@
 mod common;
 pub mod reply;
 mod request;
+mod session_protocol;
 
 pub use common::{ErrorCode, Refusal, RequestId};
 pub use request::{Request, parse_request};
+pub use session_protocol::JsonProtocol;
