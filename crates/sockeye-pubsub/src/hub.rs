@@ -156,7 +156,9 @@ impl Hub {
 
     /// Publishes to every subscriber of `topic`, on every node. Returns once the backplane has
     /// the publication, with the position it got (`None` from a backplane that gives none: NATS
-    /// without JetStream); it is delivered when the backplane hands it back.
+    /// without JetStream); it is delivered when the backplane hands it back. (Redis's position is
+    /// given by the publish script itself; NATS JetStream's is the acknowledged sequence with the
+    /// stream's epoch as this node last saw it, at connect or after a reconnect.)
     ///
     /// An error says whether it was published, by the rule of
     /// [`publish_many`](Self::publish_many) for a batch of one: [`Error::PartlyPublished`]
