@@ -13,9 +13,9 @@ import statistics
 import subprocess
 import sys
 
-PEERS = ["tungstenite", "fastwebsockets", "node", "picows"]
+PEERS = ["tungstenite", "fastwebsockets", "tokio-websockets", "node", "picows"]
 NAMES = {"raw": "raw TCP", "raw-sf": "raw TCP, whole frame first", "raw-x": "raw TCP + one exchange", "sockeye": "Sockeye", "tungstenite": "tokio-tungstenite",
-         "fastwebsockets": "fastwebsockets", "node": "Node ws", "picows": "picows"}
+         "fastwebsockets": "fastwebsockets", "tokio-websockets": "tokio-websockets", "node": "Node ws", "picows": "picows"}
 # scenario: (metric, unit, higher is better)
 METRICS = {
     "push-server": ("msgs_per_s", "msgs/s", True),
@@ -267,7 +267,7 @@ def peer_versions():
     found = []
     try:
         lock = open(os.path.join(here, "harness", "Cargo.lock")).read()
-        for name in ("tokio-tungstenite", "fastwebsockets", "tokio"):
+        for name in ("tokio-tungstenite", "fastwebsockets", "tokio-websockets", "tokio"):
             m = re.search(r'name = "%s"\nversion = "([^"]+)"' % re.escape(name), lock)
             found.append(f"{name} {m.group(1) if m else '?'}")
         ws = json.load(open(os.path.join(here, "peers", "node-ws", "package-lock.json")))

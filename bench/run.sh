@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark: builds everything in release mode, then runs every scenario against
-# Sockeye and the peers in one run — tokio-tungstenite and fastwebsockets (crates.io), Node `ws`
-# (npm), picows (PyPI) and a raw TCP baseline — and prints one table per scenario (medians of
+# Sockeye and the peers in one run — tokio-tungstenite, fastwebsockets and tokio-websockets
+# (crates.io), Node `ws` (npm), picows (PyPI) and a raw TCP baseline — and prints one table per
+# scenario (medians of
 # REPS repetitions, ratios to the best peer and to raw TCP). Writes target/bench/results.jsonl and
 # bench/RESULTS.md.
 #
@@ -121,7 +122,7 @@ raw_flag() { case "$1" in raw | raw-sf) echo --raw ;; esac; }
 # The server mode of the connect rows: the raw server closes first on the client's close frame,
 # as the WebSocket servers do.
 connect_mode() { [ "$1" = raw ] && echo connect || echo echo; }
-SERVERS="raw sockeye tungstenite fastwebsockets node picows"
+SERVERS="raw sockeye tungstenite fastwebsockets tokio-websockets node picows"
 
 "$BIN/bench-server" gen-cert "$OUT/tls"
 
@@ -135,7 +136,7 @@ for s in $SERVERS; do
   stop_server
 done
 start_server encoded push
-for c in sockeye tungstenite fastwebsockets; do
+for c in sockeye tungstenite fastwebsockets tokio-websockets; do
   run push-client "$c" "$PUSH_N" "$BIN/bench-client" "$c" "127.0.0.1:$PORT" "$PUSH_N"
 done
 run push-client node "$PUSH_N" node peers/node-ws/client.mjs "127.0.0.1:$PORT" "$PUSH_N"
@@ -320,13 +321,13 @@ memory_with() { # system h2bench idle version conns variant
   stop_server
 }
 section "6. memory: server RSS with $IDLE idle connections (ws:// and wss://), and $DEFLATE_IDLE with permessage-deflate"
-for s in sockeye tungstenite fastwebsockets node picows; do
+for s in sockeye tungstenite fastwebsockets tokio-websockets node picows; do
   memory "$s" echo "$IDLE" "$IDLE idle"
 done
 # The same over TLS 1.3 (each server's TLS library: rustls for the Rust servers, OpenSSL for
 # Node and picows), with the certificate of section 3.
 export BENCH_TLS="$OUT/tls"
-for s in sockeye tungstenite fastwebsockets node picows; do
+for s in sockeye tungstenite fastwebsockets tokio-websockets node picows; do
   memory "$s" echo "$IDLE" "$IDLE idle, wss"
 done
 unset BENCH_TLS
@@ -425,7 +426,7 @@ per_unit() { # system operation small large small-count large-count
 section "8b. instructions per operation, side by side (callgrind)"
 if command -v valgrind >/dev/null 2>&1; then
   [ "$SMOKE" = 1 ] && CG=(5000 10000 50 100 20 40) || CG=(50000 100000 500 1000 100 200)
-  for s in raw sockeye tungstenite fastwebsockets; do
+  for s in raw sockeye tungstenite fastwebsockets tokio-websockets; do
     per_unit "$s" "push, server, per message" "${CG[0]}" "${CG[1]}" \
       "$(cg_server "$s" push "${CG[0]}" push "${CG[0]}")" "$(cg_server "$s" push "${CG[1]}" push "${CG[1]}")"
     if [ "$s" != raw ]; then
