@@ -13,9 +13,10 @@ import statistics
 import subprocess
 import sys
 
-PEERS = ["tungstenite", "fastwebsockets", "node", "picows"]
+PEERS = ["tungstenite", "fastwebsockets", "tokio-websockets", "uws", "node", "picows"]
 NAMES = {"raw": "raw TCP", "raw-sf": "raw TCP, whole frame first", "raw-x": "raw TCP + one exchange", "sockeye": "Sockeye", "tungstenite": "tokio-tungstenite",
-         "fastwebsockets": "fastwebsockets", "node": "Node ws", "picows": "picows"}
+         "fastwebsockets": "fastwebsockets", "tokio-websockets": "tokio-websockets", "uws": "uWebSockets",
+         "node": "Node ws", "picows": "picows"}
 # scenario: (metric, unit, higher is better)
 METRICS = {
     "push-server": ("msgs_per_s", "msgs/s", True),
@@ -129,6 +130,7 @@ def main(path, kind):
         out.append("|---|---|---|")
         for op, r in micro:
             out.append(f"| {op} | {r['instructions']:,} | {r['unit']} |")
+    out += uws_tables(runs, order)
     pubsub = pubsub_tables(runs, order)
     text = "\n".join(out + pubsub)
     print(text)
@@ -165,11 +167,70 @@ def main(path, kind):
             f"Measured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} cores"
             f" ({version(['uname', '-sr'])}, {cpu_model()}); `bash bench/run.sh` (medians of the"
             " repetitions; servers single-threaded on CPU 0, load generator on CPU 1). Versions: "
-            f"{version(['rustc', '--version'])}; {peer_versions()}; node {version(['node', '--version'])}.",
+            f"{version(['rustc', '--version'])}; {peer_versions()}; node {version(['node', '--version'])};"
+            f" {uws_version(runs)}.",
             "Figures on this shared machine are comparable within one run only.",
         ]
         with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"), "w") as f:
             f.write("\n".join(header) + "\n" + text + "\n" + kept)
+
+
+UWS_NAMES = {"uws": "uWebSockets", "sockeye": "Sockeye", "ws-tool": "`ws echo_server`",
+             "tokio-websockets": "tokio-websockets", "fastwebsockets": "fastwebsockets", "tungstenite": "tokio-tungstenite"}
+
+
+def uws_version(runs):
+    status = (runs.get(("uws-status", "-", "uws")) or [{}])[0]
+    if "version" in status:
+        return f"uWebSockets {status['version']}"
+    return "uWebSockets not run (set UWS_DIR: see bench/README.md)"
+
+
+def uws_cell(done, key):
+    """The median of the samples, and the server's share of its core over them (bold below 90%:
+    the load generator, not the server, set the pace)."""
+    ok = [r for r in done if key in r]
+    if not ok:
+        return None, "failed" if done else "—"
+    value = statistics.median(r[key] for r in ok)
+    cpu = statistics.median(r["server_cpu"] for r in ok)
+    share = f"cpu {cpu:.0%}"
+    return value, f"{fmt(value)} ({share if cpu >= 0.9 else f'**{share}**'})"
+
+
+def uws_tables(runs, order):
+    """Sections 12 and 13: uWebSockets' load_test and broadcast_test, or why they did not run."""
+    out = []
+    for scenario, key, title, unit, first in (
+        ("load-test", "msgs_per_s", "12. uWebSockets' load_test: each connection keeps one message in flight, echoed",
+         "msgs/s", "connections × payload"),
+        ("broadcast-test", "iterations_per_s", "13. uWebSockets' broadcast_test: each iteration every client sends one"
+         " 20-byte message, published to every client, sender included", "iterations/s", "clients"),
+    ):
+        keys = [k for k in order if k[0] == scenario]
+        status = (runs.get(("uws-status", scenario, "uws")) or [{}])[0]
+        if not keys and "not_run" not in status:
+            continue
+        out.append(f"\n### {title} ({unit}, higher is better)\n")
+        if not keys:
+            out.append(f"uWebSockets {status['not_run']}.")
+            continue
+        out.append("Server on CPU 0, the load generator on CPU 1; median of the 4-second samples after the first (the"
+                   " connection ramp); in parentheses the server's share of its core over those samples (below 90% in"
+                   " bold: the load generator set the pace).\n")
+        systems = [s for s in UWS_NAMES if any((scenario, k[1], s) in runs for k in keys)]
+        ratios = [s for s in ("sockeye", "ws-tool") if s in systems]
+        out.append(f"| {first} | " + " | ".join(UWS_NAMES[s] for s in systems) + " | "
+                   + " | ".join(f"{UWS_NAMES[s]} ÷ uWebSockets" for s in ratios) + " |")
+        out.append("|---" * (len(systems) + len(ratios) + 1) + "|")
+        for _, params in keys:
+            vals, cells = {}, []
+            for s in systems:
+                vals[s], cell = uws_cell(runs.get((scenario, params, s), []), key)
+                cells.append(cell)
+            out.append(f"| {params} | " + " | ".join(cells) + " | "
+                       + " | ".join(ratio(vals.get(s), vals.get("uws")) for s in ratios) + " |")
+    return out
 
 
 PUBSUB_MARK = "<!-- pubsub: written by report.py; `run.sh --only=pubsub` replaces from here -->"
@@ -267,7 +328,7 @@ def peer_versions():
     found = []
     try:
         lock = open(os.path.join(here, "harness", "Cargo.lock")).read()
-        for name in ("tokio-tungstenite", "fastwebsockets", "tokio"):
+        for name in ("tokio-tungstenite", "fastwebsockets", "tokio-websockets", "tokio"):
             m = re.search(r'name = "%s"\nversion = "([^"]+)"' % re.escape(name), lock)
             found.append(f"{name} {m.group(1) if m else '?'}")
         ws = json.load(open(os.path.join(here, "peers", "node-ws", "package-lock.json")))

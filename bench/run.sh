@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark: builds everything in release mode, then runs every scenario against
-# Sockeye and the peers in one run — tokio-tungstenite and fastwebsockets (crates.io), Node `ws`
-# (npm), picows (PyPI) and a raw TCP baseline — and prints one table per scenario (medians of
+# Sockeye and the peers in one run — tokio-tungstenite, fastwebsockets and tokio-websockets
+# (crates.io), Node `ws` (npm), picows (PyPI), a raw TCP baseline, and uWebSockets when UWS_DIR
+# (or UWS_BIN_DIR) is set: see bench/README.md — and prints one table per scenario (medians of
 # REPS repetitions, ratios to the best peer and to raw TCP). Writes target/bench/results.jsonl and
 # bench/RESULTS.md.
 #
@@ -12,6 +13,8 @@
 #                                  # and 5's wss rows, 2's round trips under load (comma list)
 #   bash bench/run.sh --only=instructions   # part of core: sections 8 and 8b, the callgrind
 #                                  # instruction counts (repeatable: before/after a change)
+#   bash bench/run.sh --only=load-test,broadcast-test   # part of core: sections 12 and 13, uWS's
+#                                  # own load generators (need UWS_DIR or UWS_BIN_DIR)
 #
 # Servers are single-threaded and pinned to CPU 0; the load generator runs on CPU 1.
 set -euo pipefail
@@ -25,19 +28,21 @@ for arg in "$@"; do
     --only=*)
       ONLY=${arg#--only=}
       for p in ${ONLY//,/ }; do
-        case "$p" in core | pubsub | streamed | wss | under-load | instructions) ;; *) echo "unknown part $p" >&2; exit 2 ;; esac
+        case "$p" in core | pubsub | streamed | wss | under-load | instructions | load-test | broadcast-test) ;;
+          *) echo "unknown part $p" >&2; exit 2 ;;
+        esac
       done ;;
-    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N] [--only=core|pubsub|streamed|wss|under-load|instructions[,…]]" >&2; exit 2 ;;
+    *) echo "usage: bash bench/run.sh [--smoke] [--reps=N] [--only=core|pubsub|streamed|wss|under-load|instructions|load-test|broadcast-test[,…]]" >&2; exit 2 ;;
   esac
 done
-# Whether a part runs: everything without --only; core includes streamed, wss, under-load and
-# instructions.
+# Whether a part runs: everything without --only; core includes streamed, wss, under-load,
+# instructions, load-test and broadcast-test.
 part() {
   [ -z "$ONLY" ] && return 0
   local p
   for p in ${ONLY//,/ }; do
     [ "$p" = "$1" ] && return 0
-    [ "$p" = core ] && case "$1" in streamed | wss | under-load | instructions) return 0 ;; esac
+    [ "$p" = core ] && case "$1" in streamed | wss | under-load | instructions | load-test | broadcast-test) return 0 ;; esac
   done
   return 1
 }
@@ -69,6 +74,33 @@ if peers_needed && ! "$VENV/bin/python" -c 'import picows' >/dev/null 2>&1; then
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r peers/picows/requirements.txt
 fi
 BIN=$CARGO_TARGET_DIR/release
+
+# uWebSockets, optional (see bench/README.md): built from UWS_DIR (a uWebSockets checkout) and
+# USOCKETS_DIR (a uSockets checkout, by default $UWS_DIR/uSockets) into target/bench/uws, cached;
+# or its four programs taken as they are from UWS_BIN_DIR. Neither set: its rows say so.
+UWS_BIN=
+UWS_NOT_RUN="not run (set UWS_DIR to a uWebSockets checkout, or UWS_BIN_DIR to its built programs: see bench/README.md)"
+if ! { part core || part under-load || part load-test || part broadcast-test; }; then
+  : # no part this run takes has a uWS row
+elif [ -n "${UWS_BIN_DIR:-}" ]; then
+  UWS_BIN=$(cd "$UWS_BIN_DIR" && pwd)
+  for p in uws_echo uws_broadcast load_test broadcast_test; do
+    [ -x "$UWS_BIN/$p" ] || { echo "UWS_BIN_DIR=$UWS_BIN_DIR has no $p" >&2; exit 2; }
+  done
+elif [ -n "${UWS_DIR:-}" ]; then
+  section "building uWebSockets from $UWS_DIR (cached)"
+  if ! bash peers/uws/build.sh "$OUT/uws" >"$OUT/uws-build.log" 2>&1; then
+    tail -20 "$OUT/uws-build.log" >&2
+    echo "bench: uWebSockets did not build from UWS_DIR=$UWS_DIR (log: $OUT/uws-build.log)" >&2
+    exit 1
+  fi
+  tail -1 "$OUT/uws-build.log"
+  UWS_BIN=$OUT/uws
+fi
+# The ws tool's echo server is measured by uWS's load_test beside the library's.
+if [ -n "$UWS_BIN" ] && part load-test; then
+  (cd .. && cargo build --release --quiet -p sockeye-cli)
+fi
 PIN_SERVER=(taskset -c 0); PIN_LOAD=(taskset -c 1)
 command -v taskset >/dev/null 2>&1 || { PIN_SERVER=(); PIN_LOAD=(); }
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -93,10 +125,23 @@ start_server() { # system mode [n]
   case "$system" in
     node) "${PIN_SERVER[@]}" node peers/node-ws/server.mjs "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
     picows) "${PIN_SERVER[@]}" "$VENV/bin/python" peers/picows/server.py "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
+    # uWS's echo server (its EchoServer example) and its topic server; the ws tool's echo server;
+    # Sockeye's hub written like the uWS topic server. The first three print no "ready": the
+    # wait below tries their port.
+    uws) "${PIN_SERVER[@]}" "$UWS_BIN/uws_echo" "$PORT" >"$log" 2>&1 & ;;
+    uws-broadcast) "${PIN_SERVER[@]}" "$UWS_BIN/uws_broadcast" "$PORT" >"$log" 2>&1 & ;;
+    ws-tool) "${PIN_SERVER[@]}" "$BIN/ws" echo_server -q --port "$PORT" >"$log" 2>&1 & ;;
+    sockeye-broadcast) "${PIN_SERVER[@]}" "$BIN/broadcast-server" "$PORT" >"$log" 2>&1 & ;;
     *) "${PIN_SERVER[@]}" "$BIN/bench-server" "$system" "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
   esac
   SERVER_PID=$!
-  for _ in $(seq 100); do grep -q ready "$log" 2>/dev/null && return 0; sleep 0.05; done
+  for _ in $(seq 100); do
+    case "$system" in
+      uws | uws-broadcast | ws-tool) (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0 ;;
+      *) grep -q ready "$log" 2>/dev/null && return 0 ;;
+    esac
+    sleep 0.05
+  done
   echo "the $system server did not start" >&2; cat "$log" >&2; return 1
 }
 stop_server() { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
@@ -121,7 +166,15 @@ raw_flag() { case "$1" in raw | raw-sf) echo --raw ;; esac; }
 # The server mode of the connect rows: the raw server closes first on the client's close frame,
 # as the WebSocket servers do.
 connect_mode() { [ "$1" = raw ] && echo connect || echo echo; }
-SERVERS="raw sockeye tungstenite fastwebsockets node picows"
+SERVERS="raw sockeye tungstenite fastwebsockets tokio-websockets node picows"
+# uWS's echo server where it can take part: ws:// echoes and connects (it has no push mode, is
+# built without TLS, and sets TCP_NODELAY itself).
+UWS_ECHO=${UWS_BIN:+uws}
+if [ -n "$UWS_BIN" ]; then
+  if [ -n "${UWS_BIN_DIR:-}" ]; then uws_version="prebuilt, UWS_BIN_DIR=$UWS_BIN"
+  else uws_version=$(tail -1 "$OUT/uws-build.log" | grep -o '(uWebSockets.*)' | tr -d '()'); fi
+  record uws-status uws "-" "{\"version\": \"$uws_version\"}"
+fi
 
 "$BIN/bench-server" gen-cert "$OUT/tls"
 
@@ -135,7 +188,7 @@ for s in $SERVERS; do
   stop_server
 done
 start_server encoded push
-for c in sockeye tungstenite fastwebsockets; do
+for c in sockeye tungstenite fastwebsockets tokio-websockets; do
   run push-client "$c" "$PUSH_N" "$BIN/bench-client" "$c" "127.0.0.1:$PORT" "$PUSH_N"
 done
 run push-client node "$PUSH_N" node peers/node-ws/client.mjs "127.0.0.1:$PORT" "$PUSH_N"
@@ -143,7 +196,7 @@ run push-client picows "$PUSH_N" "$VENV/bin/python" peers/picows/client.py "127.
 stop_server
 
 section "2, 4, 5. round trip, echo-many, large"
-for s in $SERVERS; do
+for s in $SERVERS $UWS_ECHO; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
   raw=$(raw_flag "$s")
@@ -217,7 +270,7 @@ fi
 # comes first, so that the load outlasts them; the load's own msgs/s is recorded beside them.
 if part under-load; then
 section "2. round trip under load (100 connections of echo-many)"
-for s in $SERVERS; do
+for s in $SERVERS $UWS_ECHO; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
   raw=$(raw_flag "$s")
@@ -259,7 +312,7 @@ for variant in ws nodelay-off wss; do
     wss) label=", wss"; export BENCH_NODELAY=1 BENCH_TLS="$OUT/tls" ;;
   esac
   section "3. connect over $variant"
-  for s in $SERVERS; do
+  for s in $SERVERS $([ "$variant" = ws ] && echo "$UWS_ECHO"); do
     [ "$variant" = nodelay-off ] && [ "$s" = picows ] && continue
     start_server "$s" "$(connect_mode "$s")"
     raw=$(raw_flag "$s")
@@ -320,13 +373,13 @@ memory_with() { # system h2bench idle version conns variant
   stop_server
 }
 section "6. memory: server RSS with $IDLE idle connections (ws:// and wss://), and $DEFLATE_IDLE with permessage-deflate"
-for s in sockeye tungstenite fastwebsockets node picows; do
+for s in sockeye tungstenite fastwebsockets tokio-websockets node picows; do
   memory "$s" echo "$IDLE" "$IDLE idle"
 done
 # The same over TLS 1.3 (each server's TLS library: rustls for the Rust servers, OpenSSL for
 # Node and picows), with the certificate of section 3.
 export BENCH_TLS="$OUT/tls"
-for s in sockeye tungstenite fastwebsockets node picows; do
+for s in sockeye tungstenite fastwebsockets tokio-websockets node picows; do
   memory "$s" echo "$IDLE" "$IDLE idle, wss"
 done
 unset BENCH_TLS
@@ -425,7 +478,7 @@ per_unit() { # system operation small large small-count large-count
 section "8b. instructions per operation, side by side (callgrind)"
 if command -v valgrind >/dev/null 2>&1; then
   [ "$SMOKE" = 1 ] && CG=(5000 10000 50 100 20 40) || CG=(50000 100000 500 1000 100 200)
-  for s in raw sockeye tungstenite fastwebsockets; do
+  for s in raw sockeye tungstenite fastwebsockets tokio-websockets; do
     per_unit "$s" "push, server, per message" "${CG[0]}" "${CG[1]}" \
       "$(cg_server "$s" push "${CG[0]}" push "${CG[0]}")" "$(cg_server "$s" push "${CG[1]}" push "${CG[1]}")"
     if [ "$s" != raw ]; then
@@ -454,6 +507,71 @@ if command -v valgrind >/dev/null 2>&1; then
 fi
 
 fi # part instructions
+
+# Sections 12 and 13: uWebSockets' own load generators against single-threaded servers (server on
+# CPU 0, load generator on CPU 1). Each prints a sample every 4 seconds; the first (the connection
+# ramp) is dropped and the median of the next UWS_SAMPLES is recorded, with the share of its core
+# the server used over exactly those samples (uws_sample.py): a server below ~100% means the load
+# generator, not the server, was measured.
+[ "$SMOKE" = 1 ] && UWS_SAMPLES=1 || UWS_SAMPLES=3
+uws_sample() { # scenario system params key pattern program args... (the server is SERVER_PID)
+  local scenario=$1 system=$2 params=$3 key=$4 pattern=$5; shift 5
+  REPS=1 run "$scenario" "$system" "$params" python3 "$BENCH/uws_sample.py" "$SERVER_PID" "$key" "$pattern" "$UWS_SAMPLES" -- "$@"
+}
+if part load-test; then
+section "12. uWebSockets' load_test: one message in flight per connection, echoed"
+if [ -z "$UWS_BIN" ]; then
+  echo "   $UWS_NOT_RUN"
+  record uws-status uws load-test "{\"not_run\": \"$UWS_NOT_RUN\"}"
+else
+  # Connections × payload (load_test's binary message of 'T's; with permessage-deflate a
+  # pre-compressed JSON message, echoed uncompressed). The full run has every row; the smoke the
+  # first only.
+  [ "$SMOKE" = 1 ] && LT_ROWS=("100 20") || LT_ROWS=("100 20" "500 20" "100 16384")
+  # Sockeye: the bench's README-style server (Server::serve, current-thread runtime); ws-tool:
+  # `ws echo_server`; the peers' echo servers as each documents.
+  for s in uws sockeye ws-tool tokio-websockets fastwebsockets tungstenite; do
+    start_server "$s" echo
+    for row in "${LT_ROWS[@]}"; do
+      set -- $row
+      label="$1 × $([ "$2" = 16384 ] && echo "16 KiB" || echo "$2 B")"
+      uws_sample load-test "$s" "$label" msgs_per_s 'Msg/sec: ([0-9.]+)' "$UWS_BIN/load_test" "$1" 127.0.0.1 "$PORT" 0 0 "$2"
+    done
+    stop_server
+  done
+  # permessage-deflate: only the systems that have it (Sockeye's server with its default
+  # compression config, the ws tool's default, uWS's dedicated compressor and decompressor).
+  if [ "$SMOKE" = 0 ]; then
+    for s in uws sockeye ws-tool; do
+      start_server "$s" deflate
+      uws_sample load-test "$s" "100 × 20 B, permessage-deflate" msgs_per_s 'Msg/sec: ([0-9.]+)' "$UWS_BIN/load_test" 100 127.0.0.1 "$PORT" 0 1 20
+      stop_server
+    done
+  fi
+fi
+fi # part load-test
+
+if part broadcast-test; then
+section "13. uWebSockets' broadcast_test: each iteration every client sends one message, published to all"
+if [ -z "$UWS_BIN" ]; then
+  echo "   $UWS_NOT_RUN"
+  record uws-status uws broadcast-test "{\"not_run\": \"$UWS_NOT_RUN\"}"
+else
+  # uWS topics (every client subscribes to "b", the handler calls app->publish) against Sockeye's
+  # in-process hub written the same way (broadcast-server). broadcast_test counts the bytes every
+  # client receives and starts the next iteration only once each has all N echoes: a lost message
+  # stops the iterations (a 0 in the table).
+  [ "$SMOKE" = 1 ] && BT_CLIENTS="100" || BT_CLIENTS="100 500"
+  for s in uws sockeye; do
+    start_server "$s-broadcast" echo
+    for n in $BT_CLIENTS; do
+      uws_sample broadcast-test "$s" "$n clients" iterations_per_s 'Iterations/second \([0-9]+ clients\): ([0-9.]+)' \
+        "$UWS_BIN/broadcast_test" "$n" 127.0.0.1 "$PORT" 0
+    done
+    stop_server
+  done
+fi
+fi # part broadcast-test
 
 if part pubsub; then
   source "$BENCH/pubsub.sh"

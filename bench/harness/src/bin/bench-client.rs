@@ -1,7 +1,8 @@
 //! Client-side push: each system's client receives N two-byte text messages from a server that
 //! pushes pre-encoded frames (the raw push server), so the figure measures the client.
 //!
-//! `bench-client SYSTEM ADDR N` — SYSTEM: sockeye, tungstenite or fastwebsockets. One JSON line.
+//! `bench-client SYSTEM ADDR N` — SYSTEM: sockeye, tungstenite, fastwebsockets or tokio-websockets.
+//! One JSON line.
 
 use std::time::Instant;
 
@@ -50,6 +51,22 @@ fn main() -> Result<()> {
                 while let Some(Ok(m)) = ws.next().await {
                     if let tokio_tungstenite::tungstenite::Message::Text(t) = m {
                         assert_eq!(t.as_str(), "yo");
+                        started.get_or_insert_with(Instant::now);
+                        count += 1;
+                    }
+                    if count == n {
+                        break;
+                    }
+                }
+            }
+            "tokio-websockets" => {
+                let (mut ws, _) = tokio_websockets::ClientBuilder::new()
+                    .uri(url.as_str())?
+                    .connect()
+                    .await?;
+                while let Some(Ok(m)) = ws.next().await {
+                    if let Some(t) = m.as_text() {
+                        assert_eq!(t, "yo");
                         started.get_or_insert_with(Instant::now);
                         count += 1;
                     }

@@ -1,6 +1,7 @@
 //! One WebSocket server per system, single-threaded, for the side-by-side benchmarks.
 //!
-//! `bench-server SYSTEM MODE PORT [N]` — SYSTEM: sockeye, tungstenite, fastwebsockets, raw
+//! `bench-server SYSTEM MODE PORT [N]` — SYSTEM: sockeye, tungstenite, fastwebsockets,
+//! tokio-websockets, raw
 //! (TCP, no WebSocket: echoes bytes, or writes pre-encoded frames) or encoded (raw after a real
 //! handshake: the push server for client-side figures); MODE: `echo`, `push` (N
 //! two-byte text messages "yo" to each client, then a close frame), `stream` (Sockeye only: a
@@ -67,7 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         if !matches!(
             system.as_str(),
-            "tungstenite" | "fastwebsockets" | "raw" | "raw-sf" | "encoded"
+            "tungstenite" | "fastwebsockets" | "tokio-websockets" | "raw" | "raw-sf" | "encoded"
         ) {
             return Err(format!("unknown system {system}").into());
         }
@@ -112,6 +113,7 @@ async fn serve_one<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     match system {
         "tungstenite" => Box::pin(tungstenite(stream, mode, n)).await,
         "fastwebsockets" => Box::pin(fastws(stream, mode, n)).await,
+        "tokio-websockets" => Box::pin(tokio_websockets(stream, mode, n)).await,
         "raw" => Box::pin(raw(stream, mode, n, false)).await,
         "raw-sf" => Box::pin(raw_store_and_forward(stream)).await,
         _ => Box::pin(raw(stream, mode, n, true)).await,
@@ -199,24 +201,51 @@ async fn sockeye_server(
 }
 
 async fn tungstenite<S: AsyncRead + AsyncWrite + Unpin>(stream: S, mode: String, n: u64) {
-    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
-        return;
-    };
     use tokio_tungstenite::tungstenite::Message;
+    if let Ok(ws) = tokio_tungstenite::accept_async(stream).await {
+        let is_data = |m: &Message| m.is_text() || m.is_binary();
+        sink_server(ws, &mode, n, Message::text("yo"), is_data).await;
+    }
+}
+
+/// As tokio-websockets' README writes its echo server: `ServerBuilder::accept`, then `send` each
+/// text or binary message back (its masking and UTF-8 validation pick SIMD at run time on x86-64).
+/// One setting from its `examples/echo_server.rs`: no limit on outgoing frame size, so that a
+/// 16 MiB echo goes out as one frame, as the other servers send it (by default it cuts messages
+/// into 4 MiB frames, which the large scenario's whole-message check refuses).
+async fn tokio_websockets<S: AsyncRead + AsyncWrite + Unpin>(stream: S, mode: String, n: u64) {
+    use tokio_websockets::{Config, Message, ServerBuilder};
+    let accepted = ServerBuilder::new()
+        .config(Config::default().frame_size(usize::MAX))
+        .accept(stream)
+        .await;
+    if let Ok((_request, ws)) = accepted {
+        let is_data = |m: &Message| m.is_text() || m.is_binary();
+        sink_server(ws, &mode, n, Message::text("yo"), is_data).await;
+    }
+}
+
+/// The push and the echo of the libraries whose socket is a `Sink` and a `Stream` of messages
+/// (tokio-tungstenite, tokio-websockets), written as their documentation shows. Push: `feed`
+/// queues without flushing (the `Sink` way to batch), `close` flushes and sends the close frame.
+/// Echo: each data message is `send` back.
+async fn sink_server<W, M, E>(mut ws: W, mode: &str, n: u64, yo: M, is_data: impl Fn(&M) -> bool)
+where
+    W: futures_util::Sink<M> + futures_util::Stream<Item = Result<M, E>> + Unpin,
+    M: Clone,
+{
     if mode == "push" {
-        // `feed` queues without flushing (tungstenite's documented way to batch); `close` flushes.
-        let yo = Message::text("yo");
         for _ in 0..n {
             if ws.feed(yo.clone()).await.is_err() {
                 return;
             }
         }
-        let _ = ws.close(None).await;
+        let _ = ws.close().await;
         while let Some(Ok(_)) = ws.next().await {}
         return;
     }
     while let Some(Ok(m)) = ws.next().await {
-        if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
+        if is_data(&m) && ws.send(m).await.is_err() {
             break;
         }
     }

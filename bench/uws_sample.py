@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Runs one of uWebSockets' load generators (`load_test`, `broadcast_test`) against a server and
+prints one JSON line for run.sh: the median of its 4-second samples after the first (which holds
+the connection ramp), and the share of one core the server used over exactly those samples (from
+/proc/PID/stat, user + system time of all its threads), so that a row where the server was not
+at ~100% of its core says the load generator, not the server, was measured.
+
+Usage: uws_sample.py SERVER_PID KEY PATTERN SAMPLES -- COMMAND...
+  KEY      the JSON key of the figure (msgs_per_s, iterations_per_s)
+  PATTERN  a regular expression whose first group is a sample (e.g. 'Msg/sec: ([0-9.]+)')
+  SAMPLES  samples kept after the first; the run stops after SAMPLES + 1 (bounded in time too)
+"""
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+TICKS = os.sysconf("SC_CLK_TCK")
+# uSockets' LIBUS_TIMEOUT_GRANULARITY: both programs print one sample every 4 seconds.
+PERIOD = 4
+
+
+def cpu_seconds(pid):
+    """User + system time of the process so far (all threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        # The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+class OutOfTime(Exception):
+    pass
+
+
+def out_of_time(*_):
+    raise OutOfTime
+
+
+def main(argv):
+    if len(argv) < 6 or argv[4] != "--":
+        sys.exit(__doc__)
+    pid, key, pattern, keep = int(argv[0]), argv[1], re.compile(argv[2]), int(argv[3])
+    command = argv[5:]
+    # stdbuf: both programs printf to a pipe, which C buffers; their lines must arrive as printed.
+    child = subprocess.Popen(["stdbuf", "-oL", *command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, errors="replace")
+    # Bounded: a program that stops printing (a server that never answers) is killed, and so is
+    # it when run.sh's `timeout` ends this script.
+    signal.signal(signal.SIGALRM, out_of_time)
+    signal.signal(signal.SIGTERM, out_of_time)
+    signal.alarm(PERIOD * (keep + 1) + 60)
+    samples, start, last_lines = [], None, []
+    try:
+        for line in child.stdout:
+            last_lines = (last_lines + [line.strip()])[-3:]
+            m = pattern.search(line)
+            if m:
+                if start is None:
+                    # The first sample (the ramp) ends here: the kept ones start now.
+                    start = (time.monotonic(), cpu_seconds(pid))
+                else:
+                    samples.append(float(m.group(1)))
+                    if len(samples) == keep:
+                        end = (time.monotonic(), cpu_seconds(pid))
+                        break
+    except OutOfTime:
+        last_lines.append("(out of time)")
+    finally:
+        signal.alarm(0)
+        child.kill()
+        child.wait()
+    if len(samples) < keep:
+        sys.exit(f"{command[0]} stopped after {len(samples)} of {keep} samples: {' | '.join(last_lines)}")
+    result = {
+        key: statistics.median(samples),
+        "samples": samples,
+        "server_cpu": round((end[1] - start[1]) / (end[0] - start[0]), 3),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
