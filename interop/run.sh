@@ -16,6 +16,8 @@ ROOT=$PWD
 OUT=$ROOT/target/interop
 mkdir -p "$OUT"
 bash interop/install.sh
+# redis-server and nats-server, for the pub/sub protocol's two-node checks.
+bash scripts/install-backplanes.sh
 PY="${HOME}/.cache/sockeye/interop-venv/bin/python"
 
 echo "==> building ws and the examples"
@@ -115,7 +117,15 @@ if [ "$(id -u)" = 0 ]; then
 fi
 start danted-none /usr/sbin/danted -f "$OUT/danted-none.conf" -p "$OUT/danted-none.pid"
 start danted-user /usr/sbin/danted -f "$OUT/danted-user.conf" -p "$OUT/danted-user.pid"
-for port in 9501 9502 9511 9512 9521 9522 9523 9524 9530 9540 9541 9542; do wait_port "$port"; done
+# The pub/sub protocol (docs/pubsub-protocol.md): two nodes over Redis, two over NATS JetStream.
+start redis redis-server --port 9560 --bind 127.0.0.1 --save '' --appendonly no
+start nats nats-server -a 127.0.0.1 -p 9565 -js -sd "$OUT/nats-js"
+for port in 9501 9502 9511 9512 9521 9522 9523 9524 9530 9540 9541 9542 9560 9565; do wait_port "$port"; done
+start pubsub-redis-a "$WS" pubsub_server -q --port 9561 --backplane redis://127.0.0.1:9560
+start pubsub-redis-b "$WS" pubsub_server -q --port 9562 --backplane redis://127.0.0.1:9560
+start pubsub-nats-a "$WS" pubsub_server -q --port 9566 --backplane nats://127.0.0.1:9565
+start pubsub-nats-b "$WS" pubsub_server -q --port 9567 --backplane nats://127.0.0.1:9565
+for port in 9561 9562 9566 9567; do wait_port "$port"; done
 
 echo "==> real clients against Sockeye's server (ws echo_server)"
 for scheme in ws wss; do
@@ -127,6 +137,11 @@ for scheme in ws wss; do
     check "node ws → sockeye            $scheme deflate=$deflate" pass node interop/node/client.mjs "$url" "${flag[@]}" --ca "$CA"
   done
 done
+
+echo "==> Python websockets speaking the pub/sub protocol to two nodes (interop/pubsub_client.py)"
+# Two topics on one socket, publish, then a resume on the other node with exactly what was missed.
+check "python websockets ↔ ws pubsub_server ×2, Redis" pass "$PY" interop/pubsub_client.py ws://127.0.0.1:9561/ ws://127.0.0.1:9562/
+check "python websockets ↔ ws pubsub_server ×2, NATS JetStream" pass "$PY" interop/pubsub_client.py ws://127.0.0.1:9566/ ws://127.0.0.1:9567/
 
 echo "==> Sockeye's client against real servers"
 for scheme in ws wss; do

@@ -110,6 +110,29 @@ stream history or NATS JetStream; without history the gap is logged).
 Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
   listen (address in use, bad certificate files), 2 usage.")]
     BroadcastServer(BroadcastArgs),
+    /// Serve the pub/sub protocol for web clients at / (many topics on one socket, positions,
+    /// resume after a reconnect to any node, gap notices), on this node or, with --backplane,
+    /// across nodes.
+    #[command(name = "pubsub_server")]
+    #[command(after_help = "Examples:
+  ws pubsub_server --port 8008
+  ws pubsub_server --port 8001 --backplane redis://127.0.0.1:6379     (one node of several)
+  ws pubsub_server --port 8002 --backplane nats://127.0.0.1:4222
+  ws pubsub_server -q --tls --cert-file cert.pem --key-file key.pem
+
+Clients send JSON text frames to ws://HOST:PORT/:
+  {\"type\":\"subscribe\",\"topic\":\"user/42\",\"since\":{\"offset\":17,\"epoch\":\"…\"},\"id\":1}
+  {\"type\":\"unsubscribe\",\"topic\":\"user/42\"}
+  {\"type\":\"publish\",\"topic\":\"global\",\"data\":{\"any\":\"JSON\"},\"id\":2}
+and receive subscribed, message (with offset and epoch), gap, published and error frames
+(docs/pubsub-protocol.md; a JavaScript client: clients/js). A client that reconnects, to this
+node or another, and subscribes with the last position it received gets exactly what it
+missed, or a gap notice for what no history holds. Every client may subscribe to and publish
+on every topic. A client that falls 16 MiB behind is closed with 1008.
+
+Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
+  listen (address in use, bad certificate files), 2 usage.")]
+    PubsubServer(BroadcastArgs),
     /// The relay that `send` and `receive` meet at (a broadcast server for large messages).
     #[command(after_help = "Examples:
   ws transfer --port 8008

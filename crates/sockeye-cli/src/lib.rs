@@ -174,8 +174,19 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Cat(args) => pipe::cat(args).await,
         Command::Listen(args) => pipe::listen(args).await,
         Command::Bench(args) => bench::run(args).await,
-        Command::BroadcastServer(args) => relay::server(args.relay, args.backplane, "broadcast_server").await,
-        Command::Transfer(args) => relay::server(args, None, "transfer").await,
+        Command::BroadcastServer(args) => {
+            relay::server(
+                args.relay,
+                args.backplane,
+                "broadcast_server",
+                relay::Served::Relay,
+            )
+            .await
+        }
+        Command::PubsubServer(args) => {
+            relay::server(args.relay, args.backplane, "pubsub_server", relay::Served::Json).await
+        }
+        Command::Transfer(args) => relay::server(args, None, "transfer", relay::Served::Relay).await,
         Command::Send(args) => transfer::send(args).await,
         Command::Receive(args) => transfer::receive(args).await,
         Command::Ping(args) => probe::ping(args).await,

@@ -352,6 +352,45 @@ fn connect_prints_the_handshake_sends_lines_and_stops() {
 }
 
 #[test]
+fn pubsub_server_speaks_the_json_protocol_at_the_root() {
+    let node = Running::start(&["pubsub_server", "-q"]);
+    // One socket: a subscribe and a publish answered in order, then a refusal that leaves it up.
+    let requests = concat!(
+        r#"{"type":"subscribe","topic":"t","id":1}"#,
+        "\n",
+        r#"{"type":"publish","topic":"t","data":{"n":1},"id":2}"#,
+        "\n",
+        r#"{"type":"dance","id":3}"#,
+        "\n",
+    );
+    let out = run(&["cat", "--max-messages", "3", &node.url("/")], requests);
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}{}", text(&out.stderr));
+    assert_eq!(
+        lines[0],
+        r#"{"type":"subscribed","topic":"t","recovery":"live","recovered":0,"id":1}"#
+    );
+    assert!(
+        lines[1].starts_with(r#"{"type":"published","topic":"t","offset":1,"epoch":"#),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with(r#"{"type":"error","code":"unknown_type""#),
+        "{}",
+        lines[2]
+    );
+    // Anywhere but the root: closed with 1008, saying where.
+    let elsewhere = run(&["cat", &node.url("/other")], "");
+    assert!(
+        text(&elsewhere.stderr).contains("served at /"),
+        "{}",
+        text(&elsewhere.stderr)
+    );
+}
+
+#[test]
 fn chat_signs_lines_with_the_user_name() {
     let relay = Running::start(&["broadcast_server", "-q"]);
     let listener = spawn_client(&["cat", "-n", "--max-messages", "1", &relay.url("/")]);

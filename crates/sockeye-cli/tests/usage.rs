@@ -377,6 +377,7 @@ fn help_of_every_sub_command_exits_0() {
         "listen",
         "bench",
         "broadcast_server",
+        "pubsub_server",
         "transfer",
         "send",
         "receive",
