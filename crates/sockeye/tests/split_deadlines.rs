@@ -1,0 +1,133 @@
+//! The engine's deadlines when a connection is split: the receiving half owns the one timer, and
+//! the sending half can make the next deadline earlier (a close it queues starts the close
+//! deadline). The receiving half, waiting in another task with its timer set for the keepalive,
+//! must be woken to set it again.
+//!
+//! The defect these guard against: a close queued by the writer (`close`, a failed
+//! `send_stream`'s 1011, `SinkExt::close` on `StreamExt::split`'s half) to a peer that never
+//! answered ended the connection at the next keepalive (30 s), not at the close deadline. Real
+//! time (tokio's `test-util` is not among the dev-dependencies): a close deadline of 200 ms, and
+//! a test gives up after a few seconds rather than wait for the keepalive.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use sockeye::{CloseCode, CloseFrame, Config, DataKind, Error, ErrorKind, Message, Role, WebSocket};
+use tokio::io::DuplexStream;
+use tokio::time::Instant;
+
+const KEEPALIVE: Duration = Duration::from_secs(30);
+const CLOSE_TIMEOUT: Duration = Duration::from_millis(200);
+/// Far past the close deadline, far before the keepalive: a loaded machine has the slack.
+const GIVE_UP: Duration = Duration::from_secs(5);
+
+/// A client over an in-memory pipe whose other end (returned, held, never read or written)
+/// never answers.
+fn silent_peer() -> (WebSocket<DuplexStream>, DuplexStream) {
+    let config = Config::builder()
+        .deflate(None)
+        .keepalive(Some(KEEPALIVE))
+        .close_timeout(CLOSE_TIMEOUT)
+        .build();
+    let (ours, theirs) = tokio::io::duplex(64 << 10);
+    (
+        WebSocket::from_upgraded(ours, Role::Client, &config, &[], None),
+        theirs,
+    )
+}
+
+/// Receives in its own task until the end; returns when it came and the last error seen.
+fn receive_to_the_end<R>(mut reader: R) -> tokio::task::JoinHandle<(Instant, Option<Error>)>
+where
+    R: futures_util::Stream<Item = Result<Message, Error>> + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut last = None;
+        while let Some(item) = reader.next().await {
+            if let Err(e) = item {
+                last = Some(e);
+            }
+        }
+        (Instant::now(), last)
+    })
+}
+
+/// The reader ended at the close deadline, with the close timeout as its error.
+async fn ends_at_the_close_deadline(
+    ended: tokio::task::JoinHandle<(Instant, Option<Error>)>,
+    start: Instant,
+) {
+    let Ok(joined) = tokio::time::timeout(GIVE_UP, ended).await else {
+        panic!(
+            "the reader had not ended {GIVE_UP:?} after the writer's close (close deadline \
+             {CLOSE_TIMEOUT:?}, keepalive {KEEPALIVE:?})"
+        );
+    };
+    let (at, error) = joined.unwrap();
+    let after = at - start;
+    assert!(
+        after < GIVE_UP,
+        "the reader ended {after:?} after the writer's close, not at the close deadline \
+         ({CLOSE_TIMEOUT:?}; the keepalive is {KEEPALIVE:?})"
+    );
+    assert!(
+        after >= CLOSE_TIMEOUT,
+        "ended before the close deadline: {after:?}"
+    );
+    let kind = error.as_ref().map(Error::kind);
+    assert_eq!(kind, Some(ErrorKind::Timeout), "the reader's error: {error:?}");
+}
+
+/// Lets the reader's task park, its timer set for the keepalive.
+async fn reader_parks() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn a_close_from_the_writer_ends_the_connection_at_the_close_deadline() {
+    let (ws, _peer) = silent_peer();
+    let (mut writer, reader) = ws.split();
+    let ended = receive_to_the_end(reader);
+    reader_parks().await;
+    let start = Instant::now();
+    writer
+        .close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
+        .await
+        .unwrap();
+    ends_at_the_close_deadline(ended, start).await;
+}
+
+#[tokio::test]
+async fn a_close_from_a_futures_split_sink_ends_the_connection_at_the_close_deadline() {
+    let (ws, _peer) = silent_peer();
+    let (mut sink, stream) = StreamExt::split(ws);
+    let ended = receive_to_the_end(stream);
+    reader_parks().await;
+    let start = Instant::now();
+    sink.close().await.unwrap();
+    ends_at_the_close_deadline(ended, start).await;
+}
+
+#[tokio::test]
+async fn a_stream_that_fails_midway_closes_with_1011_and_ends_at_the_close_deadline() {
+    let (ws, _peer) = silent_peer();
+    let (mut writer, reader) = ws.split();
+    let ended = receive_to_the_end(reader);
+    reader_parks().await;
+    let start = Instant::now();
+    // The error comes after a wait, so that the first piece has gone out: the message cannot
+    // be abandoned, the connection closes.
+    let source = futures_util::stream::iter([Ok(Bytes::from_static(b"first piece"))]).chain(
+        futures_util::stream::once(async {
+            tokio::task::yield_now().await;
+            Err(std::io::Error::other("the source broke"))
+        }),
+    );
+    let sent = writer.send_stream(DataKind::Binary, source).await;
+    assert!(matches!(sent, Err(Error::Source(_))), "{sent:?}");
+    ends_at_the_close_deadline(ended, start).await;
+}
