@@ -38,12 +38,20 @@ fn silent_peer() -> (WebSocket<DuplexStream>, DuplexStream) {
     )
 }
 
-/// Receives in its own task until the end; returns when it came and the last error seen.
-fn receive_to_the_end<R>(mut reader: R) -> tokio::task::JoinHandle<(Instant, Option<Error>)>
+/// The reader, receiving in its own task until the end, parked: its timer is set for the
+/// keepalive.
+struct Parked {
+    /// When it ended, and the last error it saw.
+    ended: tokio::task::JoinHandle<(Instant, Option<Error>)>,
+    /// When it had parked: the writer closes after.
+    since: Instant,
+}
+
+async fn parked<R>(mut reader: R) -> Parked
 where
     R: futures_util::Stream<Item = Result<Message, Error>> + Unpin + Send + 'static,
 {
-    tokio::spawn(async move {
+    let ended = tokio::spawn(async move {
         let mut last = None;
         while let Some(item) = reader.next().await {
             if let Err(e) = item {
@@ -51,39 +59,33 @@ where
             }
         }
         (Instant::now(), last)
-    })
-}
-
-/// The reader ended at the close deadline, with the close timeout as its error.
-async fn ends_at_the_close_deadline(
-    ended: tokio::task::JoinHandle<(Instant, Option<Error>)>,
-    start: Instant,
-) {
-    let Ok(joined) = tokio::time::timeout(GIVE_UP, ended).await else {
-        panic!(
-            "the reader had not ended {GIVE_UP:?} after the writer's close (close deadline \
-             {CLOSE_TIMEOUT:?}, keepalive {KEEPALIVE:?})"
-        );
-    };
-    let (at, error) = joined.unwrap();
-    let after = at - start;
-    assert!(
-        after < GIVE_UP,
-        "the reader ended {after:?} after the writer's close, not at the close deadline \
-         ({CLOSE_TIMEOUT:?}; the keepalive is {KEEPALIVE:?})"
-    );
-    assert!(
-        after >= CLOSE_TIMEOUT,
-        "ended before the close deadline: {after:?}"
-    );
-    let kind = error.as_ref().map(Error::kind);
-    assert_eq!(kind, Some(ErrorKind::Timeout), "the reader's error: {error:?}");
-}
-
-/// Lets the reader's task park, its timer set for the keepalive.
-async fn reader_parks() {
+    });
     for _ in 0..10 {
         tokio::task::yield_now().await;
+    }
+    Parked {
+        ended,
+        since: Instant::now(),
+    }
+}
+
+impl Parked {
+    /// The reader ended at the close deadline, with the close timeout as its error.
+    async fn ends_at_the_close_deadline(self) {
+        let Ok(joined) = tokio::time::timeout(GIVE_UP, self.ended).await else {
+            panic!(
+                "the reader had not ended {GIVE_UP:?} after the writer's close (close deadline \
+                 {CLOSE_TIMEOUT:?}, keepalive {KEEPALIVE:?})"
+            );
+        };
+        let (at, error) = joined.unwrap();
+        let after = at - self.since;
+        assert!(
+            after >= CLOSE_TIMEOUT,
+            "ended before the close deadline: {after:?}"
+        );
+        let kind = error.as_ref().map(Error::kind);
+        assert_eq!(kind, Some(ErrorKind::Timeout), "the reader's error: {error:?}");
     }
 }
 
@@ -91,34 +93,28 @@ async fn reader_parks() {
 async fn a_close_from_the_writer_ends_the_connection_at_the_close_deadline() {
     let (ws, _peer) = silent_peer();
     let (mut writer, reader) = ws.split();
-    let ended = receive_to_the_end(reader);
-    reader_parks().await;
-    let start = Instant::now();
+    let reader = parked(reader).await;
     writer
         .close(Some(CloseFrame::new(CloseCode::NORMAL, "bye")))
         .await
         .unwrap();
-    ends_at_the_close_deadline(ended, start).await;
+    reader.ends_at_the_close_deadline().await;
 }
 
 #[tokio::test]
 async fn a_close_from_a_futures_split_sink_ends_the_connection_at_the_close_deadline() {
     let (ws, _peer) = silent_peer();
     let (mut sink, stream) = StreamExt::split(ws);
-    let ended = receive_to_the_end(stream);
-    reader_parks().await;
-    let start = Instant::now();
+    let reader = parked(stream).await;
     sink.close().await.unwrap();
-    ends_at_the_close_deadline(ended, start).await;
+    reader.ends_at_the_close_deadline().await;
 }
 
 #[tokio::test]
 async fn a_stream_that_fails_midway_closes_with_1011_and_ends_at_the_close_deadline() {
     let (ws, _peer) = silent_peer();
     let (mut writer, reader) = ws.split();
-    let ended = receive_to_the_end(reader);
-    reader_parks().await;
-    let start = Instant::now();
+    let reader = parked(reader).await;
     // The error comes after a wait, so that the first piece has gone out: the message cannot
     // be abandoned, the connection closes.
     let source = futures_util::stream::iter([Ok(Bytes::from_static(b"first piece"))]).chain(
@@ -129,5 +125,5 @@ async fn a_stream_that_fails_midway_closes_with_1011_and_ends_at_the_close_deadl
     );
     let sent = writer.send_stream(DataKind::Binary, source).await;
     assert!(matches!(sent, Err(Error::Source(_))), "{sent:?}");
-    ends_at_the_close_deadline(ended, start).await;
+    reader.ends_at_the_close_deadline().await;
 }
