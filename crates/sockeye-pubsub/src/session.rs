@@ -579,8 +579,11 @@ where
     };
     // The backlog of a client too slow is not sent, but its socket still holds what was written
     // before: the close goes after that, once the client has read it (within `slow_drain`), so
-    // that the engine's close deadline runs from when the close can reach it. A client that does
-    // not read at all is then ended by that deadline.
+    // that the engine's close deadline runs from when the close can reach it. The deadline starts
+    // when the close is queued, whichever half queues it: queued behind a full socket, it would
+    // end the connection before a client that reads again later could see its 1008 (it gets an
+    // EOF; the relay's slow-client test). A client that does not read at all is ended after
+    // `slow_drain`, then the close deadline.
     if matches!(stop, Stop::TooSlow) {
         let _ = tokio::time::timeout(config.slow_drain, sink.flush()).await;
     }

@@ -213,13 +213,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
 
     /// Queues a message without waiting (the receiving half, or the next flush, writes it).
     pub(crate) fn queue_now(&self, message: Message) -> Result<(), Error> {
-        lock(&self.shared).queue(message)
+        let mut ws = lock(&self.shared);
+        let queued = ws.queue(message);
+        ws.sent();
+        queued
     }
 
     /// Queues a close frame without waiting; the receiving half writes it and finishes the
     /// closing handshake.
     pub(crate) fn close_now(&self, frame: Option<CloseFrame>) -> Result<(), Error> {
-        lock(&self.shared).queue_close(frame)
+        let mut ws = lock(&self.shared);
+        let queued = ws.queue_close(frame);
+        ws.sent();
+        queued
     }
 }
 
@@ -227,9 +233,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketWriter<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Sender for WebSocketWriter<S> {
     type Conn = WebSocket<S>;
 
+    /// The receiving half, in its own task, owns the timer: it is woken when a step makes the
+    /// engine's next deadline earlier (see `WebSocket::sent`).
     #[inline]
     fn step<R>(&mut self, f: impl FnOnce(&mut WebSocket<S>) -> R) -> R {
-        f(&mut lock(&self.shared))
+        let mut ws = lock(&self.shared);
+        let result = f(&mut ws);
+        ws.sent();
+        result
     }
 }
 

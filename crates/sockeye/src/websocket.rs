@@ -428,6 +428,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         self.inner.poll_write_out(&mut io)
     }
 
+    /// After a step of the sending side, which may run in another task than the receiving
+    /// side: when the step made the engine's next deadline earlier than the one the timer is set
+    /// for (a close queued starts the close deadline), wakes the receiving side, which owns the
+    /// timer, to set it again. Without this, a close sent from a writer to a peer that never
+    /// answered ended the connection at the next keepalive (30 s), not at the close deadline.
+    /// A later deadline needs nothing: the receiving side wakes early and sets it then.
+    ///
+    /// While the connection is open, sending moves no deadline (the keepalive's move with input
+    /// and at the timer, on the receiving side): every step of a busy writer pays one test.
+    #[inline]
+    pub(crate) fn sent(&mut self) {
+        if self.inner.conn.close_state() == CloseState::Open {
+            return;
+        }
+        if let Some(deadline) = self.inner.conn.poll_timeout()
+            && self
+                .inner
+                .timer
+                .as_ref()
+                .is_none_or(|timer| Instant::from_std(deadline) < timer.sleep.deadline())
+        {
+            self.wakers.wake_reader();
+        }
+    }
+
     /// Waits until the write queue is below the high-water mark (the sending side).
     #[inline]
     pub(crate) fn poll_below_high_water(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
@@ -884,8 +909,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocket<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
     type Error = Error;
 
+    // The sending side of `StreamExt::split`'s halves too: each step tells the receiving side
+    // when it moved the engine's next deadline (`sent`).
+
     fn poll_ready(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.get_mut().poll_below_high_water(cx)
+        let this = self.get_mut();
+        let ready = this.poll_below_high_water(cx);
+        this.sent();
+        ready
     }
 
     fn start_send(self: Pin<&mut Self>, message: Message) -> Result<(), Error> {
@@ -903,7 +934,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Sink<Message> for WebSocket<S> {
         // Also the answer to a peer's close held by `auto_close_reply: false`; a close already
         // sent makes this do nothing.
         if this.inner.conn.close_state() != CloseState::Closed {
-            this.queue_close(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")))?;
+            let queued = this.queue_close(Some(CloseFrame::new(sockeye_proto::CloseCode::NORMAL, "")));
+            this.sent();
+            queued?;
         }
         this.poll_write_out(cx)
     }

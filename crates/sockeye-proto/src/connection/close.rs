@@ -101,6 +101,7 @@ impl Closing {
     }
 
     /// Where the closing handshake stands, as the application sees it.
+    #[inline]
     pub(super) fn state(&self) -> CloseState {
         match self.stage {
             Stage::Open => CloseState::Open,

@@ -109,6 +109,7 @@ impl Connection {
     }
 
     /// Where the closing handshake stands.
+    #[inline]
     pub fn close_state(&self) -> CloseState {
         self.closing.state()
     }
