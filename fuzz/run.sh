@@ -14,7 +14,7 @@ SECONDS_EACH="${1:-600}"
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(frame_header handshake_request handshake_response inflate connection)
+  TARGETS=(frame_header handshake_request handshake_response inflate connection pubsub_request)
 fi
 JOBS="${FUZZ_JOBS:-2}"
 

@@ -84,8 +84,23 @@ def responses():
     write("handshake_response", "refused", b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
 
 
+def pubsub_requests():
+    # One of each request of docs/pubsub-protocol.md, and near misses.
+    for name, text in [
+        ("subscribe", '{"type":"subscribe","topic":"user/42","id":1}'),
+        ("resume", '{"type":"subscribe","topic":"global","since":{"offset":17,"epoch":"9f3c:2"},"id":"a"}'),
+        ("unsubscribe", '{"type":"unsubscribe","topic":"global"}'),
+        ("publish", '{"type":"publish","topic":"chat","data":{"text":"hi \\u00e9","n":[1,2.5e3,null]},"id":3}'),
+        ("publish-null", '{"type":"publish","topic":"t","data":null}'),
+        ("unknown", '{"type":"dance","id":{}}'),
+        ("escapes", '{"type":"subscribe","topic":"a\\/b\\ud83d\\ude00"}'),
+    ]:
+        write("pubsub_request", name, text.encode())
+
+
 if __name__ == "__main__":
     frames()
     requests()
     responses()
+    pubsub_requests()
     sys.exit(0)
