@@ -1,6 +1,6 @@
 //! The NATS backplane (feature `nats`): subjects for fan-out, JetStream for history.
 //!
-//! Connect with [`connect`] to `nats://HOST:PORT`. Every topic is the subject
+//! Connect with [`connect`] to `nats://HOST:PORT` (or a cluster: below). Every topic is the subject
 //! `sockeye.t.<topic-hex>` ([`Topic::to_hex`]: any topic name is one safe token).
 //!
 //! # Two modes, chosen at connect
@@ -41,6 +41,19 @@
 //! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
 //! [`Delivery::Gap`](crate::Delivery::Gap) to every subscriber after every outage: what was
 //! published meanwhile is gone, and that is said, never hidden.
+//!
+//! # A NATS cluster
+//!
+//! List the cluster's servers, `nats://HOST:PORT,HOST:PORT,HOST:PORT`. The connection goes to
+//! one of them (the client shuffles the list, and learns the others the cluster announces) and
+//! fails over to another when it is lost: an outage as below, short. With JetStream, the stream
+//! is replicated on as many servers as are listed, up to 3 (`num_replicas`; an existing stream
+//! is updated to it): a publication is acknowledged once a majority stored it, so losing any one
+//! of three servers loses nothing acknowledged, and nodes connected to the others see no gap
+//! (tests/distributed.rs kills one of three during traffic from three nodes). The epoch is the
+//! stream's creation time, which every server of the cluster reports alike. Listing one server
+//! of a cluster works too, with a stream of one copy (its server's loss is an outage, and the
+//! loss of its store a new epoch).
 //!
 //! # Outages
 //!
@@ -180,16 +193,22 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Connects to the NATS server at `url` (`nats://HOST:PORT`; the port defaults to 4222) and
-/// starts the backplane, whose events go to `events`.
+/// Connects to the NATS server at `url` (`nats://HOST:PORT`; the port defaults to 4222), or to
+/// one of a cluster's servers (`nats://HOST:PORT,HOST:PORT,…`: see "A NATS cluster" in the
+/// [module documentation](self)), and starts the backplane, whose events go to `events`.
 ///
 /// Uses JetStream for history when the server has it and `history.max_len > 0` (creating or
 /// updating the stream `SOCKEYE`), core NATS otherwise. Fails with [`Error::InvalidUrl`] for a
 /// URL it cannot use and with [`Error::Backplane`] when the server cannot be reached within 5
 /// seconds (no retry at start: a wrong address should be told, not waited on).
 pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> Result<Nats, Error> {
-    let addr = parse_url(url)?;
-    let server = format!("nats://{addr}");
+    let addrs = parse_url(url)?;
+    let server = format!("nats://{}", addrs.join(","));
+    let servers = addrs
+        .iter()
+        .map(|a| format!("nats://{a}").parse::<async_nats::ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::InvalidUrl(format!("{url:?}: {e}")))?;
     let (conn_tx, conn_rx) = mpsc::unbounded_channel();
     let options = async_nats::ConnectOptions::new()
         .connection_timeout(CONNECT_TIMEOUT)
@@ -204,7 +223,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
                 let _ = conn_tx.send(event);
             }
         });
-    let client = match tokio::time::timeout(CONNECT_TIMEOUT, options.connect(addr.as_str())).await {
+    let client = match tokio::time::timeout(CONNECT_TIMEOUT, options.connect(servers)).await {
         Ok(Ok(client)) => client,
         Ok(Err(e)) => return Err(Error::backplane(format!("{server}: connect"), e)),
         Err(_) => {
@@ -224,6 +243,9 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
             max_age: history.max_age,
             storage: stream::StorageType::File,
             discard: stream::DiscardPolicy::Old,
+            // One copy per server listed, up to 3 (NATS's advice; a quorum of 2 survives the
+            // loss of any one server): listing a cluster's servers replicates the history.
+            num_replicas: addrs.len().clamp(1, 3),
             ..Default::default()
         };
         // Creating the stream is the probe: no responders (or a "not enabled" answer) means no
@@ -293,9 +315,10 @@ fn jetstream_unavailable(e: &jetstream::context::CreateStreamError) -> bool {
     }
 }
 
-/// `nats://HOST[:PORT]` → `HOST:PORT`.
-pub(crate) fn parse_url(url: &str) -> Result<String, Error> {
-    let accepted = "expected nats://HOST:PORT (e.g. nats://127.0.0.1:4222)";
+/// `nats://HOST[:PORT][,HOST[:PORT]…]` → each `HOST:PORT` (the servers of one cluster).
+pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, Error> {
+    let accepted = "expected nats://HOST:PORT, or several servers of one cluster as \
+                    nats://HOST:PORT,HOST:PORT,… (e.g. nats://127.0.0.1:4222)";
     let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {accepted}"));
     let Some(rest) = url.strip_prefix("nats://") else {
         return Err(bad("the scheme must be nats://"));
@@ -306,10 +329,12 @@ pub(crate) fn parse_url(url: &str) -> Result<String, Error> {
     }
     if rest.contains(['/', '?', '#', '@', ' ']) {
         return Err(bad(
-            "only a host and a port are accepted (no path, query or credentials)",
+            "only hosts and ports are accepted (no path, query or credentials)",
         ));
     }
-    super::host_port(rest, 4222).map_err(|why| bad(&why))
+    rest.split(',')
+        .map(|server| super::host_port(server, 4222).map_err(|why| bad(&why)))
+        .collect()
 }
 
 fn subject(topic: &Topic) -> String {
@@ -382,6 +407,7 @@ impl Js {
         if c.subjects != self.config.subjects
             || c.max_messages_per_subject != self.config.max_messages_per_subject
             || c.max_age != self.config.max_age
+            || c.num_replicas != self.config.num_replicas
         {
             return self
                 .context
@@ -987,12 +1013,14 @@ mod tests {
 
     #[test]
     fn urls() {
+        let one = |a: &str| Some(vec![a.to_owned()]);
+        assert_eq!(parse_url("nats://127.0.0.1:4222").ok(), one("127.0.0.1:4222"));
+        assert_eq!(parse_url("nats://localhost").ok(), one("localhost:4222"));
+        assert_eq!(parse_url("nats://[::1]:5000/").ok(), one("[::1]:5000"));
         assert_eq!(
-            parse_url("nats://127.0.0.1:4222").ok(),
-            Some("127.0.0.1:4222".into())
+            parse_url("nats://a:1,b,[::1]:3").ok(),
+            Some(vec!["a:1".into(), "b:4222".into(), "[::1]:3".into()])
         );
-        assert_eq!(parse_url("nats://localhost").ok(), Some("localhost:4222".into()));
-        assert_eq!(parse_url("nats://[::1]:5000/").ok(), Some("[::1]:5000".into()));
         for bad in [
             "redis://x:1",
             "nats://",
@@ -1004,6 +1032,9 @@ mod tests {
             "nats://u@h:1",
             "127.0.0.1:4222",
             "nats://::1:4222",
+            "nats://a:1,",
+            "nats://a:1,,b:2",
+            "nats://a:1,b:x",
         ] {
             assert!(matches!(parse_url(bad), Err(Error::InvalidUrl(_))), "{bad}");
         }

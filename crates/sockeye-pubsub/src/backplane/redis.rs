@@ -41,6 +41,14 @@
 //!   far it got ([`Error::PartlyPublished`]). A server
 //!   that hangs without closing its connections is noticed too: commands time out after
 //!   [`RESPONSE_TIMEOUT`], and the pub/sub connection is checked with a PING every 5 s.
+//! - **A primary with replicas**: point the nodes at an address that follows the primary (a
+//!   virtual IP or DNS name that the failover moves, a TCP proxy that forwards to whichever
+//!   server says `role:master`), not at one server. When the primary dies and a replica is
+//!   promoted (`REPLICAOF NO ONE`, by an operator or Sentinel), every node's connections drop,
+//!   reconnect to the same address, now the promoted replica, and read its `run_id`: each
+//!   topic starts a new epoch at its first publication there, so what the replica had not
+//!   received (replication is asynchronous) is reported as a gap, never delivered under a reused
+//!   position (tests/distributed.rs: primary killed during traffic from three nodes).
 //! - **Backpressure**: when the hub is behind, the reader waits on the event channel; the Redis
 //!   client keeps reading the connection meanwhile, so what Redis sends then waits in this
 //!   process's memory (not in Redis's output buffer, whose limit would cut the connection).

@@ -1,0 +1,118 @@
+//! Real distributed engines, the way they fail (issue 29 §4): a Redis primary killed and its
+//! replica promoted, a node partitioned from its backplane (Redis, NATS JetStream). Each during traffic from three
+//! publishers on three nodes (three hubs in this process, each with its own backplane
+//! connection), six subscribers; `support::traffic` checks that every subscriber ends with
+//! every publication once in each publisher's order, or a `Gap` before what was lost, never a
+//! silent miss or a reused position. Each takes seconds (small counts, low timeouts).
+#![cfg(all(feature = "redis", feature = "nats"))]
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use sockeye_pubsub::{HistoryConfig, Hub, HubConfig, Topic};
+use support::clusters::RedisReplicated;
+use support::proxy::Proxy;
+use support::servers::{BackplaneServer, Kind};
+use support::traffic::{Outcome, Plan, run};
+use tokio::time::timeout;
+
+/// Three nodes on the backplane at `url` (`urls[i]`: node `i`'s).
+async fn nodes(urls: [&str; 3]) -> Vec<Hub> {
+    let mut hubs = Vec::new();
+    for url in urls {
+        // A cluster may still be settling (JetStream electing its stream's leader): retried.
+        let mut tries = 0;
+        let hub = loop {
+            match Hub::connect(url, HubConfig::default(), HistoryConfig::default()).await {
+                Ok(hub) => break hub,
+                Err(e) if tries < 20 => {
+                    tries += 1;
+                    eprintln!("{url}: {e}; again");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("{url}: {e}"),
+            }
+        };
+        hubs.push(hub);
+    }
+    hubs
+}
+
+fn plan(topics: &[&str]) -> Plan {
+    Plan {
+        topics: topics.iter().map(|t| Topic::new(t).unwrap()).collect(),
+        publications: 120,
+        pause: Duration::from_millis(5),
+        fault_at: 40,
+        after: 40,
+        quiet: Duration::from_secs(6),
+    }
+}
+
+/// Runs the plan within 120 s and prints what happened.
+async fn traffic(what: &str, hubs: &[Hub], plan: &Plan, fault: impl AsyncFnOnce()) -> Outcome {
+    let outcome = timeout(Duration::from_secs(120), run(hubs, plan, fault))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within 120 s"));
+    eprintln!("{what}: {outcome:?}");
+    outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_primary_killed_and_its_replica_promoted_during_traffic() {
+    let mut servers = RedisReplicated::start();
+    // The nodes reach the primary at an address that the failover moves to the promoted
+    // replica (a virtual IP, a DNS name, a TCP proxy following `role:master`): see the Redis
+    // backplane's documentation.
+    let address = Proxy::start(servers.primary.port()).await;
+    let url = address.url("redis");
+    let hubs = nodes([&url, &url, &url]).await;
+    let plan = plan(&["replica a", "replica b"]);
+    let outcome = traffic("redis failover", &hubs, &plan, async || {
+        tokio::task::block_in_place(|| servers.fail_over());
+        address.retarget(servers.replica.port());
+    })
+    .await;
+    // The promoted replica is another server: a new epoch on each topic, told to everyone.
+    for (t, gaps) in outcome.gaps_by_topic.iter().enumerate() {
+        assert!(*gaps >= 6, "topic {t}: {gaps} gaps for 6 subscribers");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_partitioned_from_redis_during_traffic_misses_nothing() {
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let cut = Proxy::start(server.port()).await;
+    let (direct, through) = (server.url(), cut.url("redis"));
+    let hubs = nodes([&direct, &direct, &through]).await;
+    let plan = plan(&["partition a", "partition b"]);
+    let outcome = traffic("redis partition", &hubs, &plan, async || {
+        cut.cut();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        cut.reopen();
+    })
+    .await;
+    // Redis kept everything: node 2 recovers it all from history, no gap.
+    assert_eq!(outcome.gaps, 0, "{outcome:?}");
+    assert!(outcome.failed > 0, "node 2 could not publish while cut off");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_partitioned_from_nats_during_traffic_misses_nothing() {
+    let server = BackplaneServer::start(Kind::Nats { jetstream: true });
+    let cut = Proxy::start(server.port()).await;
+    let (direct, through) = (server.url(), cut.url("nats"));
+    let hubs = nodes([&direct, &direct, &through]).await;
+    let plan = plan(&["partition a", "partition b"]);
+    let outcome = traffic("nats partition", &hubs, &plan, async || {
+        cut.cut();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        cut.reopen();
+    })
+    .await;
+    // JetStream kept everything: node 2 recovers it all, no gap.
+    assert_eq!(outcome.gaps, 0, "{outcome:?}");
+    assert!(outcome.failed > 0, "node 2 could not publish while cut off");
+}

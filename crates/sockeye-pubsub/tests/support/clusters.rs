@@ -1,0 +1,265 @@
+//! Several real servers working as one, for the failure tests: a Redis primary with a replica, a
+//! Redis Cluster (3 primaries, 3 replicas) and a NATS cluster (3 servers with routes and
+//! JetStream). Every server is a [`BackplaneServer`]: its own directory, started on a free
+//! loopback port, killed by its own PID (on drop too), never by name.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::servers::{BackplaneServer, Kind, binary};
+
+/// A loopback port free now (another process may take it before it is used: the servers' own
+/// start retries cover the client port; the others are picked from distinct listeners held
+/// together, so at least they do not collide with each other).
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// Waits until `ready` holds, checking every 50 ms; panics with `what` after `within`.
+pub(crate) fn wait_until(what: &str, within: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `redis-cli -p PORT ARGS…`'s output (empty when the server does not answer).
+pub(crate) fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new(binary("redis-cli"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A Redis primary and its replica (`--replicaof`), in sync.
+pub(crate) struct RedisReplicated {
+    pub(crate) primary: BackplaneServer,
+    pub(crate) replica: BackplaneServer,
+}
+
+impl RedisReplicated {
+    pub(crate) fn start() -> RedisReplicated {
+        let primary = BackplaneServer::start(Kind::Redis { persistent: false });
+        let replica = BackplaneServer::start_with(
+            Kind::Redis { persistent: false },
+            &["--replicaof", "127.0.0.1", &primary.port().to_string()],
+        );
+        wait_until("the replica syncs", Duration::from_secs(10), || {
+            redis_cli(replica.port(), &["INFO", "replication"]).contains("master_link_status:up")
+        });
+        RedisReplicated { primary, replica }
+    }
+
+    /// The primary dies (SIGKILL) and the replica is promoted (`REPLICAOF NO ONE`), as an
+    /// operator or Sentinel would.
+    pub(crate) fn fail_over(&mut self) {
+        self.primary.kill();
+        let reply = redis_cli(self.replica.port(), &["REPLICAOF", "NO", "ONE"]);
+        assert!(reply.contains("OK"), "REPLICAOF NO ONE: {reply:?}");
+    }
+}
+
+/// A Redis Cluster: 3 primaries with a replica each, `cluster-node-timeout` 1000 ms (a
+/// primary that stops answering is failed over in a second or two).
+pub(crate) struct RedisCluster {
+    pub(crate) nodes: Vec<BackplaneServer>,
+}
+
+impl RedisCluster {
+    pub(crate) fn start() -> RedisCluster {
+        let bus = free_ports(6);
+        let nodes: Vec<BackplaneServer> = bus
+            .iter()
+            .map(|bus| {
+                BackplaneServer::start_with(
+                    Kind::Redis { persistent: false },
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-node-timeout",
+                        "1000",
+                        "--cluster-port",
+                        &bus.to_string(),
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
+        let out = Command::new(binary("redis-cli"))
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("All 16384 slots covered"),
+            "redis-cli --cluster create: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// `redis+cluster://` with every node.
+    pub(crate) fn url(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}", addrs.join(","))
+    }
+
+    /// Every live node sees the cluster as ok, and every replica of a live primary is in sync.
+    pub(crate) fn wait_healthy(&self) {
+        wait_until("the cluster is ok on every node", Duration::from_secs(20), || {
+            self.live().all(|n| {
+                redis_cli(n.port(), &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                    && !redis_cli(n.port(), &["CLUSTER", "NODES"]).lines().any(|l| {
+                        // A node still being told about, or a replica not yet in sync.
+                        let flags = l.split(' ').nth(2).unwrap_or("");
+                        !flags.contains("fail") && (flags.contains("handshake") || flags.contains("noaddr"))
+                    })
+                    && {
+                        let info = redis_cli(n.port(), &["INFO", "replication"]);
+                        !info.contains("role:slave") || info.contains("master_link_status:up")
+                    }
+            })
+        });
+    }
+
+    fn live(&self) -> impl Iterator<Item = &BackplaneServer> {
+        self.nodes.iter().filter(|n| n.is_running())
+    }
+
+    /// The index in `nodes` of the primary serving `key`'s slot.
+    pub(crate) fn primary_of(&self, key: &str) -> usize {
+        let any = self.live().next().unwrap().port();
+        let slot: u16 = redis_cli(any, &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .unwrap();
+        let nodes = redis_cli(any, &["CLUSTER", "NODES"]);
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
+                continue;
+            }
+            let serves = fields[8..].iter().any(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+            });
+            if serves {
+                let port: u16 = fields[1]
+                    .split(['@', ','])
+                    .next()
+                    .unwrap()
+                    .rsplit(':')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                return self.nodes.iter().position(|n| n.port() == port).unwrap();
+            }
+        }
+        panic!("no primary serves slot {slot} of {key:?}:\n{nodes}");
+    }
+
+    /// Kills (SIGKILL) the primary serving `key` and waits until its replica has taken over.
+    pub(crate) fn kill_primary_of(&mut self, key: &str) -> usize {
+        let victim = self.primary_of(key);
+        self.nodes[victim].kill();
+        wait_until("a replica takes over", Duration::from_secs(20), || {
+            self.live()
+                .all(|n| redis_cli(n.port(), &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+                && self.primary_of(key) != victim
+        });
+        victim
+    }
+}
+
+/// A NATS cluster: 3 servers with routes to each other and JetStream (each its own store).
+pub(crate) struct NatsCluster {
+    pub(crate) servers: Vec<BackplaneServer>,
+    monitors: Vec<u16>,
+}
+
+impl NatsCluster {
+    pub(crate) fn start() -> NatsCluster {
+        let ports = free_ports(6);
+        let (routes, monitors) = ports.split_at(3);
+        let all_routes: Vec<String> = routes
+            .iter()
+            .map(|p| format!("nats-route://127.0.0.1:{p}"))
+            .collect();
+        let servers = (0..3)
+            .map(|i| {
+                BackplaneServer::start_with(
+                    Kind::Nats { jetstream: true },
+                    &[
+                        "--server_name",
+                        &format!("n{i}"),
+                        "--cluster_name",
+                        "sockeye",
+                        "--cluster",
+                        &format!("nats://127.0.0.1:{}", routes[i]),
+                        "--routes",
+                        &all_routes.join(","),
+                        "-m",
+                        &monitors[i].to_string(),
+                    ],
+                )
+            })
+            .collect();
+        let cluster = NatsCluster {
+            servers,
+            monitors: monitors.to_vec(),
+        };
+        // JetStream in a cluster answers once a meta leader is elected and the server is current.
+        for &m in &cluster.monitors {
+            wait_until(
+                "JetStream is ready on every server",
+                Duration::from_secs(30),
+                || http_ok(m, "/healthz"),
+            );
+        }
+        cluster
+    }
+
+    /// `nats://` with every server.
+    pub(crate) fn url(&self) -> String {
+        let addrs: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("nats://{}", addrs.join(","))
+    }
+}
+
+/// Whether `GET path` on the loopback `port` answers 200.
+fn http_ok(port: u16, path: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0; 12];
+    s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+}
