@@ -1,5 +1,6 @@
 //! Real distributed engines, the way they fail (issue 29 §4): a Redis primary killed and its
-//! replica promoted, a node partitioned from its backplane (Redis, NATS JetStream). Each during traffic from three
+//! replica promoted, a primary of a Redis Cluster killed (its replica takes over), a server of
+//! a NATS cluster killed, a node partitioned from its backplane. Each during traffic from three
 //! publishers on three nodes (three hubs in this process, each with its own backplane
 //! connection), six subscribers; `support::traffic` checks that every subscriber ends with
 //! every publication once in each publisher's order, or a `Gap` before what was lost, never a
@@ -12,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use sockeye_pubsub::{HistoryConfig, Hub, HubConfig, Topic};
-use support::clusters::RedisReplicated;
+use support::clusters::{NatsCluster, RedisReplicated};
 use support::proxy::Proxy;
 use support::servers::{BackplaneServer, Kind};
 use support::traffic::{Outcome, Plan, run};
@@ -115,4 +116,25 @@ async fn a_node_partitioned_from_nats_during_traffic_misses_nothing() {
     // JetStream kept everything: node 2 recovers it all, no gap.
     assert_eq!(outcome.gaps, 0, "{outcome:?}");
     assert!(outcome.failed > 0, "node 2 could not publish while cut off");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_cluster_server_killed_during_traffic() {
+    let mut cluster = NatsCluster::start();
+    let url = cluster.url();
+    let hubs = nodes([&url, &url, &url]).await;
+    let plan = Plan {
+        // The cluster takes seconds to elect new leaders (its metadata's and the stream's)
+        // when the killed server led them; a node whose consumer was there sees it stall,
+        // checks after 3 s of quiet and restores it once a leader answers.
+        quiet: Duration::from_secs(15),
+        ..plan(&["nats cluster a", "nats cluster b"])
+    };
+    let outcome = traffic("nats cluster", &hubs, &plan, async || {
+        cluster.servers[0].kill();
+    })
+    .await;
+    // The stream is replicated on all three (R3): two of three still hold every acknowledged
+    // publication, and every node fails over to one of them.
+    assert_eq!(outcome.missed_after_a_gap, 0, "{outcome:?}");
 }

@@ -50,7 +50,12 @@
 //! is replicated on as many servers as are listed, up to 3 (`num_replicas`; an existing stream
 //! is updated to it): a publication is acknowledged once a majority stored it, so losing any one
 //! of three servers loses nothing acknowledged, and nodes connected to the others see no gap
-//! (tests/distributed.rs kills one of three during traffic from three nodes). The epoch is the
+//! (tests/distributed.rs kills one of three during traffic from three nodes). A node whose
+//! connection stays up but whose topic's consumer was on the lost server would wait for the
+//! client's heartbeats to notice; instead a topic quiet for 3 s checks that the stream holds
+//! nothing after what it delivered, and if it does, every consumer is restored (an
+//! [`Event::Lost`], then [`Event::Restored`] once the cluster has elected its new leaders,
+//! seconds). The epoch is the
 //! stream's creation time, which every server of the cluster reports alike. Listing one server
 //! of a cluster works too, with a stream of one copy (its server's loss is an outage, and the
 //! loss of its store a new epoch).
@@ -114,6 +119,16 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long reading a history may take.
 const HISTORY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a live consumer's pull request lasts: the client asks for a heartbeat every half of
+/// it and recreates a consumer that missed two (its server died), so a topic whose consumer was
+/// on a lost cluster server resumes within about this long. The cost: per subscribed topic, a
+/// pull request this often and a heartbeat twice as often while it is quiet.
+const ORDERED_EXPIRES: Duration = Duration::from_secs(4);
+/// How long a topic's consumer may be quiet before the backplane checks that the stream holds
+/// nothing it has not delivered (one request per quiet topic this often). A consumer whose
+/// server left a cluster while this node's connection stayed up is otherwise noticed only by
+/// the client's heartbeats, which did not recover it within 40 s in tests/distributed.rs.
+const STALL_CHECK: Duration = Duration::from_secs(3);
 /// Publications fetched from history per pull request.
 const HISTORY_BATCH: usize = 500;
 /// The message header's length.
@@ -148,6 +163,9 @@ struct Shared {
     events: EventSender,
     /// The topics subscribed to, each with the task delivering it.
     topics: Mutex<HashMap<Topic, Follow>>,
+    /// A topic's task that found its consumer stalled sends the topic here, and ends; the
+    /// supervisor then restores every consumer.
+    stalls: mpsc::UnboundedSender<Topic>,
 }
 
 struct Js {
@@ -210,6 +228,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| Error::InvalidUrl(format!("{url:?}: {e}")))?;
     let (conn_tx, conn_rx) = mpsc::unbounded_channel();
+    let (stalls, stalled) = mpsc::unbounded_channel();
     let options = async_nats::ConnectOptions::new()
         .connection_timeout(CONNECT_TIMEOUT)
         .request_timeout(Some(REQUEST_TIMEOUT))
@@ -292,8 +311,9 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
         js,
         events,
         topics: Mutex::default(),
+        stalls,
     });
-    let supervisor = tokio::spawn(supervise(Arc::downgrade(&shared), conn_rx));
+    let supervisor = tokio::spawn(supervise(Arc::downgrade(&shared), conn_rx, stalled));
     Ok(Nats {
         shared,
         _supervisor: AbortOnDrop(supervisor),
@@ -468,6 +488,13 @@ impl Shared {
                 let config = consumer::pull::OrderedConfig {
                     filter_subject: subject,
                     deliver_policy,
+                    // The client's pull requests last this long and ask the server for an idle
+                    // heartbeat every half of it; two missed and the client recreates the
+                    // consumer from the last sequence it delivered. Without a bound that is
+                    // 30 s and 15 s: a node whose connection stayed up but whose consumer was
+                    // on a cluster server that died got nothing on the topic for 30 s or more
+                    // (tests/distributed.rs saw no recovery within 40 s).
+                    max_expires: ORDERED_EXPIRES,
                     ..Default::default()
                 };
                 let consumer: consumer::Consumer<consumer::pull::OrderedConfig> = js
@@ -482,6 +509,7 @@ impl Shared {
                 tokio::spawn(forward_js(
                     topic.clone(),
                     messages,
+                    (js.context.clone(), self.stalls.clone()),
                     epoch.clone(),
                     Arc::clone(&next),
                     Arc::clone(&stored),
@@ -838,12 +866,29 @@ async fn forward_core(topic: Topic, mut sub: async_nats::Subscriber, events: Eve
 async fn forward_js(
     topic: Topic,
     mut messages: consumer::pull::Ordered,
+    (context, stalls): (jetstream::Context, mpsc::UnboundedSender<Topic>),
     epoch: String,
     next: Arc<AtomicU64>,
     stored: Arc<std::sync::Mutex<Option<i128>>>,
     events: EventSender,
 ) {
-    while let Some(m) = messages.next().await {
+    loop {
+        let m = match tokio::time::timeout(STALL_CHECK, messages.next()).await {
+            Ok(Some(m)) => m,
+            Ok(None) => return,
+            Err(_) => {
+                if stalled(&context, &topic, next.load(Ordering::Acquire)).await {
+                    tracing::warn!(
+                        "NATS: the consumer of {topic} delivers nothing while the stream holds \
+                         publications after {}: restarting the consumers (a cluster server lost?)",
+                        next.load(Ordering::Acquire).saturating_sub(1)
+                    );
+                    let _ = stalls.send(topic);
+                    return;
+                }
+                continue;
+            }
+        };
         let m = match m {
             Ok(m) => m,
             Err(e) => {
@@ -879,10 +924,46 @@ async fn forward_js(
     }
 }
 
-/// Turns the client's connection events into [`Event::Lost`] and [`Event::Restored`].
-async fn supervise(shared: Weak<Shared>, mut conn: mpsc::UnboundedReceiver<async_nats::Event>) {
+/// Whether the stream holds a publication on `topic` at or after `next`, which its consumer has
+/// not delivered although it has been quiet for [`STALL_CHECK`] (unknown: no).
+async fn stalled(context: &jetstream::Context, topic: &Topic, next: u64) -> bool {
+    let Ok(stream) = context.get_stream(STREAM).await else {
+        return false;
+    };
+    match stream.get_last_raw_message_by_subject(&subject(topic)).await {
+        Ok(m) => m.sequence >= next,
+        Err(_) => false,
+    }
+}
+
+/// Turns the client's connection events into [`Event::Lost`] and [`Event::Restored`], and
+/// restores the consumers when one stalled (its server left the cluster while this node's
+/// connection, to another server, stayed up).
+async fn supervise(
+    shared: Weak<Shared>,
+    mut conn: mpsc::UnboundedReceiver<async_nats::Event>,
+    mut stalls: mpsc::UnboundedReceiver<Topic>,
+) {
     let mut lost = false;
-    while let Some(event) = conn.recv().await {
+    loop {
+        let event = tokio::select! {
+            event = conn.recv() => match event {
+                Some(event) => event,
+                None => return,
+            },
+            Some(topic) = stalls.recv() => {
+                let Some(s) = shared.upgrade() else { return };
+                if !lost {
+                    lost = true;
+                    let reason = format!("{}: the consumer of {topic} stalled; restoring", s.server);
+                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                        return;
+                    }
+                }
+                // Restored as after a reconnection.
+                async_nats::Event::Connected
+            }
+        };
         let Some(s) = shared.upgrade() else { return };
         match event {
             async_nats::Event::Disconnected => {
