@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use sockeye_pubsub::{HistoryConfig, Hub, HubConfig, Topic};
-use support::clusters::{NatsCluster, RedisReplicated};
+use support::clusters::{NatsCluster, RedisCluster, RedisReplicated};
 use support::proxy::Proxy;
 use support::servers::{BackplaneServer, Kind};
 use support::traffic::{Outcome, Plan, run};
@@ -137,4 +137,37 @@ async fn a_nats_cluster_server_killed_during_traffic() {
     // The stream is replicated on all three (R3): two of three still hold every acknowledged
     // publication, and every node fails over to one of them.
     assert_eq!(outcome.missed_after_a_gap, 0, "{outcome:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_primary_killed_during_traffic() {
+    let mut cluster = RedisCluster::start();
+    let url = cluster.url();
+    let hubs = nodes([&url, &url, &url]).await;
+    // Topics in different slots (and shards, most likely): only the killed primary's lose their
+    // epoch.
+    let names = ["cluster a", "cluster b", "cluster c", "cluster d"];
+    let plan = plan(&names);
+    let keys: Vec<String> = plan
+        .topics
+        .iter()
+        .map(|t| format!("sockeye:{{{}}}:meta", t.to_hex()))
+        .collect();
+    let shards: Vec<usize> = keys.iter().map(|k| cluster.primary_of(k)).collect();
+    let outcome = traffic("redis cluster", &hubs, &plan, async || {
+        let killed = tokio::task::block_in_place(|| cluster.kill_primary_of(&keys[0]));
+        assert_eq!(killed, shards[0]);
+    })
+    .await;
+    for (t, gaps) in outcome.gaps_by_topic.iter().enumerate() {
+        if shards[t] == shards[0] {
+            // Its promoted replica is another server: a new epoch, told to everyone.
+            assert!(
+                *gaps >= 6,
+                "topic {t} (failed over): {gaps} gaps for 6 subscribers"
+            );
+        } else {
+            assert_eq!(*gaps, 0, "topic {t} (its shard did not fail): {outcome:?}");
+        }
+    }
 }

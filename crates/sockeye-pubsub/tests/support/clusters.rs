@@ -146,6 +146,13 @@ impl RedisCluster {
 
     /// The index in `nodes` of the primary serving `key`'s slot.
     pub(crate) fn primary_of(&self, key: &str) -> usize {
+        self.serving(key)
+            .unwrap_or_else(|nodes| panic!("no primary serves the slot of {key:?}:\n{nodes}"))
+    }
+
+    /// The index in `nodes` of the primary serving `key`'s slot, as a live node sees it; the
+    /// cluster's node list if none (it is failing over).
+    fn serving(&self, key: &str) -> Result<usize, String> {
         let any = self.live().next().unwrap().port();
         let slot: u16 = redis_cli(any, &["CLUSTER", "KEYSLOT", key])
             .trim()
@@ -171,10 +178,10 @@ impl RedisCluster {
                     .unwrap()
                     .parse()
                     .unwrap();
-                return self.nodes.iter().position(|n| n.port() == port).unwrap();
+                return Ok(self.nodes.iter().position(|n| n.port() == port).unwrap());
             }
         }
-        panic!("no primary serves slot {slot} of {key:?}:\n{nodes}");
+        Err(nodes)
     }
 
     /// Kills (SIGKILL) the primary serving `key` and waits until its replica has taken over.
@@ -184,7 +191,7 @@ impl RedisCluster {
         wait_until("a replica takes over", Duration::from_secs(20), || {
             self.live()
                 .all(|n| redis_cli(n.port(), &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-                && self.primary_of(key) != victim
+                && self.serving(key).is_ok_and(|p| p != victim)
         });
         victim
     }
