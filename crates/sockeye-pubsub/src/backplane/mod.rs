@@ -274,6 +274,33 @@ pub(crate) fn host_port(authority: &str, default_port: u16) -> Result<String, St
     Ok(format!("{host}:{port}"))
 }
 
+/// `SCHEME://HOST[:PORT][,HOST[:PORT]…][/]` (the servers of one cluster) → each `host:port`,
+/// `default_port` where none is given; [`Error::InvalidUrl`] saying why and what is `accepted`.
+#[cfg(any(feature = "redis", feature = "nats"))]
+pub(crate) fn host_list(
+    url: &str,
+    scheme: &str,
+    default_port: u16,
+    accepted: &str,
+) -> Result<Vec<String>, Error> {
+    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {accepted}"));
+    let Some(rest) = url.strip_prefix(scheme).and_then(|r| r.strip_prefix("://")) else {
+        return Err(bad(&format!("the scheme must be {scheme}://")));
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() {
+        return Err(bad("no host"));
+    }
+    if rest.contains(['/', '?', '#', '@', ' ']) {
+        return Err(bad(
+            "only hosts and ports are accepted (no path, database, query or credentials)",
+        ));
+    }
+    rest.split(',')
+        .map(|server| host_port(server, default_port).map_err(|why| bad(&why)))
+        .collect()
+}
+
 /// Connects to the backplane a URL names: `redis://HOST:PORT[/DB]`,
 /// `redis+cluster://HOST:PORT,HOST:PORT,…` (a Redis Cluster, sharded pub/sub),
 /// `nats://HOST:PORT[,HOST:PORT…]` (one NATS server or a cluster's), or

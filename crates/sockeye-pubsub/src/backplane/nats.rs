@@ -339,22 +339,7 @@ fn jetstream_unavailable(e: &jetstream::context::CreateStreamError) -> bool {
 pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, Error> {
     let accepted = "expected nats://HOST:PORT, or several servers of one cluster as \
                     nats://HOST:PORT,HOST:PORT,… (e.g. nats://127.0.0.1:4222)";
-    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {accepted}"));
-    let Some(rest) = url.strip_prefix("nats://") else {
-        return Err(bad("the scheme must be nats://"));
-    };
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    if rest.is_empty() {
-        return Err(bad("no host"));
-    }
-    if rest.contains(['/', '?', '#', '@', ' ']) {
-        return Err(bad(
-            "only hosts and ports are accepted (no path, query or credentials)",
-        ));
-    }
-    rest.split(',')
-        .map(|server| super::host_port(server, 4222).map_err(|why| bad(&why)))
-        .collect()
+    super::host_list(url, "nats", 4222, accepted)
 }
 
 fn subject(topic: &Topic) -> String {

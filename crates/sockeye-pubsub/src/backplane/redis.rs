@@ -628,6 +628,17 @@ pub(super) fn has_history(history: &HistoryConfig) -> bool {
     history.max_len > 0 && !history.max_age.is_zero()
 }
 
+/// An unsubscription's outcome: done, or as good as done when the connection is going or
+/// hangs (the next connection does not subscribe to the topic); the server's refusal otherwise.
+pub(super) fn unsubscribed(
+    result: Result<Result<(), RedisError>, tokio::time::error::Elapsed>,
+) -> Result<(), RedisError> {
+    match result {
+        Ok(Err(e)) if !(e.is_connection_dropped() || e.is_io_error()) => Err(e),
+        _ => Ok(()),
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -898,13 +909,9 @@ impl Backplane for Redis {
             let Some(sink) = subs.sink.as_mut() else {
                 return Ok(());
             };
-            match tokio::time::timeout(RESPONSE_TIMEOUT, sink.unsubscribe(channel(&topic.to_hex()))).await {
-                Ok(Ok(())) => Ok(()),
-                // The connection is going (or hangs); the new one will not subscribe to it.
-                Err(_) => Ok(()),
-                Ok(Err(e)) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
-                Ok(Err(e)) => Err(self.shared.error(&format!("unsubscribe from {topic}"), e)),
-            }
+            let result =
+                tokio::time::timeout(RESPONSE_TIMEOUT, sink.unsubscribe(channel(&topic.to_hex()))).await;
+            unsubscribed(result).map_err(|e| self.shared.error(&format!("unsubscribe from {topic}"), e))
         })
     }
 

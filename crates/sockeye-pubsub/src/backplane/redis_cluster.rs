@@ -53,7 +53,7 @@ use tokio::task::AbortHandle;
 
 use super::redis::{
     BACKOFF_MAX, BACKOFF_MIN, CONNECT_TIMEOUT, PUBLISH_SCRIPT, RESPONSE_TIMEOUT, channel, decode_message,
-    history_from, meta_key, script_input, stream_key,
+    history_from, meta_key, script_input, stream_key, unsubscribed,
 };
 use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Position, Publication};
 use crate::{Error, HistoryConfig, Topic};
@@ -117,22 +117,7 @@ const ACCEPTED: &str = "accepted: redis+cluster://HOST:PORT[,HOST:PORT…] (some
 
 /// Checks `url` and returns its nodes' `host:port`.
 pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, Error> {
-    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {ACCEPTED}"));
-    let Some(rest) = url.strip_prefix("redis+cluster://") else {
-        return Err(bad("the scheme must be redis+cluster://"));
-    };
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    if rest.is_empty() {
-        return Err(bad("no node"));
-    }
-    if rest.contains(['/', '?', '#', '@', ' ']) {
-        return Err(bad(
-            "only hosts and ports are accepted (no database, query or credentials)",
-        ));
-    }
-    rest.split(',')
-        .map(|node| super::host_port(node, 6379).map_err(|why| bad(&why)))
-        .collect()
+    super::host_list(url, "redis+cluster", 6379, ACCEPTED)
 }
 
 impl RedisCluster {
@@ -351,13 +336,9 @@ impl Backplane for RedisCluster {
                 return Ok(());
             }
             let mut conn = self.shared.conn.clone();
-            match tokio::time::timeout(RESPONSE_TIMEOUT, conn.sunsubscribe(channel(&topic.to_hex()))).await {
-                Ok(Ok(())) => Ok(()),
-                // The connection is going: the next resubscription leaves it out.
-                Err(_) => Ok(()),
-                Ok(Err(e)) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
-                Ok(Err(e)) => Err(self.shared.error(&format!("unsubscribe from {topic}"), e)),
-            }
+            let result =
+                tokio::time::timeout(RESPONSE_TIMEOUT, conn.sunsubscribe(channel(&topic.to_hex()))).await;
+            unsubscribed(result).map_err(|e| self.shared.error(&format!("unsubscribe from {topic}"), e))
         })
     }
 
