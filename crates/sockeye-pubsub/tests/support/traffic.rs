@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sockeye::Message;
@@ -119,16 +119,11 @@ pub(crate) async fn run(hubs: &[Hub], plan: &Plan, fault: impl AsyncFnOnce()) ->
 
     let fault_due = Arc::new(Notify::new());
     let fault_over = Arc::new(AtomicBool::new(false));
-    let made_by_0 = Arc::new(AtomicUsize::new(0));
     let mut publishers = Vec::new();
     for (i, hub) in hubs.iter().enumerate() {
         let publisher = hub.subscriber(SubscriberConfig::default());
         let (topics, plan) = (Arc::clone(&topics), plan.clone());
-        let (fault_due, fault_over, made_by_0) = (
-            Arc::clone(&fault_due),
-            Arc::clone(&fault_over),
-            Arc::clone(&made_by_0),
-        );
+        let (fault_due, fault_over) = (Arc::clone(&fault_due), Arc::clone(&fault_over));
         publishers.push(tokio::spawn(async move {
             let (mut acked, mut failed) = (BTreeSet::new(), BTreeSet::new());
             let (mut outage, mut longest) = (None::<Instant>, Duration::ZERO);
@@ -151,7 +146,6 @@ pub(crate) async fn run(hubs: &[Hub], plan: &Plan, fault: impl AsyncFnOnce()) ->
                 }
                 k += 1;
                 if i == 0 && k == plan.fault_at {
-                    made_by_0.store(k, Ordering::SeqCst);
                     fault_due.notify_one();
                 }
                 if fault_over.load(Ordering::SeqCst) {
