@@ -12,15 +12,16 @@ mod support;
 
 use std::time::Duration;
 
-use sockeye_pubsub::{HistoryConfig, Hub, HubConfig, Topic};
+use sockeye::Message;
+use sockeye_pubsub::{Delivery, Error, HistoryConfig, Hub, HubConfig, Subscriber, SubscriberConfig, Topic};
 use support::clusters::{NatsCluster, RedisCluster, RedisReplicated};
 use support::proxy::Proxy;
 use support::servers::{BackplaneServer, Kind};
 use support::traffic::{Outcome, Plan, run};
 use tokio::time::timeout;
 
-/// Three nodes on the backplane at `url` (`urls[i]`: node `i`'s).
-async fn nodes(urls: [&str; 3]) -> Vec<Hub> {
+/// One node per URL (`urls[i]`: node `i`'s backplane).
+async fn nodes<const N: usize>(urls: [&str; N]) -> Vec<Hub> {
     let mut hubs = Vec::new();
     for url in urls {
         // A cluster may still be settling (JetStream electing its stream's leader): retried.
@@ -162,4 +163,105 @@ async fn a_redis_cluster_primary_killed_during_traffic() {
             assert_eq!(*gaps, 0, "topic {t} (its shard did not fail): {outcome:?}");
         }
     }
+}
+
+/// `n` text messages `0`, `1`, ….
+fn messages(n: usize) -> Vec<Message> {
+    (0..n).map(|i| i.to_string().into()).collect()
+}
+
+/// The next `n` deliveries of `sub` (within 10 s): each message's text and offset.
+async fn received(sub: &mut Subscriber, n: usize) -> Vec<(String, u64)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match timeout(Duration::from_secs(10), sub.recv()).await {
+            Ok(Some(Ok(Delivery::Message(m)))) => {
+                let Message::Text(text) = m.message() else {
+                    panic!("{m:?}")
+                };
+                got.push((text.to_string(), m.position().unwrap().offset));
+            }
+            other => panic!("after {got:?}: {other:?}"),
+        }
+    }
+    got
+}
+
+/// What `publish_many` of `messages(n)` gives, in order from offset `first`.
+fn in_order(n: usize, first: u64) -> Vec<(String, u64)> {
+    (0..n).map(|i| (i.to_string(), first + i as u64)).collect()
+}
+
+/// A Redis Cluster, one node on it, a topic and the topic's meta key.
+async fn one_node_on_a_redis_cluster(topic: &str) -> (RedisCluster, Hub, Topic, String) {
+    let cluster = RedisCluster::start();
+    let hub = nodes([&cluster.url(); 1]).await.swap_remove(0);
+    let topic = Topic::new(topic).unwrap();
+    let key = format!("sockeye:{{{}}}:meta", topic.to_hex());
+    (cluster, hub, topic, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_batch_is_one_script_on_its_shard() {
+    let (cluster, hub, topic, key) = one_node_on_a_redis_cluster("cluster batch").await;
+    let mut sub = hub.subscriber(SubscriberConfig::default());
+    sub.subscribe(&topic, None).await.unwrap();
+    // The script loaded and the slot map known: what follows is the batch alone.
+    hub.publish(&topic, "first".into()).await.unwrap();
+    assert_eq!(received(&mut sub, 1).await, [("first".to_owned(), 1)]);
+    cluster.reset_stats();
+    hub.publish_many(&topic, messages(50)).await.unwrap();
+    let shard = cluster.primary_of(&key);
+    let runs = cluster.scripts_received();
+    // One round trip: one script, on the topic's shard (before: one per publication, 50).
+    assert_eq!(runs.iter().sum::<u64>(), 1, "scripts received per node: {runs:?}");
+    assert_eq!(
+        runs[shard], 1,
+        "scripts received per node: {runs:?} (shard {shard})"
+    );
+    assert_eq!(received(&mut sub, 50).await, in_order(50, 2));
+}
+
+/// A batch whose slot moved to another primary since the client last looked (a resharding, a
+/// failover) meets MOVED: it fails with a plain error (none of it published, so it may be
+/// retried whole), is not resent by the client, and the next attempt reaches the new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_batch_whose_slot_moved_fails_unpublished() {
+    let (cluster, hub, topic, key) = one_node_on_a_redis_cluster("cluster moved").await;
+    // The client learnt the slots' owners when it connected.
+    let from = cluster.primary_of(&key);
+    let to = cluster.other_primary(from);
+    cluster.move_empty_slot_of(&key, to);
+    cluster.reset_stats();
+    match hub.publish_many(&topic, messages(20)).await {
+        Err(Error::Backplane { what, source }) => {
+            let source = source.map(|s| s.to_string()).unwrap_or_default();
+            assert!(source.to_lowercase().contains("moved"), "{what}: {source}");
+        }
+        other => panic!("expected a plain backplane error (nothing published): {other:?}"),
+    }
+    let runs = cluster.scripts_received();
+    // One attempt, refused by the old owner; nothing sent to the new one behind our back.
+    assert_eq!(
+        (runs[from], runs[to]),
+        (1, 0),
+        "scripts received per node: {runs:?}"
+    );
+    let exists = support::clusters::redis_cli(cluster.nodes[to].port(), &["EXISTS", &key]);
+    assert_eq!(exists.trim(), "0", "nothing of the batch was published");
+    // The client refreshed its slot map: the batch, retried whole, is published once.
+    let mut tries = 0;
+    while let Err(e) = hub.publish_many(&topic, messages(20)).await {
+        assert!(matches!(e, Error::Backplane { .. }) && tries < 20, "{e:?}");
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let on_to = |args: &[&str]| support::clusters::redis_cli(cluster.nodes[to].port(), args);
+    assert_eq!(
+        on_to(&["HGET", &key, "o"]).trim(),
+        "20",
+        "the topic's last offset"
+    );
+    let stream = format!("sockeye:{{{}}}:stream", topic.to_hex());
+    assert_eq!(on_to(&["XLEN", &stream]).trim(), "20", "the topic's history");
 }

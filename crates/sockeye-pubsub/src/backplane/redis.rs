@@ -127,30 +127,36 @@ const VERSION: u8 = 1;
 /// Bytes before the payload in a body.
 const BODY_HEADER: usize = 17;
 
-/// Publishes atomically: epoch (kept if present and given by this server's life), next offset,
-/// history, expiry, then the message.
+/// Publishes one or more publications of one topic atomically: epoch (kept if present and given
+/// by this server's life), then for each body in order its offset, history and message.
 ///
-/// KEYS: meta, stream. ARGV: channel, body, a fresh random epoch, max_len (0: no Stream), Stream
-/// TTL in ms, meta TTL in ms, the server's `run_id` as read on the connection that sends the
-/// script (empty: unknown, not checked; `*`: read by the script, for Redis Cluster, where the
-/// node does not know which server a command reaches), the command that sends the message
-/// (`publish`; `spublish` in a cluster).
+/// KEYS: meta, stream. ARGV: channel, a fresh random epoch, max_len (0: no Stream), Stream TTL in
+/// ms, meta TTL in ms, the server's `run_id` as read on the connection that sends the script
+/// (empty: unknown, not checked; `*`: read by the script, for Redis Cluster, where the node does
+/// not know which server a command reaches), the command that sends the message (`publish`;
+/// `spublish` in a cluster), then the bodies (at least one), in publication order. Returns the
+/// last offset given.
+///
+/// Each body's message is the last thing done for it, so a script stopped by an error has
+/// published a prefix of its bodies (in practice none: only the first write of a script can be
+/// refused for memory, and a key of the wrong type fails the first body's `XADD`).
 ///
 /// Why the `run_id` comes from the node and is not read by the script: `INFO server` inside the
 /// script nearly doubles its cost (measured on Redis 7.0: 7 µs a call, 13 µs with `INFO server`,
 /// 16 µs with `INFO replication` too; Redis runs scripts on its one thread), and the node's
 /// reading is exact: it is read on the connection the script is then sent over, and a TCP
 /// connection ends with the server process at its other end (a restarted or promoted server is
-/// reached over a new connection, which reads the new `run_id` before its first command).
+/// reached over a new connection, which reads the new `run_id` before its first command). In a
+/// cluster the script reads it once for all its bodies.
 ///
-/// The message goes out with ARGV[8]: PUBLISH on one server (the redis crate's RESP2 pub/sub
+/// The message goes out with ARGV[7]: PUBLISH on one server (the redis crate's RESP2 pub/sub
 /// connection, `aio::PubSub` in 1.8, has no SSUBSCRIBE, and on one server sharded pub/sub is
 /// plain pub/sub anyway; PUBLISH is in every Redis from 5 on), SPUBLISH in a cluster
 /// ([`super::redis_cluster`]), which keeps a topic's messages in its keys' shard (the `{hex}`
 /// hash tag puts the channel in the same slot).
 pub(super) const PUBLISH_SCRIPT: &str = r"
 local meta = redis.call('hmget', KEYS[1], 'e', 'r')
-local life = ARGV[7]
+local life = ARGV[6]
 if life == '*' then
   -- Redis Cluster: the node does not know which server runs the script; it reads it here.
   life = string.match(redis.call('info', 'server'), 'run_id:(%x+)') or ''
@@ -161,7 +167,7 @@ if not meta[1] or (life ~= '' and meta[2] and meta[2] ~= life) then
   -- them, which must not be given again under the same epoch. Whatever Stream is left from the
   -- old epoch is meaningless in the new one.
   redis.call('del', KEYS[1], KEYS[2])
-  redis.call('hset', KEYS[1], 'e', ARGV[3], 'o', 0)
+  redis.call('hset', KEYS[1], 'e', ARGV[2], 'o', 0)
   if life ~= '' then
     redis.call('hset', KEYS[1], 'r', life)
   end
@@ -169,14 +175,17 @@ elseif life ~= '' and not meta[2] then
   -- Written by a version that did not record the server: adopted.
   redis.call('hset', KEYS[1], 'r', life)
 end
-local offset = redis.call('hincrby', KEYS[1], 'o', 1)
+redis.call('pexpire', KEYS[1], ARGV[5])
 local epoch = redis.call('hget', KEYS[1], 'e')
-if tonumber(ARGV[4]) > 0 then
-  redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[4], offset .. '-0', 'b', ARGV[2])
-  redis.call('pexpire', KEYS[2], ARGV[5])
+local offset = 0
+for i = 8, #ARGV do
+  offset = redis.call('hincrby', KEYS[1], 'o', 1)
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[3], offset .. '-0', 'b', ARGV[i])
+    redis.call('pexpire', KEYS[2], ARGV[4])
+  end
+  redis.call(ARGV[7], ARGV[1], '\1' .. offset .. '\n' .. epoch .. '\n' .. ARGV[i])
 end
-redis.call('pexpire', KEYS[1], ARGV[6])
-redis.call(ARGV[8], ARGV[1], '\1' .. offset .. '\n' .. epoch .. '\n' .. ARGV[2])
 return offset
 ";
 
@@ -402,7 +411,7 @@ impl Shared {
 
     /// The publish script's keys and arguments for `p` (see [`PUBLISH_SCRIPT`]).
     fn script_input(&self, p: &Publication, life: &str) -> ([String; 2], Vec<Vec<u8>>) {
-        script_input(&self.history, p, life, "publish")
+        script_input(&self.history, &p.topic, std::slice::from_ref(p), life, "publish")
     }
 
     /// The publish script's invocation for `p` (`EVALSHA`, then `EVAL` if Redis does not have the
@@ -480,7 +489,8 @@ impl Shared {
         if published == n && results.len() == n {
             return Ok(());
         }
-        // Each failed script did not publish (PUBLISH is its last call); a later one may have.
+        // Each failed script did not publish (one body each, its PUBLISH the last call); a later
+        // one may have.
         let sent = results.iter().rposition(Result::is_ok).map_or(0, |i| i + 1);
         let first_error = results
             .into_iter()
@@ -590,36 +600,42 @@ pub(super) fn history_from(
     Ok(History::Complete(entries))
 }
 
-/// The publish script's keys and arguments for `p` (see [`PUBLISH_SCRIPT`]): `life` the server's
-/// `run_id` (`*`: read by the script), `command` `publish` or `spublish`.
+/// The publish script's keys and arguments for `batch`, publications of `topic` (see
+/// [`PUBLISH_SCRIPT`]): `life` the server's `run_id` (`*`: read by the script), `command`
+/// `publish` or `spublish`.
 pub(super) fn script_input(
     history: &HistoryConfig,
-    p: &Publication,
+    topic: &Topic,
+    batch: &[Publication],
     life: &str,
     command: &str,
 ) -> ([String; 2], Vec<Vec<u8>>) {
-    let hex = p.topic.to_hex();
-    let mut body = Vec::with_capacity(BODY_HEADER + p.payload.len());
-    body.extend_from_slice(&p.origin.node.to_be_bytes());
-    body.extend_from_slice(&p.origin.publisher.to_be_bytes());
-    body.push(match p.kind {
-        DataKind::Text => 0,
-        DataKind::Binary => 1,
-    });
-    body.extend_from_slice(&p.payload);
+    let hex = topic.to_hex();
     let stream_ttl = millis(history.max_age);
     let meta_ttl = millis(history.max_age.max(META_TTL_MIN));
     let max_len = if has_history(history) { history.max_len } else { 0 };
-    let args = vec![
+    let mut args = Vec::with_capacity(7 + batch.len());
+    args.extend([
         channel(&hex).into_bytes(),
-        body,
         format!("{:016x}", rand::random::<u64>()).into_bytes(),
         max_len.to_string().into_bytes(),
         stream_ttl.to_string().into_bytes(),
         meta_ttl.to_string().into_bytes(),
         life.as_bytes().to_vec(),
         command.as_bytes().to_vec(),
-    ];
+    ]);
+    for p in batch {
+        debug_assert_eq!(&p.topic, topic);
+        let mut body = Vec::with_capacity(BODY_HEADER + p.payload.len());
+        body.extend_from_slice(&p.origin.node.to_be_bytes());
+        body.extend_from_slice(&p.origin.publisher.to_be_bytes());
+        body.push(match p.kind {
+            DataKind::Text => 0,
+            DataKind::Binary => 1,
+        });
+        body.extend_from_slice(&p.payload);
+        args.push(body);
+    }
     ([meta_key(&hex), stream_key(&hex)], args)
 }
 

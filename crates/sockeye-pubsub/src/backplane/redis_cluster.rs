@@ -34,8 +34,14 @@
 //!   dropped may have run, and retrying could publish it twice. It fails with
 //!   [`Error::Backplane`]; the client then refreshes its view of the cluster, and the next
 //!   publication goes to the new primary.
-//! - A batch ([`Backplane::publish_many`]) is the publish script once per publication, each
-//!   awaited before the next (a pipeline would have to be split by slot).
+//! - A batch ([`Backplane::publish_many`]) of one topic, as a hub's is, is one publish script
+//!   carrying every publication (one slot, one round trip, atomic on its shard, the `run_id`
+//!   read once); a batch of several topics is one such script per run of consecutive
+//!   publications of a topic, each awaited before the next. A batch refused before it ran
+//!   (MOVED or ASK while a slot changes owner, CLUSTERDOWN during a failover) fails with the
+//!   plain [`Error::Backplane`]: none of it was published, it may be sent again whole (the
+//!   client has refreshed its slot map by then). A batch whose reply is lost may have been
+//!   published: [`Error::PartlyPublished`].
 //! - History is read by a script (the meta hash, the Stream and the server's `run_id` at once).
 //! - No PING health check of its own: a node that hangs without closing its connections is
 //!   noticed by the client's response timeout ([`RESPONSE_TIMEOUT`]) on commands only.
@@ -173,19 +179,49 @@ impl Shared {
         Error::backplane(format!("redis cluster {}: {command}", self.addrs), e)
     }
 
-    async fn publish(&self, p: &Publication) -> Result<(), Error> {
-        let ([meta, stream], args) = script_input(&self.history, p, "*", "spublish");
+    /// Publishes `run`, publications of one topic, with one publish script (one round trip to
+    /// the topic's shard). On failure, also whether any of it may have been published: not when
+    /// the server refused the script before running it (see [`refused_unrun`]).
+    async fn publish_run(&self, topic: &Topic, run: &[Publication]) -> Result<(), (bool, Error)> {
+        let ([meta, stream], args) = script_input(&self.history, topic, run, "*", "spublish");
         let mut invocation = self.publish.key(meta);
         invocation.key(stream).arg(args);
+        let what = match run.len() {
+            1 => format!("publish to {topic}"),
+            n => format!("publish {n} publications to {topic}"),
+        };
+        // Not retried, by the client (`retries(0)`) nor here: a script whose reply is lost may
+        // have run, and sending it again could publish it twice.
         let mut conn = self.conn.clone();
         match tokio::time::timeout(RESPONSE_TIMEOUT, invocation.invoke_async::<u64>(&mut conn)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(self.error(&format!("publish to {}", p.topic), e)),
-            Err(_) => Err(self.error(
-                &format!("publish to {}", p.topic),
-                format!("no answer within {RESPONSE_TIMEOUT:?}"),
+            Ok(Err(e)) => Err((!refused_unrun(&e), self.error(&what, e))),
+            Err(_) => Err((
+                true,
+                self.error(&what, format!("no answer within {RESPONSE_TIMEOUT:?}")),
             )),
         }
+    }
+
+    async fn publish(&self, p: &Publication) -> Result<(), Error> {
+        self.publish_run(&p.topic, std::slice::from_ref(p))
+            .await
+            .map_err(|(_, e)| e)
+    }
+
+    /// Publishes `batch` one run of consecutive publications of a topic at a time (a hub's
+    /// batch is one topic, hence one slot: one script, one round trip), each run awaited before
+    /// the next (they may go to different shards, and each publisher's order is kept).
+    async fn publish_many(&self, batch: Vec<Publication>) -> Result<(), Error> {
+        let mut published = 0;
+        for run in batch.chunk_by(|a, b| a.topic == b.topic) {
+            if let Err((maybe, e)) = self.publish_run(&run[0].topic, run).await {
+                let sent = if maybe { published + run.len() } else { published };
+                return Err(super::partly_published(published, sent, e));
+            }
+            published += run.len();
+        }
+        Ok(())
     }
 
     async fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> Result<History, Error> {
@@ -301,6 +337,30 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
     }
 }
 
+/// Whether the server refused a command before running it, so that none of it took effect: a
+/// redirection (MOVED: the slot has another owner now, after a resharding or a failover; ASK: it
+/// is being migrated), the cluster or the slot's primary down, a multi-key command across slots,
+/// a server still loading its data, an unknown script (`invoke_async` loads it and sends it
+/// again once: safe, as it had not run). A batch that meets one fails with nothing of it
+/// published; the client refreshes its slot map after a redirection, so sending it again
+/// reaches the new owner.
+fn refused_unrun(e: &RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as S};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            S::Moved
+                | S::Ask
+                | S::TryAgain
+                | S::ClusterDown
+                | S::MasterDown
+                | S::CrossSlot
+                | S::BusyLoading
+                | S::NoScript
+        )
+    )
+}
+
 impl Backplane for RedisCluster {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -311,6 +371,10 @@ impl Backplane for RedisCluster {
 
     fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(async move { self.shared.publish(&publication).await })
+    }
+
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(self.shared.publish_many(publications))
     }
 
     fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {

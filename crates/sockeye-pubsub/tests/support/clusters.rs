@@ -159,29 +159,22 @@ impl RedisCluster {
             .parse()
             .unwrap();
         let nodes = redis_cli(any, &["CLUSTER", "NODES"]);
-        for line in nodes.lines() {
-            let fields: Vec<&str> = line.split(' ').collect();
-            if fields.len() < 9 || !fields[2].contains("master") || fields[2].contains("fail") {
-                continue;
-            }
-            let serves = fields[8..].iter().any(|range| {
-                let (a, b) = range.split_once('-').unwrap_or((range, range));
-                matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
-            });
-            if serves {
-                let port: u16 = fields[1]
-                    .split(['@', ','])
-                    .next()
-                    .unwrap()
-                    .rsplit(':')
-                    .next()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                return Ok(self.nodes.iter().position(|n| n.port() == port).unwrap());
-            }
-        }
-        Err(nodes)
+        let Some(line) = owner_in(&nodes, slot) else {
+            return Err(nodes);
+        };
+        let port: u16 = line
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .split(['@', ','])
+            .next()
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        Ok(self.nodes.iter().position(|n| n.port() == port).unwrap())
     }
 
     /// Kills (SIGKILL) the primary serving `key` and waits until its replica has taken over.
@@ -195,6 +188,100 @@ impl RedisCluster {
         });
         victim
     }
+
+    /// Forgets every live node's command counts (`CONFIG RESETSTAT`).
+    pub(crate) fn reset_stats(&self) {
+        for n in self.live() {
+            assert!(redis_cli(n.port(), &["CONFIG", "RESETSTAT"]).contains("OK"));
+        }
+    }
+
+    /// Scripts (`EVAL`, `EVALSHA`) each node received since [`reset_stats`](Self::reset_stats)
+    /// (0 for a dead one), from `INFO commandstats`: run (`calls`) or refused before running
+    /// (`rejected_calls`: a MOVED redirection, say).
+    pub(crate) fn scripts_received(&self) -> Vec<u64> {
+        let received = |port| {
+            redis_cli(port, &["INFO", "commandstats"])
+                .lines()
+                .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
+                .flat_map(|l| l.split([':', ',']))
+                .filter_map(|field| match field.split_once('=') {
+                    Some(("calls" | "rejected_calls", n)) => n.parse::<u64>().ok(),
+                    _ => None,
+                })
+                .sum()
+        };
+        self.nodes
+            .iter()
+            .map(|n| if n.is_running() { received(n.port()) } else { 0 })
+            .collect()
+    }
+
+    /// Moves the slot of `key` (which must hold no key) from its primary to node `to`
+    /// (`CLUSTER SETSLOT … NODE`, on `to` first, then on every other primary, as a resharding
+    /// does), so that a client that knew the old owner meets a MOVED redirection.
+    pub(crate) fn move_empty_slot_of(&self, key: &str, to: usize) {
+        let from = self.primary_of(key);
+        let port = self.nodes[from].port();
+        let slot = redis_cli(port, &["CLUSTER", "KEYSLOT", key]).trim().to_owned();
+        assert_eq!(
+            redis_cli(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot]).trim(),
+            "0"
+        );
+        let id = redis_cli(self.nodes[to].port(), &["CLUSTER", "MYID"])
+            .trim()
+            .to_owned();
+        let mut order = vec![to, from];
+        order.extend((0..self.nodes.len()).filter(|i| *i != to && *i != from));
+        for i in order {
+            let info = redis_cli(self.nodes[i].port(), &["INFO", "replication"]);
+            if info.contains("role:master") {
+                let reply = redis_cli(self.nodes[i].port(), &["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
+                assert!(reply.contains("OK"), "CLUSTER SETSLOT on node {i}: {reply:?}");
+            }
+            if i == to {
+                // The new owner's claim must win over the old one's on the nodes not told
+                // directly (the replicas): a configuration epoch above every other.
+                let reply = redis_cli(self.nodes[to].port(), &["CLUSTER", "BUMPEPOCH"]);
+                assert!(
+                    reply.contains("BUMPED") || reply.contains("STILL"),
+                    "CLUSTER BUMPEPOCH: {reply:?}"
+                );
+            }
+        }
+        wait_until("every node sees the slot moved", Duration::from_secs(10), || {
+            self.live().all(|n| {
+                let nodes = redis_cli(n.port(), &["CLUSTER", "NODES"]);
+                let owner = owner_in(&nodes, slot.parse().unwrap());
+                owner.is_some_and(|l| l.starts_with(&id))
+            })
+        });
+    }
+
+    /// The index of a primary other than node `not`.
+    pub(crate) fn other_primary(&self, not: usize) -> usize {
+        (0..self.nodes.len())
+            .find(|&i| {
+                i != not
+                    && self.nodes[i].is_running()
+                    && redis_cli(self.nodes[i].port(), &["INFO", "replication"]).contains("role:master")
+            })
+            .unwrap()
+    }
+}
+
+/// The line of `CLUSTER NODES`' reply (`nodes`) of the live primary serving `slot`.
+fn owner_in(nodes: &str, slot: u16) -> Option<&str> {
+    nodes.lines().find(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        fields.len() >= 9
+            && fields[2].contains("master")
+            && !fields[2].contains("fail")
+            && fields[8..].iter().any(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+            })
+    })
 }
 
 /// A NATS cluster: 3 servers with routes to each other and JetStream (each its own store).
