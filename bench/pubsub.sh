@@ -23,6 +23,11 @@ if [ "$SMOKE" = 1 ]; then
 else
   PS_SUBS="1000 10000"; PS_MAX_MSGS=3000; PS_SECS=10; PS_PACED_SECS=3; PS_NODE_SUBS=1000; PS_NODE_MSGS=2000; PS_IDLE=10000
 fi
+# PS_ROWS=a,b,… (empty: all) runs only those rows: the one-process and memory rows by system
+# (raw, sockeye, node, socketio; sockeye-nosub, sockeye-split), the across-nodes rows by variant
+# (sockeye-redis, sockeye-redis-cluster, …), e.g. to compare two backplanes before and after a
+# change: PS_ROWS=sockeye-redis,sockeye-redis-cluster bash bench/run.sh --smoke --only=pubsub
+ps_row() { [ -z "${PS_ROWS:-}" ] || [[ ",$PS_ROWS," == *",$1,"* ]]; }
 # The paced runs aim at 100,000 deliveries/s in all: 1,000 subscribers × 100 msgs/s, 10,000 × 10.
 paced_rate() { echo $(( 100000 / $1 )); }
 # The as-fast-as-possible runs send PS_MAX_MSGS messages to 1,000 subscribers (fewer to more
@@ -117,6 +122,7 @@ section "11. pub/sub fan-out: one process (${PS_SUBS// /, } subscribers), three 
 for subs in $PS_SUBS; do
   rate=$(paced_rate "$subs"); msgs=$(max_msgs "$subs")
   for s in raw sockeye node socketio; do
+    ps_row "$s" || continue
     PORT=$((PORT + 1))
     ps_start "$s" "$PORT" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
     proto=$([ "$s" = socketio ] && echo socketio || echo ws)
@@ -131,6 +137,7 @@ subs=$PS_NODE_SUBS; rate=$(paced_rate "$subs")
 # The cluster rows (issue 29): the same three nodes over a Redis Cluster (sharded pub/sub) and a
 # 3-server NATS cluster (JetStream, R3), beside the single-server rows.
 for variant in sockeye-redis sockeye-redis-cluster sockeye-nats sockeye-nats-js sockeye-nats-cluster socketio-redis; do
+  ps_row "$variant" || continue
   case "$variant" in
     sockeye-redis | socketio-redis) backplane=redis ;;
     sockeye-redis-cluster) backplane=redis-cluster ;;
@@ -162,6 +169,7 @@ done
 # Subscriber and its writer task each) and not (`sockeye-nosub`: the same server, connections
 # only read; `sockeye-split`: split into reading and writing halves, not subscribed).
 for s in sockeye-nosub sockeye-split sockeye; do
+  ps_row "$s" || continue
   PORT=$((PORT + 1))
   ps_start "$s" "$PORT" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
   pid=${PS_PIDS[0]}
