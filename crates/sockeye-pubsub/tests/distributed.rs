@@ -222,33 +222,55 @@ async fn a_redis_cluster_batch_is_one_script_on_its_shard() {
     assert_eq!(received(&mut sub, 50).await, in_order(50, 2));
 }
 
-/// A batch whose slot moved to another primary since the client last looked (a resharding, a
-/// failover) meets MOVED: it fails with a plain error (none of it published, so it may be
-/// retried whole), is not resent by the client, and the next attempt reaches the new owner.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_cluster_batch_whose_slot_moved_fails_unpublished() {
-    let (cluster, hub, topic, key) = one_node_on_a_redis_cluster("cluster moved").await;
+/// On one node of a fresh cluster, a batch sent after `redirect(cluster, key, from, to)` turned
+/// the topic's slot away from its primary `from` towards `to`: it must fail with a plain error
+/// naming the redirection (`kind`: none of it published, so it may be sent again whole), the old
+/// owner having received the one script and the new one nothing (the client does not follow the
+/// redirection by itself). Returns the cluster, the node, the topic, its meta key and `to`.
+async fn a_redirected_batch(
+    name: &str,
+    kind: &str,
+    redirect: impl FnOnce(&RedisCluster, &str, usize),
+) -> (RedisCluster, Hub, Topic, String, usize) {
+    let (cluster, hub, topic, key) = one_node_on_a_redis_cluster(name).await;
     // The client learnt the slots' owners when it connected.
     let from = cluster.primary_of(&key);
     let to = cluster.other_primary(from);
-    cluster.move_empty_slot_of(&key, to);
+    redirect(&cluster, &key, to);
     cluster.reset_stats();
     match hub.publish_many(&topic, messages(20)).await {
         Err(Error::Backplane { what, source }) => {
             let source = source.map(|s| s.to_string()).unwrap_or_default();
-            assert!(source.to_lowercase().contains("moved"), "{what}: {source}");
+            assert!(source.to_lowercase().contains(kind), "{what}: {source}");
         }
         other => panic!("expected a plain backplane error (nothing published): {other:?}"),
     }
     let runs = cluster.scripts_received();
-    // One attempt, refused by the old owner; nothing sent to the new one behind our back.
     assert_eq!(
         (runs[from], runs[to]),
         (1, 0),
         "scripts received per node: {runs:?}"
     );
-    let exists = support::clusters::redis_cli(cluster.nodes[to].port(), &["EXISTS", &key]);
-    assert_eq!(exists.trim(), "0", "nothing of the batch was published");
+    let slot = support::clusters::redis_cli(cluster.nodes[from].port(), &["CLUSTER", "KEYSLOT", &key]);
+    for node in [from, to] {
+        let port = cluster.nodes[node].port();
+        let keys = support::clusters::redis_cli(port, &["CLUSTER", "COUNTKEYSINSLOT", slot.trim()]);
+        assert_eq!(
+            keys.trim(),
+            "0",
+            "nothing of the batch was published (node {node})"
+        );
+    }
+    (cluster, hub, topic, key, to)
+}
+
+/// A batch whose slot moved to another primary since the client last looked (a resharding, a
+/// failover) meets MOVED: it fails unpublished (see [`a_redirected_batch`]), and the next
+/// attempt reaches the new owner and publishes it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_batch_whose_slot_moved_fails_unpublished() {
+    let (cluster, hub, topic, key, to) =
+        a_redirected_batch("cluster moved", "moved", RedisCluster::move_empty_slot_of).await;
     // The client refreshed its slot map: the batch, retried whole, is published once.
     let mut tries = 0;
     while let Err(e) = hub.publish_many(&topic, messages(20)).await {
@@ -264,4 +286,11 @@ async fn a_redis_cluster_batch_whose_slot_moved_fails_unpublished() {
     );
     let stream = format!("sockeye:{{{}}}:stream", topic.to_hex());
     assert_eq!(on_to(&["XLEN", &stream]).trim(), "20", "the topic's history");
+}
+
+/// A batch whose slot is being migrated, its keys not on the old owner, meets ASK: it fails
+/// unpublished (see [`a_redirected_batch`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_batch_whose_slot_is_migrating_fails_unpublished() {
+    a_redirected_batch("cluster ask", "ask", RedisCluster::start_migrating_slot_of).await;
 }

@@ -258,6 +258,33 @@ impl RedisCluster {
         });
     }
 
+    /// Starts migrating the slot of `key` from its primary to node `to` (`CLUSTER SETSLOT …
+    /// MIGRATING` on the owner, `IMPORTING` on `to`): the owner answers ASK for a command whose
+    /// keys it does not hold.
+    pub(crate) fn start_migrating_slot_of(&self, key: &str, to: usize) {
+        let from = self.primary_of(key);
+        let slot = redis_cli(self.nodes[from].port(), &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .to_owned();
+        let id = |i: usize| {
+            redis_cli(self.nodes[i].port(), &["CLUSTER", "MYID"])
+                .trim()
+                .to_owned()
+        };
+        let importing = redis_cli(
+            self.nodes[to].port(),
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(from)],
+        );
+        let migrating = redis_cli(
+            self.nodes[from].port(),
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(to)],
+        );
+        assert!(
+            importing.contains("OK") && migrating.contains("OK"),
+            "{importing:?} {migrating:?}"
+        );
+    }
+
     /// The index of a primary other than node `not`.
     pub(crate) fn other_primary(&self, not: usize) -> usize {
         (0..self.nodes.len())
