@@ -23,6 +23,11 @@ if [ "$SMOKE" = 1 ]; then
 else
   PS_SUBS="1000 10000"; PS_MAX_MSGS=3000; PS_SECS=10; PS_PACED_SECS=3; PS_NODE_SUBS=1000; PS_NODE_MSGS=2000; PS_IDLE=10000
 fi
+# PS_ROWS=a,b,… (empty: all) runs only those rows: the one-process and memory rows by system
+# (raw, sockeye, node, socketio; sockeye-nosub, sockeye-split), the across-nodes rows by variant
+# (sockeye-redis, sockeye-redis-cluster, …), e.g. to compare two backplanes before and after a
+# change: PS_ROWS=sockeye-redis,sockeye-redis-cluster bash bench/run.sh --smoke --only=pubsub
+ps_row() { [ -z "${PS_ROWS:-}" ] || [[ ",$PS_ROWS," == *",$1,"* ]]; }
 # The paced runs aim at 100,000 deliveries/s in all: 1,000 subscribers × 100 msgs/s, 10,000 × 10.
 paced_rate() { echo $(( 100000 / $1 )); }
 # The as-fast-as-possible runs send PS_MAX_MSGS messages to 1,000 subscribers (fewer to more
@@ -52,12 +57,14 @@ ps_start() { # system port [backplane-url]: starts one pub/sub server (a node) o
   PS_PIDS+=($!)
   ps_wait_ready "$log" "the $system server on $port"
 }
-bp_start() { # redis|nats|nats-js → sets BP_URL; the server runs on CPU 0 in a temporary directory
+bp_start() { # redis|nats|nats-js|redis-cluster|nats-cluster → sets BP_URL; the servers run on CPU 0
   PORT=$((PORT + 1))
   local dir log
   dir=$(mktemp -d "$OUT/backplane.XXXXXX")
   log=$dir/log
   case "$1" in
+    redis-cluster) bp_redis_cluster "$dir"; return ;;
+    nats-cluster) bp_nats_cluster "$dir"; return ;;
     redis) "${PIN_SERVER[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" >"$log" 2>&1 &
            BP_URL=redis://127.0.0.1:$PORT ;;
     nats) "${PIN_SERVER[@]}" "$NATS_SERVER" -a 127.0.0.1 -p "$PORT" >"$log" 2>&1 & BP_URL=nats://127.0.0.1:$PORT ;;
@@ -67,10 +74,55 @@ bp_start() { # redis|nats|nats-js → sets BP_URL; the server runs on CPU 0 in a
   ps_wait_ready "$log" "$1" "$([ "$1" = redis ] && echo 'Ready to accept' || echo 'Server is ready')"
 }
 
+# A Redis Cluster of 3 primaries and 3 replicas (sharded pub/sub), as tests/distributed.rs builds
+# it: ports PORT+1.., cluster bus ports 10000 above (Redis's default).
+bp_redis_cluster() { # dir
+  local addrs=() i port
+  for i in 1 2 3 4 5 6; do
+    port=$((PORT + i)); mkdir -p "$1/$port"
+    "${PIN_SERVER[@]}" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+      --cluster-enabled yes --cluster-node-timeout 1000 --dir "$1/$port" >"$1/$port.log" 2>&1 &
+    PS_PIDS+=($!)
+    ps_wait_ready "$1/$port.log" "redis-server $port" 'Ready to accept' || return 1
+    addrs+=("127.0.0.1:$port")
+  done
+  PORT=$((PORT + 6))
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$1/create.log" 2>&1 \
+    || { cat "$1/create.log" >&2; return 1; }
+  for _ in $(seq 200); do
+    redis-cli -p "${addrs[0]#*:}" cluster info 2>/dev/null | grep -q cluster_state:ok && break; sleep 0.05
+  done
+  BP_URL=redis+cluster://$(IFS=,; echo "${addrs[*]}")
+}
+# A NATS cluster of 3 servers with routes and JetStream (the stream replicated on all 3), ready
+# once every server's /healthz answers 200 (a JetStream leader is elected).
+bp_nats_cluster() { # dir
+  local addrs=() routes="" i port
+  for i in 1 2 3; do routes=${routes:+$routes,}nats-route://127.0.0.1:$((PORT + 10 + i)); done
+  for i in 1 2 3; do
+    port=$((PORT + i)); mkdir -p "$1/$port"
+    "${PIN_SERVER[@]}" "$NATS_SERVER" -a 127.0.0.1 -p "$port" -js -sd "$1/$port" --server_name "n$i" \
+      --cluster_name sockeye --cluster "nats://127.0.0.1:$((PORT + 10 + i))" --routes "$routes" \
+      -m $((PORT + 20 + i)) >"$1/$port.log" 2>&1 &
+    PS_PIDS+=($!)
+    addrs+=("127.0.0.1:$port")
+  done
+  for i in 1 2 3; do
+    for _ in $(seq 300); do
+      { exec 3<>/dev/tcp/127.0.0.1/$((PORT + 20 + i)) && printf 'GET /healthz HTTP/1.0\r\n\r\n' >&3 \
+        && head -1 <&3 | grep -q 200; } 2>/dev/null && { exec 3<&-; break; }
+      exec 3<&- 2>/dev/null; sleep 0.1
+    done
+  done
+  PORT=$((PORT + 23))
+  BP_URL=nats://$(IFS=,; echo "${addrs[*]}")
+}
+
 section "11. pub/sub fan-out: one process (${PS_SUBS// /, } subscribers), three nodes, memory per subscription"
 for subs in $PS_SUBS; do
   rate=$(paced_rate "$subs"); msgs=$(max_msgs "$subs")
   for s in raw sockeye node socketio; do
+    ps_row "$s" || continue
     PORT=$((PORT + 1))
     ps_start "$s" "$PORT" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
     proto=$([ "$s" = socketio ] && echo socketio || echo ws)
@@ -82,11 +134,16 @@ done
 
 # Across nodes: three server processes on one backplane.
 subs=$PS_NODE_SUBS; rate=$(paced_rate "$subs")
-for variant in sockeye-redis sockeye-nats sockeye-nats-js socketio-redis; do
+# The cluster rows (issue 29): the same three nodes over a Redis Cluster (sharded pub/sub) and a
+# 3-server NATS cluster (JetStream, R3), beside the single-server rows.
+for variant in sockeye-redis sockeye-redis-cluster sockeye-nats sockeye-nats-js sockeye-nats-cluster socketio-redis; do
+  ps_row "$variant" || continue
   case "$variant" in
     sockeye-redis | socketio-redis) backplane=redis ;;
+    sockeye-redis-cluster) backplane=redis-cluster ;;
     sockeye-nats) backplane=nats ;;
     sockeye-nats-js) backplane=nats-js ;;
+    sockeye-nats-cluster) backplane=nats-cluster ;;
   esac
   system=${variant%%-*}
   bp_start "$backplane" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
@@ -112,6 +169,7 @@ done
 # Session each: the split connection and a Subscriber, one task) and not (`sockeye-nosub`: the same server, connections
 # only read; `sockeye-split`: split into reading and writing halves, not subscribed).
 for s in sockeye-nosub sockeye-split sockeye; do
+  ps_row "$s" || continue
   PORT=$((PORT + 1))
   ps_start "$s" "$PORT" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
   pid=${PS_PIDS[0]}

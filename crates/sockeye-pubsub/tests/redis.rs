@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::net::TcpListener;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,86 +21,8 @@ use tokio::time::timeout;
 
 mod support;
 
+use support::proxy::Proxy;
 use support::servers::{BackplaneServer, Kind};
-
-/// A TCP proxy in front of the server that can cut a node off (every connection closed, new
-/// ones refused) and let it back, while the server and the other nodes go on.
-struct Proxy {
-    port: u16,
-    /// The server's port: may be changed (a failover behind a fixed address).
-    target: Arc<std::sync::atomic::AtomicU16>,
-    open: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
-    accept: tokio::task::AbortHandle,
-}
-
-impl Proxy {
-    async fn start(target: u16) -> Proxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let open = Arc::new(AtomicBool::new(true));
-        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
-        let target = Arc::new(std::sync::atomic::AtomicU16::new(target));
-        let accept = {
-            let (open, conns, target) = (Arc::clone(&open), Arc::clone(&conns), Arc::clone(&target));
-            tokio::spawn(async move {
-                loop {
-                    let Ok((mut down, _)) = listener.accept().await else {
-                        return;
-                    };
-                    if !open.load(Ordering::SeqCst) {
-                        continue; // dropped: refused
-                    }
-                    let target = target.load(Ordering::SeqCst);
-                    let task = tokio::spawn(async move {
-                        if let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
-                            let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
-                        }
-                    });
-                    conns.lock().unwrap().push(task.abort_handle());
-                }
-            })
-            .abort_handle()
-        };
-        Proxy {
-            port,
-            target,
-            open,
-            conns,
-            accept,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
-        for c in self.conns.lock().unwrap().drain(..) {
-            c.abort();
-        }
-    }
-
-    fn reopen(&self) {
-        self.open.store(true, Ordering::SeqCst);
-    }
-
-    /// Sends new connections to another server, and closes the ones to the old (as a virtual
-    /// address moved to a promoted replica).
-    fn retarget(&self, port: u16) {
-        self.cut();
-        self.target.store(port, Ordering::SeqCst);
-        self.reopen();
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.accept.abort();
-        self.cut();
-    }
-}
 
 /// A node: a hub over its own connection to the server.
 async fn node(server: &BackplaneServer, history: HistoryConfig) -> Hub {
@@ -503,7 +424,7 @@ async fn a_node_cut_off_recovers_what_it_missed_from_history() {
     let topic = Topic::new("cut off").unwrap();
     let run = async {
         let a = node(&server, HistoryConfig::default()).await;
-        let b = node_at(&proxy.url(), HistoryConfig::default()).await;
+        let b = node_at(&proxy.url("redis"), HistoryConfig::default()).await;
         let mut sub_b = b.subscriber(SubscriberConfig::default());
         sub_b.subscribe(&topic, None).await.unwrap();
         let publisher = a.subscriber(SubscriberConfig::default());
@@ -1207,7 +1128,7 @@ async fn a_replica_promoted_while_behind_loses_nothing_silently() {
     let link = Proxy::start(primary_port).await;
     let replica = BackplaneServer::start_with(
         Kind::Redis { persistent: false },
-        &["--replicaof", "127.0.0.1", &link.port.to_string()],
+        &["--replicaof", "127.0.0.1", &link.port().to_string()],
     );
     // The nodes reach the primary at an address that moves to the replica when it is promoted.
     let address = Proxy::start(primary_port).await;
@@ -1227,7 +1148,7 @@ async fn a_replica_promoted_while_behind_loses_nothing_silently() {
     }
     let primary_url = primary.as_ref().unwrap().url();
     let run = rollback_scenario(
-        address.url(),
+        address.url("redis"),
         "rollback replica",
         // The replica has m1..m100, then its link dies: it stays behind.
         async || {
@@ -1308,7 +1229,7 @@ async fn a_client_that_keeps_a_gaps_resume_and_drops_at_once_skips_nothing() {
         let a = node(&server, HistoryConfig::default()).await;
         // Node B reaches Redis through a proxy: cut off while Redis restarts and n1..n5 are
         // published in the new epoch; when B is back, it finds them.
-        let b = node_at(&proxy.url(), HistoryConfig::default()).await;
+        let b = node_at(&proxy.url("redis"), HistoryConfig::default()).await;
         let mut client = b.subscriber(SubscriberConfig::default());
         client.subscribe(&topic, None).await.unwrap();
         a.publish(&topic, text("old".into())).await.unwrap();

@@ -12,14 +12,16 @@
 //!  socket ◄─ Subscriber queue ◄─ Hub fan-out ◄─ Event::Publication (with its Position)
 //! ```
 //!
-//! Implementations: [`InProcess`] (one node, the default), `redis` (feature `redis`) and `nats`
-//! (feature `nats`, module `nats`).
+//! Implementations: [`InProcess`] (one node, the default), `redis` and `redis_cluster` (feature
+//! `redis`) and `nats` (feature `nats`, module `nats`).
 
 mod in_process;
 #[cfg(feature = "nats")]
 pub mod nats;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
+pub mod redis_cluster;
 
 use std::fmt;
 use std::future::Future;
@@ -257,8 +259,8 @@ pub(crate) fn partly_published(published: usize, sent: usize, error: Error) -> E
 pub type EventSender = mpsc::Sender<Event>;
 
 /// What [`connect`] accepts, for error messages.
-pub const URL_FORMS: &str =
-    "redis://HOST:PORT (feature `redis`), nats://HOST:PORT (feature `nats`) or memory:";
+pub const URL_FORMS: &str = "redis://HOST:PORT, redis+cluster://HOST:PORT,HOST:PORT,… (feature `redis`), \
+                             nats://HOST:PORT[,HOST:PORT…] (feature `nats`) or memory:";
 
 /// Checks a backplane URL without connecting (a command line can refuse a typo at once):
 /// [`Error::InvalidUrl`] says what is wrong and what is accepted.
@@ -268,6 +270,8 @@ pub fn check_url(url: &str) -> Result<(), Error> {
         "memory" => Ok(()),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => redis::parse_url(url).map(drop),
+        #[cfg(feature = "redis")]
+        "redis+cluster" => redis_cluster::parse_url(url).map(drop),
         #[cfg(feature = "nats")]
         "nats" => nats::parse_url(url).map(drop),
         _ => Err(unsupported(url, &scheme)),
@@ -277,7 +281,7 @@ pub fn check_url(url: &str) -> Result<(), Error> {
 /// The error for a scheme that is unknown or whose feature is off.
 fn unsupported(url: &str, scheme: &str) -> Error {
     match scheme {
-        "redis" | "rediss" | "nats" => Error::InvalidUrl(format!(
+        "redis" | "rediss" | "redis+cluster" | "nats" => Error::InvalidUrl(format!(
             "{url}: this build has no {scheme} support (Cargo feature `{}` of sockeye-pubsub)",
             if scheme == "nats" { "nats" } else { "redis" }
         )),
@@ -316,7 +320,36 @@ pub(crate) fn host_port(authority: &str, default_port: u16) -> Result<String, St
     Ok(format!("{host}:{port}"))
 }
 
-/// Connects to the backplane a URL names: `redis://HOST:PORT[/DB]`, `nats://HOST:PORT`, or
+/// `SCHEME://HOST[:PORT][,HOST[:PORT]…][/]` (the servers of one cluster) → each `host:port`,
+/// `default_port` where none is given; [`Error::InvalidUrl`] saying why and what is `accepted`.
+#[cfg(any(feature = "redis", feature = "nats"))]
+pub(crate) fn host_list(
+    url: &str,
+    scheme: &str,
+    default_port: u16,
+    accepted: &str,
+) -> Result<Vec<String>, Error> {
+    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {accepted}"));
+    let Some(rest) = url.strip_prefix(scheme).and_then(|r| r.strip_prefix("://")) else {
+        return Err(bad(&format!("the scheme must be {scheme}://")));
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() {
+        return Err(bad("no host"));
+    }
+    if rest.contains(['/', '?', '#', '@', ' ']) {
+        return Err(bad(
+            "only hosts and ports are accepted (no path, database, query or credentials)",
+        ));
+    }
+    rest.split(',')
+        .map(|server| host_port(server, default_port).map_err(|why| bad(&why)))
+        .collect()
+}
+
+/// Connects to the backplane a URL names: `redis://HOST:PORT[/DB]`,
+/// `redis+cluster://HOST:PORT,HOST:PORT,…` (a Redis Cluster, sharded pub/sub),
+/// `nats://HOST:PORT[,HOST:PORT…]` (one NATS server or a cluster's), or
 /// `memory:` (this process only). An unknown scheme, or one whose feature is not compiled in, is
 /// [`Error::InvalidUrl`]; an unreachable server is [`Error::Backplane`] (retry: the server may
 /// not be up yet).
@@ -330,6 +363,10 @@ pub async fn connect(
         "memory" => Ok(Box::new(InProcess::new(events, history))),
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(Box::new(redis::Redis::connect(url, history, events).await?)),
+        #[cfg(feature = "redis")]
+        "redis+cluster" => Ok(Box::new(
+            redis_cluster::RedisCluster::connect(url, history, events).await?,
+        )),
         #[cfg(feature = "nats")]
         "nats" => Ok(Box::new(nats::connect(url, history, events).await?)),
         _ => Err(unsupported(url, &scheme)),

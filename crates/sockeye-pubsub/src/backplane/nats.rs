@@ -1,6 +1,6 @@
 //! The NATS backplane (feature `nats`): subjects for fan-out, JetStream for history.
 //!
-//! Connect with [`connect`] to `nats://HOST:PORT`. Every topic is the subject
+//! Connect with [`connect`] to `nats://HOST:PORT` (or a cluster: below). Every topic is the subject
 //! `sockeye.t.<topic-hex>` ([`Topic::to_hex`]: any topic name is one safe token).
 //!
 //! # Two modes, chosen at connect
@@ -41,6 +41,24 @@
 //! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
 //! [`Delivery::Gap`](crate::Delivery::Gap) to every subscriber after every outage: what was
 //! published meanwhile is gone, and that is said, never hidden.
+//!
+//! # A NATS cluster
+//!
+//! List the cluster's servers, `nats://HOST:PORT,HOST:PORT,HOST:PORT`. The connection goes to
+//! one of them (the client shuffles the list, and learns the others the cluster announces) and
+//! fails over to another when it is lost: an outage as below, short. With JetStream, the stream
+//! is replicated on as many servers as are listed, up to 3 (`num_replicas`; an existing stream
+//! is updated to it): a publication is acknowledged once a majority stored it, so losing any one
+//! of three servers loses nothing acknowledged, and nodes connected to the others see no gap
+//! (tests/distributed.rs kills one of three during traffic from three nodes). A node whose
+//! connection stays up but whose topic's consumer was on the lost server would wait for the
+//! client's heartbeats to notice; instead a topic quiet for 3 s checks that the stream holds
+//! nothing after what it delivered, and if it does, every consumer is restored (an
+//! [`Event::Lost`], then [`Event::Restored`] once the cluster has elected its new leaders,
+//! seconds). The epoch is the
+//! stream's creation time, which every server of the cluster reports alike. Listing one server
+//! of a cluster works too, with a stream of one copy (its server's loss is an outage, and the
+//! loss of its store a new epoch).
 //!
 //! # Outages
 //!
@@ -105,6 +123,16 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 /// How long reading a history may take.
 const HISTORY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a live consumer's pull request lasts: the client asks for a heartbeat every half of
+/// it and recreates a consumer that missed two (its server died), so a topic whose consumer was
+/// on a lost cluster server resumes within about this long. The cost: per subscribed topic, a
+/// pull request this often and a heartbeat twice as often while it is quiet.
+const ORDERED_EXPIRES: Duration = Duration::from_secs(4);
+/// How long a topic's consumer may be quiet before the backplane checks that the stream holds
+/// nothing it has not delivered (one request per quiet topic this often). A consumer whose
+/// server left a cluster while this node's connection stayed up is otherwise noticed only by
+/// the client's heartbeats, which did not recover it within 40 s in tests/distributed.rs.
+const STALL_CHECK: Duration = Duration::from_secs(3);
 /// Publications fetched from history per pull request.
 const HISTORY_BATCH: usize = 500;
 /// The message header's length.
@@ -139,6 +167,9 @@ struct Shared {
     events: EventSender,
     /// The topics subscribed to, each with the task delivering it.
     topics: Mutex<HashMap<Topic, Follow>>,
+    /// A topic's task that found its consumer stalled sends the topic here, and ends; the
+    /// supervisor then restores every consumer.
+    stalls: mpsc::UnboundedSender<Topic>,
 }
 
 struct Js {
@@ -187,17 +218,24 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Connects to the NATS server at `url` (`nats://HOST:PORT`; the port defaults to 4222) and
-/// starts the backplane, whose events go to `events`.
+/// Connects to the NATS server at `url` (`nats://HOST:PORT`; the port defaults to 4222), or to
+/// one of a cluster's servers (`nats://HOST:PORT,HOST:PORT,…`: see "A NATS cluster" in the
+/// [module documentation](self)), and starts the backplane, whose events go to `events`.
 ///
 /// Uses JetStream for history when the server has it and `history.max_len > 0` (creating or
 /// updating the stream `SOCKEYE`), core NATS otherwise. Fails with [`Error::InvalidUrl`] for a
 /// URL it cannot use and with [`Error::Backplane`] when the server cannot be reached within 5
 /// seconds (no retry at start: a wrong address should be told, not waited on).
 pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> Result<Nats, Error> {
-    let addr = parse_url(url)?;
-    let server = format!("nats://{addr}");
+    let addrs = parse_url(url)?;
+    let server = format!("nats://{}", addrs.join(","));
+    let servers = addrs
+        .iter()
+        .map(|a| format!("nats://{a}").parse::<async_nats::ServerAddr>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::InvalidUrl(format!("{url:?}: {e}")))?;
     let (conn_tx, conn_rx) = mpsc::unbounded_channel();
+    let (stalls, stalled) = mpsc::unbounded_channel();
     let options = async_nats::ConnectOptions::new()
         .connection_timeout(CONNECT_TIMEOUT)
         .request_timeout(Some(REQUEST_TIMEOUT))
@@ -210,7 +248,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
                 let _ = conn_tx.send(event);
             }
         });
-    let client = match tokio::time::timeout(CONNECT_TIMEOUT, options.connect(addr.as_str())).await {
+    let client = match tokio::time::timeout(CONNECT_TIMEOUT, options.connect(servers)).await {
         Ok(Ok(client)) => client,
         Ok(Err(e)) => return Err(Error::backplane(format!("{server}: connect"), e)),
         Err(_) => {
@@ -230,6 +268,9 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
             max_age: history.max_age,
             storage: stream::StorageType::File,
             discard: stream::DiscardPolicy::Old,
+            // One copy per server listed, up to 3 (NATS's advice; a quorum of 2 survives the
+            // loss of any one server): listing a cluster's servers replicates the history.
+            num_replicas: addrs.len().clamp(1, 3),
             ..Default::default()
         };
         // Creating the stream is the probe: no responders (or a "not enabled" answer) means no
@@ -280,8 +321,9 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
         js,
         events,
         topics: Mutex::default(),
+        stalls,
     });
-    let supervisor = tokio::spawn(supervise(Arc::downgrade(&shared), conn_rx));
+    let supervisor = tokio::spawn(supervise(Arc::downgrade(&shared), conn_rx, stalled));
     Ok(Nats {
         shared,
         _supervisor: AbortOnDrop(supervisor),
@@ -303,23 +345,11 @@ fn jetstream_unavailable(e: &jetstream::context::CreateStreamError) -> bool {
     }
 }
 
-/// `nats://HOST[:PORT]` → `HOST:PORT`.
-pub(crate) fn parse_url(url: &str) -> Result<String, Error> {
-    let accepted = "expected nats://HOST:PORT (e.g. nats://127.0.0.1:4222)";
-    let bad = |why: &str| Error::InvalidUrl(format!("{url:?}: {why}; {accepted}"));
-    let Some(rest) = url.strip_prefix("nats://") else {
-        return Err(bad("the scheme must be nats://"));
-    };
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    if rest.is_empty() {
-        return Err(bad("no host"));
-    }
-    if rest.contains(['/', '?', '#', '@', ' ']) {
-        return Err(bad(
-            "only a host and a port are accepted (no path, query or credentials)",
-        ));
-    }
-    super::host_port(rest, 4222).map_err(|why| bad(&why))
+/// `nats://HOST[:PORT][,HOST[:PORT]…]` → each `HOST:PORT` (the servers of one cluster).
+pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, Error> {
+    let accepted = "expected nats://HOST:PORT, or several servers of one cluster as \
+                    nats://HOST:PORT,HOST:PORT,… (e.g. nats://127.0.0.1:4222)";
+    super::host_list(url, "nats", 4222, accepted)
 }
 
 fn subject(topic: &Topic) -> String {
@@ -396,6 +426,7 @@ impl Js {
         if c.subjects != self.config.subjects
             || c.max_messages_per_subject != self.config.max_messages_per_subject
             || c.max_age != self.config.max_age
+            || c.num_replicas != self.config.num_replicas
         {
             return self
                 .context
@@ -456,6 +487,13 @@ impl Shared {
                 let config = consumer::pull::OrderedConfig {
                     filter_subject: subject,
                     deliver_policy,
+                    // The client's pull requests last this long and ask the server for an idle
+                    // heartbeat every half of it; two missed and the client recreates the
+                    // consumer from the last sequence it delivered. Without a bound that is
+                    // 30 s and 15 s: a node whose connection stayed up but whose consumer was
+                    // on a cluster server that died got nothing on the topic for 30 s or more
+                    // (tests/distributed.rs saw no recovery within 40 s).
+                    max_expires: ORDERED_EXPIRES,
                     ..Default::default()
                 };
                 let consumer: consumer::Consumer<consumer::pull::OrderedConfig> = js
@@ -470,6 +508,7 @@ impl Shared {
                 tokio::spawn(forward_js(
                     topic.clone(),
                     messages,
+                    (js.context.clone(), self.stalls.clone()),
                     epoch.clone(),
                     Arc::clone(&next),
                     Arc::clone(&stored),
@@ -837,12 +876,29 @@ async fn forward_core(topic: Topic, mut sub: async_nats::Subscriber, events: Eve
 async fn forward_js(
     topic: Topic,
     mut messages: consumer::pull::Ordered,
+    (context, stalls): (jetstream::Context, mpsc::UnboundedSender<Topic>),
     epoch: String,
     next: Arc<AtomicU64>,
     stored: Arc<std::sync::Mutex<Option<i128>>>,
     events: EventSender,
 ) {
-    while let Some(m) = messages.next().await {
+    loop {
+        let m = match tokio::time::timeout(STALL_CHECK, messages.next()).await {
+            Ok(Some(m)) => m,
+            Ok(None) => return,
+            Err(_) => {
+                if stalled(&context, &topic, next.load(Ordering::Acquire)).await {
+                    tracing::warn!(
+                        "NATS: the consumer of {topic} delivers nothing while the stream holds \
+                         publications after {}: restarting the consumers (a cluster server lost?)",
+                        next.load(Ordering::Acquire).saturating_sub(1)
+                    );
+                    let _ = stalls.send(topic);
+                    return;
+                }
+                continue;
+            }
+        };
         let m = match m {
             Ok(m) => m,
             Err(e) => {
@@ -878,10 +934,46 @@ async fn forward_js(
     }
 }
 
-/// Turns the client's connection events into [`Event::Lost`] and [`Event::Restored`].
-async fn supervise(shared: Weak<Shared>, mut conn: mpsc::UnboundedReceiver<async_nats::Event>) {
+/// Whether the stream holds a publication on `topic` at or after `next`, which its consumer has
+/// not delivered although it has been quiet for [`STALL_CHECK`] (unknown: no).
+async fn stalled(context: &jetstream::Context, topic: &Topic, next: u64) -> bool {
+    let Ok(stream) = context.get_stream(STREAM).await else {
+        return false;
+    };
+    match stream.get_last_raw_message_by_subject(&subject(topic)).await {
+        Ok(m) => m.sequence >= next,
+        Err(_) => false,
+    }
+}
+
+/// Turns the client's connection events into [`Event::Lost`] and [`Event::Restored`], and
+/// restores the consumers when one stalled (its server left the cluster while this node's
+/// connection, to another server, stayed up).
+async fn supervise(
+    shared: Weak<Shared>,
+    mut conn: mpsc::UnboundedReceiver<async_nats::Event>,
+    mut stalls: mpsc::UnboundedReceiver<Topic>,
+) {
     let mut lost = false;
-    while let Some(event) = conn.recv().await {
+    loop {
+        let event = tokio::select! {
+            event = conn.recv() => match event {
+                Some(event) => event,
+                None => return,
+            },
+            Some(topic) = stalls.recv() => {
+                let Some(s) = shared.upgrade() else { return };
+                if !lost {
+                    lost = true;
+                    let reason = format!("{}: the consumer of {topic} stalled; restoring", s.server);
+                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                        return;
+                    }
+                }
+                // Restored as after a reconnection.
+                async_nats::Event::Connected
+            }
+        };
         let Some(s) = shared.upgrade() else { return };
         match event {
             async_nats::Event::Disconnected => {
@@ -1013,12 +1105,14 @@ mod tests {
 
     #[test]
     fn urls() {
+        let one = |a: &str| Some(vec![a.to_owned()]);
+        assert_eq!(parse_url("nats://127.0.0.1:4222").ok(), one("127.0.0.1:4222"));
+        assert_eq!(parse_url("nats://localhost").ok(), one("localhost:4222"));
+        assert_eq!(parse_url("nats://[::1]:5000/").ok(), one("[::1]:5000"));
         assert_eq!(
-            parse_url("nats://127.0.0.1:4222").ok(),
-            Some("127.0.0.1:4222".into())
+            parse_url("nats://a:1,b,[::1]:3").ok(),
+            Some(vec!["a:1".into(), "b:4222".into(), "[::1]:3".into()])
         );
-        assert_eq!(parse_url("nats://localhost").ok(), Some("localhost:4222".into()));
-        assert_eq!(parse_url("nats://[::1]:5000/").ok(), Some("[::1]:5000".into()));
         for bad in [
             "redis://x:1",
             "nats://",
@@ -1030,6 +1124,9 @@ mod tests {
             "nats://u@h:1",
             "127.0.0.1:4222",
             "nats://::1:4222",
+            "nats://a:1,",
+            "nats://a:1,,b:2",
+            "nats://a:1,b:x",
         ] {
             assert!(matches!(parse_url(bad), Err(Error::InvalidUrl(_))), "{bad}");
         }

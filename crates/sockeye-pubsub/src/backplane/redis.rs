@@ -42,6 +42,14 @@
 //!   far it got ([`Error::PartlyPublished`]). A server
 //!   that hangs without closing its connections is noticed too: commands time out after
 //!   [`RESPONSE_TIMEOUT`], and the pub/sub connection is checked with a PING every 5 s.
+//! - **A primary with replicas**: point the nodes at an address that follows the primary (a
+//!   virtual IP or DNS name that the failover moves, a TCP proxy that forwards to whichever
+//!   server says `role:master`), not at one server. When the primary dies and a replica is
+//!   promoted (`REPLICAOF NO ONE`, by an operator or Sentinel), every node's connections drop,
+//!   reconnect to the same address, now the promoted replica, and read its `run_id`: each
+//!   topic starts a new epoch at its first publication there, so what the replica had not
+//!   received (replication is asynchronous) is reported as a gap, never delivered under a reused
+//!   position (tests/distributed.rs: primary killed during traffic from three nodes).
 //! - **Backpressure**: when the hub is behind, the reader waits on the event channel; the Redis
 //!   client keeps reading the connection meanwhile, so what Redis sends then waits in this
 //!   process's memory (not in Redis's output buffer, whose limit would cut the connection).
@@ -107,9 +115,10 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// go away.
 pub const META_TTL_MIN: Duration = Duration::from_secs(24 * 3600);
 
-/// Reconnection backoff: the nominal wait starts at 100 ms and doubles up to 3 s, each wait drawn
-/// in [d/2, d] so that many nodes do not reconnect in step (50–100 ms first, 1.5–3 s at most).
-const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(3));
+/// Reconnection backoff (one server and a cluster alike): the nominal wait starts at 100 ms and
+/// doubles up to 3 s, each wait drawn in [d/2, d] so that many nodes do not reconnect in step
+/// (50–100 ms first, 1.5–3 s at most).
+pub(super) const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(3));
 
 /// How often the pub/sub connection is checked with a PING (a server that hangs without closing
 /// the connection is otherwise never noticed).
@@ -121,36 +130,48 @@ const VERSION: u8 = 1;
 /// Bytes before the payload in a body.
 const BODY_HEADER: usize = 17;
 
-/// Publishes atomically: epoch (kept if present and given by this server's life), next offset,
-/// history, expiry, then the message.
+/// Publishes one or more publications of one topic atomically: epoch (kept if present and given
+/// by this server's life), then for each body in order its offset, history and message.
 ///
-/// KEYS: meta, stream. ARGV: channel, body, a fresh random epoch, max_len (0: no Stream), Stream
-/// TTL in ms, meta TTL in ms, the server's `run_id` as read on the connection that sends the
-/// script (empty: unknown, not checked).
+/// KEYS: meta, stream. ARGV: channel, a fresh random epoch, max_len (0: no Stream), Stream TTL in
+/// ms, meta TTL in ms, the server's `run_id` as read on the connection that sends the script
+/// (empty: unknown, not checked; `*`: read by the script, for Redis Cluster, where the node does
+/// not know which server a command reaches), the command that sends the message (`publish`;
+/// `spublish` in a cluster), then the bodies (at least one), in publication order. Returns the
+/// last offset given and the epoch: the bodies got the offsets up to it, one each, in order (the
+/// script runs alone on its server).
+///
+/// Each body's message is the last thing done for it, so a script stopped by an error has
+/// published a prefix of its bodies (in practice none: only the first write of a script can be
+/// refused for memory, and a key of the wrong type fails the first body's `XADD`).
 ///
 /// Why the `run_id` comes from the node and is not read by the script: `INFO server` inside the
 /// script nearly doubles its cost (measured on Redis 7.0: 7 µs a call, 13 µs with `INFO server`,
 /// 16 µs with `INFO replication` too; Redis runs scripts on its one thread), and the node's
 /// reading is exact: it is read on the connection the script is then sent over, and a TCP
 /// connection ends with the server process at its other end (a restarted or promoted server is
-/// reached over a new connection, which reads the new `run_id` before its first command).
+/// reached over a new connection, which reads the new `run_id` before its first command). In a
+/// cluster the script reads it once for all its bodies.
 ///
-/// PUBLISH, not SPUBLISH. Tried on Redis 7.0 standalone: a script may call SPUBLISH (with the
-/// channel as a key or not). But the redis crate's RESP2 pub/sub connection (`aio::PubSub`, 1.8)
-/// has no SSUBSCRIBE, and on a standalone server sharded pub/sub is plain pub/sub anyway; this
-/// backplane talks to one server (no cluster client), so PUBLISH, which every Redis from 5 on
-/// has, changes nothing here. With a cluster client, SPUBLISH keeps a topic's messages in its
-/// keys' shard (the `{hex}` hash tag puts the channel in the same slot).
-const PUBLISH_SCRIPT: &str = r"
+/// The message goes out with ARGV[7]: PUBLISH on one server (the redis crate's RESP2 pub/sub
+/// connection, `aio::PubSub` in 1.8, has no SSUBSCRIBE, and on one server sharded pub/sub is
+/// plain pub/sub anyway; PUBLISH is in every Redis from 5 on), SPUBLISH in a cluster
+/// ([`super::redis_cluster`]), which keeps a topic's messages in its keys' shard (the `{hex}`
+/// hash tag puts the channel in the same slot).
+pub(super) const PUBLISH_SCRIPT: &str = r"
 local meta = redis.call('hmget', KEYS[1], 'e', 'r')
-local life = ARGV[7]
+local life = ARGV[6]
+if life == '*' then
+  -- Redis Cluster: the node does not know which server runs the script; it reads it here.
+  life = string.match(redis.call('info', 'server'), 'run_id:(%x+)') or ''
+end
 if not meta[1] or (life ~= '' and meta[2] and meta[2] ~= life) then
   -- A new epoch: the topic is new (or its meta expired), or this server is not the one that
   -- gave the last offsets (it restarted, or another one was promoted): it may have lost some of
   -- them, which must not be given again under the same epoch. Whatever Stream is left from the
   -- old epoch is meaningless in the new one.
   redis.call('del', KEYS[1], KEYS[2])
-  redis.call('hset', KEYS[1], 'e', ARGV[3], 'o', 0)
+  redis.call('hset', KEYS[1], 'e', ARGV[2], 'o', 0)
   if life ~= '' then
     redis.call('hset', KEYS[1], 'r', life)
   end
@@ -158,14 +179,17 @@ elseif life ~= '' and not meta[2] then
   -- Written by a version that did not record the server: adopted.
   redis.call('hset', KEYS[1], 'r', life)
 end
-local offset = redis.call('hincrby', KEYS[1], 'o', 1)
+redis.call('pexpire', KEYS[1], ARGV[5])
 local epoch = redis.call('hget', KEYS[1], 'e')
-if tonumber(ARGV[4]) > 0 then
-  redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[4], offset .. '-0', 'b', ARGV[2])
-  redis.call('pexpire', KEYS[2], ARGV[5])
+local offset = 0
+for i = 8, #ARGV do
+  offset = redis.call('hincrby', KEYS[1], 'o', 1)
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[3], offset .. '-0', 'b', ARGV[i])
+    redis.call('pexpire', KEYS[2], ARGV[4])
+  end
+  redis.call(ARGV[7], ARGV[1], '\1' .. offset .. '\n' .. epoch .. '\n' .. ARGV[i])
 end
-redis.call('pexpire', KEYS[1], ARGV[6])
-redis.call('publish', ARGV[1], '\1' .. offset .. '\n' .. epoch .. '\n' .. ARGV[2])
 return {offset, epoch}
 ";
 
@@ -391,32 +415,7 @@ impl Shared {
 
     /// The publish script's keys and arguments for `p` (see [`PUBLISH_SCRIPT`]).
     fn script_input(&self, p: &Publication, life: &str) -> ([String; 2], Vec<Vec<u8>>) {
-        let hex = p.topic.to_hex();
-        let mut body = Vec::with_capacity(BODY_HEADER + p.payload.len());
-        body.extend_from_slice(&p.origin.node.to_be_bytes());
-        body.extend_from_slice(&p.origin.publisher.to_be_bytes());
-        body.push(match p.kind {
-            DataKind::Text => 0,
-            DataKind::Binary => 1,
-        });
-        body.extend_from_slice(&p.payload);
-        let stream_ttl = millis(self.history.max_age);
-        let meta_ttl = millis(self.history.max_age.max(META_TTL_MIN));
-        let max_len = if self.has_history() {
-            self.history.max_len
-        } else {
-            0
-        };
-        let args = vec![
-            channel(&hex).into_bytes(),
-            body,
-            format!("{:016x}", rand::random::<u64>()).into_bytes(),
-            max_len.to_string().into_bytes(),
-            stream_ttl.to_string().into_bytes(),
-            meta_ttl.to_string().into_bytes(),
-            life.as_bytes().to_vec(),
-        ];
-        ([meta_key(&hex), stream_key(&hex)], args)
+        script_input(&self.history, &p.topic, std::slice::from_ref(p), life, "publish")
     }
 
     /// The publish script's invocation for `p` (`EVALSHA`, then `EVAL` if Redis does not have the
@@ -494,7 +493,8 @@ impl Shared {
         if published == n && results.len() == n {
             return Ok(results.iter().flatten().filter_map(position_of).collect());
         }
-        // Each failed script did not publish (PUBLISH is its last call); a later one may have.
+        // Each failed script did not publish (one body each, its PUBLISH the last call); a later
+        // one may have.
         let sent = results.iter().rposition(Result::is_ok).map_or(0, |i| i + 1);
         let first_error = results
             .into_iter()
@@ -504,7 +504,7 @@ impl Shared {
     }
 
     fn has_history(&self) -> bool {
-        self.history.max_len > 0 && !self.history.max_age.is_zero()
+        has_history(&self.history)
     }
 
     async fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> Result<History, Error> {
@@ -549,47 +549,113 @@ impl Shared {
         let Some((meta, entries, life)) = reply else {
             return Err(self.error(&format!("history of {topic}"), "no reply"));
         };
-        let malformed = |what: &str| self.error(&format!("history of {topic}"), format!("malformed {what}"));
-        let (mut epoch, offset, by) = parse_meta(meta).ok_or_else(|| malformed("meta hash"))?;
-        if !life.is_empty() && by.is_some_and(|by| *by != *life) {
-            // The epoch was given by another life of the server (it restarted, or another one
-            // was promoted): its last offsets may be lost and the next publication starts a new
-            // epoch. Until then the topic is as one with nothing published in this epoch: no
-            // position of the old one is recovered (some of what followed it may be gone), and
-            // none is handed out.
-            epoch = None;
-        }
-        let mut entries = parse_entries(entries, topic, epoch.as_deref().unwrap_or(""))
-            .ok_or_else(|| malformed("stream entry"))?;
-        let Some(epoch) = epoch else {
-            // Nothing published in this epoch (or its meta expired): a position cannot be
-            // recovered; no position means "everything", which is nothing.
-            return Ok(match since {
-                Some(_) => History::Lost { latest: None },
-                None => History::Complete(Vec::new()),
-            });
-        };
-        let latest = Some(Position {
-            epoch: epoch.as_str().into(),
-            offset,
+        history_from(topic, since, limit, (meta, entries, &life))
+            .map_err(|what| self.error(&format!("history of {topic}"), format!("malformed {what}")))
+    }
+}
+
+/// What the history holds after `since` (at most `limit`), from the topic's meta hash (HMGET
+/// `e o r`), its Stream entries from `since + 1` (XRANGE, one more than `limit`) and the `run_id`
+/// of the server that answered (empty: unknown); `Err(what)` when a reply is malformed.
+pub(super) fn history_from(
+    topic: &Topic,
+    since: Option<&Position>,
+    limit: usize,
+    (meta, entries, life): (Value, Value, &str),
+) -> Result<History, &'static str> {
+    let (mut epoch, offset, by) = parse_meta(meta).ok_or("meta hash")?;
+    if !life.is_empty() && by.is_some_and(|by| by != life) {
+        // The epoch was given by another life of the server (it restarted, or another one
+        // was promoted): its last offsets may be lost and the next publication starts a new
+        // epoch. Until then the topic is as one with nothing published in this epoch: no
+        // position of the old one is recovered (some of what followed it may be gone), and
+        // none is handed out.
+        epoch = None;
+    }
+    let mut entries = parse_entries(entries, topic, epoch.as_deref().unwrap_or("")).ok_or("stream entry")?;
+    let Some(epoch) = epoch else {
+        // Nothing published in this epoch (or its meta expired): a position cannot be
+        // recovered; no position means "everything", which is nothing.
+        return Ok(match since {
+            Some(_) => History::Lost { latest: None },
+            None => History::Complete(Vec::new()),
         });
-        if let Some(since) = since {
-            if *since.epoch != *epoch || since.offset > offset {
+    };
+    let latest = Some(Position {
+        epoch: epoch.as_str().into(),
+        offset,
+    });
+    if let Some(since) = since {
+        if *since.epoch != *epoch || since.offset > offset {
+            return Ok(History::Lost { latest });
+        }
+        if since.offset < offset {
+            // The history must reach back to the first publication after `since`.
+            let first = entries
+                .first()
+                .and_then(|p| p.position.as_ref())
+                .map(|p| p.offset);
+            if first != Some(since.offset + 1) {
                 return Ok(History::Lost { latest });
             }
-            if since.offset < offset {
-                // The history must reach back to the first publication after `since`.
-                let first = entries
-                    .first()
-                    .and_then(|p| p.position.as_ref())
-                    .map(|p| p.offset);
-                if first != Some(since.offset + 1) {
-                    return Ok(History::Lost { latest });
-                }
-            }
         }
-        entries.truncate(limit);
-        Ok(History::Complete(entries))
+    }
+    entries.truncate(limit);
+    Ok(History::Complete(entries))
+}
+
+/// The publish script's keys and arguments for `batch`, publications of `topic` (see
+/// [`PUBLISH_SCRIPT`]): `life` the server's `run_id` (`*`: read by the script), `command`
+/// `publish` or `spublish`.
+pub(super) fn script_input(
+    history: &HistoryConfig,
+    topic: &Topic,
+    batch: &[Publication],
+    life: &str,
+    command: &str,
+) -> ([String; 2], Vec<Vec<u8>>) {
+    let hex = topic.to_hex();
+    let stream_ttl = millis(history.max_age);
+    let meta_ttl = millis(history.max_age.max(META_TTL_MIN));
+    let max_len = if has_history(history) { history.max_len } else { 0 };
+    let mut args = Vec::with_capacity(7 + batch.len());
+    args.extend([
+        channel(&hex).into_bytes(),
+        format!("{:016x}", rand::random::<u64>()).into_bytes(),
+        max_len.to_string().into_bytes(),
+        stream_ttl.to_string().into_bytes(),
+        meta_ttl.to_string().into_bytes(),
+        life.as_bytes().to_vec(),
+        command.as_bytes().to_vec(),
+    ]);
+    for p in batch {
+        debug_assert_eq!(&p.topic, topic);
+        let mut body = Vec::with_capacity(BODY_HEADER + p.payload.len());
+        body.extend_from_slice(&p.origin.node.to_be_bytes());
+        body.extend_from_slice(&p.origin.publisher.to_be_bytes());
+        body.push(match p.kind {
+            DataKind::Text => 0,
+            DataKind::Binary => 1,
+        });
+        body.extend_from_slice(&p.payload);
+        args.push(body);
+    }
+    ([meta_key(&hex), stream_key(&hex)], args)
+}
+
+/// Whether `history` keeps anything.
+pub(super) fn has_history(history: &HistoryConfig) -> bool {
+    history.max_len > 0 && !history.max_age.is_zero()
+}
+
+/// An unsubscription's outcome: done, or as good as done when the connection is going or
+/// hangs (the next connection does not subscribe to the topic); the server's refusal otherwise.
+pub(super) fn unsubscribed(
+    result: Result<Result<(), RedisError>, tokio::time::error::Elapsed>,
+) -> Result<(), RedisError> {
+    match result {
+        Ok(Err(e)) if !(e.is_connection_dropped() || e.is_io_error()) => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -597,15 +663,15 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-fn meta_key(hex: &str) -> String {
+pub(super) fn meta_key(hex: &str) -> String {
     format!("sockeye:{{{hex}}}:meta")
 }
 
-fn stream_key(hex: &str) -> String {
+pub(super) fn stream_key(hex: &str) -> String {
     format!("sockeye:{{{hex}}}:stream")
 }
 
-fn channel(hex: &str) -> String {
+pub(super) fn channel(hex: &str) -> String {
     format!("sockeye:{{{hex}}}")
 }
 
@@ -616,7 +682,8 @@ fn channel_topic(name: &[u8]) -> Option<Topic> {
 }
 
 /// The position the publish script returned (`[offset, epoch]`).
-fn position_of(v: &Value) -> Option<Position> {
+/// The `{offset, epoch}` a publish script returns.
+pub(super) fn position_of(v: &Value) -> Option<Position> {
     let Value::Array(parts) = v else { return None };
     let [Value::Int(offset), epoch] = parts.as_slice() else {
         return None;
@@ -641,7 +708,7 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 
 /// The epoch, last offset and the server life that gave it, from HMGET's reply (`None` epoch:
 /// no meta hash; `None` life: written by a version that did not record it).
-fn parse_meta(v: Value) -> Option<(Option<String>, u64, Option<String>)> {
+pub(super) fn parse_meta(v: Value) -> Option<(Option<String>, u64, Option<String>)> {
     let Value::Array(fields) = v else { return None };
     let [e, o, r] = fields.as_slice() else { return None };
     match (e, o) {
@@ -670,7 +737,7 @@ fn server_life(info: &str) -> Option<String> {
 }
 
 /// XRANGE's reply as publications.
-fn parse_entries(v: Value, topic: &Topic, epoch: &str) -> Option<Vec<Publication>> {
+pub(super) fn parse_entries(v: Value, topic: &Topic, epoch: &str) -> Option<Vec<Publication>> {
     let Value::Array(entries) = v else { return None };
     entries
         .iter()
@@ -720,7 +787,7 @@ fn decode_body(topic: Topic, epoch: String, offset: u64, body: Bytes) -> Option<
 }
 
 /// A pub/sub message as a publication (`None`: not of this format).
-fn decode_message(channel: &[u8], message: &[u8]) -> Option<Publication> {
+pub(super) fn decode_message(channel: &[u8], message: &[u8]) -> Option<Publication> {
     let topic = channel_topic(channel)?;
     let rest = message.strip_prefix(&[VERSION])?;
     let nl = rest.iter().position(|&b| b == b'\n')?;
@@ -873,13 +940,9 @@ impl Backplane for Redis {
             let Some(sink) = subs.sink.as_mut() else {
                 return Ok(());
             };
-            match tokio::time::timeout(RESPONSE_TIMEOUT, sink.unsubscribe(channel(&topic.to_hex()))).await {
-                Ok(Ok(())) => Ok(()),
-                // The connection is going (or hangs); the new one will not subscribe to it.
-                Err(_) => Ok(()),
-                Ok(Err(e)) if e.is_connection_dropped() || e.is_io_error() => Ok(()),
-                Ok(Err(e)) => Err(self.shared.error(&format!("unsubscribe from {topic}"), e)),
-            }
+            let result =
+                tokio::time::timeout(RESPONSE_TIMEOUT, sink.unsubscribe(channel(&topic.to_hex()))).await;
+            unsubscribed(result).map_err(|e| self.shared.error(&format!("unsubscribe from {topic}"), e))
         })
     }
 

@@ -1,3 +1,6 @@
 //! What the integration tests share.
 
+pub(crate) mod clusters;
+pub(crate) mod proxy;
 pub(crate) mod servers;
+pub(crate) mod traffic;

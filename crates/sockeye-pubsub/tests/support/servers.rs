@@ -33,7 +33,8 @@ pub(crate) struct BackplaneServer {
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
-fn binary(name: &str) -> String {
+/// The path of an installed server binary (or redis-cli); panics with the install advice.
+pub(crate) fn binary(name: &str) -> String {
     for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
         let p = format!("{dir}/{name}");
         if std::path::Path::new(&p).exists() {
@@ -43,7 +44,8 @@ fn binary(name: &str) -> String {
     panic!("{name} is not installed: these tests need a real one; run `bash scripts/install-backplanes.sh`");
 }
 
-fn fresh_dir() -> PathBuf {
+/// A new empty directory under the system's temporary one.
+pub(crate) fn fresh_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "sockeye-backplane-test-{}-{}-{:x}",
         std::process::id(),
@@ -61,7 +63,8 @@ impl BackplaneServer {
     }
 
     /// Starts one with more command-line arguments (redis-server: `--appendfsync everysec`,
-    /// `--replicaof 127.0.0.1 PORT`; they override the defaults).
+    /// `--replicaof 127.0.0.1 PORT`, `--cluster-enabled yes`; nats-server: `--cluster`,
+    /// `--routes`; they override the defaults).
     pub(crate) fn start_with(kind: Kind, extra: &[&str]) -> BackplaneServer {
         let mut s = BackplaneServer {
             kind,
@@ -77,6 +80,11 @@ impl BackplaneServer {
     /// Its data directory.
     pub(crate) fn dir(&self) -> &std::path::Path {
         &self.dir
+    }
+
+    /// Whether it runs (not killed).
+    pub(crate) fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Its port.
@@ -196,6 +204,7 @@ impl BackplaneServer {
         if jetstream {
             cmd.arg("-js").arg("-sd").arg(&self.dir);
         }
+        cmd.args(&self.extra);
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())

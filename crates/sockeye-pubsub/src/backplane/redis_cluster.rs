@@ -1,0 +1,463 @@
+//! The Redis Cluster backplane (feature `redis`): sharded pub/sub (`SSUBSCRIBE`/`SPUBLISH`,
+//! Redis 7) for live fan-out, a Stream per topic for history, over the `redis` crate's cluster
+//! client (RESP3, its push channel).
+//!
+//! Connect to `redis+cluster://HOST:PORT,HOST:PORT,…` (some or all of the cluster's nodes:
+//! the others are found from them). Everything of the [Redis backplane](super::redis) holds
+//! (keys, wire format, epochs, history), per topic, on the shard that serves the topic's slot:
+//! a topic's meta hash, Stream and channel share one hash tag (`{<hex>}`), hence one slot, and a
+//! publication is sent only to that shard's nodes (sharded pub/sub), not to every node of the
+//! cluster.
+//!
+//! # Failover
+//!
+//! A primary that dies is replaced by its replica (after `cluster-node-timeout`). The epoch is
+//! tied to the server that gives a topic's offsets, as on one server, but the node does not
+//! know which server a command reaches: the publish script reads the `run_id` itself (`INFO
+//! server`, about 6 µs more per publication on Redis 7.0). So a topic whose shard failed over
+//! starts a new epoch at its first publication on the promoted replica: what the replica had
+//! not received is reported as a gap, never delivered under a reused position. Topics of other
+//! shards lose nothing.
+//!
+//! When the client reports a lost connection to any node, the backplane says [`Event::Lost`],
+//! subscribes again to every topic's channel, one channel at a time (each routed to the
+//! primary of its slot as the client knows it, refreshed after a redirection or a failed node;
+//! never several channels of different slots in one command, which Redis refuses with
+//! CROSSSLOT), retrying with backoff (50 ms doubling to 2 s) until all are subscribed, then
+//! says [`Event::Restored`] (the hub repairs from history). The client's own resubscription
+//! after a topology change may subscribe a channel on a node a second time; subscribing is
+//! idempotent per connection, and the hub drops a position it delivered already.
+//!
+//! # Differences from one server
+//!
+//! - Publishing is not retried by the client (`retries(0)`): a publication whose connection
+//!   dropped may have run, and retrying could publish it twice. It fails with
+//!   [`Error::Backplane`]; the client then refreshes its view of the cluster, and the next
+//!   publication goes to the new primary.
+//! - A batch ([`Backplane::publish_many`]) of one topic, as a hub's is, is one publish script
+//!   carrying every publication (one slot, one round trip, atomic on its shard, the `run_id`
+//!   read once); a batch of several topics is one such script per run of consecutive
+//!   publications of a topic, each awaited before the next. A batch refused before it ran
+//!   (MOVED or ASK while a slot changes owner, CLUSTERDOWN during a failover) fails with the
+//!   plain [`Error::Backplane`]: none of it was published, it may be sent again whole (the
+//!   client has refreshed its slot map by then). A batch whose reply is lost may have been
+//!   published: [`Error::PartlyPublished`].
+//! - History is read by a script (the meta hash, the Stream and the server's `run_id` at once).
+//! - No PING health check of its own: a node that hangs without closing its connections is
+//!   noticed by the client's response timeout ([`RESPONSE_TIMEOUT`]) on commands only.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, RedisError, Script, Value};
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::AbortHandle;
+
+use super::redis::{
+    BACKOFF, CONNECT_TIMEOUT, PUBLISH_SCRIPT, RESPONSE_TIMEOUT, channel, decode_message, history_from,
+    meta_key, script_input, stream_key, unsubscribed,
+};
+use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Position, Publication};
+use crate::{Error, HistoryConfig, Topic};
+
+/// Reads a topic's meta hash, its Stream from a position and the `run_id` of the server, at
+/// once (KEYS: meta, stream; ARGV: XRANGE start, count).
+const HISTORY_SCRIPT: &str = r"
+local meta = redis.call('hmget', KEYS[1], 'e', 'o', 'r')
+local entries = redis.call('xrange', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])
+local life = string.match(redis.call('info', 'server'), 'run_id:(%x+)') or ''
+return {meta, entries, life}
+";
+
+/// The Redis Cluster backplane: see the [module documentation](self).
+///
+/// ```no_run
+/// use sockeye_pubsub::{HistoryConfig, Hub, HubConfig};
+/// # async fn run() -> Result<(), sockeye_pubsub::Error> {
+/// let hub = Hub::connect(
+///     "redis+cluster://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379",
+///     HubConfig::default(),
+///     HistoryConfig::default(),
+/// )
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct RedisCluster {
+    shared: Arc<Shared>,
+    reader: AbortHandle,
+}
+
+struct Shared {
+    conn: ClusterConnection,
+    /// `host:port,…`, for messages.
+    addrs: String,
+    history: HistoryConfig,
+    events: EventSender,
+    /// The topics subscribed to.
+    topics: Mutex<HashSet<Topic>>,
+    publish: Script,
+    read_history: Script,
+}
+
+impl fmt::Debug for RedisCluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisCluster")
+            .field("addrs", &self.shared.addrs)
+            .field("history", &self.shared.history)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+const ACCEPTED: &str = "accepted: redis+cluster://HOST:PORT[,HOST:PORT…] (some of the cluster's nodes)";
+
+/// Checks `url` and returns its nodes' `host:port`.
+pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, Error> {
+    super::host_list(url, "redis+cluster", 6379, ACCEPTED)
+}
+
+impl RedisCluster {
+    /// Connects to the cluster one of whose nodes is listed in `url`
+    /// (`redis+cluster://HOST:PORT,HOST:PORT,…`), keeping `history` per topic; events go to
+    /// `events`.
+    ///
+    /// Fails with [`Error::InvalidUrl`] for another URL, and with [`Error::Backplane`] if no
+    /// listed node answers within [`CONNECT_TIMEOUT`].
+    pub async fn connect(
+        url: &str,
+        history: HistoryConfig,
+        events: EventSender,
+    ) -> Result<RedisCluster, Error> {
+        let addrs = parse_url(url)?;
+        let joined = addrs.join(",");
+        let failed = |e: RedisError| Error::backplane(format!("redis cluster {joined}: connect"), e);
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let client = ClusterClient::builder(addrs.iter().map(|a| format!("redis://{a}")))
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(push_tx)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .retries(0)
+            .build()
+            .map_err(failed)?;
+        let conn = match tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_connection()).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(failed(e)),
+            Err(_) => {
+                return Err(Error::Backplane {
+                    what: format!("redis cluster {joined}: connect: no answer within {CONNECT_TIMEOUT:?}"),
+                    source: None,
+                });
+            }
+        };
+        let shared = Arc::new(Shared {
+            conn,
+            addrs: joined,
+            history,
+            events,
+            topics: Mutex::default(),
+            publish: Script::new(PUBLISH_SCRIPT),
+            read_history: Script::new(HISTORY_SCRIPT),
+        });
+        let reader = tokio::spawn(read(Arc::clone(&shared), push_rx)).abort_handle();
+        Ok(RedisCluster { shared, reader })
+    }
+}
+
+impl Shared {
+    fn error(&self, command: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+        Error::backplane(format!("redis cluster {}: {command}", self.addrs), e)
+    }
+
+    /// Publishes `run`, publications of one topic, with one publish script (one round trip to
+    /// the topic's shard). On failure, also whether any of it may have been published: not when
+    /// the server refused the script before running it (see [`refused_unrun`]).
+    async fn publish_run(&self, topic: &Topic, run: &[Publication]) -> Result<Vec<Position>, (bool, Error)> {
+        let ([meta, stream], args) = script_input(&self.history, topic, run, "*", "spublish");
+        let mut invocation = self.publish.key(meta);
+        invocation.key(stream).arg(args);
+        let what = match run.len() {
+            1 => format!("publish to {topic}"),
+            n => format!("publish {n} publications to {topic}"),
+        };
+        // Not retried, by the client (`retries(0)`) nor here: a script whose reply is lost may
+        // have run, and sending it again could publish it twice.
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(RESPONSE_TIMEOUT, invocation.invoke_async::<Value>(&mut conn)).await {
+            // The script gave the run consecutive offsets, ending at the one it returns.
+            Ok(Ok(reply)) => match super::redis::position_of(&reply) {
+                Some(last) => {
+                    let first = last.offset.saturating_sub(run.len() as u64 - 1);
+                    Ok((first..=last.offset)
+                        .map(|offset| Position {
+                            epoch: last.epoch.clone(),
+                            offset,
+                        })
+                        .collect())
+                }
+                // It ran (and published) but its answer cannot be read.
+                None => Err((true, self.error(&what, "malformed reply to the publish script"))),
+            },
+            Ok(Err(e)) => Err((!refused_unrun(&e), self.error(&what, e))),
+            Err(_) => Err((
+                true,
+                self.error(&what, format!("no answer within {RESPONSE_TIMEOUT:?}")),
+            )),
+        }
+    }
+
+    async fn publish(&self, p: &Publication) -> Result<Option<Position>, Error> {
+        // One publication that may have been published is said so, as a batch of one would be.
+        match self.publish_run(&p.topic, std::slice::from_ref(p)).await {
+            Ok(mut positions) => Ok(positions.pop()),
+            Err((true, e)) => Err(super::partly_published(0, 1, e)),
+            Err((false, e)) => Err(e),
+        }
+    }
+
+    /// Publishes `batch` one run of consecutive publications of a topic at a time (a hub's
+    /// batch is one topic, hence one slot: one script, one round trip), each run awaited before
+    /// the next (they may go to different shards, and each publisher's order is kept).
+    async fn publish_many(&self, batch: Vec<Publication>) -> Result<Vec<Position>, Error> {
+        let mut positions = Vec::with_capacity(batch.len());
+        for run in batch.chunk_by(|a, b| a.topic == b.topic) {
+            let published = positions.len();
+            match self.publish_run(&run[0].topic, run).await {
+                Ok(run_positions) => positions.extend(run_positions),
+                Err((maybe, e)) => {
+                    let sent = if maybe { published + run.len() } else { published };
+                    return Err(super::partly_published(published, sent, e));
+                }
+            }
+        }
+        Ok(positions)
+    }
+
+    async fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> Result<History, Error> {
+        let hex = topic.to_hex();
+        let start = match since {
+            None => "-".to_owned(),
+            Some(p) => format!("{}-0", p.offset.saturating_add(1)),
+        };
+        let mut invocation = self.read_history.key(meta_key(&hex));
+        invocation
+            .key(stream_key(&hex))
+            .arg(start)
+            .arg(limit.saturating_add(1));
+        let what = format!("history of {topic}");
+        // Read-only: retried once (the first may meet a failed node and refresh the slots).
+        let mut reply = None;
+        for attempt in 0..2 {
+            let mut conn = self.conn.clone();
+            match tokio::time::timeout(RESPONSE_TIMEOUT, invocation.invoke_async::<Value>(&mut conn)).await {
+                Ok(Ok(v)) => {
+                    reply = Some(v);
+                    break;
+                }
+                Ok(Err(e)) if attempt == 1 => return Err(self.error(&what, e)),
+                Err(_) if attempt == 1 => return Err(self.error(&what, "no answer")),
+                _ => tokio::time::sleep(BACKOFF.random_delay(0)).await,
+            }
+        }
+        let Some(Value::Array(parts)) = reply else {
+            return Err(self.error(&what, "malformed reply"));
+        };
+        let Ok([meta, entries, life]) = <[Value; 3]>::try_from(parts) else {
+            return Err(self.error(&what, "malformed reply"));
+        };
+        let life = match life {
+            Value::BulkString(b) => String::from_utf8(b).unwrap_or_default(),
+            Value::SimpleString(s) => s,
+            _ => String::new(),
+        };
+        history_from(topic, since, limit, (meta, entries, &life))
+            .map_err(|m| self.error(&what, format!("malformed {m}")))
+    }
+
+    /// Subscribes to `topic`'s channel on the primary of its slot.
+    async fn ssubscribe(&self, topic: &Topic) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(RESPONSE_TIMEOUT, conn.ssubscribe(channel(&topic.to_hex()))).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.error(&format!("subscribe to {topic}"), e)),
+            Err(_) => Err(self.error(&format!("subscribe to {topic}"), "no answer")),
+        }
+    }
+
+    /// Subscribes again to every topic, one channel at a time, until all are.
+    async fn resubscribe(&self) {
+        let mut retry = 0u32;
+        loop {
+            let topics: Vec<Topic> = self.topics.lock().await.iter().cloned().collect();
+            let mut all = true;
+            for topic in &topics {
+                if let Err(e) = self.ssubscribe(topic).await {
+                    tracing::debug!("pub/sub backplane: resubscribing: {e}");
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                return;
+            }
+            tokio::time::sleep(BACKOFF.random_delay(retry)).await;
+            retry = retry.saturating_add(1);
+        }
+    }
+}
+
+/// Forwards the client's pushes: sharded messages to the hub, a lost connection as
+/// [`Event::Lost`], then resubscription and [`Event::Restored`].
+async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
+    while let Some(push) = pushes.recv().await {
+        match push.kind {
+            PushKind::SMessage => {
+                let [Value::BulkString(ch), Value::BulkString(msg)] = push.data.as_slice() else {
+                    continue;
+                };
+                let Some(p) = decode_message(ch, msg) else {
+                    tracing::warn!(
+                        "pub/sub backplane: redis cluster {}: skipped a malformed message on channel {:?}",
+                        shared.addrs,
+                        String::from_utf8_lossy(ch)
+                    );
+                    continue;
+                };
+                if shared.events.send(Event::Publication(p)).await.is_err() {
+                    return;
+                }
+            }
+            PushKind::Disconnection => {
+                let reason = format!("redis cluster {}: a node's connection closed", shared.addrs);
+                if shared.events.send(Event::Lost { reason }).await.is_err() {
+                    return;
+                }
+                // Messages keep arriving from the other shards meanwhile: resubscribing runs
+                // beside this loop, which goes on forwarding them.
+                let (shared, events) = (Arc::clone(&shared), shared.events.clone());
+                tokio::spawn(async move {
+                    shared.resubscribe().await;
+                    let _ = events.send(Event::Restored).await;
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Whether the server refused a command before running it, so that none of it took effect: a
+/// redirection (MOVED: the slot has another owner now, after a resharding or a failover; ASK: it
+/// is being migrated), the cluster or the slot's primary down, a multi-key command across slots,
+/// a server still loading its data, an unknown script (`invoke_async` loads it and sends it
+/// again once: safe, as it had not run). A batch that meets one fails with nothing of it
+/// published; the client refreshes its slot map after a redirection, so sending it again
+/// reaches the new owner.
+fn refused_unrun(e: &RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as S};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            S::Moved
+                | S::Ask
+                | S::TryAgain
+                | S::ClusterDown
+                | S::MasterDown
+                | S::CrossSlot
+                | S::BusyLoading
+                | S::NoScript
+        )
+    )
+}
+
+impl Backplane for RedisCluster {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            history: super::redis::has_history(&self.shared.history),
+            contiguous_offsets: true,
+        }
+    }
+
+    fn publish(&self, publication: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
+        Box::pin(async move { self.shared.publish(&publication).await })
+    }
+
+    fn publish_many(&self, publications: Vec<Publication>) -> BoxFuture<'_, Result<Vec<Position>, Error>> {
+        Box::pin(self.shared.publish_many(publications))
+    }
+
+    fn subscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        let topic = topic.clone();
+        Box::pin(async move {
+            if !self.shared.topics.lock().await.insert(topic.clone()) {
+                return Ok(());
+            }
+            match self.shared.ssubscribe(&topic).await {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    self.shared.topics.lock().await.remove(&topic);
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn unsubscribe(&self, topic: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        let topic = topic.clone();
+        Box::pin(async move {
+            if !self.shared.topics.lock().await.remove(&topic) {
+                return Ok(());
+            }
+            let mut conn = self.shared.conn.clone();
+            let result =
+                tokio::time::timeout(RESPONSE_TIMEOUT, conn.sunsubscribe(channel(&topic.to_hex()))).await;
+            unsubscribed(result).map_err(|e| self.shared.error(&format!("unsubscribe from {topic}"), e))
+        })
+    }
+
+    fn history(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<History, Error>> {
+        let topic = topic.clone();
+        let since = since.cloned();
+        Box::pin(async move { self.shared.history(&topic, since.as_ref(), limit).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("redis+cluster://127.0.0.1:7000,127.0.0.1:7001").ok(),
+            Some(vec!["127.0.0.1:7000".into(), "127.0.0.1:7001".into()])
+        );
+        assert_eq!(parse_url("redis+cluster://h").ok(), Some(vec!["h:6379".into()]));
+        for bad in [
+            "redis://h:1",
+            "redis+cluster://",
+            "redis+cluster://h:1,",
+            "redis+cluster://h:x",
+            "redis+cluster://h:1/0",
+            "redis+cluster://:pw@h:1",
+        ] {
+            match parse_url(bad) {
+                Err(Error::InvalidUrl(m)) => assert!(m.contains("redis+cluster://"), "{m}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+}

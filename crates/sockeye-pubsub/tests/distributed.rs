@@ -1,0 +1,296 @@
+//! Real distributed engines, the way they fail (issue 29 §4): a Redis primary killed and its
+//! replica promoted, a primary of a Redis Cluster killed (its replica takes over), a server of
+//! a NATS cluster killed, a node partitioned from its backplane. Each during traffic from three
+//! publishers on three nodes (three hubs in this process, each with its own backplane
+//! connection), six subscribers; `support::traffic` checks that every subscriber ends with
+//! every publication once in each publisher's order, or a `Gap` before what was lost, never a
+//! silent miss or a reused position. Each takes seconds (small counts, low timeouts).
+#![cfg(all(feature = "redis", feature = "nats"))]
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use sockeye::Message;
+use sockeye_pubsub::{Delivery, Error, HistoryConfig, Hub, HubConfig, Subscriber, SubscriberConfig, Topic};
+use support::clusters::{NatsCluster, RedisCluster, RedisReplicated};
+use support::proxy::Proxy;
+use support::servers::{BackplaneServer, Kind};
+use support::traffic::{Outcome, Plan, run};
+use tokio::time::timeout;
+
+/// One node per URL (`urls[i]`: node `i`'s backplane).
+async fn nodes<const N: usize>(urls: [&str; N]) -> Vec<Hub> {
+    let mut hubs = Vec::new();
+    for url in urls {
+        // A cluster may still be settling (JetStream electing its stream's leader): retried.
+        let mut tries = 0;
+        let hub = loop {
+            match Hub::connect(url, HubConfig::default(), HistoryConfig::default()).await {
+                Ok(hub) => break hub,
+                Err(e) if tries < 20 => {
+                    tries += 1;
+                    eprintln!("{url}: {e}; again");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => panic!("{url}: {e}"),
+            }
+        };
+        hubs.push(hub);
+    }
+    hubs
+}
+
+fn plan(topics: &[&str]) -> Plan {
+    Plan {
+        topics: topics.iter().map(|t| Topic::new(t).unwrap()).collect(),
+        publications: 120,
+        pause: Duration::from_millis(5),
+        fault_at: 40,
+        after: 40,
+        quiet: Duration::from_secs(6),
+    }
+}
+
+/// Runs the plan within 120 s and prints what happened.
+async fn traffic(what: &str, hubs: &[Hub], plan: &Plan, fault: impl AsyncFnOnce()) -> Outcome {
+    let outcome = timeout(Duration::from_secs(120), run(hubs, plan, fault))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within 120 s"));
+    eprintln!("{what}: {outcome:?}");
+    outcome
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_primary_killed_and_its_replica_promoted_during_traffic() {
+    let mut servers = RedisReplicated::start();
+    // The nodes reach the primary at an address that the failover moves to the promoted
+    // replica (a virtual IP, a DNS name, a TCP proxy following `role:master`): see the Redis
+    // backplane's documentation.
+    let address = Proxy::start(servers.primary.port()).await;
+    let url = address.url("redis");
+    let hubs = nodes([&url, &url, &url]).await;
+    let plan = plan(&["replica a", "replica b"]);
+    let outcome = traffic("redis failover", &hubs, &plan, async || {
+        tokio::task::block_in_place(|| servers.fail_over());
+        address.retarget(servers.replica.port());
+    })
+    .await;
+    // The promoted replica is another server: a new epoch on each topic, told to everyone.
+    for (t, gaps) in outcome.gaps_by_topic.iter().enumerate() {
+        assert!(*gaps >= 6, "topic {t}: {gaps} gaps for 6 subscribers");
+    }
+}
+
+/// Node 2 reaches the server through a proxy that is cut for 1.5 s during the traffic: the
+/// server kept everything, so node 2 recovers it all from history, with no gap.
+async fn partition(kind: Kind, scheme: &str) {
+    let server = BackplaneServer::start(kind);
+    let cut = Proxy::start(server.port()).await;
+    let (direct, through) = (server.url(), cut.url(scheme));
+    let hubs = nodes([&direct, &direct, &through]).await;
+    let plan = plan(&["partition a", "partition b"]);
+    let outcome = traffic(&format!("{scheme} partition"), &hubs, &plan, async || {
+        cut.cut();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        cut.reopen();
+    })
+    .await;
+    assert_eq!(outcome.gaps, 0, "{outcome:?}");
+    assert!(outcome.failed > 0, "node 2 could not publish while cut off");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_partitioned_from_redis_during_traffic_misses_nothing() {
+    partition(Kind::Redis { persistent: false }, "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_partitioned_from_nats_during_traffic_misses_nothing() {
+    partition(Kind::Nats { jetstream: true }, "nats").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_cluster_server_killed_during_traffic() {
+    let mut cluster = NatsCluster::start();
+    let url = cluster.url();
+    let hubs = nodes([&url, &url, &url]).await;
+    let plan = Plan {
+        // The cluster takes seconds to elect new leaders (its metadata's and the stream's)
+        // when the killed server led them; a node whose consumer was there sees it stall,
+        // checks after 3 s of quiet and restores it once a leader answers.
+        quiet: Duration::from_secs(15),
+        ..plan(&["nats cluster a", "nats cluster b"])
+    };
+    let outcome = traffic("nats cluster", &hubs, &plan, async || {
+        cluster.servers[0].kill();
+    })
+    .await;
+    // The stream is replicated on all three (R3): two of three still hold every acknowledged
+    // publication, and every node fails over to one of them.
+    assert_eq!(outcome.missed_after_a_gap, 0, "{outcome:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_primary_killed_during_traffic() {
+    let mut cluster = RedisCluster::start();
+    let url = cluster.url();
+    let hubs = nodes([&url, &url, &url]).await;
+    // Topics in different slots (and shards, most likely): only the killed primary's lose their
+    // epoch.
+    let names = ["cluster a", "cluster b", "cluster c", "cluster d"];
+    let plan = plan(&names);
+    let keys: Vec<String> = plan
+        .topics
+        .iter()
+        .map(|t| format!("sockeye:{{{}}}:meta", t.to_hex()))
+        .collect();
+    let shards: Vec<usize> = keys.iter().map(|k| cluster.primary_of(k)).collect();
+    let outcome = traffic("redis cluster", &hubs, &plan, async || {
+        let killed = tokio::task::block_in_place(|| cluster.kill_primary_of(&keys[0]));
+        assert_eq!(killed, shards[0]);
+    })
+    .await;
+    for (t, gaps) in outcome.gaps_by_topic.iter().enumerate() {
+        if shards[t] == shards[0] {
+            // Its promoted replica is another server: a new epoch, told to everyone.
+            assert!(
+                *gaps >= 6,
+                "topic {t} (failed over): {gaps} gaps for 6 subscribers"
+            );
+        } else {
+            assert_eq!(*gaps, 0, "topic {t} (its shard did not fail): {outcome:?}");
+        }
+    }
+}
+
+/// `n` text messages `0`, `1`, ….
+fn messages(n: usize) -> Vec<Message> {
+    (0..n).map(|i| i.to_string().into()).collect()
+}
+
+/// The next `n` deliveries of `sub` (within 10 s): each message's text and offset.
+async fn received(sub: &mut Subscriber, n: usize) -> Vec<(String, u64)> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match timeout(Duration::from_secs(10), sub.recv()).await {
+            Ok(Some(Ok(Delivery::Message(m)))) => {
+                let Message::Text(text) = m.message() else {
+                    panic!("{m:?}")
+                };
+                got.push((text.to_string(), m.position().unwrap().offset));
+            }
+            other => panic!("after {got:?}: {other:?}"),
+        }
+    }
+    got
+}
+
+/// What `publish_many` of `messages(n)` gives, in order from offset `first`.
+fn in_order(n: usize, first: u64) -> Vec<(String, u64)> {
+    (0..n).map(|i| (i.to_string(), first + i as u64)).collect()
+}
+
+/// A Redis Cluster, one node on it, a topic and the topic's meta key.
+async fn one_node_on_a_redis_cluster(topic: &str) -> (RedisCluster, Hub, Topic, String) {
+    let cluster = RedisCluster::start();
+    let hub = nodes([&cluster.url(); 1]).await.swap_remove(0);
+    let topic = Topic::new(topic).unwrap();
+    let key = format!("sockeye:{{{}}}:meta", topic.to_hex());
+    (cluster, hub, topic, key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_batch_is_one_script_on_its_shard() {
+    let (cluster, hub, topic, key) = one_node_on_a_redis_cluster("cluster batch").await;
+    let mut sub = hub.subscriber(SubscriberConfig::default());
+    sub.subscribe(&topic, None).await.unwrap();
+    // The script loaded and the slot map known: what follows is the batch alone.
+    hub.publish(&topic, "first".into()).await.unwrap();
+    assert_eq!(received(&mut sub, 1).await, [("first".to_owned(), 1)]);
+    cluster.reset_stats();
+    hub.publish_many(&topic, messages(50)).await.unwrap();
+    let shard = cluster.primary_of(&key);
+    let runs = cluster.scripts_received();
+    // One round trip: one script, on the topic's shard (before: one per publication, 50).
+    assert_eq!(runs.iter().sum::<u64>(), 1, "scripts received per node: {runs:?}");
+    assert_eq!(
+        runs[shard], 1,
+        "scripts received per node: {runs:?} (shard {shard})"
+    );
+    assert_eq!(received(&mut sub, 50).await, in_order(50, 2));
+}
+
+/// On one node of a fresh cluster, a batch sent after `redirect(cluster, key, from, to)` turned
+/// the topic's slot away from its primary `from` towards `to`: it must fail with a plain error
+/// naming the redirection (`kind`: none of it published, so it may be sent again whole), the old
+/// owner having received the one script and the new one nothing (the client does not follow the
+/// redirection by itself). Returns the cluster, the node, the topic, its meta key and `to`.
+async fn a_redirected_batch(
+    name: &str,
+    kind: &str,
+    redirect: impl FnOnce(&RedisCluster, &str, usize),
+) -> (RedisCluster, Hub, Topic, String, usize) {
+    let (cluster, hub, topic, key) = one_node_on_a_redis_cluster(name).await;
+    // The client learnt the slots' owners when it connected.
+    let from = cluster.primary_of(&key);
+    let to = cluster.other_primary(from);
+    redirect(&cluster, &key, to);
+    cluster.reset_stats();
+    match hub.publish_many(&topic, messages(20)).await {
+        Err(Error::Backplane { what, source }) => {
+            let source = source.map(|s| s.to_string()).unwrap_or_default();
+            assert!(source.to_lowercase().contains(kind), "{what}: {source}");
+        }
+        other => panic!("expected a plain backplane error (nothing published): {other:?}"),
+    }
+    let runs = cluster.scripts_received();
+    assert_eq!(
+        (runs[from], runs[to]),
+        (1, 0),
+        "scripts received per node: {runs:?}"
+    );
+    let slot = support::clusters::redis_cli(cluster.nodes[from].port(), &["CLUSTER", "KEYSLOT", &key]);
+    for node in [from, to] {
+        let port = cluster.nodes[node].port();
+        let keys = support::clusters::redis_cli(port, &["CLUSTER", "COUNTKEYSINSLOT", slot.trim()]);
+        assert_eq!(
+            keys.trim(),
+            "0",
+            "nothing of the batch was published (node {node})"
+        );
+    }
+    (cluster, hub, topic, key, to)
+}
+
+/// A batch whose slot moved to another primary since the client last looked (a resharding, a
+/// failover) meets MOVED: it fails unpublished (see [`a_redirected_batch`]), and the next
+/// attempt reaches the new owner and publishes it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_batch_whose_slot_moved_fails_unpublished() {
+    let (cluster, hub, topic, key, to) =
+        a_redirected_batch("cluster moved", "moved", RedisCluster::move_empty_slot_of).await;
+    // The client refreshed its slot map: the batch, retried whole, is published once.
+    let mut tries = 0;
+    while let Err(e) = hub.publish_many(&topic, messages(20)).await {
+        assert!(matches!(e, Error::Backplane { .. }) && tries < 20, "{e:?}");
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let on_to = |args: &[&str]| support::clusters::redis_cli(cluster.nodes[to].port(), args);
+    assert_eq!(
+        on_to(&["HGET", &key, "o"]).trim(),
+        "20",
+        "the topic's last offset"
+    );
+    let stream = format!("sockeye:{{{}}}:stream", topic.to_hex());
+    assert_eq!(on_to(&["XLEN", &stream]).trim(), "20", "the topic's history");
+}
+
+/// A batch whose slot is being migrated, its keys not on the old owner, meets ASK: it fails
+/// unpublished (see [`a_redirected_batch`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_batch_whose_slot_is_migrating_fails_unpublished() {
+    a_redirected_batch("cluster ask", "ask", RedisCluster::start_migrating_slot_of).await;
+}

@@ -1,0 +1,386 @@
+//! Several real servers working as one, for the failure tests: a Redis primary with a replica, a
+//! Redis Cluster (3 primaries, 3 replicas) and a NATS cluster (3 servers with routes and
+//! JetStream). Every server is a [`BackplaneServer`]: its own directory, started on a free
+//! loopback port, killed by its own PID (on drop too), never by name.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::servers::{BackplaneServer, Kind, binary};
+
+/// A loopback port free now (another process may take it before it is used: the servers' own
+/// start retries cover the client port; the others are picked from distinct listeners held
+/// together, so at least they do not collide with each other).
+pub(crate) fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// Waits until `ready` holds, checking every 50 ms; panics with `what` after `within`.
+pub(crate) fn wait_until(what: &str, within: Duration, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `redis-cli -p PORT ARGS…`'s output (empty when the server does not answer).
+pub(crate) fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new(binary("redis-cli"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A Redis primary and its replica (`--replicaof`), in sync.
+pub(crate) struct RedisReplicated {
+    pub(crate) primary: BackplaneServer,
+    pub(crate) replica: BackplaneServer,
+}
+
+impl RedisReplicated {
+    pub(crate) fn start() -> RedisReplicated {
+        let primary = BackplaneServer::start(Kind::Redis { persistent: false });
+        let replica = BackplaneServer::start_with(
+            Kind::Redis { persistent: false },
+            &["--replicaof", "127.0.0.1", &primary.port().to_string()],
+        );
+        wait_until("the replica syncs", Duration::from_secs(10), || {
+            redis_cli(replica.port(), &["INFO", "replication"]).contains("master_link_status:up")
+        });
+        RedisReplicated { primary, replica }
+    }
+
+    /// The primary dies (SIGKILL) and the replica is promoted (`REPLICAOF NO ONE`), as an
+    /// operator or Sentinel would.
+    pub(crate) fn fail_over(&mut self) {
+        self.primary.kill();
+        let reply = redis_cli(self.replica.port(), &["REPLICAOF", "NO", "ONE"]);
+        assert!(reply.contains("OK"), "REPLICAOF NO ONE: {reply:?}");
+    }
+}
+
+/// A Redis Cluster: 3 primaries with a replica each, `cluster-node-timeout` 1000 ms (a
+/// primary that stops answering is failed over in a second or two).
+pub(crate) struct RedisCluster {
+    pub(crate) nodes: Vec<BackplaneServer>,
+}
+
+impl RedisCluster {
+    pub(crate) fn start() -> RedisCluster {
+        let bus = free_ports(6);
+        let nodes: Vec<BackplaneServer> = bus
+            .iter()
+            .map(|bus| {
+                BackplaneServer::start_with(
+                    Kind::Redis { persistent: false },
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-node-timeout",
+                        "1000",
+                        "--cluster-port",
+                        &bus.to_string(),
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port())).collect();
+        let out = Command::new(binary("redis-cli"))
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("All 16384 slots covered"),
+            "redis-cli --cluster create: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// `redis+cluster://` with every node.
+    pub(crate) fn url(&self) -> String {
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}", addrs.join(","))
+    }
+
+    /// Every live node sees the cluster as ok, and every replica of a live primary is in sync.
+    pub(crate) fn wait_healthy(&self) {
+        wait_until("the cluster is ok on every node", Duration::from_secs(20), || {
+            self.live().all(|n| {
+                redis_cli(n.port(), &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                    && !redis_cli(n.port(), &["CLUSTER", "NODES"]).lines().any(|l| {
+                        // A node still being told about, or a replica not yet in sync.
+                        let flags = l.split(' ').nth(2).unwrap_or("");
+                        !flags.contains("fail") && (flags.contains("handshake") || flags.contains("noaddr"))
+                    })
+                    && {
+                        let info = redis_cli(n.port(), &["INFO", "replication"]);
+                        !info.contains("role:slave") || info.contains("master_link_status:up")
+                    }
+            })
+        });
+    }
+
+    fn live(&self) -> impl Iterator<Item = &BackplaneServer> {
+        self.nodes.iter().filter(|n| n.is_running())
+    }
+
+    /// The index in `nodes` of the primary serving `key`'s slot.
+    pub(crate) fn primary_of(&self, key: &str) -> usize {
+        self.serving(key)
+            .unwrap_or_else(|nodes| panic!("no primary serves the slot of {key:?}:\n{nodes}"))
+    }
+
+    /// The index in `nodes` of the primary serving `key`'s slot, as a live node sees it; the
+    /// cluster's node list if none (it is failing over).
+    fn serving(&self, key: &str) -> Result<usize, String> {
+        let any = self.live().next().unwrap().port();
+        let slot: u16 = redis_cli(any, &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .parse()
+            .unwrap();
+        let nodes = redis_cli(any, &["CLUSTER", "NODES"]);
+        let Some(line) = owner_in(&nodes, slot) else {
+            return Err(nodes);
+        };
+        let port: u16 = line
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .split(['@', ','])
+            .next()
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        Ok(self.nodes.iter().position(|n| n.port() == port).unwrap())
+    }
+
+    /// Kills (SIGKILL) the primary serving `key` and waits until its replica has taken over.
+    pub(crate) fn kill_primary_of(&mut self, key: &str) -> usize {
+        let victim = self.primary_of(key);
+        self.nodes[victim].kill();
+        wait_until("a replica takes over", Duration::from_secs(20), || {
+            self.live()
+                .all(|n| redis_cli(n.port(), &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+                && self.serving(key).is_ok_and(|p| p != victim)
+        });
+        victim
+    }
+
+    /// Forgets every live node's command counts (`CONFIG RESETSTAT`).
+    pub(crate) fn reset_stats(&self) {
+        for n in self.live() {
+            assert!(redis_cli(n.port(), &["CONFIG", "RESETSTAT"]).contains("OK"));
+        }
+    }
+
+    /// Scripts (`EVAL`, `EVALSHA`) each node received since [`reset_stats`](Self::reset_stats)
+    /// (0 for a dead one), from `INFO commandstats`: run (`calls`) or refused before running
+    /// (`rejected_calls`: a MOVED redirection, say).
+    pub(crate) fn scripts_received(&self) -> Vec<u64> {
+        let received = |port| {
+            redis_cli(port, &["INFO", "commandstats"])
+                .lines()
+                .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
+                .flat_map(|l| l.split([':', ',']))
+                .filter_map(|field| match field.split_once('=') {
+                    Some(("calls" | "rejected_calls", n)) => n.parse::<u64>().ok(),
+                    _ => None,
+                })
+                .sum()
+        };
+        self.nodes
+            .iter()
+            .map(|n| if n.is_running() { received(n.port()) } else { 0 })
+            .collect()
+    }
+
+    /// Moves the slot of `key` (which must hold no key) from its primary to node `to`
+    /// (`CLUSTER SETSLOT … NODE`, on `to` first, then on every other primary, as a resharding
+    /// does), so that a client that knew the old owner meets a MOVED redirection.
+    pub(crate) fn move_empty_slot_of(&self, key: &str, to: usize) {
+        let from = self.primary_of(key);
+        let port = self.nodes[from].port();
+        let slot = redis_cli(port, &["CLUSTER", "KEYSLOT", key]).trim().to_owned();
+        assert_eq!(
+            redis_cli(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot]).trim(),
+            "0"
+        );
+        let id = redis_cli(self.nodes[to].port(), &["CLUSTER", "MYID"])
+            .trim()
+            .to_owned();
+        let mut order = vec![to, from];
+        order.extend((0..self.nodes.len()).filter(|i| *i != to && *i != from));
+        for i in order {
+            let info = redis_cli(self.nodes[i].port(), &["INFO", "replication"]);
+            if info.contains("role:master") {
+                let reply = redis_cli(self.nodes[i].port(), &["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
+                assert!(reply.contains("OK"), "CLUSTER SETSLOT on node {i}: {reply:?}");
+            }
+            if i == to {
+                // The new owner's claim must win over the old one's on the nodes not told
+                // directly (the replicas): a configuration epoch above every other.
+                let reply = redis_cli(self.nodes[to].port(), &["CLUSTER", "BUMPEPOCH"]);
+                assert!(
+                    reply.contains("BUMPED") || reply.contains("STILL"),
+                    "CLUSTER BUMPEPOCH: {reply:?}"
+                );
+            }
+        }
+        wait_until("every node sees the slot moved", Duration::from_secs(10), || {
+            self.live().all(|n| {
+                let nodes = redis_cli(n.port(), &["CLUSTER", "NODES"]);
+                let owner = owner_in(&nodes, slot.parse().unwrap());
+                owner.is_some_and(|l| l.starts_with(&id))
+            })
+        });
+    }
+
+    /// Starts migrating the slot of `key` from its primary to node `to` (`CLUSTER SETSLOT …
+    /// MIGRATING` on the owner, `IMPORTING` on `to`): the owner answers ASK for a command whose
+    /// keys it does not hold.
+    pub(crate) fn start_migrating_slot_of(&self, key: &str, to: usize) {
+        let from = self.primary_of(key);
+        let slot = redis_cli(self.nodes[from].port(), &["CLUSTER", "KEYSLOT", key])
+            .trim()
+            .to_owned();
+        let id = |i: usize| {
+            redis_cli(self.nodes[i].port(), &["CLUSTER", "MYID"])
+                .trim()
+                .to_owned()
+        };
+        let importing = redis_cli(
+            self.nodes[to].port(),
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(from)],
+        );
+        let migrating = redis_cli(
+            self.nodes[from].port(),
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(to)],
+        );
+        assert!(
+            importing.contains("OK") && migrating.contains("OK"),
+            "{importing:?} {migrating:?}"
+        );
+    }
+
+    /// The index of a primary other than node `not`.
+    pub(crate) fn other_primary(&self, not: usize) -> usize {
+        (0..self.nodes.len())
+            .find(|&i| {
+                i != not
+                    && self.nodes[i].is_running()
+                    && redis_cli(self.nodes[i].port(), &["INFO", "replication"]).contains("role:master")
+            })
+            .unwrap()
+    }
+}
+
+/// The line of `CLUSTER NODES`' reply (`nodes`) of the live primary serving `slot`.
+fn owner_in(nodes: &str, slot: u16) -> Option<&str> {
+    nodes.lines().find(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        fields.len() >= 9
+            && fields[2].contains("master")
+            && !fields[2].contains("fail")
+            && fields[8..].iter().any(|range| {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                matches!((a.parse::<u16>(), b.parse::<u16>()), (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+            })
+    })
+}
+
+/// A NATS cluster: 3 servers with routes to each other and JetStream (each its own store).
+pub(crate) struct NatsCluster {
+    pub(crate) servers: Vec<BackplaneServer>,
+    monitors: Vec<u16>,
+}
+
+impl NatsCluster {
+    pub(crate) fn start() -> NatsCluster {
+        let ports = free_ports(6);
+        let (routes, monitors) = ports.split_at(3);
+        let all_routes: Vec<String> = routes
+            .iter()
+            .map(|p| format!("nats-route://127.0.0.1:{p}"))
+            .collect();
+        let servers = (0..3)
+            .map(|i| {
+                BackplaneServer::start_with(
+                    Kind::Nats { jetstream: true },
+                    &[
+                        "--server_name",
+                        &format!("n{i}"),
+                        "--cluster_name",
+                        "sockeye",
+                        "--cluster",
+                        &format!("nats://127.0.0.1:{}", routes[i]),
+                        "--routes",
+                        &all_routes.join(","),
+                        "-m",
+                        &monitors[i].to_string(),
+                    ],
+                )
+            })
+            .collect();
+        let cluster = NatsCluster {
+            servers,
+            monitors: monitors.to_vec(),
+        };
+        // JetStream in a cluster answers once a meta leader is elected and the server is current.
+        for &m in &cluster.monitors {
+            wait_until(
+                "JetStream is ready on every server",
+                Duration::from_secs(30),
+                || http_ok(m, "/healthz"),
+            );
+        }
+        cluster
+    }
+
+    /// `nats://` with every server.
+    pub(crate) fn url(&self) -> String {
+        let addrs: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("nats://{}", addrs.join(","))
+    }
+}
+
+/// Whether `GET path` on the loopback `port` answers 200.
+fn http_ok(port: u16, path: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0; 12];
+    s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+}

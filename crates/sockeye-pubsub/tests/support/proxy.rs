@@ -1,0 +1,92 @@
+//! A TCP proxy in front of a server, that a test controls: cut a node off from its backplane
+//! (a partition: every connection through it closed, new ones refused), let it back, or move it
+//! to another server (a virtual address that follows a failover).
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A TCP proxy in front of the server that can cut a node off (every connection closed, new
+/// ones refused) and let it back, while the server and the other nodes go on.
+pub(crate) struct Proxy {
+    port: u16,
+    /// The server's port: may be changed (a failover behind a fixed address).
+    target: Arc<AtomicU16>,
+    open: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: tokio::task::AbortHandle,
+}
+
+impl Proxy {
+    pub(crate) async fn start(target: u16) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let target = Arc::new(AtomicU16::new(target));
+        let accept = {
+            let (open, conns, target) = (Arc::clone(&open), Arc::clone(&conns), Arc::clone(&target));
+            tokio::spawn(async move {
+                loop {
+                    let Ok((mut down, _)) = listener.accept().await else {
+                        return;
+                    };
+                    if !open.load(Ordering::SeqCst) {
+                        continue; // dropped: refused
+                    }
+                    let target = target.load(Ordering::SeqCst);
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
+                            let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                        }
+                    });
+                    conns.lock().unwrap().push(task.abort_handle());
+                }
+            })
+            .abort_handle()
+        };
+        Proxy {
+            port,
+            target,
+            open,
+            conns,
+            accept,
+        }
+    }
+
+    /// Its port.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `scheme://127.0.0.1:PORT`: a server's URL through the proxy.
+    pub(crate) fn url(&self, scheme: &str) -> String {
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    pub(crate) fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    pub(crate) fn reopen(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+
+    /// Sends new connections to another server, and closes the ones to the old (as a virtual
+    /// address moved to a promoted replica).
+    pub(crate) fn retarget(&self, port: u16) {
+        self.cut();
+        self.target.store(port, Ordering::SeqCst);
+        self.reopen();
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut();
+    }
+}
