@@ -294,3 +294,32 @@ async fn a_redis_cluster_batch_whose_slot_moved_fails_unpublished() {
 async fn a_redis_cluster_batch_whose_slot_is_migrating_fails_unpublished() {
     a_redirected_batch("cluster ask", "ask", RedisCluster::start_migrating_slot_of).await;
 }
+
+/// A subscriber's topic whose slot moves to another primary (a resharding): Redis 7 ends the
+/// shard channel's subscriptions on the old owner (a `sunsubscribe` push). The node subscribes
+/// again where the slot is now, so publications there keep arriving (before: none did, silently).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_subscriber_follows_its_topic_when_the_slot_moves() {
+    let (cluster, hub, topic, key) = one_node_on_a_redis_cluster("cluster follows").await;
+    let mut sub = hub.subscriber(SubscriberConfig::default());
+    sub.subscribe(&topic, None).await.unwrap();
+    let to = cluster.other_primary(cluster.primary_of(&key));
+    cluster.move_empty_slot_of(&key, to);
+    // The first publication may meet MOVED (the client's slot map is old): sent again.
+    let mut tries = 0;
+    while let Err(e) = hub.publish_many(&topic, messages(20)).await {
+        assert!(matches!(e, Error::Backplane { .. }) && tries < 20, "{e:?}");
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut got = Vec::new();
+    while got.len() < 20 {
+        match timeout(Duration::from_secs(10), sub.recv()).await {
+            Ok(Some(Ok(Delivery::Message(m)))) => got.push(m.position().unwrap().offset),
+            // A gap may come first (the subscription was down a moment): what follows it counts.
+            Ok(Some(Ok(Delivery::Gap { .. }))) => {}
+            other => panic!("after offsets {got:?}: {other:?}"),
+        }
+    }
+    assert_eq!(got, (1..=20).collect::<Vec<u64>>());
+}

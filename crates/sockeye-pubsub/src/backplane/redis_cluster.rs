@@ -23,8 +23,10 @@
 //! subscribes again to every topic's channel, one channel at a time (each routed to the
 //! primary of its slot as the client knows it, refreshed after a redirection or a failed node;
 //! never several channels of different slots in one command, which Redis refuses with
-//! CROSSSLOT), retrying with backoff (50 ms doubling to 2 s) until all are subscribed, then
-//! says [`Event::Restored`] (the hub repairs from history). The client's own resubscription
+//! CROSSSLOT), retrying with backoff (100 ms doubling to 3 s, jittered) until all are
+//! subscribed, then says [`Event::Restored`] (the hub repairs from history). The same when a
+//! server ends a subscription by itself because the channel's slot moved to another primary (a
+//! resharding: Redis 7 sends `sunsubscribe`): without it, the topic would go silent. The client's own resubscription
 //! after a topology change may subscribe a channel on a node a second time; subscribing is
 //! idempotent per connection, and the hub drops a position it delivered already.
 //!
@@ -336,22 +338,57 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
                     return;
                 }
             }
-            PushKind::Disconnection => {
-                let reason = format!("redis cluster {}: a node's connection closed", shared.addrs);
-                if shared.events.send(Event::Lost { reason }).await.is_err() {
+            // The server ends a shard channel's subscriptions by itself when the channel's slot
+            // moves to another primary (a resharding; Redis 7). A topic still wanted is
+            // subscribed to again where its slot is now, and what was published in between is
+            // repaired from history, as after a lost connection. (The answer to this node's own
+            // SUNSUBSCRIBE comes this way too: its topic is no longer wanted by then.)
+            PushKind::SUnsubscribe => {
+                let Some(Value::BulkString(ch)) = push.data.first() else {
+                    continue;
+                };
+                let wanted = shared
+                    .topics
+                    .lock()
+                    .await
+                    .iter()
+                    .any(|t| channel(&t.to_hex()).as_bytes() == ch.as_slice());
+                if !wanted {
+                    continue;
+                }
+                let reason = format!(
+                    "redis cluster {}: the server ended the subscription to {:?} (its slot moved)",
+                    shared.addrs,
+                    String::from_utf8_lossy(ch)
+                );
+                if !lost_then_resubscribe(&shared, reason).await {
                     return;
                 }
-                // Messages keep arriving from the other shards meanwhile: resubscribing runs
-                // beside this loop, which goes on forwarding them.
-                let (shared, events) = (Arc::clone(&shared), shared.events.clone());
-                tokio::spawn(async move {
-                    shared.resubscribe().await;
-                    let _ = events.send(Event::Restored).await;
-                });
+            }
+            PushKind::Disconnection => {
+                let reason = format!("redis cluster {}: a node's connection closed", shared.addrs);
+                if !lost_then_resubscribe(&shared, reason).await {
+                    return;
+                }
             }
             _ => {}
         }
     }
+}
+
+/// Says [`Event::Lost`], then subscribes again to every topic beside the reading loop (which
+/// goes on forwarding the other shards' messages) and says [`Event::Restored`]. False once the
+/// hub is gone.
+async fn lost_then_resubscribe(shared: &Arc<Shared>, reason: String) -> bool {
+    if shared.events.send(Event::Lost { reason }).await.is_err() {
+        return false;
+    }
+    let (shared, events) = (Arc::clone(shared), shared.events.clone());
+    tokio::spawn(async move {
+        shared.resubscribe().await;
+        let _ = events.send(Event::Restored).await;
+    });
+    true
 }
 
 /// Whether the server refused a command before running it, so that none of it took effect: a
