@@ -155,6 +155,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             Role::Server => Connection::server(config.protocol.clone()),
         };
         conn.set_deflate(deflate);
+        // Waiting for input until the first read: a message pushed before any input gives its
+        // pooled compressor back when it ends (there may never be a wait to give it back at).
+        drop(conn.release_idle_buffers(0));
         if !leftover.is_empty() {
             conn.receive(leftover);
         }
@@ -653,8 +656,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// buffer go when one of its deadlines passes (every keepalive interval, 30 s by default) and
     /// takes a place again only after its next data message, so that a connection that only
     /// answers pings does not keep one; and it lets go of a buffer that grew for a large message.
-    /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes. Inline: a
-    /// keeper's case is a few tests at every wait.
+    /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes. The
+    /// permessage-deflate states borrowed from a pool follow the read buffer: given back with it,
+    /// kept by a keeper (issue 31: a pool round trip per message cost ~25% of a 64-byte
+    /// compressed echo). Inline: a keeper's case is a few tests at every wait.
     #[inline(always)]
     fn release_idle_buffers(&mut self, timer_fired: bool) {
         let buf = self.conn.read_buffer();

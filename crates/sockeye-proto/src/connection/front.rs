@@ -137,6 +137,9 @@ impl Connection {
         self.closing.transport_closed();
         self.timers.stop();
         self.receiver.release_all();
+        if let Some(d) = &mut self.deflate {
+            d.release_all();
+        }
     }
 
     /// Why the connection ended, if it did not end cleanly: the protocol violation that failed it
@@ -196,10 +199,15 @@ impl Connection {
     }
 
     /// Tells the engine that input arrived through [`read_buffer`](Self::read_buffer) (which
-    /// [`receive`](Self::receive) does itself): the peer is alive, for keepalive.
+    /// [`receive`](Self::receive) does itself): the peer is alive, for keepalive, and the
+    /// connection is busy: it keeps its pooled permessage-deflate states until it next waits
+    /// ([`release_idle_buffers`](Self::release_idle_buffers)).
     #[inline]
     pub fn note_input(&mut self) {
         self.timers.note_input();
+        if let Some(d) = &mut self.deflate {
+            d.note_input();
+        }
     }
 
     /// Moves to `Closed` and asks the transport for `transport`; the message being received, and

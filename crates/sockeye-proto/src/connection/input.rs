@@ -37,10 +37,14 @@ impl Connection {
         self.receiver.frame_bytes_missing()
     }
 
-    /// Gives up the read buffer and the outbound batch buffer when they are empty, so that a
-    /// connection waiting for input holds no buffer memory; the next read or send allocates
-    /// again. An I/O layer calls it when the connection goes idle: with thousands of mostly quiet
-    /// connections, memory then follows the busy ones, not every connection's largest message.
+    /// Gives up the read buffer and the outbound batch buffer when they are empty, and the
+    /// permessage-deflate states borrowed from a [`DeflatePool`](crate::extension::deflate::DeflatePool)
+    /// (between messages: a message in progress keeps its state), so that a connection waiting
+    /// for input holds no buffer memory and no zlib state; the next read or send allocates (or
+    /// borrows) again. An I/O layer calls it when the connection goes idle: with thousands of
+    /// mostly quiet connections, memory then follows the busy ones, not every connection's
+    /// largest message. Between two calls a busy connection keeps its compressor and decompressor:
+    /// no pool round trip per message.
     ///
     /// Returns the read buffer, empty, when it has room for `reuse` bytes, taking back the room
     /// of messages already let go if it must: the I/O layer may keep it for the next read of any
@@ -49,13 +53,16 @@ impl Connection {
     /// every wait (~50 instructions of a 64-byte echo, callgrind).
     pub fn release_idle_buffers(&mut self, reuse: usize) -> Option<BytesMut> {
         self.release_idle_write_buffer();
+        if let Some(d) = &mut self.deflate {
+            d.release_idle();
+        }
         self.receiver.release_read_buffer(reuse)
     }
 
     /// Gives up the outbound batch buffer when it is empty and grew for a large batch, and the
     /// queue of shared frames when it is empty: the half of
     /// [`release_idle_buffers`](Self::release_idle_buffers) for an I/O layer that keeps the read
-    /// buffer through a wait.
+    /// buffer through a wait (a keeper), which keeps its permessage-deflate states too.
     #[inline]
     pub fn release_idle_write_buffer(&mut self) {
         self.sender.transmit().release_if_empty();
