@@ -657,9 +657,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// takes a place again only after its next data message, so that a connection that only
     /// answers pings does not keep one; and it lets go of a buffer that grew for a large message.
     /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes. The
-    /// permessage-deflate states borrowed from a pool follow the read buffer: given back with it,
-    /// kept by a keeper (issue 31: a pool round trip per message cost ~25% of a 64-byte
-    /// compressed echo). Inline: a keeper's case is a few tests at every wait.
+    /// permessage-deflate states borrowed from a pool go back at every wait, a keeper's too: an
+    /// idle connection holds no zlib state (four keepers holding theirs cost the bench's 1,000
+    /// idle deflate connections ~1.5 KiB each); a busy one keeps them from one wait to the next,
+    /// whatever the number of messages in between (issue 31). Inline: a keeper's case is a few
+    /// tests at every wait.
     #[inline(always)]
     fn release_idle_buffers(&mut self, timer_fired: bool) {
         let buf = self.conn.read_buffer();
@@ -668,6 +670,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         let keepable = buf.capacity() != 0 && !self.read_buffer_grown && self.data_delivered && !timer_fired;
         if frame_in_progress || (keepable && (self.keeper.is_some() || self.take_keeper())) {
             self.conn.release_idle_write_buffer();
+            self.conn.release_idle_deflate();
         } else {
             self.give_back_read_buffer();
         }

@@ -53,16 +53,26 @@ impl Connection {
     /// every wait (~50 instructions of a 64-byte echo, callgrind).
     pub fn release_idle_buffers(&mut self, reuse: usize) -> Option<BytesMut> {
         self.release_idle_write_buffer();
+        self.release_idle_deflate();
+        self.receiver.release_read_buffer(reuse)
+    }
+
+    /// Gives the permessage-deflate states borrowed from a
+    /// [`DeflatePool`](crate::extension::deflate::DeflatePool) back to it (a message in progress
+    /// keeps its state): the part of [`release_idle_buffers`](Self::release_idle_buffers) for an
+    /// I/O layer that keeps the read buffer through a wait. A connection waiting for input holds
+    /// no zlib state; between two waits it keeps them, whatever the number of messages.
+    #[inline]
+    pub fn release_idle_deflate(&mut self) {
         if let Some(d) = &mut self.deflate {
             d.release_idle();
         }
-        self.receiver.release_read_buffer(reuse)
     }
 
     /// Gives up the outbound batch buffer when it is empty and grew for a large batch, and the
     /// queue of shared frames when it is empty: the half of
     /// [`release_idle_buffers`](Self::release_idle_buffers) for an I/O layer that keeps the read
-    /// buffer through a wait (a keeper), which keeps its permessage-deflate states too.
+    /// buffer through a wait (with [`release_idle_deflate`](Self::release_idle_deflate)).
     #[inline]
     pub fn release_idle_write_buffer(&mut self) {
         self.sender.transmit().release_if_empty();
