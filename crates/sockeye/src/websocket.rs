@@ -155,11 +155,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             Role::Server => Connection::server(config.protocol.clone()),
         };
         conn.set_deflate(deflate);
-        // Waiting for input until the first read: a message pushed before any input gives its
-        // pooled compressor back when it ends (there may never be a wait to give it back at).
-        drop(conn.release_idle_buffers(0));
         if !leftover.is_empty() {
             conn.receive(leftover);
+            // Still waiting, as the engine starts: nothing was read for the application, which
+            // may never read (a handler that only sends); its buffered bytes would keep it from
+            // looking idle, so a message it inflates or pushes gives its state back at once.
+            conn.release_idle_deflate();
         }
         // The engine never reads a clock: it learns the time here, then at its deadlines.
         conn.handle_timeout(Instant::now().into_std());
@@ -638,7 +639,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                         timer_fired = true;
                         continue;
                     }
-                    if !write_blocked {
+                    if write_blocked {
+                        // A wait all the same: for the socket, however long the peer stalls.
+                        self.conn.release_idle_deflate();
+                    } else {
                         self.read_size = self.read_chunk;
                         self.release_idle_buffers(timer_fired);
                     }
@@ -844,9 +848,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         Poll::Ready(Ok(n))
     }
 
-    /// Writes everything queued, then flushes the stream.
+    /// Writes everything queued, then flushes the stream. The sending side's waits give the
+    /// pooled permessage-deflate states back, as waits for input do (issue 31): while the socket
+    /// takes no more (a peer that stalls), and once the queue is written with nothing buffered to
+    /// read, where a handler that only sends may go quiet without ever waiting for input. With
+    /// bytes buffered the application is still reading (a `send` per echoed message): it keeps
+    /// them until its next wait.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
-        self.write_out(cx)
+        let written = self.write_out(cx);
+        if written.is_pending() || self.conn.buffered() == 0 {
+            self.conn.release_idle_deflate();
+        }
+        written
     }
 
     /// [`poll_write_out`](Self::poll_write_out)'s body, inlined where the receive path writes.

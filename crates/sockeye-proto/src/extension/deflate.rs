@@ -544,8 +544,10 @@ pub struct PerMessageDeflate {
     mid_send: bool,
     /// A message is being inflated (or its inflation failed): the same for the inflater.
     mid_receive: bool,
-    /// Pooled: the connection gave its states back when it last waited for input, and no input
-    /// has arrived since: a message sent now (a push) gives its compressor back when it ends.
+    /// Pooled: no input has arrived since the connection last waited for input (or since it was
+    /// made: a connection starts waiting), so it holds no state between messages: a message sent
+    /// (a push) or inflated now gives its state back when it ends. There may never be a wait to
+    /// give it back at: a connection that only pushes never waits for input.
     waiting: bool,
     /// `None`: dedicated states. `Some`: borrowed per message, as `owner`.
     pool: Option<DeflatePool>,
@@ -593,7 +595,9 @@ impl PerMessageDeflate {
             inflater: None,
             mid_send: false,
             mid_receive: false,
-            waiting: false,
+            // Holds nothing until input makes it busy (`note_input`): a connection that is never
+            // told of input, or never of a wait, cannot keep a state for life.
+            waiting: true,
             owner: pool.as_ref().map_or(0, DeflatePool::new_owner),
             pool,
             sent: History::new(ours.0),
@@ -663,7 +667,8 @@ impl PerMessageDeflate {
     fn message_compressed(&mut self) {
         self.mid_send = false;
         if self.waiting
-            && let (Some(pool), Some(c)) = (&self.pool, self.deflater.take())
+            && let Some(pool) = &self.pool
+            && let Some(c) = self.deflater.take()
         {
             let owner = self.owner_for(self.compress_reset);
             give_back_deflater(pool, (self.level, self.compress_bits), c, owner);
@@ -768,9 +773,20 @@ impl PerMessageDeflate {
     }
 
     /// At the end of a message: the decompressor stays held, reset first when no context is
-    /// kept; a dedicated one without context takeover is freed until the next message.
+    /// kept; a dedicated one without context takeover is freed until the next message. A pooled
+    /// one goes back to the pool at once when the connection is waiting (input it was not told
+    /// of, such as bytes handed over with the handshake): as for a push, there may be no wait to
+    /// give it back at.
     fn message_inflated(&mut self) {
         self.mid_receive = false;
+        if self.waiting
+            && let Some(pool) = &self.pool
+            && let Some(d) = self.inflater.take()
+        {
+            let owner = self.owner_for(self.inflate_reset);
+            give_back_inflater(pool, self.inflate_bits, d, owner);
+            return;
+        }
         if self.inflate_reset {
             match (&self.pool, &mut self.inflater) {
                 (Some(_), Some(d)) => d.reset(false),
@@ -1278,6 +1294,7 @@ mod tests {
     fn idle_pooled_connections_hold_no_zlib_state() {
         let (pool, mut pairs) = pooled(50, 8);
         for (i, (client, server)) in pairs.iter_mut().enumerate() {
+            server.note_input();
             let mut out = Vec::new();
             server
                 .inflate(&client.compress(&json(i)).unwrap(), true, &mut out, 1 << 20)
@@ -1344,6 +1361,8 @@ mod tests {
 
     /// One exchange on a pair: the client sends `m`, the server echoes it, both decode it.
     fn exchange(client: &mut PerMessageDeflate, server: &mut PerMessageDeflate, m: &[u8]) -> usize {
+        // Input arrived: the server is busy (it starts waiting).
+        server.note_input();
         let mut out = Vec::new();
         server
             .inflate(&client.compress(m).unwrap(), true, &mut out, 1 << 20)
