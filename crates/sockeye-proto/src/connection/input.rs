@@ -41,8 +41,10 @@ impl Connection {
     /// permessage-deflate states borrowed from a [`DeflatePool`](crate::extension::deflate::DeflatePool)
     /// (between messages: a message in progress keeps its state), so that a connection waiting
     /// for input holds no buffer memory and no zlib state; the next read or send allocates (or
-    /// borrows) again. An I/O layer calls it when the connection goes idle: with thousands of
-    /// mostly quiet connections, memory then follows the busy ones, not every connection's
+    /// borrows) again. An I/O layer calls it every time the connection is about to wait — for
+    /// input, for the transport to take output, or with all its output written and nothing
+    /// buffered to read (see [`Connection`]'s "Waits" for what leaks otherwise): with thousands
+    /// of mostly quiet connections, memory then follows the busy ones, not every connection's
     /// largest message. Between two calls a busy connection keeps its compressor and decompressor:
     /// no pool round trip per message.
     ///
@@ -60,8 +62,9 @@ impl Connection {
     /// Gives the permessage-deflate states borrowed from a
     /// [`DeflatePool`](crate::extension::deflate::DeflatePool) back to it (a message in progress
     /// keeps its state): the part of [`release_idle_buffers`](Self::release_idle_buffers) for an
-    /// I/O layer that keeps the read buffer through a wait. A connection waiting for input holds
-    /// no zlib state; between two waits it keeps them, whatever the number of messages.
+    /// I/O layer that keeps the read buffer through a wait, or that waits for the transport to
+    /// take output. A waiting connection holds no zlib state; between two waits it keeps them,
+    /// whatever the number of messages (see [`Connection`]'s "Waits").
     #[inline]
     pub fn release_idle_deflate(&mut self) {
         if let Some(d) = &mut self.deflate {

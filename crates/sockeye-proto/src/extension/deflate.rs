@@ -16,16 +16,18 @@
 //! kept both between messages held ~344 KiB. By default idle connections keep neither: a
 //! connection borrows a compressor (decompressor) from a [`DeflatePool`] shared by the connections
 //! of one [`DeflateConfig`] at its first compressed message, keeps it while it is busy, and gives
-//! it back when it goes idle: when it waits for input
+//! it back when it goes idle: when it waits — for input, for the transport to take output, or
+//! with its output written and nothing buffered to read
 //! ([`Connection::release_idle_buffers`](crate::Connection::release_idle_buffers), called by the
-//! I/O layer as for its read buffer; a message in progress keeps its state through the wait). A
-//! busy connection so pays no pool round trip, reset or priming per message, only one per wait
-//! for input: the tokio layer gives them back at every wait, a keeper's too (the few
+//! I/O layer as for its read buffer, see [`Connection`](crate::Connection)'s "Waits"; a message
+//! in progress keeps its state through the wait). A connection starts waiting, and input makes
+//! it busy. A busy connection so pays no pool round trip, reset or priming per message, only one
+//! per wait: the tokio layer gives them back at every wait, a keeper's too (the few
 //! connections per thread that keep their read buffer through their waits), so that an idle
 //! connection holds no zlib state (four keepers holding theirs until their keepalive deadline
-//! cost the bench's 1,000 idle deflate connections ~1.5 KiB each). A message compressed while
-//! the connection waits (a push: no input since its last wait) gives its compressor back when it
-//! ends, there being no wait to give it back at. A state given back
+//! cost the bench's 1,000 idle deflate connections ~1.5 KiB each). A message compressed (or
+//! inflated) while the connection waits (a push: no input since its last wait) gives its state
+//! back when it ends, there being no wait to give it back at. A state given back
 //! remembers whose context it holds; the next message of the same connection gets the same state
 //! back, context intact, unless the pool lent it to another connection in between (a state held
 //! by a connection is never lent). Context takeover (§7.1.1) survives that too: each connection
