@@ -48,6 +48,47 @@ async fn client(addr: std::net::SocketAddr) -> WebSocket<sockeye::TransportStrea
     ws
 }
 
+/// An echo handler that answers with `feed` (written when it next waits for input).
+async fn echo(mut ws: WebSocket<sockeye::TransportStream>) {
+    while let Some(Ok(m)) = ws.next().await {
+        if m.is_data() && ws.feed(m).await.is_err() {
+            break;
+        }
+    }
+}
+
+/// A busy connection keeps the compression states it borrowed from the pool from one wait for
+/// input to the next (a burst of pipelined messages borrows once per wait, not once per message:
+/// no pool round trip, reset or priming per message), and an idle one holds none.
+#[tokio::test]
+async fn a_busy_connection_keeps_its_deflate_states_until_it_waits() {
+    const N: usize = 400;
+    let pool = DeflatePool::new(8);
+    let addr = server_with(&pool, 1 << 20, echo).await;
+    let mut ws = client(addr).await;
+    for i in 0..N {
+        ws.feed(Message::text(text(i))).await.unwrap();
+    }
+    ws.flush().await.unwrap();
+    for i in 0..N {
+        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text(text(i)));
+    }
+    let (compressors, decompressors) = pool.borrows();
+    assert!(
+        compressors < N as u64 / 4 && decompressors < N as u64 / 4,
+        "{N} messages, {:?} borrows: one per wait, not per message",
+        pool.borrows()
+    );
+    // Waiting for input: the server's connection holds no zlib state.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(pool.held(), (0, 0), "an idle connection holds no zlib state");
+    assert_eq!(pool.idle(), (1, 1));
+    // The next echo gets its own states back, context intact (checked by the echo itself).
+    ws.send(Message::text(text(1))).await.unwrap();
+    assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text(text(1)));
+    ws.close(None).await.unwrap();
+}
+
 fn text(i: usize) -> String {
     format!("{{\"seq\":{i},\"body\":\"{}\"}}", "salmon run ".repeat(i % 5 + 3))
 }

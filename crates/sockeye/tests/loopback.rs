@@ -546,52 +546,6 @@ async fn connections_sharing_a_small_deflate_pool_keep_their_context() {
     assert!(compressors <= 1 && decompressors <= 1, "{:?}", pool.idle());
 }
 
-/// Issue 31: a busy connection keeps the compression states it borrowed from the pool from one
-/// wait for input to the next (a burst of pipelined messages borrows once per wait, not once per
-/// message: no pool round trip, reset or priming per message), and an idle one holds none.
-#[tokio::test]
-async fn a_busy_connection_keeps_its_deflate_states_until_it_waits() {
-    use sockeye::proto::extension::deflate::{DeflateConfig, DeflatePool};
-    let pool = DeflatePool::new(8);
-    let config = Config::builder()
-        .deflate(Some(DeflateConfig::default().pool(Some(pool.clone()))))
-        .build();
-    let server = Server::bind("127.0.0.1:0", config).await.unwrap();
-    let addr = server.local_addr().unwrap();
-    tokio::spawn(server.serve(|mut ws, _| async move {
-        while let Some(Ok(m)) = ws.next().await {
-            if m.is_data() && ws.feed(m).await.is_err() {
-                break;
-            }
-        }
-    }));
-    let (mut ws, _) = sockeye::connect(format!("ws://{addr}/")).await.unwrap();
-    assert!(ws.connection().is_deflate_enabled());
-    let text = |i: usize| format!("{{\"seq\":{i},\"body\":\"{}\"}}", "salmon run ".repeat(i % 5 + 3));
-    const N: usize = 400;
-    for i in 0..N {
-        ws.feed(Message::text(text(i))).await.unwrap();
-    }
-    ws.flush().await.unwrap();
-    for i in 0..N {
-        assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text(text(i)));
-    }
-    let (compressors, decompressors) = pool.borrows();
-    assert!(
-        compressors < N as u64 / 4 && decompressors < N as u64 / 4,
-        "{N} messages, {:?} borrows: one per wait, not per message",
-        pool.borrows()
-    );
-    // Waiting for input: the server's connection holds no zlib state.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(pool.held(), (0, 0), "an idle connection holds no zlib state");
-    assert_eq!(pool.idle(), (1, 1));
-    // The next echo gets its own states back, context intact (checked by the echo itself).
-    ws.send(Message::text(text(1))).await.unwrap();
-    assert_eq!(ws.recv().await.unwrap().unwrap(), Message::text(text(1)));
-    ws.close(None).await.unwrap();
-}
-
 /// Regression (issue 13): a port that is not a number, or over 65535, fell back to port 80 and
 /// a connection was opened. Now the URL is refused first: the "proxy" below, through which any
 /// connection would go, sees none.

@@ -668,12 +668,7 @@ impl PerMessageDeflate {
     /// pushed, not an answer): no input, no wait to give it back at.
     fn message_compressed(&mut self) {
         self.mid_send = false;
-        if self.waiting
-            && let Some(pool) = &self.pool
-            && let Some(c) = self.deflater.take()
-        {
-            let owner = self.owner_for(self.compress_reset);
-            give_back_deflater(pool, (self.level, self.compress_bits), c, owner);
+        if self.waiting && self.return_deflater() {
             return;
         }
         if self.compress_reset {
@@ -690,20 +685,39 @@ impl PerMessageDeflate {
     /// (crate::Connection::release_idle_buffers)). A state in the middle of a message stays held.
     /// Dedicated states are kept.
     pub(crate) fn release_idle(&mut self) {
-        let Some(pool) = &self.pool else { return };
+        if self.pool.is_none() {
+            return;
+        }
         self.waiting = true;
-        if !self.mid_send
-            && let Some(c) = self.deflater.take()
-        {
-            let owner = self.owner_for(self.compress_reset);
-            give_back_deflater(pool, (self.level, self.compress_bits), c, owner);
+        if !self.mid_send {
+            self.return_deflater();
         }
-        if !self.mid_receive
-            && let Some(d) = self.inflater.take()
-        {
-            let owner = self.owner_for(self.inflate_reset);
-            give_back_inflater(pool, self.inflate_bits, d, owner);
+        if !self.mid_receive {
+            self.return_inflater();
         }
+    }
+
+    /// Gives the held compressor back to the pool, under our name when its context is kept.
+    /// Returns whether it did (pooled, and one was held).
+    fn return_deflater(&mut self) -> bool {
+        let owner = self.owner_for(self.compress_reset);
+        let Some(pool) = &self.pool else { return false };
+        let Some(c) = self.deflater.take() else {
+            return false;
+        };
+        give_back_deflater(pool, (self.level, self.compress_bits), c, owner);
+        true
+    }
+
+    /// [`return_deflater`](Self::return_deflater) for the decompressor.
+    fn return_inflater(&mut self) -> bool {
+        let owner = self.owner_for(self.inflate_reset);
+        let Some(pool) = &self.pool else { return false };
+        let Some(d) = self.inflater.take() else {
+            return false;
+        };
+        give_back_inflater(pool, self.inflate_bits, d, owner);
+        true
     }
 
     /// Input arrived: the connection is busy until it next waits ([`release_idle`](Self::release_idle)).
@@ -781,19 +795,13 @@ impl PerMessageDeflate {
     /// give it back at.
     fn message_inflated(&mut self) {
         self.mid_receive = false;
-        if self.waiting
-            && let Some(pool) = &self.pool
-            && let Some(d) = self.inflater.take()
-        {
-            let owner = self.owner_for(self.inflate_reset);
-            give_back_inflater(pool, self.inflate_bits, d, owner);
+        let given_back = self.waiting && self.return_inflater();
+        if given_back || !self.inflate_reset {
             return;
         }
-        if self.inflate_reset {
-            match (&self.pool, &mut self.inflater) {
-                (Some(_), Some(d)) => d.reset(false),
-                _ => self.inflater = None,
-            }
+        match (&self.pool, &mut self.inflater) {
+            (Some(_), Some(d)) => d.reset(false),
+            _ => self.inflater = None,
         }
     }
 
@@ -1283,6 +1291,14 @@ mod tests {
         (pool, pairs)
     }
 
+    /// `count` numbered words, `tag{i}:{i * mul % modulo}`: text with some repetition, different
+    /// for each (tag, mul, modulo).
+    fn numbered(tag: &str, count: usize, mul: usize, modulo: usize) -> Vec<u8> {
+        (0..count)
+            .flat_map(|i| format!("{tag}{i}:{} ", i * mul % modulo).into_bytes())
+            .collect()
+    }
+
     fn json(i: usize) -> Vec<u8> {
         format!(r#"{{"id":{i},"user":"someone","text":"the same words again and again","tags":["a","b"]}}"#)
             .repeat(12)
@@ -1329,9 +1345,7 @@ mod tests {
     #[test]
     fn context_survives_a_lent_state() {
         let (pool, mut pairs) = pooled(2, 1);
-        let message: Vec<u8> = (0..300)
-            .flat_map(|i| format!("{i}:{} ", i * 7919 % 1000).into_bytes())
-            .collect();
+        let message = numbered("", 300, 7919, 1000);
         let mut sizes = Vec::new();
         for round in 0..4 {
             for (client, server) in pairs.iter_mut() {
@@ -1407,12 +1421,7 @@ mod tests {
     #[test]
     fn a_held_state_is_never_lent_to_another_connection() {
         let (pool, mut pairs) = pooled(2, 8);
-        let a: Vec<u8> = (0..400)
-            .flat_map(|i| format!("a{i}:{} ", i * 31 % 97).into_bytes())
-            .collect();
-        let b: Vec<u8> = (0..400)
-            .flat_map(|i| format!("b{i}:{} ", i * 17 % 89).into_bytes())
-            .collect();
+        let (a, b) = (numbered("a", 400, 31, 97), numbered("b", 400, 17, 89));
         let (first, rest) = pairs.split_at_mut(1);
         let ((ca, sa), (cb, sb)) = (&mut first[0], &mut rest[0]);
         let fresh = exchange(ca, sa, &a);
