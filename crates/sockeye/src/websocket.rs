@@ -641,7 +641,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                     }
                     if write_blocked {
                         // A wait all the same: for the socket, however long the peer stalls.
-                        self.conn.release_idle_deflate();
+                        if socket_wait() {
+                            self.conn.release_idle_deflate();
+                        }
                     } else {
                         self.read_size = self.read_chunk;
                         self.release_idle_buffers(timer_fired);
@@ -856,7 +858,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// them until its next wait.
     fn poll_write_out(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         let written = self.write_out(cx);
-        if written.is_pending() || self.conn.buffered() == 0 {
+        let idle = match written {
+            Poll::Pending => socket_wait(),
+            Poll::Ready(_) => self.conn.buffered() == 0,
+        };
+        if idle {
             self.conn.release_idle_deflate();
         }
         written
@@ -892,6 +898,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         self.unflushed = false;
         Poll::Ready(Ok(()))
     }
+}
+
+/// Whether the socket's Pending just returned is a wait for the socket. With the task's budget
+/// spent (tokio's coop: a run of messages ready at once, or of writes), every socket poll says
+/// Pending to give the scheduler its turn, and the connection is as busy as before: giving its
+/// deflate states back there cost the main job one pool round trip every other message (its
+/// client pipelines, callgrind: 10,190 borrows for 20,000 messages instead of ~300).
+#[inline]
+fn socket_wait() -> bool {
+    tokio::task::coop::has_budget_remaining()
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Stream for WebSocket<S> {
