@@ -66,8 +66,9 @@ pub struct Config {
     /// hold (`Duration::MAX`) means "never" (about 30 years ahead, as tokio's timers take it).
     pub keepalive_timeout: Duration,
     /// permessage-deflate (RFC 7692): `Some` to offer it (client) or accept it (server). Default on,
-    /// with compression states borrowed per message from a pool shared by the connections made
-    /// from clones of this config, so idle connections hold no zlib state (see `DeflateConfig`).
+    /// with compression states borrowed from a pool shared by the connections made from clones of
+    /// this config, kept while a connection is busy and given back when it waits for input, so
+    /// idle connections hold no zlib state (see `DeflateConfig`).
     #[cfg(feature = "deflate")]
     pub deflate: Option<crate::extension::deflate::DeflateConfig>,
 }

@@ -348,3 +348,31 @@ fn an_unfinished_streamed_message_gives_its_compressor_back() {
         );
     }
 }
+
+/// Issue 31: a connection starts waiting. One driven by an I/O layer that never calls
+/// `release_idle_buffers` (nor `note_input`) and only sends — a sans-I/O push loop — kept the
+/// compressor it borrowed for its first message for life (held (1, 0)); now each message it pushes
+/// gives its compressor back, so it holds no zlib state between messages. Input makes it busy: it
+/// then keeps its states until `release_idle_buffers`, the duty documented on `Connection`.
+#[test]
+fn a_connection_never_told_of_a_wait_holds_no_state_between_pushes() {
+    let pool = sockeye_proto::extension::deflate::DeflatePool::new(8);
+    let config = DeflateConfig::default().pool(Some(pool.clone()));
+    let (mut c, mut s) = negotiated(DeflateConfig::default().pool(None), config);
+    let text = "a pushed update, compressible enough. ".repeat(10);
+    for i in 0..3 {
+        s.send(Message::text(text.clone())).unwrap();
+        assert_eq!(pool.held(), (0, 0), "after push {i}");
+        let wire = s.transmit_bytes();
+        assert_eq!(drain(&mut c, &wire).unwrap(), vec![Message::text(text.clone())]);
+    }
+    assert_eq!(pool.borrows(), (3, 0));
+    // Input arrives: busy, the states stay out of the pool until the connection waits.
+    c.send(Message::text(text.clone())).unwrap();
+    let wire = c.transmit_bytes();
+    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text.clone())]);
+    s.send(Message::text(text.clone())).unwrap();
+    assert_eq!(pool.held(), (1, 1));
+    drop(s.release_idle_buffers(0));
+    assert_eq!(pool.held(), (0, 0));
+}

@@ -7,7 +7,8 @@
 //! `Connection`), deflate (1,000 JSON messages of ~1 KiB compressed by a client and inflated by a
 //! server, context takeover), deflate-many and deflate-many-dedicated (64 server connections of
 //! one config, taking turns: 1,000 messages of ~1 KiB received and sent back compressed, context
-//! takeover; the default pool of 8 states per direction, re-primed when lent, or dedicated states;
+//! takeover; the default pool of 8 states per direction, or dedicated states: the connections
+//! never wait for input, so pooled ones keep what they borrowed, the busy case (issue 31);
 //! `microbench OP 1` prints the compressed bytes per message, to compare the ratios).
 
 use std::hint::black_box;

@@ -30,6 +30,65 @@ use super::timers::{KeepaliveDue, Timers};
 /// server.send(Message::text("Hello")).unwrap();
 /// assert_eq!(server.transmit_bytes(), b"\x81\x05Hello");
 /// ```
+///
+/// # Waits: the I/O layer's duty
+///
+/// The engine does not know when its connection waits; the I/O layer driving it does, and must
+/// say so by calling [`release_idle_buffers`](Self::release_idle_buffers) (or its parts,
+/// [`release_idle_write_buffer`](Self::release_idle_write_buffer) and
+/// [`release_idle_deflate`](Self::release_idle_deflate), when it keeps the read buffer) **every
+/// time it is about to wait**: for input (a read would block), for the transport to take output
+/// (a write would block), and once it has written everything queued with nothing buffered to
+/// read (an application that only sends may go quiet there for good). Input arriving makes the
+/// connection busy ([`receive`](Self::receive), or [`note_input`](Self::note_input) after
+/// filling [`read_buffer`](Self::read_buffer)).
+///
+/// What it gives back: the empty read and batch buffers, and the permessage-deflate compressor
+/// and decompressor borrowed from a
+/// [`DeflatePool`](crate::extension::deflate::DeflatePool) (the default). A busy connection keeps
+/// them from one wait to the next, so that its messages pay no pool round trip, reset or priming
+/// (issue 31). **What leaks otherwise**: a connection that received input and is never told of a
+/// wait keeps its states — about 300 KiB for the compressor and 40 KiB for the decompressor — and
+/// its largest read buffer until it is dropped or [`transport_closed`](Self::transport_closed)
+/// is called, and the pool makes new states for the others meanwhile. A connection that was
+/// never told of input holds nothing between messages: it starts waiting, and each message it
+/// sends or inflates then gives its state back when it ends.
+///
+/// ```
+/// use sockeye_proto::extension::deflate::{DeflateConfig, DeflatePool};
+/// use sockeye_proto::extension::{client_accept, client_offer, parse_extensions, server_accept};
+/// use sockeye_proto::{Config, Connection, Message};
+///
+/// // A server and a client that negotiated permessage-deflate, the server's states pooled.
+/// let pool = DeflatePool::new(8);
+/// let mut server_config = Config::default();
+/// server_config.deflate = Some(DeflateConfig::default().pool(Some(pool.clone())));
+/// let client_config = Config::default();
+/// let offer = client_offer(&client_config).unwrap();
+/// let (state, response) =
+///     server_accept(&server_config, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
+/// let mut headers = http::HeaderMap::new();
+/// headers.insert("sec-websocket-extensions", response.parse().unwrap());
+/// let mut client = Connection::client(
+///     client_config.clone(),
+///     sockeye_proto::frame::insecure_mask_keys_for_tests(1),
+/// );
+/// client.set_deflate(client_accept(&client_config, &headers).unwrap());
+/// let mut server = Connection::server(server_config);
+/// server.set_deflate(Some(state));
+///
+/// let text = "a message long enough to be compressed, ".repeat(4);
+/// client.send(Message::text(text.clone())).unwrap();
+/// // Bytes read from the socket: the server is busy while it answers.
+/// server.receive(&client.transmit_bytes());
+/// let message = server.poll_message().unwrap().unwrap();
+/// server.send(message).unwrap();
+/// assert_eq!(pool.held(), (1, 1), "a compressor and a decompressor out of the pool");
+/// // The reply is written out and the next read would block: about to wait, say so.
+/// let _written = server.transmit_bytes();
+/// let _read_buffer = server.release_idle_buffers(0);
+/// assert_eq!(pool.held(), (0, 0), "a waiting connection holds no zlib state");
+/// ```
 pub struct Connection {
     pub(super) role: Role,
     pub(super) config: Config,
@@ -138,6 +197,9 @@ impl Connection {
         self.closing.transport_closed();
         self.timers.stop();
         self.receiver.release_all();
+        if let Some(d) = &mut self.deflate {
+            d.release_all();
+        }
     }
 
     /// Why the connection ended, if it did not end cleanly: the protocol violation that failed it
@@ -197,10 +259,15 @@ impl Connection {
     }
 
     /// Tells the engine that input arrived through [`read_buffer`](Self::read_buffer) (which
-    /// [`receive`](Self::receive) does itself): the peer is alive, for keepalive.
+    /// [`receive`](Self::receive) does itself): the peer is alive, for keepalive, and the
+    /// connection is busy: it keeps its pooled permessage-deflate states until it next waits
+    /// ([`release_idle_buffers`](Self::release_idle_buffers)).
     #[inline]
     pub fn note_input(&mut self) {
         self.timers.note_input();
+        if let Some(d) = &mut self.deflate {
+            d.note_input();
+        }
     }
 
     /// Moves to `Closed` and asks the transport for `transport`; the message being received, and

@@ -37,10 +37,16 @@ impl Connection {
         self.receiver.frame_bytes_missing()
     }
 
-    /// Gives up the read buffer and the outbound batch buffer when they are empty, so that a
-    /// connection waiting for input holds no buffer memory; the next read or send allocates
-    /// again. An I/O layer calls it when the connection goes idle: with thousands of mostly quiet
-    /// connections, memory then follows the busy ones, not every connection's largest message.
+    /// Gives up the read buffer and the outbound batch buffer when they are empty, and the
+    /// permessage-deflate states borrowed from a [`DeflatePool`](crate::extension::deflate::DeflatePool)
+    /// (between messages: a message in progress keeps its state), so that a connection waiting
+    /// for input holds no buffer memory and no zlib state; the next read or send allocates (or
+    /// borrows) again. An I/O layer calls it every time the connection is about to wait — for
+    /// input, for the transport to take output, or with all its output written and nothing
+    /// buffered to read (see [`Connection`]'s "Waits" for what leaks otherwise): with thousands
+    /// of mostly quiet connections, memory then follows the busy ones, not every connection's
+    /// largest message. Between two calls a busy connection keeps its compressor and decompressor:
+    /// no pool round trip per message.
     ///
     /// Returns the read buffer, empty, when it has room for `reuse` bytes, taking back the room
     /// of messages already let go if it must: the I/O layer may keep it for the next read of any
@@ -49,13 +55,27 @@ impl Connection {
     /// every wait (~50 instructions of a 64-byte echo, callgrind).
     pub fn release_idle_buffers(&mut self, reuse: usize) -> Option<BytesMut> {
         self.release_idle_write_buffer();
+        self.release_idle_deflate();
         self.receiver.release_read_buffer(reuse)
+    }
+
+    /// Gives the permessage-deflate states borrowed from a
+    /// [`DeflatePool`](crate::extension::deflate::DeflatePool) back to it (a message in progress
+    /// keeps its state): the part of [`release_idle_buffers`](Self::release_idle_buffers) for an
+    /// I/O layer that keeps the read buffer through a wait, or that waits for the transport to
+    /// take output. A waiting connection holds no zlib state; between two waits it keeps them,
+    /// whatever the number of messages (see [`Connection`]'s "Waits").
+    #[inline]
+    pub fn release_idle_deflate(&mut self) {
+        if let Some(d) = &mut self.deflate {
+            d.release_idle();
+        }
     }
 
     /// Gives up the outbound batch buffer when it is empty and grew for a large batch, and the
     /// queue of shared frames when it is empty: the half of
     /// [`release_idle_buffers`](Self::release_idle_buffers) for an I/O layer that keeps the read
-    /// buffer through a wait.
+    /// buffer through a wait (with [`release_idle_deflate`](Self::release_idle_deflate)).
     #[inline]
     pub fn release_idle_write_buffer(&mut self) {
         self.sender.transmit().release_if_empty();

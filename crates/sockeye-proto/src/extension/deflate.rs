@@ -13,22 +13,35 @@
 //!
 //! **Memory.** A zlib-rs compressor is about 300 KiB whatever its window (its hash table alone is
 //! a fixed 128 KiB) and a decompressor about 40 KiB with a 15-bit window, so a connection that
-//! kept both between messages held ~344 KiB. By default connections keep neither: each borrows a
-//! compressor (decompressor) from a [`DeflatePool`] shared by the connections of one
-//! [`DeflateConfig`] for one message, and gives it back after. A state given back remembers whose
-//! context it holds; the next message of the same connection gets the same state back, context
-//! intact, unless the pool lent it to another connection in between. Context takeover (§7.1.1)
-//! survives that too: each connection keeps the plaintext its context covers (its last messages,
-//! at most a window: 2^bits bytes), and a state lent to it without its context is reset and primed
-//! with that text (deflateSetDictionary / inflateSetDictionary, valid for raw deflate). The
-//! trade-offs, as uWebSockets' `SHARED_COMPRESSOR`/`DEDICATED_COMPRESSOR` put them:
+//! kept both between messages held ~344 KiB. By default idle connections keep neither: a
+//! connection borrows a compressor (decompressor) from a [`DeflatePool`] shared by the connections
+//! of one [`DeflateConfig`] at its first compressed message, keeps it while it is busy, and gives
+//! it back when it goes idle: when it waits — for input, for the transport to take output, or
+//! with its output written and nothing buffered to read
+//! ([`Connection::release_idle_buffers`](crate::Connection::release_idle_buffers), called by the
+//! I/O layer as for its read buffer, see [`Connection`](crate::Connection)'s "Waits"; a message
+//! in progress keeps its state through the wait). A connection starts waiting, and input makes
+//! it busy. A busy connection so pays no pool round trip, reset or priming per message, only one
+//! per wait: the tokio layer gives them back at every wait, a keeper's too (the few
+//! connections per thread that keep their read buffer through their waits), so that an idle
+//! connection holds no zlib state (four keepers holding theirs until their keepalive deadline
+//! cost the bench's 1,000 idle deflate connections ~1.5 KiB each). A message compressed (or
+//! inflated) while the connection waits (a push: no input since its last wait) gives its state
+//! back when it ends, there being no wait to give it back at. A state given back
+//! remembers whose context it holds; the next message of the same connection gets the same state
+//! back, context intact, unless the pool lent it to another connection in between (a state held
+//! by a connection is never lent). Context takeover (§7.1.1) survives that too: each connection
+//! keeps the plaintext its context covers (its last messages, at most a window: 2^bits bytes),
+//! and a state lent to it without its context is reset and primed with that text
+//! (deflateSetDictionary / inflateSetDictionary, valid for raw deflate). The trade-offs, as
+//! uWebSockets' `SHARED_COMPRESSOR`/`DEDICATED_COMPRESSOR` put them:
 //!
 //! - pooled (the default, [`DeflateConfig::pool`] `Some`): an idle connection holds only the text
 //!   of its context, up to 2^bits bytes each way (a few KiB after small messages, ≤ 64 KiB at 15
-//!   bits), and the pool holds at most [`DeflatePool::idle_limit`] states per direction. A
-//!   connection whose state was lent to another pays a reset and a re-prime on its next message
-//!   (tens of µs at 15 bits): size the pool to the number of connections that send compressed
-//!   messages at the same time;
+//!   bits), and the pool holds at most [`DeflatePool::idle_limit`] idle states per direction
+//!   (busy connections hold theirs). A connection whose state was lent to another pays a reset
+//!   and a re-prime on its next message after a wait (tens of µs at 15 bits): size the pool to
+//!   the number of connections that send compressed messages at the same time;
 //! - dedicated (`pool: None`): each connection keeps its own states (~344 KiB with context
 //!   takeover), no re-priming ever: the fastest for many connections busy at once.
 //!
@@ -72,10 +85,11 @@ pub struct DeflateConfig {
     /// Messages shorter than this are sent uncompressed: compressing a few bytes costs time and
     /// often makes them longer. Default 32 bytes.
     pub min_compress_size: usize,
-    /// Where connections borrow their compression states, one message at a time (see the
-    /// [module docs](self) for the trade-offs). Connections made from clones of one config share
-    /// it. Default `Some(DeflatePool::default())`: idle connections hold no zlib state. `None`:
-    /// each connection keeps its own (~344 KiB with context takeover).
+    /// Where connections borrow their compression states: at their first compressed message
+    /// after a wait for input, kept while busy, given back when they wait again (see the
+    /// [module docs](self) for the rule and the trade-offs). Connections made from clones of one
+    /// config share it. Default `Some(DeflatePool::default())`: idle connections hold no zlib
+    /// state. `None`: each connection keeps its own (~344 KiB with context takeover).
     pub pool: Option<DeflatePool>,
 }
 
@@ -137,8 +151,8 @@ impl DeflateConfig {
     }
 }
 
-/// Compressors and decompressors lent to connections for one message at a time (see the
-/// [module docs](self)). Cloning shares the pool. Two pools compare equal when their idle limits
+/// Compressors and decompressors lent to connections while they are busy, given back when they
+/// wait for input (see the [module docs](self)). Cloning shares the pool. Two pools compare equal when their idle limits
 /// are: the pool is a resource, its limit the setting.
 ///
 /// ```
@@ -157,9 +171,28 @@ pub struct DeflatePool {
 
 struct PoolShared {
     idle_limit: usize,
-    compressors: Mutex<VecDeque<Lent<Compress>>>,
-    decompressors: Mutex<VecDeque<Lent<Decompress>>>,
+    compressors: Mutex<Shelf<Compress>>,
+    decompressors: Mutex<Shelf<Decompress>>,
     next_owner: AtomicU64,
+}
+
+/// One direction's states: those idle in the pool, and the count of those held by connections.
+struct Shelf<T> {
+    idle: VecDeque<Lent<T>>,
+    /// States out of the pool, held by busy connections.
+    held: usize,
+    /// Borrows since the pool was made.
+    borrows: u64,
+}
+
+impl<T> Default for Shelf<T> {
+    fn default() -> Self {
+        Shelf {
+            idle: VecDeque::new(),
+            held: 0,
+            borrows: 0,
+        }
+    }
 }
 
 /// An idle state in the pool: what it was made for (level and window bits) and whose context it
@@ -181,13 +214,14 @@ impl DeflatePool {
     pub const DEFAULT_IDLE_LIMIT: usize = 8;
 
     /// A pool that keeps at most `idle_limit` idle compressors and as many decompressors; states
-    /// given back beyond that are freed, oldest first. 0 keeps nothing: every message allocates.
+    /// given back beyond that are freed, oldest first. 0 keeps nothing: every busy spell (from a
+    /// connection's first message after a wait for input to its next wait) allocates.
     pub fn new(idle_limit: usize) -> Self {
         DeflatePool {
             shared: Arc::new(PoolShared {
                 idle_limit,
-                compressors: Mutex::new(VecDeque::new()),
-                decompressors: Mutex::new(VecDeque::new()),
+                compressors: Mutex::new(Shelf::default()),
+                decompressors: Mutex::new(Shelf::default()),
                 next_owner: AtomicU64::new(1),
             }),
         }
@@ -201,8 +235,27 @@ impl DeflatePool {
     /// Idle (compressors, decompressors) in the pool now.
     pub fn idle(&self) -> (usize, usize) {
         (
-            lock(&self.shared.compressors).len(),
-            lock(&self.shared.decompressors).len(),
+            lock(&self.shared.compressors).idle.len(),
+            lock(&self.shared.decompressors).idle.len(),
+        )
+    }
+
+    /// (compressors, decompressors) held by connections now: out of the pool, between a
+    /// connection's first message after a wait and its next wait for input (see the
+    /// [module docs](self)).
+    pub fn held(&self) -> (usize, usize) {
+        (
+            lock(&self.shared.compressors).held,
+            lock(&self.shared.decompressors).held,
+        )
+    }
+
+    /// (compressors, decompressors) borrowed from the pool since it was made: a connection
+    /// borrows once per busy spell, not once per message.
+    pub fn borrows(&self) -> (u64, u64) {
+        (
+            lock(&self.shared.compressors).borrows,
+            lock(&self.shared.decompressors).borrows,
         )
     }
 
@@ -243,9 +296,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Takes the borrower's own idle state if the pool still has it, else the least recently
-/// returned one of the right kind.
-fn borrow<T>(idle: &Mutex<VecDeque<Lent<T>>>, kind: (u32, u8), owner: u64) -> Option<Borrowed<T>> {
-    let mut idle = lock(idle);
+/// returned one of the right kind; `None`: the borrower makes a new one. Either way the state
+/// counts as held until it is given back.
+fn borrow<T>(shelf: &Mutex<Shelf<T>>, kind: (u32, u8), owner: u64) -> Option<Borrowed<T>> {
+    let mut shelf = lock(shelf);
+    shelf.held += 1;
+    shelf.borrows += 1;
+    let idle = &mut shelf.idle;
     if let Some(i) = idle.iter().rposition(|l| l.owner == owner && l.kind == kind) {
         return idle.remove(i).map(|l| Borrowed::Kept(l.state));
     }
@@ -253,12 +310,15 @@ fn borrow<T>(idle: &Mutex<VecDeque<Lent<T>>>, kind: (u32, u8), owner: u64) -> Op
     idle.remove(i).map(|l| Borrowed::Other(l.state))
 }
 
-/// Returns a state; the oldest idle one is freed (outside the lock) when past the limit.
-fn give_back<T>(idle: &Mutex<VecDeque<Lent<T>>>, limit: usize, lent: Lent<T>) {
+/// Returns a held state; the oldest idle one is freed (outside the lock) when past the limit.
+fn give_back<T>(shelf: &Mutex<Shelf<T>>, limit: usize, lent: Lent<T>) {
     let evicted = {
-        let mut idle = lock(idle);
-        idle.push_back(lent);
-        (idle.len() > limit).then(|| idle.pop_front()).flatten()
+        let mut shelf = lock(shelf);
+        shelf.held = shelf.held.saturating_sub(1);
+        shelf.idle.push_back(lent);
+        (shelf.idle.len() > limit)
+            .then(|| shelf.idle.pop_front())
+            .flatten()
     };
     drop(evicted);
 }
@@ -477,9 +537,20 @@ pub struct PerMessageDeflate {
     compress_reset: bool,
     inflate_bits: u8,
     inflate_reset: bool,
-    /// Dedicated: kept between messages (with context takeover). Pooled: held during one message.
+    /// Dedicated: kept between messages (with context takeover). Pooled: held from the first
+    /// message after a wait for input to [`release_idle`](Self::release_idle).
     deflater: Option<Compress>,
     inflater: Option<Decompress>,
+    /// A message is being compressed (sent in pieces), or its compression failed: the deflater
+    /// holds a context that is not the connection's between messages.
+    mid_send: bool,
+    /// A message is being inflated (or its inflation failed): the same for the inflater.
+    mid_receive: bool,
+    /// Pooled: no input has arrived since the connection last waited for input (or since it was
+    /// made: a connection starts waiting), so it holds no state between messages: a message sent
+    /// (a push) or inflated now gives its state back when it ends. There may never be a wait to
+    /// give it back at: a connection that only pushes never waits for input.
+    waiting: bool,
     /// `None`: dedicated states. `Some`: borrowed per message, as `owner`.
     pool: Option<DeflatePool>,
     owner: u64,
@@ -524,6 +595,11 @@ impl PerMessageDeflate {
             inflate_reset: theirs.1,
             deflater: None,
             inflater: None,
+            mid_send: false,
+            mid_receive: false,
+            // Holds nothing until input makes it busy (`note_input`): a connection that is never
+            // told of input, or never of a wait, cannot keep a state for life.
+            waiting: true,
             owner: pool.as_ref().map_or(0, DeflatePool::new_owner),
             pool,
             sent: History::new(ours.0),
@@ -552,11 +628,19 @@ impl PerMessageDeflate {
         if reset { 0 } else { self.owner }
     }
 
-    /// The compressor for the next message: our own, or one from the pool with our context.
-    fn take_deflater(&mut self) -> Result<Compress, String> {
-        if let Some(c) = self.deflater.take() {
-            return Ok(c);
+    /// Makes sure a compressor is held for the message being sent: our own, or one from the pool
+    /// with our context.
+    fn hold_deflater(&mut self) -> Result<&mut Compress, String> {
+        if self.deflater.is_none() {
+            let c = self.borrow_deflater()?;
+            self.deflater = Some(c);
         }
+        self.deflater.as_mut().ok_or_else(|| "no compressor".to_string())
+    }
+
+    /// A compressor from the pool (or a new one), primed with our context when it is not ours.
+    #[cold]
+    fn borrow_deflater(&mut self) -> Result<Compress, String> {
         let kind = (self.level, self.compress_bits);
         let borrowed = self
             .pool
@@ -578,21 +662,100 @@ impl PerMessageDeflate {
         Ok(c)
     }
 
-    /// Keeps the compressor after a message, or gives it back to the pool.
-    fn put_deflater(&mut self, c: Compress) {
-        match &self.pool {
-            Some(pool) => self.lend_back_deflater(pool, c, self.owner_for(self.compress_reset)),
-            // Nothing carries over to the next message: free the state until then.
-            None if self.compress_reset => {}
-            None => self.deflater = Some(c),
+    /// At the end of a message: the compressor stays held, reset first when no context is kept;
+    /// a dedicated one without context takeover is freed until the next message. A pooled one
+    /// goes back to the pool at once when the connection is waiting for input (the message was
+    /// pushed, not an answer): no input, no wait to give it back at.
+    fn message_compressed(&mut self) {
+        self.mid_send = false;
+        if self.waiting && self.return_deflater() {
+            return;
+        }
+        if self.compress_reset {
+            match (&self.pool, &mut self.deflater) {
+                (Some(_), Some(c)) => c.reset(),
+                _ => self.deflater = None,
+            }
         }
     }
 
-    /// Makes sure a decompressor is held for the message that is arriving (until it ends).
+    /// Gives the held states back to the pool, where the next message of this connection finds
+    /// them again unless another connection took them in between: to be called when the
+    /// connection waits for input (see [`Connection::release_idle_buffers`]
+    /// (crate::Connection::release_idle_buffers)). A state in the middle of a message stays held.
+    /// Dedicated states are kept.
+    pub(crate) fn release_idle(&mut self) {
+        if self.pool.is_none() {
+            return;
+        }
+        self.waiting = true;
+        if !self.mid_send {
+            self.return_deflater();
+        }
+        if !self.mid_receive {
+            self.return_inflater();
+        }
+    }
+
+    /// Gives the held compressor back to the pool, under our name when its context is kept.
+    /// Returns whether it did (pooled, and one was held).
+    fn return_deflater(&mut self) -> bool {
+        let owner = self.owner_for(self.compress_reset);
+        let Some(pool) = &self.pool else { return false };
+        let Some(c) = self.deflater.take() else {
+            return false;
+        };
+        give_back_deflater(pool, (self.level, self.compress_bits), c, owner);
+        true
+    }
+
+    /// [`return_deflater`](Self::return_deflater) for the decompressor.
+    fn return_inflater(&mut self) -> bool {
+        let owner = self.owner_for(self.inflate_reset);
+        let Some(pool) = &self.pool else { return false };
+        let Some(d) = self.inflater.take() else {
+            return false;
+        };
+        give_back_inflater(pool, self.inflate_bits, d, owner);
+        true
+    }
+
+    /// Input arrived: the connection is busy until it next waits ([`release_idle`](Self::release_idle)).
+    #[inline]
+    pub(crate) fn note_input(&mut self) {
+        self.waiting = false;
+    }
+
+    /// The connection is over: gives every held state back as nobody's (its context is of no
+    /// further use), or frees dedicated ones.
+    pub(crate) fn release_all(&mut self) {
+        self.mid_send = false;
+        self.mid_receive = false;
+        let (deflater, inflater) = (self.deflater.take(), self.inflater.take());
+        if let Some(pool) = &self.pool {
+            if let Some(c) = deflater {
+                give_back_deflater(pool, (self.level, self.compress_bits), c, 0);
+            }
+            if let Some(d) = inflater {
+                give_back_inflater(pool, self.inflate_bits, d, 0);
+            }
+        }
+    }
+
+    /// Makes sure a decompressor is held for the message that is arriving (and after it, until
+    /// [`release_idle`](Self::release_idle)).
     fn hold_inflater(&mut self) -> Result<(), ProtocolViolation> {
+        self.mid_receive = true;
         if self.inflater.is_some() {
             return Ok(());
         }
+        self.borrow_inflater()
+    }
+
+    /// A decompressor from the pool (or a new one), primed with the peer's context when it is
+    /// not ours.
+    #[cold]
+    fn borrow_inflater(&mut self) -> Result<(), ProtocolViolation> {
         let kind = (0, self.inflate_bits);
         let borrowed = self
             .pool
@@ -625,21 +788,20 @@ impl PerMessageDeflate {
             .map_err(|e| ProtocolViolation::Decompression(format!("priming the decompressor: {e}")))
     }
 
-    /// At the end of a message: keeps the decompressor or gives it back to the pool.
+    /// At the end of a message: the decompressor stays held, reset first when no context is
+    /// kept; a dedicated one without context takeover is freed until the next message. A pooled
+    /// one goes back to the pool at once when the connection is waiting (input it was not told
+    /// of, such as bytes handed over with the handshake): as for a push, there may be no wait to
+    /// give it back at.
     fn message_inflated(&mut self) {
-        let Some(d) = self.inflater.take() else { return };
-        match &self.pool {
-            Some(pool) => {
-                let owner = self.owner_for(self.inflate_reset);
-                let lent = Lent {
-                    kind: (0, self.inflate_bits),
-                    owner,
-                    state: d,
-                };
-                give_back(&pool.shared.decompressors, pool.shared.idle_limit, lent);
-            }
-            None if self.inflate_reset => {}
-            None => self.inflater = Some(d),
+        self.mid_receive = false;
+        let given_back = self.waiting && self.return_inflater();
+        if given_back || !self.inflate_reset {
+            return;
+        }
+        match (&self.pool, &mut self.inflater) {
+            (Some(_), Some(d)) => d.reset(false),
+            _ => self.inflater = None,
         }
     }
 
@@ -663,7 +825,8 @@ impl PerMessageDeflate {
     /// The connection starts a compressed message only with a non-empty first piece (see
     /// [`compress`](Self::compress)); later pieces may be empty.
     pub(crate) fn compress_fragment(&mut self, input: &[u8], fin: bool) -> Result<Vec<u8>, String> {
-        let mut c = self.take_deflater()?;
+        self.mid_send = true;
+        let c = self.hold_deflater()?;
         let mut out = Vec::with_capacity(input.len() / 2 + 64);
         let start = c.total_in();
         loop {
@@ -671,7 +834,8 @@ impl PerMessageDeflate {
             if out.len() == out.capacity() {
                 out.reserve(out.capacity().max(64));
             }
-            // On error the state is dropped, not given back: the connection fails anyway.
+            // On error the state stays held (`mid_send`) until the connection ends, and goes back
+            // to the pool as nobody's: the connection fails anyway.
             c.compress_vec(&input[consumed..], &mut out, FlushCompress::Sync)
                 .map_err(|e| e.to_string())?;
             // Done when all input is in and the flush left room to spare.
@@ -683,7 +847,6 @@ impl PerMessageDeflate {
             self.sent.push(input);
         }
         if !fin {
-            self.deflater = Some(c);
             return Ok(out);
         }
         if out.ends_with(&TAIL) {
@@ -697,7 +860,7 @@ impl PerMessageDeflate {
             debug_assert!(out.is_empty(), "a sync flush that emits ends with the marker");
             out.push(0x00);
         }
-        self.put_deflater(c);
+        self.message_compressed();
         Ok(out)
     }
 
@@ -705,20 +868,11 @@ impl PerMessageDeflate {
     /// connection is done sending): a pooled one goes back to the pool as nobody's (whoever takes
     /// it resets it: its context is of no further use), a dedicated one is dropped.
     pub(crate) fn abandon_message(&mut self) {
+        self.mid_send = false;
         let Some(c) = self.deflater.take() else { return };
         if let Some(pool) = &self.pool {
-            self.lend_back_deflater(pool, c, 0);
+            give_back_deflater(pool, (self.level, self.compress_bits), c, 0);
         }
-    }
-
-    /// Gives a compressor of ours back to `pool`, as `owner`'s (0: nobody's).
-    fn lend_back_deflater(&self, pool: &DeflatePool, c: Compress, owner: u64) {
-        let lent = Lent {
-            kind: (self.level, self.compress_bits),
-            owner,
-            state: c,
-        };
-        give_back(&pool.shared.compressors, pool.shared.idle_limit, lent);
     }
 
     /// Inflates the next piece of a compressed message into `out`; `last` restores the tail. Fails
@@ -828,6 +982,35 @@ impl PerMessageDeflate {
         self.message_inflated();
         Ok(true)
     }
+}
+
+/// A connection dropped while it holds pooled states gives them back, as nobody's.
+impl Drop for PerMessageDeflate {
+    fn drop(&mut self) {
+        if self.pool.is_some() {
+            self.release_all();
+        }
+    }
+}
+
+/// Gives a compressor of `kind` back to `pool`, as `owner`'s (0: nobody's).
+fn give_back_deflater(pool: &DeflatePool, kind: (u32, u8), c: Compress, owner: u64) {
+    let lent = Lent {
+        kind,
+        owner,
+        state: c,
+    };
+    give_back(&pool.shared.compressors, pool.shared.idle_limit, lent);
+}
+
+/// Gives a decompressor of `bits` back to `pool`, as `owner`'s (0: nobody's).
+fn give_back_inflater(pool: &DeflatePool, bits: u8, d: Decompress, owner: u64) {
+    let lent = Lent {
+        kind: (0, bits),
+        owner,
+        state: d,
+    };
+    give_back(&pool.shared.decompressors, pool.shared.idle_limit, lent);
 }
 
 /// The capacity to give the inflate buffer when it is full: geometric growth (amortised copies),
@@ -1108,18 +1291,28 @@ mod tests {
         (pool, pairs)
     }
 
+    /// `count` numbered words, `tag{i}:{i * mul % modulo}`: text with some repetition, different
+    /// for each (tag, mul, modulo).
+    fn numbered(tag: &str, count: usize, mul: usize, modulo: usize) -> Vec<u8> {
+        (0..count)
+            .flat_map(|i| format!("{tag}{i}:{} ", i * mul % modulo).into_bytes())
+            .collect()
+    }
+
     fn json(i: usize) -> Vec<u8> {
         format!(r#"{{"id":{i},"user":"someone","text":"the same words again and again","tags":["a","b"]}}"#)
             .repeat(12)
             .into_bytes()
     }
 
-    /// An idle pooled connection holds no zlib state, only the text of its contexts; the pool
-    /// holds one state per direction for all of them.
+    /// An idle pooled connection (one that waited for input: `release_idle`) holds no zlib
+    /// state, only the text of its contexts; the pool holds one state per direction for all of
+    /// them.
     #[test]
     fn idle_pooled_connections_hold_no_zlib_state() {
         let (pool, mut pairs) = pooled(50, 8);
         for (i, (client, server)) in pairs.iter_mut().enumerate() {
+            server.note_input();
             let mut out = Vec::new();
             server
                 .inflate(&client.compress(&json(i)).unwrap(), true, &mut out, 1 << 20)
@@ -1129,7 +1322,14 @@ mod tests {
             let mut back = Vec::new();
             client.inflate(&z, true, &mut back, 1 << 20).unwrap();
             assert_eq!(back, json(i));
+            assert!(
+                server.deflater.is_some() && server.inflater.is_some(),
+                "held while busy"
+            );
+            assert_eq!(pool.held(), (1, 1));
+            server.release_idle();
             assert!(server.deflater.is_none() && server.inflater.is_none());
+            assert_eq!(pool.held(), (0, 0));
             assert_eq!(
                 (server.sent.bytes.len(), server.received.bytes.len()),
                 (json(i).len(), json(i).len())
@@ -1140,13 +1340,12 @@ mod tests {
     }
 
     /// A connection whose pooled state was lent to another in between still compresses against
-    /// its own last message (the state is re-primed), and the peer decodes every message.
+    /// its own last message (the state is re-primed), and the peer decodes every message. Each
+    /// connection waits for input (gives its states back) after every exchange.
     #[test]
     fn context_survives_a_lent_state() {
         let (pool, mut pairs) = pooled(2, 1);
-        let message: Vec<u8> = (0..300)
-            .flat_map(|i| format!("{i}:{} ", i * 7919 % 1000).into_bytes())
-            .collect();
+        let message = numbered("", 300, 7919, 1000);
         let mut sizes = Vec::new();
         for round in 0..4 {
             for (client, server) in pairs.iter_mut() {
@@ -1161,6 +1360,7 @@ mod tests {
                 let mut out = Vec::new();
                 server.inflate(&z, true, &mut out, 1 << 20).unwrap();
                 assert_eq!(out, message);
+                server.release_idle();
             }
         }
         let first = PerMessageDeflate::new(Role::Server, TAKEOVER_15, &DeflateConfig::default())
@@ -1173,6 +1373,146 @@ mod tests {
             "{sizes:?} vs {first} bytes from scratch"
         );
         assert_eq!(pool.idle(), (1, 1));
+    }
+
+    /// One exchange on a pair: the client sends `m`, the server echoes it, both decode it.
+    fn exchange(client: &mut PerMessageDeflate, server: &mut PerMessageDeflate, m: &[u8]) -> usize {
+        // Input arrived: the server is busy (it starts waiting).
+        server.note_input();
+        let mut out = Vec::new();
+        server
+            .inflate(&client.compress(m).unwrap(), true, &mut out, 1 << 20)
+            .unwrap();
+        assert_eq!(out, m);
+        let z = server.compress(m).unwrap();
+        let mut back = Vec::new();
+        client.inflate(&z, true, &mut back, 1 << 20).unwrap();
+        assert_eq!(back, m);
+        z.len()
+    }
+
+    /// A busy pooled connection (no wait for input between its messages) borrows once per
+    /// direction and keeps its states: no pool round trip, no reset, no priming per message.
+    /// Once it waits, it gives them back; its next message gets them back, context intact.
+    #[test]
+    fn a_busy_connection_keeps_its_states_and_gives_them_back_when_idle() {
+        let (pool, mut pairs) = pooled(1, 8);
+        let (client, server) = &mut pairs[0];
+        for i in 0..100 {
+            exchange(client, server, &json(i % 3));
+            assert_eq!(pool.borrows(), (1, 1), "message {i}: no borrow per message");
+            assert_eq!((pool.held(), pool.idle()), ((1, 1), (0, 0)));
+        }
+        server.release_idle();
+        assert_eq!((pool.held(), pool.idle()), ((0, 0), (1, 1)));
+        // The same states come back, context intact: the next message is a few
+        // back-references, far shorter than from scratch.
+        let fresh = PerMessageDeflate::new(Role::Server, TAKEOVER_15, &DeflateConfig::default().pool(None))
+            .compress(&json(1))
+            .unwrap()
+            .len();
+        let again = exchange(client, server, &json(1));
+        assert!(again * 4 < fresh, "{again} vs {fresh} bytes from scratch");
+        assert_eq!(pool.borrows(), (2, 2));
+    }
+
+    /// A state held by a connection is never lent to another: a second connection, busy at the
+    /// same time, gets a state of its own, and each keeps compressing against its own context.
+    #[test]
+    fn a_held_state_is_never_lent_to_another_connection() {
+        let (pool, mut pairs) = pooled(2, 8);
+        let (a, b) = (numbered("a", 400, 31, 97), numbered("b", 400, 17, 89));
+        let (first, rest) = pairs.split_at_mut(1);
+        let ((ca, sa), (cb, sb)) = (&mut first[0], &mut rest[0]);
+        let fresh = exchange(ca, sa, &a);
+        exchange(cb, sb, &b);
+        assert_eq!(pool.held(), (2, 2), "each busy connection holds its own");
+        assert_eq!(pool.idle(), (0, 0));
+        for _ in 0..3 {
+            assert!(exchange(ca, sa, &a) * 10 < fresh);
+            assert!(exchange(cb, sb, &b) * 10 < fresh);
+        }
+        // A waits; B stays busy and keeps its own; A's next message gets A's states back.
+        sa.release_idle();
+        assert_eq!((pool.held(), pool.idle()), ((1, 1), (1, 1)));
+        assert!(exchange(cb, sb, &b) * 10 < fresh);
+        assert!(exchange(ca, sa, &a) * 10 < fresh);
+        assert_eq!(pool.borrows(), (3, 3));
+    }
+
+    /// A message sent while the connection waits for input (a push: no input since its last
+    /// wait) gives its compressor back when it ends, as there may be no wait to give it back
+    /// at; input makes the connection busy again, and it keeps its states.
+    #[test]
+    fn a_push_while_waiting_gives_the_compressor_back_at_once() {
+        let (pool, mut pairs) = pooled(1, 8);
+        let (client, server) = &mut pairs[0];
+        exchange(client, server, &json(1));
+        server.release_idle();
+        for i in 0..3 {
+            let z = server.compress(&json(i)).unwrap();
+            let mut out = Vec::new();
+            client.inflate(&z, true, &mut out, 1 << 20).unwrap();
+            assert_eq!(out, json(i));
+            assert!(server.deflater.is_none(), "push {i}");
+            assert_eq!((pool.held(), pool.idle()), ((0, 0), (1, 1)));
+        }
+        server.note_input();
+        exchange(client, server, &json(2));
+        exchange(client, server, &json(3));
+        assert!(server.deflater.is_some() && server.inflater.is_some());
+        assert_eq!(
+            pool.borrows(),
+            (5, 2),
+            "1 + 3 pushes + 1 busy spell; inflater: 2 spells"
+        );
+    }
+
+    /// A connection in the middle of a message keeps its state through a wait for input: the
+    /// message's context is not the connection's between messages.
+    #[test]
+    fn a_message_in_progress_keeps_its_state_through_a_wait() {
+        let (pool, mut pairs) = pooled(1, 8);
+        let (client, server) = &mut pairs[0];
+        let first = server.compress_fragment(b"the first piece, ", false).unwrap();
+        server.release_idle();
+        assert!(server.deflater.is_some());
+        let last = server.compress_fragment(b"and the last piece", true).unwrap();
+        let z = client.compress(&json(1)).unwrap();
+        let mut out = Vec::new();
+        server
+            .inflate(&z[..z.len() / 2], false, &mut out, 1 << 20)
+            .unwrap();
+        server.release_idle();
+        assert!(server.inflater.is_some() && server.deflater.is_none());
+        assert_eq!(pool.held(), (0, 1));
+        server
+            .inflate(&z[z.len() / 2..], true, &mut out, 1 << 20)
+            .unwrap();
+        assert_eq!(out, json(1));
+        server.release_idle();
+        assert_eq!((pool.held(), pool.idle()), ((0, 0), (1, 1)));
+        let mut text = Vec::new();
+        client.inflate(&first, false, &mut text, 1 << 20).unwrap();
+        client.inflate(&last, true, &mut text, 1 << 20).unwrap();
+        assert_eq!(text, b"the first piece, and the last piece");
+    }
+
+    /// The pool counts what busy connections hold apart from what it keeps idle (at most the
+    /// limit); a connection dropped while holding gives its states back, as nobody's.
+    #[test]
+    fn held_states_are_counted_and_given_back_when_dropped() {
+        let (pool, mut pairs) = pooled(3, 2);
+        for (i, (client, server)) in pairs.iter_mut().enumerate() {
+            exchange(client, server, &json(i));
+        }
+        assert_eq!((pool.held(), pool.idle()), ((3, 3), (0, 0)));
+        pairs[0].1.release_idle();
+        pairs[1].1.release_idle();
+        assert_eq!((pool.held(), pool.idle()), ((1, 1), (2, 2)));
+        drop(pairs.pop());
+        assert_eq!((pool.held(), pool.idle()), ((0, 0), (2, 2)), "the limit: 2 idle");
+        assert_eq!(pool.borrows(), (3, 3));
     }
 
     /// Dedicated states (no pool) are kept between messages, as before pooling.
@@ -1216,6 +1556,13 @@ mod tests {
         ) {
             let (_pool, mut pairs) = pooled(4, idle_limit);
             for (n, (who, to_client, len, cut)) in order.into_iter().enumerate() {
+                // The connection that waited for input gives its states back: the others' next
+                // message may get them.
+                if n % 3 == 2 {
+                    let (client, server) = &mut pairs[(who + 1) % 4];
+                    client.release_idle();
+                    server.release_idle();
+                }
                 let message: Vec<u8> = json(n).into_iter().cycle().skip(n * 13).take(len).collect();
                 let (client, server) = &mut pairs[who];
                 let (from, to) = if to_client { (server, client) } else { (client, server) };
@@ -1226,6 +1573,58 @@ mod tests {
                 to.inflate(&z[at..], true, &mut out, 1 << 20).unwrap();
                 prop_assert_eq!(out, message);
             }
+        }
+    }
+
+    proptest! {
+        /// The history keeps exactly the last window of what went through, read at any point.
+        #[test]
+        fn history_matches_the_last_window_of_everything_pushed(
+            pushes in proptest::collection::vec((0usize..700, any::<bool>()), 1..30),
+        ) {
+            let mut h = History::new(9);
+            let mut all = Vec::new();
+            for (i, (len, read)) in pushes.into_iter().enumerate() {
+                let data: Vec<u8> = (0..len).map(|j| (i * 131 + j * 7) as u8).collect();
+                h.push(&data);
+                all.extend_from_slice(&data);
+                if read {
+                    let want = &all[all.len().saturating_sub(512)..];
+                    prop_assert_eq!(h.contiguous(), want);
+                }
+                prop_assert_eq!(h.bytes.len(), all.len().min(512));
+                prop_assert!(h.bytes.capacity() <= 1024);
+            }
+        }
+    }
+
+    proptest! {
+        /// Pooled connections busy and idle at random (a wait for input after some messages):
+        /// every message decodes to what was sent, and a connection holds a state only while
+        /// busy.
+        #[test]
+        fn busy_and_idle_pooled_connections_round_trip(
+            order in proptest::collection::vec((0usize..3, any::<bool>(), 1usize..2000, any::<bool>()), 1..40),
+            idle_limit in 0usize..3,
+        ) {
+            let (pool, mut pairs) = pooled(3, idle_limit);
+            for (n, (who, to_client, len, waits)) in order.into_iter().enumerate() {
+                let message: Vec<u8> = json(n).into_iter().cycle().skip(n * 7).take(len).collect();
+                let (client, server) = &mut pairs[who];
+                let (from, to) = if to_client { (&mut *server, &mut *client) } else { (&mut *client, &mut *server) };
+                let z = from.compress(&message).unwrap();
+                let mut out = Vec::new();
+                to.note_input();
+                to.inflate(&z, true, &mut out, 1 << 20).unwrap();
+                prop_assert_eq!(out, message);
+                if waits {
+                    server.release_idle();
+                    prop_assert!(server.deflater.is_none() && server.inflater.is_none());
+                }
+            }
+            let held = pairs.iter().filter(|(_, s)| s.deflater.is_some()).count();
+            prop_assert_eq!(pool.held().0, held);
+            prop_assert!(pool.idle().0 <= idle_limit);
         }
     }
 

@@ -24,6 +24,18 @@ impl PerMessageDeflate {
         match *self {}
     }
 
+    pub(crate) fn release_idle(&mut self) {
+        match *self {}
+    }
+
+    pub(crate) fn note_input(&mut self) {
+        match *self {}
+    }
+
+    pub(crate) fn release_all(&mut self) {
+        match *self {}
+    }
+
     pub(crate) fn shared_key(&self) -> Option<(u32, u8)> {
         match *self {}
     }
