@@ -52,10 +52,13 @@
 //! of three servers loses nothing acknowledged, and nodes connected to the others see no gap
 //! (tests/distributed.rs kills one of three during traffic from three nodes). A node whose
 //! connection stays up but whose topic's consumer was on the lost server would wait for the
-//! client's heartbeats to notice; instead a topic quiet for 3 s checks that the stream holds
-//! nothing after what it delivered, and if it does, every consumer is restored (an
-//! [`Event::Lost`], then [`Event::Restored`] once the cluster has elected its new leaders,
-//! seconds). The epoch is the
+//! client's heartbeats to notice; instead a topic whose consumer delivered nothing for 3 s
+//! (quiet, or failing every pull) checks that the stream holds nothing after what it delivered,
+//! and if it does, if JetStream does not answer that twice in a row, or if the consumer ends,
+//! every consumer is restored (an [`Event::Lost`], then [`Event::Restored`] once the cluster
+//! has elected its new leaders, seconds, and the hub repairs every topic from history). A
+//! reconnection is restored and reported the same way whether or not its disconnection was
+//! seen (the client drops events when its event queue is full). The epoch is the
 //! stream's creation time, which every server of the cluster reports alike. Listing one server
 //! of a cluster works too, with a stream of one copy (its server's loss is an outage, and the
 //! loss of its store a new epoch).
@@ -128,10 +131,11 @@ const HISTORY_TIMEOUT: Duration = Duration::from_secs(10);
 /// on a lost cluster server resumes within about this long. The cost: per subscribed topic, a
 /// pull request this often and a heartbeat twice as often while it is quiet.
 const ORDERED_EXPIRES: Duration = Duration::from_secs(4);
-/// How long a topic's consumer may be quiet before the backplane checks that the stream holds
-/// nothing it has not delivered (one request per quiet topic this often). A consumer whose
-/// server left a cluster while this node's connection stayed up is otherwise noticed only by
-/// the client's heartbeats, which did not recover it within 40 s in tests/distributed.rs.
+/// How long a topic's consumer may deliver nothing (quiet, or yielding errors) before the
+/// backplane checks that the stream holds nothing it has not delivered (one request per quiet
+/// topic this often). A consumer whose server left a cluster while this node's connection
+/// stayed up is otherwise noticed only by the client's heartbeats, which did not recover it
+/// within 40 s in tests/distributed.rs.
 const STALL_CHECK: Duration = Duration::from_secs(3);
 /// Publications fetched from history per pull request.
 const HISTORY_BATCH: usize = 500;
@@ -873,6 +877,13 @@ async fn forward_core(topic: Topic, mut sub: async_nats::Subscriber, events: Eve
 
 /// Forwards an ordered consumer's messages to the hub, each once (`next` skips what a recreated
 /// consumer delivers again).
+///
+/// A consumer that has delivered nothing new for [`STALL_CHECK`] is checked against the stream
+/// whether it was silent or not: errors and publications delivered again do not put the check
+/// off (waiting for 3 s of silence never checked a consumer yielding either more often). One
+/// that ends, that the check finds behind the stream, or about which JetStream does not answer
+/// twice in a row, is handed to the supervisor, which reports [`Event::Lost`] and restores
+/// every consumer: no path leaves a topic undelivered without a `Lost` and the hub's repair.
 async fn forward_js(
     topic: Topic,
     mut messages: consumer::pull::Ordered,
@@ -882,30 +893,45 @@ async fn forward_js(
     stored: Arc<std::sync::Mutex<Option<i128>>>,
     events: EventSender,
 ) {
+    // When to check the stream unless a publication arrives first.
+    let mut check_at = tokio::time::Instant::now() + STALL_CHECK;
+    // Checks in a row that JetStream did not answer.
+    let mut unanswered = 0;
     loop {
-        let m = match tokio::time::timeout(STALL_CHECK, messages.next()).await {
-            Ok(Some(m)) => m,
-            Ok(None) => return,
-            Err(_) => {
-                if stalled(&context, &topic, next.load(Ordering::Acquire)).await {
-                    tracing::warn!(
-                        "NATS: the consumer of {topic} delivers nothing while the stream holds \
-                         publications after {}: restarting the consumers (a cluster server lost?)",
-                        next.load(Ordering::Acquire).saturating_sub(1)
-                    );
-                    let _ = stalls.send(topic);
-                    return;
-                }
-                continue;
-            }
-        };
-        let m = match m {
-            Ok(m) => m,
-            Err(e) => {
+        let m = match tokio::time::timeout_at(check_at, messages.next()).await {
+            Ok(Some(Ok(m))) => Some(m),
+            Ok(Some(Err(e))) => {
                 tracing::debug!("NATS: consumer of {topic}: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
+                None
+            }
+            Ok(None) => {
+                tracing::warn!("NATS: the consumer of {topic} ended: restarting the consumers");
+                let _ = stalls.send(topic);
+                return;
+            }
+            Err(_) => None,
+        };
+        let Some(m) = m else {
+            if tokio::time::Instant::now() < check_at {
                 continue;
             }
+            let verdict = stalled(&context, &topic, next.load(Ordering::Acquire)).await;
+            unanswered = if verdict.is_none() { unanswered + 1 } else { 0 };
+            // Unknown twice in a row (JetStream does not answer for 6 s while the connection is
+            // up): restored too, rather than trusted to be fine.
+            if verdict == Some(true) || unanswered >= 2 {
+                tracing::warn!(
+                    "NATS: the consumer of {topic} delivers nothing while the stream holds \
+                     publications after {} (or does not answer): restarting the consumers (a \
+                     cluster server lost?)",
+                    next.load(Ordering::Acquire).saturating_sub(1)
+                );
+                let _ = stalls.send(topic);
+                return;
+            }
+            check_at = tokio::time::Instant::now() + STALL_CHECK;
+            continue;
         };
         let (seq, time) = match m.info() {
             Ok(info) => (info.stream_sequence, info.published.unix_timestamp_nanos()),
@@ -931,18 +957,18 @@ async fn forward_js(
         }
         *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(time);
         next.store(seq + 1, Ordering::Release);
+        check_at = tokio::time::Instant::now() + STALL_CHECK;
     }
 }
 
 /// Whether the stream holds a publication on `topic` at or after `next`, which its consumer has
-/// not delivered although it has been quiet for [`STALL_CHECK`] (unknown: no).
-async fn stalled(context: &jetstream::Context, topic: &Topic, next: u64) -> bool {
-    let Ok(stream) = context.get_stream(STREAM).await else {
-        return false;
-    };
+/// not delivered for [`STALL_CHECK`]; `None`: JetStream did not answer.
+async fn stalled(context: &jetstream::Context, topic: &Topic, next: u64) -> Option<bool> {
+    let stream = context.get_stream(STREAM).await.ok()?;
     match stream.get_last_raw_message_by_subject(&subject(topic)).await {
-        Ok(m) => m.sequence >= next,
-        Err(_) => false,
+        Ok(m) => Some(m.sequence >= next),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Some(false),
+        Err(_) => None,
     }
 }
 
@@ -986,6 +1012,16 @@ async fn supervise(
                 }
             }
             async_nats::Event::Connected => {
+                // The client drops events its channel cannot take (it `try_send`s them), so a
+                // reconnection may come without its disconnection: restored all the same, and
+                // reported, so that the hub repairs every topic from its last position.
+                if !lost && !s.topics.lock().await.is_empty() {
+                    lost = true;
+                    let reason = format!("reconnected to {}; restoring", s.server);
+                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                        return;
+                    }
+                }
                 if !lost {
                     continue;
                 }
