@@ -94,7 +94,7 @@
 //! A message that does not decode (another version, a foreign publisher) is skipped with a
 //! warning.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -530,42 +530,78 @@ impl Shared {
 
     /// After a reconnect: the stream again (it may be new: another epoch), then every topic's
     /// consumer from its next unseen sequence (core NATS: the client resubscribed already).
-    async fn restore(&self) -> Result<(), Error> {
+    ///
+    /// `done`: the topics an earlier attempt of the same restoration restored, in the epoch it
+    /// names, left running; this attempt adds those it restores. A cluster that lost a server
+    /// still places some new consumers on it for a while (their creation times out: about half
+    /// of them in tests/distributed.rs), so an attempt that restarted every topic failed as long
+    /// as any one of them did, and a node could retry for longer than the test's 15 s while
+    /// its topics stayed undelivered.
+    async fn restore(&self, done: &mut (String, HashSet<Topic>)) -> Result<(), Error> {
         let Some(js) = &self.js else { return Ok(()) };
         let info = js.ensure_stream(&self.server).await?;
         let epoch = epoch_of(&info);
+        if done.0 != epoch {
+            *done = (epoch.clone(), HashSet::new());
+        }
         let mut topics = self.topics.lock().await;
+        // Every topic is tried, each failure leaving the others restored; the first error ends
+        // the attempt.
+        let mut failed = None;
         for (topic, follow) in topics.iter_mut() {
+            if done.1.contains(topic) {
+                continue;
+            }
             follow.stop().await;
-            let (start, after) = if follow.epoch == epoch {
-                let next = follow.next.load(Ordering::Acquire);
-                let stored = *follow
-                    .stored
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if self.went_back(js, topic, &info, next, stored).await? {
-                    // The stream lost its tail and gives those sequences again: what it stored
-                    // after the last publication delivered is new, whatever its sequence (the
-                    // hub reports the gap when it sees a position again).
-                    tracing::warn!(
-                        "NATS: stream {STREAM} went back (it had given sequence {}, now stands at {}): \
-                         it lost publications on {topic}",
-                        next.saturating_sub(1),
-                        info.state.last_sequence
-                    );
-                    match stored {
-                        Some(t) => (0, Some(t)),
-                        None => (info.state.last_sequence + 1, None),
-                    }
-                } else {
-                    (next, None)
+            match self.restore_topic(js, &info, &epoch, topic, follow).await {
+                Ok(()) => {
+                    done.1.insert(topic.clone());
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// One topic's consumer again (its task stopped), from its next unseen sequence in `epoch`.
+    async fn restore_topic(
+        &self,
+        js: &Js,
+        info: &stream::Info,
+        epoch: &str,
+        topic: &Topic,
+        follow: &mut Follow,
+    ) -> Result<(), Error> {
+        let (start, after) = if follow.epoch == epoch {
+            let next = follow.next.load(Ordering::Acquire);
+            let stored = *follow
+                .stored
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if self.went_back(js, topic, info, next, stored).await? {
+                // The stream lost its tail and gives those sequences again: what it stored
+                // after the last publication delivered is new, whatever its sequence (the
+                // hub reports the gap when it sees a position again).
+                tracing::warn!(
+                    "NATS: stream {STREAM} went back (it had given sequence {}, now stands at {}): \
+                     it lost publications on {topic}",
+                    next.saturating_sub(1),
+                    info.state.last_sequence
+                );
+                match stored {
+                    Some(t) => (0, Some(t)),
+                    None => (info.state.last_sequence + 1, None),
                 }
             } else {
-                // The stream was lost: everything in the new one is new.
-                (1, None)
-            };
-            *follow = self.follow(topic, epoch.clone(), start, after).await?;
-        }
+                (next, None)
+            }
+        } else {
+            // The stream was lost: everything in the new one is new.
+            (1, None)
+        };
+        *follow = self.follow(topic, epoch.to_owned(), start, after).await?;
         Ok(())
     }
 
@@ -1028,8 +1064,9 @@ async fn supervise(
                 // Retried while connected; a new disconnection ends this and the next connection
                 // tries again.
                 let mut restored = false;
+                let mut done = (String::new(), HashSet::new());
                 while s.client.connection_state() == State::Connected {
-                    match s.restore().await {
+                    match s.restore(&mut done).await {
                         Ok(()) => {
                             restored = true;
                             break;
