@@ -35,7 +35,10 @@
 //!   new publications under those sequences (a resume from beyond the stream's end is a gap).
 //!   Making the epoch change would need an identity of the server's life in each stored
 //!   publication (the Redis backplane's `run_id`), checked by [`Backplane::history`] at the
-//!   resume position.
+//!   resume position. A generation kept in the stream's configuration `metadata`, bumped by
+//!   the node that detects the rollback and part of the epoch, needs nats-server 2.10 (stream
+//!   metadata; the tests' server is 2.9.10), and would still miss a rollback no node saw
+//!   (every node away while the stream went back and grew past the lost positions).
 //!
 //! **Without JetStream** (or without history): core NATS publish/subscribe, at most once.
 //! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
