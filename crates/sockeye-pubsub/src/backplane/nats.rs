@@ -35,7 +35,10 @@
 //!   new publications under those sequences (a resume from beyond the stream's end is a gap).
 //!   Making the epoch change would need an identity of the server's life in each stored
 //!   publication (the Redis backplane's `run_id`), checked by [`Backplane::history`] at the
-//!   resume position.
+//!   resume position. A generation kept in the stream's configuration `metadata`, bumped by
+//!   the node that detects the rollback and part of the epoch, needs nats-server 2.10 (stream
+//!   metadata; the tests' server is 2.9.10), and would still miss a rollback no node saw
+//!   (every node away while the stream went back and grew past the lost positions).
 //!
 //! **Without JetStream** (or without history): core NATS publish/subscribe, at most once.
 //! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
@@ -52,10 +55,13 @@
 //! of three servers loses nothing acknowledged, and nodes connected to the others see no gap
 //! (tests/distributed.rs kills one of three during traffic from three nodes). A node whose
 //! connection stays up but whose topic's consumer was on the lost server would wait for the
-//! client's heartbeats to notice; instead a topic quiet for 3 s checks that the stream holds
-//! nothing after what it delivered, and if it does, every consumer is restored (an
-//! [`Event::Lost`], then [`Event::Restored`] once the cluster has elected its new leaders,
-//! seconds). The epoch is the
+//! client's heartbeats to notice; instead a topic whose consumer delivered nothing for 3 s
+//! (quiet, or failing every pull) checks that the stream holds nothing after what it delivered,
+//! and if it does, if JetStream does not answer that twice in a row, or if the consumer ends,
+//! every consumer is restored (an [`Event::Lost`], then [`Event::Restored`] once the cluster
+//! has elected its new leaders, seconds, and the hub repairs every topic from history). A
+//! reconnection is restored and reported the same way whether or not its disconnection was
+//! seen (the client drops events when its event queue is full). The epoch is the
 //! stream's creation time, which every server of the cluster reports alike. Listing one server
 //! of a cluster works too, with a stream of one copy (its server's loss is an outage, and the
 //! loss of its store a new epoch).
@@ -91,7 +97,7 @@
 //! A message that does not decode (another version, a foreign publisher) is skipped with a
 //! warning.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -128,10 +134,11 @@ const HISTORY_TIMEOUT: Duration = Duration::from_secs(10);
 /// on a lost cluster server resumes within about this long. The cost: per subscribed topic, a
 /// pull request this often and a heartbeat twice as often while it is quiet.
 const ORDERED_EXPIRES: Duration = Duration::from_secs(4);
-/// How long a topic's consumer may be quiet before the backplane checks that the stream holds
-/// nothing it has not delivered (one request per quiet topic this often). A consumer whose
-/// server left a cluster while this node's connection stayed up is otherwise noticed only by
-/// the client's heartbeats, which did not recover it within 40 s in tests/distributed.rs.
+/// How long a topic's consumer may deliver nothing (quiet, or yielding errors) before the
+/// backplane checks that the stream holds nothing it has not delivered (one request per quiet
+/// topic this often). A consumer whose server left a cluster while this node's connection
+/// stayed up is otherwise noticed only by the client's heartbeats, which did not recover it
+/// within 40 s in tests/distributed.rs.
 const STALL_CHECK: Duration = Duration::from_secs(3);
 /// Publications fetched from history per pull request.
 const HISTORY_BATCH: usize = 500;
@@ -526,42 +533,78 @@ impl Shared {
 
     /// After a reconnect: the stream again (it may be new: another epoch), then every topic's
     /// consumer from its next unseen sequence (core NATS: the client resubscribed already).
-    async fn restore(&self) -> Result<(), Error> {
+    ///
+    /// `done`: the topics an earlier attempt of the same restoration restored, in the epoch it
+    /// names, left running; this attempt adds those it restores. A cluster that lost a server
+    /// still places some new consumers on it for a while (their creation times out: about half
+    /// of them in tests/distributed.rs), so an attempt that restarted every topic failed as long
+    /// as any one of them did, and a node could retry for longer than the test's 15 s while
+    /// its topics stayed undelivered.
+    async fn restore(&self, done: &mut (String, HashSet<Topic>)) -> Result<(), Error> {
         let Some(js) = &self.js else { return Ok(()) };
         let info = js.ensure_stream(&self.server).await?;
         let epoch = epoch_of(&info);
+        if done.0 != epoch {
+            *done = (epoch.clone(), HashSet::new());
+        }
         let mut topics = self.topics.lock().await;
+        // Every topic is tried, each failure leaving the others restored; the first error ends
+        // the attempt.
+        let mut failed = None;
         for (topic, follow) in topics.iter_mut() {
+            if done.1.contains(topic) {
+                continue;
+            }
             follow.stop().await;
-            let (start, after) = if follow.epoch == epoch {
-                let next = follow.next.load(Ordering::Acquire);
-                let stored = *follow
-                    .stored
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if self.went_back(js, topic, &info, next, stored).await? {
-                    // The stream lost its tail and gives those sequences again: what it stored
-                    // after the last publication delivered is new, whatever its sequence (the
-                    // hub reports the gap when it sees a position again).
-                    tracing::warn!(
-                        "NATS: stream {STREAM} went back (it had given sequence {}, now stands at {}): \
-                         it lost publications on {topic}",
-                        next.saturating_sub(1),
-                        info.state.last_sequence
-                    );
-                    match stored {
-                        Some(t) => (0, Some(t)),
-                        None => (info.state.last_sequence + 1, None),
-                    }
-                } else {
-                    (next, None)
+            match self.restore_topic(js, &info, &epoch, topic, follow).await {
+                Ok(()) => {
+                    done.1.insert(topic.clone());
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// One topic's consumer again (its task stopped), from its next unseen sequence in `epoch`.
+    async fn restore_topic(
+        &self,
+        js: &Js,
+        info: &stream::Info,
+        epoch: &str,
+        topic: &Topic,
+        follow: &mut Follow,
+    ) -> Result<(), Error> {
+        let (start, after) = if follow.epoch == epoch {
+            let next = follow.next.load(Ordering::Acquire);
+            let stored = *follow
+                .stored
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if self.went_back(js, topic, info, next, stored).await? {
+                // The stream lost its tail and gives those sequences again: what it stored
+                // after the last publication delivered is new, whatever its sequence (the
+                // hub reports the gap when it sees a position again).
+                tracing::warn!(
+                    "NATS: stream {STREAM} went back (it had given sequence {}, now stands at {}): \
+                     it lost publications on {topic}",
+                    next.saturating_sub(1),
+                    info.state.last_sequence
+                );
+                match stored {
+                    Some(t) => (0, Some(t)),
+                    None => (info.state.last_sequence + 1, None),
                 }
             } else {
-                // The stream was lost: everything in the new one is new.
-                (1, None)
-            };
-            *follow = self.follow(topic, epoch.clone(), start, after).await?;
-        }
+                (next, None)
+            }
+        } else {
+            // The stream was lost: everything in the new one is new.
+            (1, None)
+        };
+        *follow = self.follow(topic, epoch.to_owned(), start, after).await?;
         Ok(())
     }
 
@@ -873,6 +916,13 @@ async fn forward_core(topic: Topic, mut sub: async_nats::Subscriber, events: Eve
 
 /// Forwards an ordered consumer's messages to the hub, each once (`next` skips what a recreated
 /// consumer delivers again).
+///
+/// A consumer that has delivered nothing new for [`STALL_CHECK`] is checked against the stream
+/// whether it was silent or not: errors and publications delivered again do not put the check
+/// off (waiting for 3 s of silence never checked a consumer yielding either more often). One
+/// that ends, that the check finds behind the stream, or about which JetStream does not answer
+/// twice in a row, is handed to the supervisor, which reports [`Event::Lost`] and restores
+/// every consumer: no path leaves a topic undelivered without a `Lost` and the hub's repair.
 async fn forward_js(
     topic: Topic,
     mut messages: consumer::pull::Ordered,
@@ -882,30 +932,45 @@ async fn forward_js(
     stored: Arc<std::sync::Mutex<Option<i128>>>,
     events: EventSender,
 ) {
+    // When to check the stream unless a publication arrives first.
+    let mut check_at = tokio::time::Instant::now() + STALL_CHECK;
+    // Checks in a row that JetStream did not answer.
+    let mut unanswered = 0;
     loop {
-        let m = match tokio::time::timeout(STALL_CHECK, messages.next()).await {
-            Ok(Some(m)) => m,
-            Ok(None) => return,
-            Err(_) => {
-                if stalled(&context, &topic, next.load(Ordering::Acquire)).await {
-                    tracing::warn!(
-                        "NATS: the consumer of {topic} delivers nothing while the stream holds \
-                         publications after {}: restarting the consumers (a cluster server lost?)",
-                        next.load(Ordering::Acquire).saturating_sub(1)
-                    );
-                    let _ = stalls.send(topic);
-                    return;
-                }
-                continue;
-            }
-        };
-        let m = match m {
-            Ok(m) => m,
-            Err(e) => {
+        let m = match tokio::time::timeout_at(check_at, messages.next()).await {
+            Ok(Some(Ok(m))) => Some(m),
+            Ok(Some(Err(e))) => {
                 tracing::debug!("NATS: consumer of {topic}: {e}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
+                None
+            }
+            Ok(None) => {
+                tracing::warn!("NATS: the consumer of {topic} ended: restarting the consumers");
+                let _ = stalls.send(topic);
+                return;
+            }
+            Err(_) => None,
+        };
+        let Some(m) = m else {
+            if tokio::time::Instant::now() < check_at {
                 continue;
             }
+            let verdict = stalled(&context, &topic, next.load(Ordering::Acquire)).await;
+            unanswered = if verdict.is_none() { unanswered + 1 } else { 0 };
+            // Unknown twice in a row (JetStream does not answer for 6 s while the connection is
+            // up): restored too, rather than trusted to be fine.
+            if verdict == Some(true) || unanswered >= 2 {
+                tracing::warn!(
+                    "NATS: the consumer of {topic} delivers nothing while the stream holds \
+                     publications after {} (or does not answer): restarting the consumers (a \
+                     cluster server lost?)",
+                    next.load(Ordering::Acquire).saturating_sub(1)
+                );
+                let _ = stalls.send(topic);
+                return;
+            }
+            check_at = tokio::time::Instant::now() + STALL_CHECK;
+            continue;
         };
         let (seq, time) = match m.info() {
             Ok(info) => (info.stream_sequence, info.published.unix_timestamp_nanos()),
@@ -931,18 +996,18 @@ async fn forward_js(
         }
         *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(time);
         next.store(seq + 1, Ordering::Release);
+        check_at = tokio::time::Instant::now() + STALL_CHECK;
     }
 }
 
 /// Whether the stream holds a publication on `topic` at or after `next`, which its consumer has
-/// not delivered although it has been quiet for [`STALL_CHECK`] (unknown: no).
-async fn stalled(context: &jetstream::Context, topic: &Topic, next: u64) -> bool {
-    let Ok(stream) = context.get_stream(STREAM).await else {
-        return false;
-    };
+/// not delivered for [`STALL_CHECK`]; `None`: JetStream did not answer.
+async fn stalled(context: &jetstream::Context, topic: &Topic, next: u64) -> Option<bool> {
+    let stream = context.get_stream(STREAM).await.ok()?;
     match stream.get_last_raw_message_by_subject(&subject(topic)).await {
-        Ok(m) => m.sequence >= next,
-        Err(_) => false,
+        Ok(m) => Some(m.sequence >= next),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Some(false),
+        Err(_) => None,
     }
 }
 
@@ -986,14 +1051,25 @@ async fn supervise(
                 }
             }
             async_nats::Event::Connected => {
+                // The client drops events its channel cannot take (it `try_send`s them), so a
+                // reconnection may come without its disconnection: restored all the same, and
+                // reported, so that the hub repairs every topic from its last position.
+                if !lost && !s.topics.lock().await.is_empty() {
+                    lost = true;
+                    let reason = format!("reconnected to {}; restoring", s.server);
+                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                        return;
+                    }
+                }
                 if !lost {
                     continue;
                 }
                 // Retried while connected; a new disconnection ends this and the next connection
                 // tries again.
                 let mut restored = false;
+                let mut done = (String::new(), HashSet::new());
                 while s.client.connection_state() == State::Connected {
-                    match s.restore().await {
+                    match s.restore(&mut done).await {
                         Ok(()) => {
                             restored = true;
                             break;
