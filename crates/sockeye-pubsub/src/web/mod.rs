@@ -190,13 +190,7 @@ impl Web {
             .route("/publish/{*topic}", post(api::publish_one))
             .route("/history/{*topic}", get(api::history))
             .route("/metrics", get(metrics::scrape))
-            .fallback(|| async {
-                respond::error(
-                    http::StatusCode::NOT_FOUND,
-                    "not_found",
-                    "no such path: see docs/pubsub-protocol.md for what a node serves",
-                )
-            })
+            .fallback(socket::elsewhere)
             .with_state(Arc::clone(&self.shared))
     }
 

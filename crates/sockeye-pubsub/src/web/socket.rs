@@ -83,6 +83,25 @@ pub(crate) async fn serve(
         })
 }
 
+/// Any other path: a WebSocket is closed with 1008 saying where the protocol is; anything
+/// else is a 404.
+pub(crate) async fn elsewhere(upgrade: Result<Upgrade, http::Response<String>>) -> Response {
+    match upgrade {
+        Ok(upgrade) => upgrade.on_upgrade(|mut ws| async move {
+            let why = sockeye::CloseFrame::new(
+                sockeye::CloseCode::POLICY_VIOLATION,
+                "the pub/sub protocol is served at /",
+            );
+            let _ = ws.close(Some(why)).await;
+        }),
+        Err(_) => respond::error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such path: see docs/pubsub-protocol.md for what a node serves",
+        ),
+    }
+}
+
 /// The JSON protocol, counting what it sees for the metrics: a relaxed atomic add per delivery.
 struct Counted {
     json: JsonProtocol,
