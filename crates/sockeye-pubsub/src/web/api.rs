@@ -43,9 +43,8 @@ pub(crate) async fn publish_one(
 ) -> Response {
     finish(
         async {
-            check_token(&shared, &headers)?;
+            let body = authorized_body(&shared, &headers, body).await?;
             let topic = topic_of(&uri, "/publish/")?;
-            let body = read_body(&shared, &headers, body).await?;
             let data = json_text(&body)?;
             let items = vec![(topic, data.to_owned())];
             publish(&shared, items, false).await
@@ -75,8 +74,7 @@ pub(crate) async fn publish_batch(
 ) -> Response {
     finish(
         async {
-            check_token(&shared, &headers)?;
-            let body = read_body(&shared, &headers, body).await?;
+            let body = authorized_body(&shared, &headers, body).await?;
             let batch: Batch<'_> = serde_json::from_slice(&body).map_err(|e| {
                 let code = if e.is_data() { "bad_request" } else { "bad_json" };
                 refuse(
@@ -310,8 +308,9 @@ fn topic_of(uri: &Uri, prefix: &str) -> Result<Topic, Refusal> {
     Topic::new(&decode(raw)).map_err(|e| refuse(StatusCode::BAD_REQUEST, "invalid_topic", e.to_string()))
 }
 
-/// The body, at most the hub's largest publication.
-async fn read_body(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Refusal> {
+/// The body of a request with the API token: at most the hub's largest publication.
+async fn authorized_body(shared: &Shared, headers: &HeaderMap, body: Body) -> Result<bytes::Bytes, Refusal> {
+    check_token(shared, headers)?;
     let max = shared.hub.max_payload();
     let too_large = || {
         refuse(

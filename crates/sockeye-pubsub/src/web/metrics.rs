@@ -12,7 +12,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use super::{Shared, respond};
 
@@ -39,72 +39,53 @@ pub(crate) struct Metrics {
 impl Metrics {
     pub(crate) fn new() -> Metrics {
         let mut registry = Registry::with_prefix("sockeye_pubsub");
-        let connections = Gauge::default();
-        registry.register(
-            "connections",
-            "WebSocket clients connected now",
-            connections.clone(),
-        );
-        let refused_connections = Counter::default();
-        registry.register(
+        let connections: Gauge = add(&mut registry, "connections", "WebSocket clients connected now");
+        let refused_connections: Counter = add(
+            &mut registry,
             "refused_connections",
             "WebSocket clients refused by the token check (401, 403)",
-            refused_connections.clone(),
         );
-        let subscriptions = Gauge::default();
-        registry.register(
+        let subscriptions: Gauge = add(
+            &mut registry,
             "subscriptions",
             "Topics subscribed to, summed over connected clients",
-            subscriptions.clone(),
         );
-        let topics = Gauge::default();
-        registry.register(
+        let topics: Gauge = add(
+            &mut registry,
             "topics",
             "Topics with at least one subscriber on this node",
-            topics.clone(),
         );
-        let publications = Family::<Labels, Counter>::default();
-        registry.register(
+        let publications: Family<Labels, Counter> = add(
+            &mut registry,
             "publications",
             "Publications made on this node, by where they came from (socket: a WebSocket client, http: the HTTP API)",
-            publications.clone(),
         );
         let published_by_socket = publications.get_or_create(&vec![("source", "socket")]).clone();
-        let deliveries = Counter::default();
-        registry.register(
-            "deliveries",
-            "Messages sent to WebSocket clients",
-            deliveries.clone(),
-        );
-        let dropped = Counter::default();
-        registry.register(
+        let deliveries: Counter = add(&mut registry, "deliveries", "Messages sent to WebSocket clients");
+        let dropped: Counter = add(
+            &mut registry,
             "dropped",
             "Messages dropped for clients too slow to read them (SlowPolicy::Drop)",
-            dropped.clone(),
         );
-        let gaps = Counter::default();
-        registry.register(
+        let gaps: Counter = add(
+            &mut registry,
             "gaps",
             "Gap notices sent to clients: messages missed that no history held",
-            gaps.clone(),
         );
-        let slow_closes = Counter::default();
-        registry.register(
+        let slow_closes: Counter = add(
+            &mut registry,
             "slow_closes",
             "Clients closed with 1008 because they did not read fast enough",
-            slow_closes.clone(),
         );
-        let backplane_up = Gauge::default();
-        registry.register(
+        let backplane_up: Gauge = add(
+            &mut registry,
             "backplane_up",
             "1 while the backplane is connected to its server, else 0",
-            backplane_up.clone(),
         );
-        let backplane_rtt = Gauge::<f64, AtomicU64>::default();
-        registry.register(
+        let backplane_rtt: Gauge<f64, AtomicU64> = add(
+            &mut registry,
             "backplane_publish_round_trip_seconds",
             "How long the last publication took the backplane to acknowledge (0 before the first)",
-            backplane_rtt.clone(),
         );
         Metrics {
             registry: Arc::new(registry),
@@ -146,6 +127,13 @@ impl Metrics {
     pub(crate) fn open_connections(&self) -> usize {
         usize::try_from(self.connections.get()).unwrap_or(0)
     }
+}
+
+/// A new metric, registered.
+fn add<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 /// `GET /metrics`.
