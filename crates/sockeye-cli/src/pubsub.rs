@@ -100,7 +100,11 @@ fn web_config(args: &PubsubArgs) -> Result<WebConfig, Failure> {
     let session = SessionConfig::default()
         .on_gap(OnGap::Deliver)
         .close_grace(CLOSE_GRACE);
-    let mut config = WebConfig::default().session(session);
+    let mut socket = sockeye::Config::default();
+    if args.relay.server.no_deflate {
+        socket.protocol.deflate = None;
+    }
+    let mut config = WebConfig::default().session(session).socket(socket);
     if let Some(token) = &args.api_token {
         config = config.api_token(token);
     }

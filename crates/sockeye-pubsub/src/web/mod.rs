@@ -70,6 +70,7 @@ pub struct WebConfig {
     pub(crate) api_token: Option<Arc<str>>,
     pub(crate) authorize: Option<Authorize>,
     pub(crate) history_limit: usize,
+    pub(crate) socket: sockeye::Config,
 }
 
 impl std::fmt::Debug for WebConfig {
@@ -79,6 +80,7 @@ impl std::fmt::Debug for WebConfig {
             .field("api_token", &self.api_token.as_ref().map(|_| "…"))
             .field("authorize", &self.authorize.is_some())
             .field("history_limit", &self.history_limit)
+            .field("socket", &self.socket)
             .finish()
     }
 }
@@ -86,13 +88,15 @@ impl std::fmt::Debug for WebConfig {
 impl Default for WebConfig {
     /// Sessions with [`OnGap::Deliver`] (the client is told of a gap with a `gap` frame), no
     /// API token (the HTTP API answers 403), no client authentication (every client may
-    /// subscribe to and publish on every topic), at most 1,000 messages per history read.
+    /// subscribe to and publish on every topic), at most 1,000 messages per history read,
+    /// `sockeye::Config::default()` for the WebSockets.
     fn default() -> Self {
         WebConfig {
             session: SessionConfig::default().on_gap(OnGap::Deliver),
             api_token: None,
             authorize: None,
             history_limit: 1000,
+            socket: sockeye::Config::default(),
         }
     }
 }
@@ -121,6 +125,14 @@ impl WebConfig {
         check: impl Fn(Option<&str>) -> Result<crate::access::Access, Refused> + Send + Sync + 'static,
     ) -> Self {
         self.authorize = Some(Arc::new(check));
+        self
+    }
+
+    /// The WebSockets' settings (compression, timeouts, buffers). Its
+    /// `protocol.max_message_size` is replaced by what fits the hub's largest publication in a
+    /// frame (a larger frame is closed with 1009). Default: `sockeye::Config::default()`.
+    pub fn socket(mut self, config: sockeye::Config) -> Self {
+        self.socket = config;
         self
     }
 
@@ -158,7 +170,7 @@ impl std::fmt::Debug for Web {
 impl Web {
     /// The web face of `hub`.
     pub fn new(hub: Hub, config: WebConfig) -> Web {
-        let mut socket = sockeye::Config::default();
+        let mut socket = config.socket.clone();
         socket.protocol.max_message_size = hub.max_payload().saturating_add(JSON_HEADROOM);
         Web {
             shared: Arc::new(Shared {
