@@ -110,29 +110,47 @@ stream history or NATS JetStream; without history the gap is logged).
 Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
   listen (address in use, bad certificate files), 2 usage.")]
     BroadcastServer(BroadcastArgs),
-    /// Serve the pub/sub protocol for web clients at / (many topics on one socket, positions,
-    /// resume after a reconnect to any node, gap notices), on this node or, with --backplane,
-    /// across nodes.
+    /// Serve pub/sub for web applications on one port: the JSON protocol's WebSocket at / (many
+    /// topics on one socket, positions, resume after a reconnect to any node, gap notices), the
+    /// JavaScript client and a demo page, an HTTP API for backends, client tokens and metrics; on
+    /// this node or, with --backplane, across nodes.
     #[command(name = "pubsub_server")]
     #[command(after_help = "Examples:
-  ws pubsub_server --port 8008
+  ws pubsub_server --port 8008                                     (then open http://127.0.0.1:8008/demo)
   ws pubsub_server --port 8001 --backplane redis://127.0.0.1:6379     (one node of several)
   ws pubsub_server --port 8002 --backplane nats://127.0.0.1:4222
   ws pubsub_server -q --tls --cert-file cert.pem --key-file key.pem
+  ws pubsub_server --api-token s3cret --jwt-secret jwtkey        (backends and clients need tokens)
+  ws pubsub_server --token shared --allow-subscribe 'rooms/*' --allow-publish 'rooms/*'
+
+On one port, over HTTP/1.1 and HTTP/2 (h2c, or h2 by ALPN with --tls):
+  /                      the WebSocket of the protocol (ws://HOST:PORT/?token=…)
+  /client.js, /demo      the JavaScript client (clients/js) and a live notifications page
+  POST /publish/TOPIC    publish the JSON body; answers {\"topic\",\"offset\",\"epoch\"}
+  POST /publish          a batch: {\"publications\":[{\"topic\":T,\"data\":D},…]}
+  GET /history/TOPIC?since=OFFSET@EPOCH&limit=N   what the history holds after a position
+  /metrics               Prometheus (OpenMetrics text)
+The HTTP API needs --api-token T (sent as Authorization: Bearer T); without it, it answers 403.
 
 Clients send JSON text frames to ws://HOST:PORT/:
   {\"type\":\"subscribe\",\"topic\":\"user/42\",\"since\":{\"offset\":17,\"epoch\":\"…\"},\"id\":1}
   {\"type\":\"unsubscribe\",\"topic\":\"user/42\"}
   {\"type\":\"publish\",\"topic\":\"global\",\"data\":{\"any\":\"JSON\"},\"id\":2}
 and receive subscribed, message (with offset and epoch), gap, published and error frames
-(docs/pubsub-protocol.md; a JavaScript client: clients/js). A client that reconnects, to this
-node or another, and subscribes with the last position it received gets exactly what it
-missed, or a gap notice for what no history holds. Every client may subscribe to and publish
-on every topic. A client that falls 16 MiB behind is closed with 1008.
+(docs/pubsub-protocol.md). A client that reconnects, to this node or another, and subscribes
+with the last position it received gets exactly what it missed, or a gap notice for what no
+history holds. A client that falls 16 MiB behind is closed with 1008.
+
+Without --jwt-secret or --token, every client may subscribe to and publish on every topic.
+With one, a client connects with ?token=…: none or an invalid one is refused with 401 (a JWT
+needs HS256, exp and sub), and it may subscribe to and publish on what --allow-subscribe and
+--allow-publish grant ({claim} is the JWT's string claim; a * at the end, any suffix); without
+those flags: subscribe to user/{sub} and global, publish nothing (backends publish through the
+HTTP API). A refused subscription is an error frame (not_allowed); the socket stays up.
 
 Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
   listen (address in use, bad certificate files), 2 usage.")]
-    PubsubServer(BroadcastArgs),
+    PubsubServer(PubsubArgs),
     /// The relay that `send` and `receive` meet at (a broadcast server for large messages).
     #[command(after_help = "Examples:
   ws transfer --port 8008
@@ -273,6 +291,33 @@ pub struct BroadcastArgs {
     /// Connect the nodes through this pub/sub server: redis://HOST:PORT or nats://HOST:PORT.
     #[arg(long, value_name = "URL", value_parser = backplane_url)]
     pub backplane: Option<String>,
+}
+
+/// `pubsub_server`.
+#[derive(Debug, Args)]
+pub struct PubsubArgs {
+    #[command(flatten)]
+    pub relay: RelayArgs,
+    /// Connect the nodes through this pub/sub server: redis://HOST:PORT or nats://HOST:PORT.
+    #[arg(long, value_name = "URL", value_parser = backplane_url)]
+    pub backplane: Option<String>,
+    /// The bearer token of the HTTP API (POST /publish, GET /history). Without it the API is off.
+    #[arg(long = "api-token", value_name = "TOKEN")]
+    pub api_token: Option<String>,
+    /// Clients need a JWT signed with this secret (HS256; exp and sub required), as ?token=.
+    #[arg(long = "jwt-secret", value_name = "SECRET", conflicts_with = "token")]
+    pub jwt_secret: Option<String>,
+    /// Clients need this token, as ?token=.
+    #[arg(long, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// A topic clients with a token may subscribe to ({claim} placeholders, a trailing *);
+    /// repeatable. Default: user/{sub} and global.
+    #[arg(long = "allow-subscribe", value_name = "RULE")]
+    pub allow_subscribe: Vec<String>,
+    /// A topic clients with a token may publish on (as --allow-subscribe); repeatable. Default:
+    /// none.
+    #[arg(long = "allow-publish", value_name = "RULE")]
+    pub allow_publish: Vec<String>,
 }
 
 /// `send`.

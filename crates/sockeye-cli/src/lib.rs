@@ -29,6 +29,7 @@ mod output;
 mod pipe;
 mod probe;
 mod proxy_server;
+mod pubsub;
 mod push;
 mod ready;
 mod relay;
@@ -174,19 +175,9 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Cat(args) => pipe::cat(args).await,
         Command::Listen(args) => pipe::listen(args).await,
         Command::Bench(args) => bench::run(args).await,
-        Command::BroadcastServer(args) => {
-            relay::server(
-                args.relay,
-                args.backplane,
-                "broadcast_server",
-                relay::Served::Relay,
-            )
-            .await
-        }
-        Command::PubsubServer(args) => {
-            relay::server(args.relay, args.backplane, "pubsub_server", relay::Served::Json).await
-        }
-        Command::Transfer(args) => relay::server(args, None, "transfer", relay::Served::Relay).await,
+        Command::BroadcastServer(args) => relay::server(args.relay, args.backplane, "broadcast_server").await,
+        Command::PubsubServer(args) => pubsub::server(args).await,
+        Command::Transfer(args) => relay::server(args, None, "transfer").await,
         Command::Send(args) => transfer::send(args).await,
         Command::Receive(args) => transfer::receive(args).await,
         Command::Ping(args) => probe::ping(args).await,

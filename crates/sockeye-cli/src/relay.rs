@@ -1,8 +1,6 @@
-//! `broadcast_server`, `transfer` and `pubsub_server`: clients of a [`sockeye_pubsub::Hub`], in
-//! this process or across nodes over Redis or NATS with `--backplane`. The first two relay every
-//! message to every other client on the same URL path (the topic); `pubsub_server` speaks the
-//! JSON protocol for web clients (docs/pubsub-protocol.md): many topics on one socket at `/`,
-//! positions, resume, gap notices.
+//! `broadcast_server` and `transfer`: clients of a [`sockeye_pubsub::Hub`], in this process or
+//! across nodes over Redis or NATS with `--backplane`, every message relayed to every other
+//! client on the same URL path (the topic); and the hub of `pubsub_server` (see `pubsub.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,9 +9,7 @@ use std::time::Duration;
 
 use sockeye::CloseCode;
 use sockeye::backoff::Backoff;
-use sockeye_pubsub::access::Access;
 use sockeye_pubsub::backplane::InProcess;
-use sockeye_pubsub::json_protocol::JsonProtocol;
 use sockeye_pubsub::{
     Delivery, Ended, HistoryConfig, Hub, HubConfig, OnGap, Outgoing, Protocol, Relay, Request, Session,
     SessionConfig, Topic,
@@ -32,45 +28,22 @@ const LOCAL_MAX_MESSAGE: usize = 1 << 30;
 /// the backplane's header (far below Redis's limit). Larger messages are refused by the engine
 /// with 1009 (message too big).
 const BACKPLANE_MAX_MESSAGE: usize = (1 << 20) - 1024;
-/// What a JSON protocol frame may add around a publication's data: its type, topic and id.
-const JSON_HEADROOM: usize = 4096;
 /// Waits for a backplane that cannot be reached at start (it may be starting).
 const CONNECT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(5));
-
-/// What a server speaks to its clients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Served {
-    /// Every message relayed as it is to the other clients on its URL path.
-    Relay,
-    /// The JSON protocol, at `/`.
-    Json,
-}
 
 pub(crate) async fn server(
     args: RelayArgs,
     backplane: Option<String>,
     name: &'static str,
-    served: Served,
 ) -> Result<(), Failure> {
     let quiet = args.quiet;
-    let (hub, max_message) = match (&backplane, served) {
-        (None, Served::Relay) => {
+    let (hub, max_message) = match &backplane {
+        None => {
             let config = HubConfig::default().max_payload(LOCAL_MAX_MESSAGE);
             let hub = Hub::with_backplane(config, |events| InProcess::new(events, HistoryConfig::none()));
             (hub, LOCAL_MAX_MESSAGE)
         }
-        // A web client resumes from positions: history on one node too. Its frames carry JSON
-        // around the data, hence the headroom over the largest publication.
-        (None, Served::Json) => {
-            let config = HubConfig::default().max_payload(BACKPLANE_MAX_MESSAGE);
-            let hub = Hub::with_backplane(config, |events| InProcess::new(events, HistoryConfig::default()));
-            (hub, BACKPLANE_MAX_MESSAGE + JSON_HEADROOM)
-        }
-        (Some(url), Served::Relay) => (connect_backplane(url, name).await?, BACKPLANE_MAX_MESSAGE),
-        (Some(url), Served::Json) => (
-            connect_backplane(url, name).await?,
-            BACKPLANE_MAX_MESSAGE + JSON_HEADROOM,
-        ),
+        Some(url) => (connect_backplane(url, name).await?, BACKPLANE_MAX_MESSAGE),
     };
     let server = bind(&args.server, |c| c.protocol.max_message_size = max_message, name).await?;
     let connected = Arc::new(AtomicUsize::new(0));
@@ -86,9 +59,6 @@ pub(crate) async fn server(
         let hub = hub.clone();
         let connected = Arc::clone(&connected);
         async move {
-            if served == Served::Json {
-                return json_client(ws, &request, addr, &hub, config, &connected, quiet).await;
-            }
             let topic = match Topic::new(request.uri().path()) {
                 Ok(t) => t,
                 Err(e) => {
@@ -136,32 +106,17 @@ fn log_end(addr: SocketAddr, ended: Ended) {
     errln!("{addr}: left");
 }
 
-/// A client of the JSON protocol, at `/`, until it leaves.
-async fn json_client(
-    mut ws: sockeye::WebSocket<sockeye::TransportStream>,
-    request: &http::Request<()>,
-    addr: SocketAddr,
-    hub: &Hub,
-    config: SessionConfig,
-    connected: &AtomicUsize,
-    quiet: bool,
-) {
-    if request.uri().path() != "/" {
-        let why = "the pub/sub protocol is served at /";
-        let _ = ws
-            .close(Some(short_close(CloseCode::POLICY_VIOLATION, why)))
-            .await;
-        return;
-    }
-    let protocol = JsonProtocol::new(Access::everything(), hub.max_payload());
-    let now = connected.fetch_add(1, Ordering::Relaxed) + 1;
-    if !quiet {
-        errln!("{addr}: joined ({now} connected)");
-    }
-    let ended = Session::new(hub, protocol, config).run(ws).await;
-    connected.fetch_sub(1, Ordering::Relaxed);
-    if !quiet {
-        log_end(addr, ended);
+/// The hub of `ws pubsub_server`: over the backplane at `url`, or in this process with history
+/// (a web client resumes from positions on one node too).
+pub(crate) async fn json_hub(backplane: Option<&str>, name: &str) -> Result<Hub, Failure> {
+    match backplane {
+        None => {
+            let config = HubConfig::default().max_payload(BACKPLANE_MAX_MESSAGE);
+            Ok(Hub::with_backplane(config, |events| {
+                InProcess::new(events, HistoryConfig::default())
+            }))
+        }
+        Some(url) => connect_backplane(url, name).await,
     }
 }
 

@@ -68,7 +68,7 @@ pub(crate) fn client_config(opts: &ClientOpts) -> Result<Config, Failure> {
 }
 
 /// `--pidfile`: the process id and a newline.
-fn write_pidfile(path: &std::path::Path) -> Result<(), Failure> {
+pub(crate) fn write_pidfile(path: &std::path::Path) -> Result<(), Failure> {
     std::fs::write(path, format!("{}\n", std::process::id())).map_err(|e| usage_file("--pidfile", path, e))
 }
 
@@ -78,20 +78,24 @@ pub(crate) fn server_config(opts: &ServerOpts) -> Result<(Config, Option<TlsAcce
     if opts.no_deflate {
         config.protocol.deflate = None;
     }
-    let acceptor = if opts.tls {
-        let (Some(cert), Some(key)) = (&opts.cert_file, &opts.key_file) else {
-            return Err(Failure::new("--tls needs --cert-file and --key-file"));
-        };
-        let mut tls = ServerTls::from_pem_files(cert, key)
-            .map_err(|e| usage_file("--cert-file/--key-file", cert, e))?;
-        if let Some(ciphers) = &opts.ciphers {
-            tls = tls.with_provider(ciphers.provider())?;
-        }
-        Some(tls.acceptor())
-    } else {
-        None
-    };
+    let acceptor = server_tls(opts)?.map(|tls| tls.acceptor());
     Ok((config, acceptor))
+}
+
+/// `--tls`, `--cert-file`, `--key-file` and `--ciphers`, when `--tls` is given.
+pub(crate) fn server_tls(opts: &ServerOpts) -> Result<Option<ServerTls>, Failure> {
+    if !opts.tls {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key)) = (&opts.cert_file, &opts.key_file) else {
+        return Err(Failure::new("--tls needs --cert-file and --key-file"));
+    };
+    let mut tls =
+        ServerTls::from_pem_files(cert, key).map_err(|e| usage_file("--cert-file/--key-file", cert, e))?;
+    if let Some(ciphers) = &opts.ciphers {
+        tls = tls.with_provider(ciphers.provider())?;
+    }
+    Ok(Some(tls))
 }
 
 /// Binds a server as the flags say (after `adjust` has had its say on the configuration), writes

@@ -363,7 +363,11 @@ fn pubsub_server_speaks_the_json_protocol_at_the_root() {
         r#"{"type":"dance","id":3}"#,
         "\n",
     );
-    let out = run(&["cat", "--max-messages", "3", &node.url("/")], requests);
+    // --no-close: the answers come after stdin ended; closing then would race them.
+    let out = run(
+        &["cat", "--no-close", "--max-messages", "3", &node.url("/")],
+        requests,
+    );
     let stdout = text(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{stdout}{}", text(&out.stderr));
@@ -421,7 +425,11 @@ fn ctrl_c_closes_every_connection_with_1001() {
         "a 1001 close is a clean end: {}",
         text(&out.stderr)
     );
-    for server_args in [&["echo_server", "-q"][..], &["broadcast_server", "-q"]] {
+    for server_args in [
+        &["echo_server", "-q"][..],
+        &["broadcast_server", "-q"],
+        &["pubsub_server", "-q"],
+    ] {
         let mut server = Running::start(server_args);
         let mut client = spawn_client(&["connect", "-d", &server.url("/")]);
         let mut line = String::new();
@@ -531,4 +539,109 @@ fn wss_with_a_ca_file_insecure_mode_and_cipher_suites_on_both_sides() {
     let out = run(&["cat", "--ciphers", "RC4-MD5", &url], "");
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One HTTP/1.1 request (the connection closed after it); the status and the body.
+fn http(port: u16, request_line: &str, headers: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        tcp,
+        "{request_line} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n{headers}\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn pubsub_server_serves_the_api_the_page_and_tokens_on_one_port() {
+    let node = Running::start(&[
+        "pubsub_server",
+        "-q",
+        "--api-token",
+        "api",
+        "--token",
+        "shared",
+        "--allow-subscribe",
+        "news/*",
+    ]);
+    let port = node.1;
+    let (status, body) = http(port, "GET /demo", "", "");
+    assert_eq!(status, 200);
+    assert!(body.contains("./client.js"));
+    let (status, body) = http(port, "GET /", "", "");
+    assert_eq!(status, 426, "{body}");
+    let (status, body) = http(port, "POST /publish/news/a", "", "1");
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = http(
+        port,
+        "POST /publish/news/a",
+        "Authorization: Bearer api\r\n",
+        "{\"n\":1}",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with(r#"{"topic":"news/a","offset":1,"epoch":"#),
+        "{body}"
+    );
+    let (status, body) = http(port, "GET /metrics", "", "");
+    assert_eq!(status, 200);
+    assert!(
+        body.contains(r#"sockeye_pubsub_publications_total{source="http"} 1"#),
+        "{body}"
+    );
+
+    // A client without the token is refused before the upgrade; with it, it may subscribe to
+    // what --allow-subscribe grants and nothing else.
+    let refused = run(&["cat", &node.url("/")], "");
+    assert!(text(&refused.stderr).contains("401"), "{}", text(&refused.stderr));
+    let requests = concat!(
+        r#"{"type":"subscribe","topic":"news/a","id":1}"#,
+        "\n",
+        r#"{"type":"subscribe","topic":"user/x","id":2}"#,
+        "\n",
+    );
+    let out = run(
+        &[
+            "cat",
+            "--no-close",
+            "--max-messages",
+            "2",
+            &node.url("/?token=shared"),
+        ],
+        requests,
+    );
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}{}", text(&out.stderr));
+    assert!(
+        lines[0].starts_with(r#"{"type":"subscribed","topic":"news/a""#),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with(r#"{"type":"error","code":"not_allowed""#),
+        "{}",
+        lines[1]
+    );
+}
+
+#[test]
+fn pubsub_server_allow_rules_need_a_token_flag() {
+    let out = run(&["pubsub_server", "--allow-publish", "x", "--port", "1"], "");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--jwt-secret or --token"),
+        "{}",
+        text(&out.stderr)
+    );
 }

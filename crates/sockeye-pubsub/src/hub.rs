@@ -83,6 +83,11 @@ struct Inner {
     next_subscriber: AtomicU64,
     /// The backplane's event channel ended: nothing more will be delivered.
     ended: AtomicBool,
+    /// The backplane said it lost its server ([`Event::Lost`]) and has not said it is back.
+    backplane_lost: AtomicBool,
+    /// How long the last publication (or batch) took the backplane to acknowledge, in
+    /// nanoseconds (0: none yet). A relaxed store per batch, for metrics.
+    last_publish_nanos: AtomicU64,
 }
 
 impl std::fmt::Debug for Inner {
@@ -136,6 +141,8 @@ impl Hub {
             subscriptions: tokio::sync::Mutex::new(()),
             next_subscriber: AtomicU64::new(1),
             ended: AtomicBool::new(false),
+            backplane_lost: AtomicBool::new(false),
+            last_publish_nanos: AtomicU64::new(0),
         });
         let task = tokio::spawn(fan_out(Arc::downgrade(&inner), events));
         Hub {
@@ -195,7 +202,7 @@ impl Hub {
         message: Message,
     ) -> Result<Option<Position>, Error> {
         let publication = self.publication(publisher, topic, message)?;
-        let positions = self.inner.backplane.publish_many(vec![publication]).await?;
+        let positions = self.timed_publish(vec![publication]).await?;
         Ok(positions.into_iter().next())
     }
 
@@ -211,8 +218,55 @@ impl Hub {
             .collect::<Result<Vec<_>, _>>()?;
         match publications.len() {
             0 => Ok(Vec::new()),
-            _ => self.inner.backplane.publish_many(publications).await,
+            _ => self.timed_publish(publications).await,
         }
+    }
+
+    /// Publishes at the backplane, keeping how long it took for
+    /// [`last_publish_round_trip`](Self::last_publish_round_trip).
+    async fn timed_publish(&self, publications: Vec<Publication>) -> Result<Vec<Position>, Error> {
+        let start = std::time::Instant::now();
+        let result = self.inner.backplane.publish_many(publications).await;
+        if result.is_ok() {
+            let nanos = u64::try_from(start.elapsed().as_nanos())
+                .unwrap_or(u64::MAX)
+                .max(1);
+            self.inner.last_publish_nanos.store(nanos, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// How long the last successful publication (or batch) of this node took the backplane to
+    /// acknowledge: its round trip to the backplane's server (`None` before the first one).
+    pub fn last_publish_round_trip(&self) -> Option<std::time::Duration> {
+        match self.inner.last_publish_nanos.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(std::time::Duration::from_nanos(nanos)),
+        }
+    }
+
+    /// Whether the backplane is connected to its server, as far as the hub knows: false from
+    /// the backplane's [`Event::Lost`] until its [`Event::Restored`], and once it has ended.
+    pub fn backplane_connected(&self) -> bool {
+        !self.inner.backplane_lost.load(Ordering::Relaxed) && !self.inner.ended.load(Ordering::Acquire)
+    }
+
+    /// The publications on `topic` after `since` (all the history of the current epoch holds
+    /// when `None`), oldest first, at most `limit` of them; or [`History::Lost`] when `since` is
+    /// of another epoch or older than the history keeps (then read again from `latest`, or
+    /// with `None`, for what it still holds). For a backend reading what it missed (the HTTP
+    /// API's `GET /history`). A backplane without history answers [`History::Lost`] with no
+    /// latest position.
+    pub async fn history(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> Result<History, Error> {
+        if !self.inner.backplane.capabilities().history {
+            return Ok(History::Lost { latest: None });
+        }
+        self.inner.backplane.history(topic, since, limit).await
     }
 
     /// A message as a publication, if it may be published.
@@ -656,11 +710,15 @@ async fn fan_out(hub: std::sync::Weak<Inner>, mut events: mpsc::Receiver<Event>)
         match event {
             Event::Publication(p) => inner.deliver_live(p).await,
             Event::Lost { reason } => {
+                inner.backplane_lost.store(true, Ordering::Relaxed);
                 tracing::warn!(
                     "pub/sub backplane lost: {reason}; publications may be missed until it is back"
                 );
             }
-            Event::Restored => inner.repair_all().await,
+            Event::Restored => {
+                inner.backplane_lost.store(false, Ordering::Relaxed);
+                inner.repair_all().await
+            }
         }
     }
     // The backplane ended: wake every subscriber so that it sees the end.

@@ -70,6 +70,8 @@ mod queue;
 mod retry;
 pub mod session;
 mod topic;
+#[cfg(feature = "web")]
+pub mod web;
 
 use std::time::Duration;
 

@@ -25,10 +25,22 @@ use tokio_util::sync::CancellationToken;
 /// server.serve(|_ws, _peer| async {}).await
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+///
+/// A server of your own (hyper, axum) gets the same behaviour with a handle of its own: make one
+/// with [`ShutdownHandle::new`], tie each connection to it with
+/// [`WebSocket::close_on_shutdown`](crate::WebSocket::close_on_shutdown), and call
+/// [`shutdown`](Self::shutdown) on Ctrl-C: every tied connection closes with 1001.
+#[derive(Debug, Clone, Default)]
 pub struct ShutdownHandle(pub(crate) ShutdownSignal);
 
 impl ShutdownHandle {
+    /// A handle not tied to a [`Server`](crate::Server): for connections served by another
+    /// server (hyper, axum), tied to it with
+    /// [`WebSocket::close_on_shutdown`](crate::WebSocket::close_on_shutdown).
+    pub fn new() -> ShutdownHandle {
+        ShutdownHandle::default()
+    }
+
     /// Begins the graceful shutdown. Calling it again does nothing.
     pub fn shutdown(&self) {
         self.0.cancel();

@@ -190,6 +190,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         self.inner.close_signal = Some(signal);
     }
 
+    /// Ties this connection to `shutdown`, as a [`Server`](crate::Server) ties its own: once
+    /// [`ShutdownHandle::shutdown`](crate::ShutdownHandle::shutdown) is called (or if it was
+    /// already), the connection sends close 1001 (going away) at its next receive or send —
+    /// a receive waiting for input wakes for it — and sends fail. For a connection accepted by
+    /// another server (hyper, axum: [`Upgrade`](crate::upgrade::Upgrade)). Replaces any signal
+    /// it was tied to.
+    ///
+    /// ```no_run
+    /// # async fn handle(mut ws: sockeye::WebSocket<tokio::net::TcpStream>) {
+    /// let shutdown = sockeye::ShutdownHandle::new();
+    /// ws.close_on_shutdown(&shutdown);
+    /// // elsewhere, on Ctrl-C: shutdown.shutdown();
+    /// # }
+    /// ```
+    pub fn close_on_shutdown(&mut self, shutdown: &crate::ShutdownHandle) {
+        self.set_close_signal(shutdown.0.watch());
+    }
+
     /// The next message: `None` once the connection is closed. Received pings are answered, and
     /// a received close frame is answered and returned as `Message::Close`, before the end. Cancel
     /// safe.

@@ -47,11 +47,17 @@ pub fn published(topic: &Topic, position: Option<&Position>, id: Option<&Request
 /// JSON string when it is UTF-8 text, and as `"data_base64"` (standard alphabet, padded) in place
 /// of `"data"` otherwise, so that a frame is always valid JSON.
 pub fn message(publication: &Published) -> String {
-    let payload = publication.message().as_payload();
     let mut frame = head("message", publication.topic());
     if let Some(position) = publication.position() {
         push_position(&mut frame, position);
     }
+    push_data(&mut frame, publication.message().as_payload());
+    frame.push('}');
+    frame
+}
+
+/// `,"data":…` (or `,"data_base64":…`) for a payload, as [`message`] writes it.
+pub(crate) fn push_data(frame: &mut String, payload: &[u8]) {
     match std::str::from_utf8(payload) {
         Ok(text) if serde_json::from_str::<&serde_json::value::RawValue>(text).is_ok() => {
             frame.push_str(r#","data":"#);
@@ -59,16 +65,14 @@ pub fn message(publication: &Published) -> String {
         }
         Ok(text) => {
             frame.push_str(r#","data":"#);
-            push_string(&mut frame, text);
+            push_string(frame, text);
         }
         Err(_) => {
             frame.push_str(r#","data_base64":""#);
-            base64::engine::general_purpose::STANDARD.encode_string(payload, &mut frame);
+            base64::engine::general_purpose::STANDARD.encode_string(payload, frame);
             frame.push('"');
         }
     }
-    frame.push('}');
-    frame
 }
 
 /// `{"type":"gap","topic":T,"resume":{"offset":N,"epoch":E}}`: publications on the topic may
@@ -126,13 +130,13 @@ fn push_position(frame: &mut String, position: &Position) {
     push_position_fields(frame, position);
 }
 
-fn push_position_fields(frame: &mut String, position: &Position) {
+pub(crate) fn push_position_fields(frame: &mut String, position: &Position) {
     let _ = write!(frame, r#""offset":{},"epoch":"#, position.offset);
     push_string(frame, &position.epoch);
 }
 
 /// A JSON string literal (quoted and escaped).
-fn push_string(frame: &mut String, s: &str) {
+pub(crate) fn push_string(frame: &mut String, s: &str) {
     // Serialising a &str cannot fail.
     frame.push_str(&serde_json::to_string(s).unwrap_or_default());
 }

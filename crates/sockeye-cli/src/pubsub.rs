@@ -1,0 +1,142 @@
+//! `pubsub_server`: a node's web face (`sockeye_pubsub::web`) on one port — the JSON protocol's
+//! WebSocket at `/`, the JavaScript client and demo page, the HTTP API for backends, client
+//! tokens, metrics — over HTTP/1.1 and HTTP/2 (h2c, or h2 by ALPN with `--tls`). Ctrl-C or
+//! SIGTERM: stop accepting, close every socket with 1001, wait for them (bounded), exit 0.
+
+use std::pin::pin;
+
+use hyper_util::rt::TokioIo;
+use sockeye::tls::TlsAcceptor;
+use sockeye_pubsub::access::AccessRules;
+use sockeye_pubsub::web::{Web, WebConfig, auth};
+use sockeye_pubsub::{OnGap, SessionConfig};
+
+use crate::cli::PubsubArgs;
+use crate::failure::Failure;
+use crate::interrupt::{CLOSE_GRACE, requested};
+use crate::output::errln;
+use crate::relay::json_hub;
+use crate::tls::{listen, server_tls, write_pidfile};
+
+const NAME: &str = "pubsub_server";
+
+pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
+    let config = web_config(&args)?;
+    let opts = &args.relay.server;
+    let quiet = args.relay.quiet;
+    // HTTP/2 by ALPN (RFC 7301) next to HTTP/1.1: a browser opens its sockets as extended
+    // CONNECT streams (RFC 8441) on the page's connection.
+    let tls = server_tls(opts)?.map(|tls| tls.with_alpn(&[b"h2", b"http/1.1"]).acceptor());
+    let hub = json_hub(args.backplane.as_deref(), NAME).await?;
+    let web = Web::new(hub, config);
+    let listener = listen(opts).await?;
+    if let Some(pidfile) = &opts.pidfile {
+        write_pidfile(pidfile)?;
+    }
+    let addr = listener.local_addr()?;
+    let (http, ws) = if tls.is_some() {
+        ("https", "wss")
+    } else {
+        ("http", "ws")
+    };
+    errln!("ws {NAME}: listening on {ws}://{addr}/ (demo page: {http}://{addr}/demo)");
+    tracing::info!(name = NAME, pid = std::process::id(), "serving");
+    let router = web.router();
+    let mut stop = pin!(requested());
+    loop {
+        let (tcp, peer) = tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors, say: the next accept may succeed.
+                    errln!("ws {NAME}: accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = tcp.set_nodelay(true);
+        let (router, tls) = (router.clone(), tls.clone());
+        tokio::spawn(async move {
+            if !quiet {
+                errln!("{peer}: connected");
+            }
+            serve(tcp, tls, router, peer).await;
+            if !quiet {
+                errln!("{peer}: left");
+            }
+        });
+    }
+    web.shutdown();
+    if !web.closed(CLOSE_GRACE).await {
+        errln!(
+            "ws {NAME}: {} sockets did not close within {} s; exiting",
+            web.connections(),
+            CLOSE_GRACE.as_secs()
+        );
+    }
+    Ok(())
+}
+
+async fn serve(
+    tcp: tokio::net::TcpStream,
+    tls: Option<TlsAcceptor>,
+    router: axum::Router,
+    peer: std::net::SocketAddr,
+) {
+    match tls {
+        Some(acceptor) => match TlsAcceptor::accept(&acceptor, tcp).await {
+            Ok(stream) => sockeye_pubsub::web::serve_connection(TokioIo::new(stream), router).await,
+            Err(e) => errln!("{peer}: TLS handshake failed: {e}"),
+        },
+        None => sockeye_pubsub::web::serve_connection(TokioIo::new(tcp), router).await,
+    }
+}
+
+/// The flags as the web face's settings.
+fn web_config(args: &PubsubArgs) -> Result<WebConfig, Failure> {
+    let session = SessionConfig::default()
+        .on_gap(OnGap::Deliver)
+        .close_grace(CLOSE_GRACE);
+    let mut socket = sockeye::Config::default();
+    if args.relay.server.no_deflate {
+        socket.protocol.deflate = None;
+    }
+    let mut config = WebConfig::default().session(session).socket(socket);
+    if let Some(token) = &args.api_token {
+        config = config.api_token(token);
+    }
+    let granted = !args.allow_subscribe.is_empty() || !args.allow_publish.is_empty();
+    let rules = if granted {
+        let mut rules = AccessRules::new();
+        for rule in &args.allow_subscribe {
+            rules = rules
+                .subscribe(rule)
+                .map_err(|e| Failure::usage(format!("--allow-subscribe {rule}: {e}")))?;
+        }
+        for rule in &args.allow_publish {
+            rules = rules
+                .publish(rule)
+                .map_err(|e| Failure::usage(format!("--allow-publish {rule}: {e}")))?;
+        }
+        rules
+    } else {
+        // The documented default: a user's own topic and a shared one; backends publish.
+        AccessRules::new()
+            .subscribe("user/{sub}")
+            .and_then(|r| r.subscribe("global"))
+            .map_err(|e| Failure::new(format!("the default access rules: {e}")))?
+    };
+    Ok(match (&args.jwt_secret, &args.token) {
+        (Some(secret), _) => config.authorize(auth::jwt_hs256(secret.as_bytes(), rules)),
+        (None, Some(token)) => config.authorize(auth::shared_token(token, rules)),
+        (None, None) if granted => {
+            return Err(Failure::usage(
+                "--allow-subscribe and --allow-publish apply to clients with a token: add --jwt-secret or --token (without them every client may do everything)",
+            ));
+        }
+        (None, None) => config,
+    })
+}

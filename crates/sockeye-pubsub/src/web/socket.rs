@@ -1,0 +1,173 @@
+//! The JSON protocol's WebSocket at `/`: the client checked ([`auth`](super::auth)), then a
+//! [`Session`] with a [`JsonProtocol`], counted for the metrics and closed with 1001 on
+//! shutdown.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{Method, StatusCode, Version, header};
+use sockeye::upgrade::Upgrade;
+
+use super::auth::Refused;
+use super::metrics::Metrics;
+use super::{Shared, query_param, respond};
+use crate::access::Access;
+use crate::json_protocol::JsonProtocol;
+use crate::protocol::{Outgoing, Protocol, Request};
+use crate::{Delivery, Ended, Error, Position, Recovery, Session, Topic};
+
+/// `/`: upgrades a WebSocket; a plain `GET` is told where the page is.
+pub(crate) async fn serve(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    version: Version,
+    headers: http::HeaderMap,
+    uri: http::Uri,
+    upgrade: Result<Upgrade, http::Response<String>>,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(_)
+            if method == Method::GET
+                && version < Version::HTTP_2
+                && !headers.contains_key(header::UPGRADE) =>
+        {
+            let mut response = respond::error(
+                StatusCode::UPGRADE_REQUIRED,
+                "upgrade_required",
+                "this is the pub/sub WebSocket endpoint (docs/pubsub-protocol.md): open /demo for the demo page, /client.js for the JavaScript client",
+            );
+            // RFC 9110 §15.5.22: a 426 names the protocol to upgrade to.
+            response
+                .headers_mut()
+                .insert(header::UPGRADE, header::HeaderValue::from_static("websocket"));
+            return response;
+        }
+        Err(refusal) => return refusal.into_response(),
+    };
+    let access = match &shared.config.authorize {
+        None => Access::everything(),
+        Some(check) => match check(query_param(&uri, "token").as_deref()) {
+            Ok(access) => access,
+            Err(refused) => {
+                shared.metrics.refused_connections.inc();
+                return match refused {
+                    Refused::Unauthorized(why) => {
+                        respond::error(StatusCode::UNAUTHORIZED, "unauthorized", &why)
+                    }
+                    Refused::Forbidden(why) => respond::error(StatusCode::FORBIDDEN, "not_allowed", &why),
+                };
+            }
+        },
+    };
+    let shared_for_socket = Arc::clone(&shared);
+    upgrade
+        .config(shared.socket.clone())
+        .on_upgrade(move |mut ws| async move {
+            let shared = shared_for_socket;
+            ws.close_on_shutdown(&shared.shutdown);
+            shared.metrics.connected();
+            let protocol = Counted {
+                json: JsonProtocol::new(access, shared.hub.max_payload()),
+                metrics: shared.metrics.clone(),
+                subscribed: Arc::default(),
+            };
+            let subscribed = Arc::clone(&protocol.subscribed);
+            let ended = Session::new(&shared.hub, protocol, shared.config.session)
+                .run(ws)
+                .await;
+            let left = crate::queue::lock(&subscribed).len();
+            shared.metrics.disconnected(left, matches!(ended, Ended::TooSlow));
+        })
+}
+
+/// Any other path: a WebSocket is closed with 1008 saying where the protocol is; anything
+/// else is a 404.
+pub(crate) async fn elsewhere(upgrade: Result<Upgrade, http::Response<String>>) -> Response {
+    match upgrade {
+        Ok(upgrade) => upgrade.on_upgrade(|mut ws| async move {
+            let why = sockeye::CloseFrame::new(
+                sockeye::CloseCode::POLICY_VIOLATION,
+                "the pub/sub protocol is served at /",
+            );
+            let _ = ws.close(Some(why)).await;
+        }),
+        Err(_) => respond::error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such path: see docs/pubsub-protocol.md for what a node serves",
+        ),
+    }
+}
+
+/// The JSON protocol, counting what it sees for the metrics: a relaxed atomic add per delivery.
+struct Counted {
+    json: JsonProtocol,
+    metrics: Metrics,
+    /// The topics this connection is subscribed to, so that the subscriptions gauge counts each
+    /// once and gives them back when the connection ends.
+    subscribed: Arc<Mutex<HashSet<Topic>>>,
+}
+
+impl Protocol for Counted {
+    fn request(&self, message: sockeye::Message) -> Request {
+        match self.json.request(message) {
+            Request::Subscribe { topic, since, answer } => {
+                let (metrics, subscribed, t) =
+                    (self.metrics.clone(), Arc::clone(&self.subscribed), topic.clone());
+                Request::Subscribe {
+                    topic,
+                    since,
+                    answer: Box::new(move |result: Result<Recovery, &Error>| {
+                        if result.is_ok() && crate::queue::lock(&subscribed).insert(t) {
+                            metrics.subscriptions.inc();
+                        }
+                        answer(result)
+                    }),
+                }
+            }
+            Request::Unsubscribe { topic, answer } => {
+                let (metrics, subscribed, t) =
+                    (self.metrics.clone(), Arc::clone(&self.subscribed), topic.clone());
+                Request::Unsubscribe {
+                    topic,
+                    answer: Box::new(move |result: Result<(), &Error>| {
+                        if result.is_ok() && crate::queue::lock(&subscribed).remove(&t) {
+                            metrics.subscriptions.dec();
+                        }
+                        answer(result)
+                    }),
+                }
+            }
+            Request::PublishAnswered {
+                topic,
+                message,
+                answer,
+            } => {
+                let metrics = self.metrics.clone();
+                Request::PublishAnswered {
+                    topic,
+                    message,
+                    answer: Box::new(move |result: Result<Option<Position>, &Error>| {
+                        if result.is_ok() {
+                            metrics.published_by_socket.inc();
+                        }
+                        answer(result)
+                    }),
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn outgoing<'a>(&self, delivery: &'a Delivery) -> Outgoing<'a> {
+        match delivery {
+            Delivery::Message(_) => self.metrics.deliveries.inc(),
+            Delivery::Gap { .. } => self.metrics.gaps.inc(),
+            Delivery::Dropped { count } => self.metrics.dropped.inc_by(*count),
+        };
+        self.json.outgoing(delivery)
+    }
+}
