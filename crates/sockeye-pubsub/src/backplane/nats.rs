@@ -1054,7 +1054,16 @@ async fn supervise(
                 // The client drops events its channel cannot take (it `try_send`s them), so a
                 // reconnection may come without its disconnection: restored all the same, and
                 // reported, so that the hub repairs every topic from its last position.
-                if !lost && !s.topics.lock().await.is_empty() {
+                // The first connection's own event (it may come late, after topics were
+                // subscribed) is no reconnection: nothing was lost (before: a needless gap on
+                // core NATS under load).
+                let reconnected = s
+                    .client
+                    .statistics()
+                    .connects
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    > 1;
+                if !lost && reconnected && !s.topics.lock().await.is_empty() {
                     lost = true;
                     let reason = format!("reconnected to {}; restoring", s.server);
                     if s.events.send(Event::Lost { reason }).await.is_err() {
