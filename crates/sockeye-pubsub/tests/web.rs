@@ -73,9 +73,10 @@ async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str
     let (mut reader, mut writer) = tcp.into_split();
     let body = body.to_vec();
     // The server may answer (413) before reading it all, and close: not an error of the test.
+    // The writing half stays open meanwhile: hyper ends a connection whose client half-closed
+    // before the request was served (a race on a multi-thread runtime).
     tokio::spawn(async move {
         let _ = writer.write_all(&body).await;
-        let _ = writer.shutdown().await;
         tokio::time::sleep(Duration::from_secs(5)).await;
     });
     let mut buf = Vec::new();
@@ -565,4 +566,258 @@ async fn shutdown_closes_every_socket_with_1001() {
     };
     assert_eq!(frame.code, CloseCode::GOING_AWAY);
     assert!(web.closed(Duration::from_secs(10)).await, "the session ended");
+}
+
+/// Scrapes `/metrics` until `name` reaches `want` (the session counts as it goes), 20 s at most.
+async fn await_sample(addr: SocketAddr, name: &str, want: f64) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = http(addr, "GET", "/metrics", &[], b"").await.body;
+        let value = sample(&text, name);
+        if value == want {
+            return text;
+        }
+        assert!(
+            value < want && tokio::time::Instant::now() < deadline,
+            "{name} is {value}, expected {want}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A client that completes the handshake and then reads nothing: what the node sends it piles
+/// up in both sockets' buffers, then in its subscriber's queue.
+async fn stalled_client(addr: SocketAddr, topic: &str) -> Client {
+    let mut ws = client(addr, "").await;
+    let answer = request(&mut ws, json!({"type":"subscribe","topic":topic})).await;
+    assert_eq!(answer["type"], "subscribed", "{answer}");
+    ws
+}
+
+/// Publishes `count` messages of 64 KiB on `topic` through the API, 8 per request (a body is at
+/// most the node's largest publication, 1 MiB by default): 4 MiB per
+/// 64, enough beyond loopback's socket buffers (a few MiB each way) to fill a 64 KiB queue.
+async fn flood(addr: SocketAddr, topic: &str, count: usize) {
+    let text = "x".repeat(64 << 10);
+    for first in (0..count).step_by(8) {
+        let batch: Vec<Value> = (first..(first + 8).min(count))
+            .map(|i| json!({"topic": topic, "data": {"i": i, "pad": text}}))
+            .collect();
+        let answer = http(
+            addr,
+            "POST",
+            "/publish",
+            &[("Authorization", &format!("Bearer {API}"))],
+            json!({ "publications": batch }).to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+}
+
+/// The counters of what went wrong for clients move when it happens, by as much as the clients
+/// saw: a gap notice per `gap` frame, the drops a `SlowPolicy::Drop` queue made (the same count
+/// its `dropped` frames carry), and a 1008 per client closed for reading too slowly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gaps_drops_and_slow_closes_are_counted() {
+    use sockeye_pubsub::{OnGap, SessionConfig, SlowPolicy, SubscriberConfig};
+    let queue = |slow| {
+        WebConfig::default().api_token(API).session(
+            SessionConfig::default()
+                .on_gap(OnGap::Deliver)
+                .subscriber(SubscriberConfig::new(64 << 10, slow))
+                .slow_drain(Duration::from_millis(200))
+                .close_grace(Duration::from_secs(20)),
+        )
+    };
+
+    // A gap: a resume from a position no history holds (an epoch this node never gave).
+    let (_web, addr) = node(queue(SlowPolicy::Drop)).await;
+    let before = http(addr, "GET", "/metrics", &[], b"").await.body;
+    assert_eq!(sample(&before, "sockeye_pubsub_gaps_total"), 0.0);
+    assert_eq!(sample(&before, "sockeye_pubsub_dropped_total"), 0.0);
+    let mut resumed = client(addr, "").await;
+    let answer = request(
+        &mut resumed,
+        json!({"type":"subscribe","topic":"g","since":{"offset":7,"epoch":"gone"}}),
+    )
+    .await;
+    assert_eq!(
+        (answer["type"].as_str(), answer["recovery"].as_str()),
+        (Some("subscribed"), Some("lost")),
+        "{answer}"
+    );
+    let gap = next_json(&mut resumed).await;
+    assert_eq!(
+        (gap["type"].as_str(), gap["topic"].as_str()),
+        (Some("gap"), Some("g")),
+        "{gap}"
+    );
+    await_sample(addr, "sockeye_pubsub_gaps_total", 1.0).await;
+
+    // Drops: the stalled client then reads everything; what it missed is what was counted.
+    let mut stalled = stalled_client(addr, "d").await;
+    let published = 256;
+    flood(addr, "d", published).await;
+    // The client reads what the node held for it until nothing more comes; then its queue is
+    // empty, and one more publication, which cannot be dropped, carries the drops not yet told
+    // (they are told with the next delivery that fits).
+    // (received, told dropped, "end" seen)
+    let mut seen = (0u64, 0u64, false);
+    let count = |seen: &mut (u64, u64, bool), frame: Value| match frame["type"].as_str() {
+        Some("message") if frame["data"] == "end" => seen.2 = true,
+        Some("message") => seen.0 += 1,
+        Some("dropped") => seen.1 += frame["count"].as_u64().unwrap(),
+        _ => panic!("unexpected {frame}"),
+    };
+    while let Ok(Some(Ok(Message::Text(text)))) =
+        tokio::time::timeout(Duration::from_millis(500), stalled.recv()).await
+    {
+        count(&mut seen, serde_json::from_str(text.as_str()).unwrap());
+    }
+    assert_eq!(post(addr, "/publish/d", r#""end""#).await.status, 200);
+    while !seen.2 {
+        count(&mut seen, next_json(&mut stalled).await);
+    }
+    let (received, dropped_frames, _) = seen;
+    assert_eq!(
+        received + dropped_frames,
+        published as u64,
+        "every publication received or counted as dropped"
+    );
+    assert!(
+        dropped_frames > 0,
+        "a 64 KiB queue kept all of {published} × 64 KiB"
+    );
+    let text = await_sample(addr, "sockeye_pubsub_dropped_total", dropped_frames as f64).await;
+    assert_eq!(
+        sample(&text, "sockeye_pubsub_slow_closes_total"),
+        0.0,
+        "Drop closes no one"
+    );
+
+    // A slow close: the same with the default policy, and the client is closed with 1008 once
+    // it reads again (its close may wait 20 s for the client to take the frames before it).
+    let (_web, addr) = node(queue(SlowPolicy::Close)).await;
+    let mut stalled = stalled_client(addr, "s").await;
+    flood(addr, "s", published).await;
+    let close = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stalled.recv().await {
+                Some(Ok(Message::Close(frame))) => return frame,
+                Some(Ok(_)) => {}
+                other => panic!("the connection ended without a close frame: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the close in 20 s");
+    assert_eq!(close.map(|f| f.code), Some(CloseCode::POLICY_VIOLATION));
+    await_sample(addr, "sockeye_pubsub_slow_closes_total", 1.0).await;
+    await_sample(addr, "sockeye_pubsub_connections", 0.0).await;
+}
+
+/// One HTTP/2 request on `client` (h2c): the status and the body.
+async fn h2_request(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, Value) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://localhost{path}"))
+        .header("authorization", format!("Bearer {API}"))
+        .body(())
+        .unwrap();
+    let (response, mut send) = client.send_request(request, body.is_empty()).unwrap();
+    if !body.is_empty() {
+        send.send_data(bytes::Bytes::from(body.to_owned()), true).unwrap();
+    }
+    let response = tokio::time::timeout(Duration::from_secs(10), response)
+        .await
+        .expect("an answer in 10 s")
+        .unwrap();
+    let status = response.status().as_u16();
+    let mut body = response.into_body();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        bytes.extend_from_slice(&chunk);
+    }
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// The router over HTTP/2 (h2c with prior knowledge, as `serve_connection` offers it beside
+/// HTTP/1.1 on one port): WebSockets as RFC 8441 streams, two of them sharing one connection,
+/// and the backends' API on another HTTP/2 connection, each seeing the other's publications.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_clients_reach_the_socket_and_the_api() {
+    use sockeye::{Config, HttpVersion};
+    let (_web, addr) = node(WebConfig::default().api_token(API)).await;
+    let config = Config::builder().http_version(HttpVersion::Http2Only).build();
+    let mut sockets = Vec::new();
+    for _ in 0..2 {
+        let (mut ws, response) = sockeye::connect_with(format!("ws://{addr}/").as_str(), &config)
+            .await
+            .unwrap();
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        let answer = request(&mut ws, json!({"type":"subscribe","topic":"h2"})).await;
+        assert_eq!(answer["type"], "subscribed", "{answer}");
+        sockets.push(ws);
+    }
+    assert_eq!(_web.connections(), 2);
+
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (api, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut api = api.ready().await.unwrap();
+    let (status, body) = h2_request(&mut api, "POST", "/publish/h2", r#"{"from":"api"}"#).await;
+    assert_eq!(status, 200, "{body}");
+    let position = body.clone();
+    for ws in &mut sockets {
+        let message = next_json(ws).await;
+        assert_eq!(message["data"], json!({"from":"api"}), "{message}");
+        assert_eq!(
+            (&message["offset"], &message["epoch"]),
+            (&position["offset"], &position["epoch"]),
+            "{message} at {position}"
+        );
+    }
+
+    // A socket's publication reaches the other socket (not itself) and the API's history.
+    let answer = request(
+        &mut sockets[0],
+        json!({"type":"publish","topic":"h2","data":"from a socket","id":7}),
+    )
+    .await;
+    assert_eq!(
+        (answer["type"].as_str(), answer["id"].as_u64()),
+        (Some("published"), Some(7)),
+        "{answer}"
+    );
+    let message = next_json(&mut sockets[1]).await;
+    assert_eq!(message["data"], "from a socket", "{message}");
+    let (status, history) = h2_request(&mut api, "GET", "/history/h2", "").await;
+    assert_eq!(status, 200, "{history}");
+    let data: Vec<&Value> = history["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{history}"))
+        .iter()
+        .map(|m| &m["data"])
+        .collect();
+    assert_eq!(
+        data,
+        [&json!({"from":"api"}), &json!("from a socket")],
+        "{history}"
+    );
+
+    // A refusal over HTTP/2 is the same JSON error as over HTTP/1.1.
+    let (status, body) = h2_request(&mut api, "POST", "/publish/h2", "{not json").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("bad_json")),
+        "{body}"
+    );
 }
