@@ -5,8 +5,11 @@
 # `ws broadcast_server`: what users get), the same sockets with no pub/sub layer (`pubsub-server raw`:
 # pre-encoded frame bytes through a tokio broadcast channel: the ceiling), Node `ws` looping over
 # its clients (peers/node-ws/pubsub.mjs) and Socket.IO (peers/socketio/server.mjs; across nodes
-# with @socket.io/redis-adapter). The load generator (`pubsub-load`) holds every subscriber and
-# the publisher in one thread on CPU 1.
+# with @socket.io/redis-adapter). Across nodes, the `ws` tool's two servers too, as users run
+# them: `ws broadcast_server` (the plain relay: the URL path is the topic, frames relayed as
+# they are) and `ws pubsub_server` (the JSON protocol for web clients: a subscribe request, each
+# message in a JSON frame with its position; pubsub-load's `json` mode). The load generator
+# (`pubsub-load`) holds every subscriber and the publisher in one thread on CPU 1.
 #
 # One process: servers on CPU 0. Across nodes: three server processes and the backplane's server
 # (redis-server, nats-server) share CPU 0; subscribers are spread over the three nodes, the
@@ -52,6 +55,11 @@ ps_start() { # system port [backplane-url]: starts one pub/sub server (a node) o
   case "$system" in
     node) "${PIN_SERVER[@]}" node peers/node-ws/pubsub.mjs "$port" >"$log" 2>&1 & ;;
     socketio) "${PIN_SERVER[@]}" node peers/socketio/server.mjs "$port" $url >"$log" 2>&1 & ;;
+    ws-broadcast | ws-pubsub)
+      "${PIN_SERVER[@]}" "$BIN/ws" "${system#ws-}_server" -q --port "$port" ${url:+--backplane "$url"} >"$log" 2>&1 &
+      PS_PIDS+=($!)
+      ps_wait_ready "$log" "ws ${system#ws-}_server on $port" "listening on"
+      return ;;
     *) "${PIN_SERVER[@]}" "$BIN/pubsub-server" "$system" "$port" ${url:-memory:} >"$log" 2>&1 & ;;
   esac
   PS_PIDS+=($!)
@@ -135,17 +143,22 @@ done
 # Across nodes: three server processes on one backplane.
 subs=$PS_NODE_SUBS; rate=$(paced_rate "$subs")
 # The cluster rows (issue 29): the same three nodes over a Redis Cluster (sharded pub/sub) and a
-# 3-server NATS cluster (JetStream, R3), beside the single-server rows.
-for variant in sockeye-redis sockeye-redis-cluster sockeye-nats sockeye-nats-js sockeye-nats-cluster socketio-redis; do
+# 3-server NATS cluster (JetStream, R3), beside the single-server rows. The web protocol's rows
+# (issue 30): `ws pubsub_server` against `ws broadcast_server`, both over one Redis.
+for variant in sockeye-redis sockeye-redis-cluster sockeye-nats sockeye-nats-js sockeye-nats-cluster \
+    ws-broadcast-redis ws-pubsub-redis socketio-redis; do
   ps_row "$variant" || continue
   case "$variant" in
-    sockeye-redis | socketio-redis) backplane=redis ;;
+    sockeye-redis | socketio-redis | ws-broadcast-redis | ws-pubsub-redis) backplane=redis ;;
     sockeye-redis-cluster) backplane=redis-cluster ;;
     sockeye-nats) backplane=nats ;;
     sockeye-nats-js) backplane=nats-js ;;
     sockeye-nats-cluster) backplane=nats-cluster ;;
   esac
-  system=${variant%%-*}
+  case "$variant" in
+    ws-*) system=${variant%-redis} ;;
+    *) system=${variant%%-*} ;;
+  esac
   bp_start "$backplane" || { FAILURES=$((FAILURES + 1)); ps_stop_all; continue; }
   addrs=
   ok=1
@@ -155,7 +168,7 @@ for variant in sockeye-redis sockeye-redis-cluster sockeye-nats sockeye-nats-js 
     addrs=${addrs:+$addrs,}127.0.0.1:$PORT
   done
   if [ "$ok" = 1 ]; then
-    proto=$([ "$system" = socketio ] && echo socketio || echo ws)
+    case "$system" in socketio) proto=socketio ;; ws-pubsub) proto=json ;; *) proto=ws ;; esac
     run pubsub-nodes "$variant" "3 nodes, $subs subs × $rate msgs/s" "$BIN/pubsub-load" fanout "$proto" "$addrs" "$subs" $(( rate * PS_PACED_SECS )) "$rate" "$PS_PACED_SECS"
     run pubsub-nodes "$variant" "3 nodes, $subs subs, as fast as possible" "$BIN/pubsub-load" fanout "$proto" "$addrs" "$subs" "$PS_NODE_MSGS" 0 "$PS_SECS"
   else

@@ -236,8 +236,18 @@ def uws_tables(runs, order):
 PUBSUB_MARK = "<!-- pubsub: written by report.py; `run.sh --only=pubsub` replaces from here -->"
 PUBSUB_NAMES = {"raw": "pre-encoded (no pub/sub)", "sockeye": "Sockeye", "node": "Node ws (loop)",
                 "socketio": "Socket.IO"}
-NODE_NAMES = {"sockeye-redis": "Sockeye, Redis", "sockeye-nats": "Sockeye, NATS",
-              "sockeye-nats-js": "Sockeye, NATS + JetStream", "socketio-redis": "Socket.IO, Redis adapter"}
+NODE_NAMES = {"sockeye-redis": "Sockeye, Redis", "sockeye-redis-cluster": "Sockeye, Redis Cluster",
+              "sockeye-nats": "Sockeye, NATS", "sockeye-nats-js": "Sockeye, NATS + JetStream",
+              "sockeye-nats-cluster": "Sockeye, NATS cluster + JetStream R3",
+              "ws-broadcast-redis": "`ws broadcast_server`, Redis", "ws-pubsub-redis": "`ws pubsub_server` (JSON), Redis",
+              "socketio-redis": "Socket.IO, Redis adapter"}
+# Ratios of the across-nodes table: (heading, numerator, denominator).
+NODE_RATIOS = [("Sockeye Redis ÷ Socket.IO", "sockeye-redis", "socketio-redis"),
+               ("Sockeye NATS ÷ Socket.IO", "sockeye-nats", "socketio-redis"),
+               ("Redis Cluster ÷ Redis", "sockeye-redis-cluster", "sockeye-redis"),
+               ("NATS cluster ÷ NATS + JetStream", "sockeye-nats-cluster", "sockeye-nats-js"),
+               ("JSON protocol ÷ broadcast_server", "ws-pubsub-redis", "ws-broadcast-redis"),
+               ("JSON protocol ÷ Socket.IO", "ws-pubsub-redis", "socketio-redis")]
 
 
 def pubsub_cell(done):
@@ -292,17 +302,17 @@ def pubsub_tables(runs, order):
         out.append("\n### 11. pub/sub across 3 nodes on one backplane (deliveries/s (p50 / p99 µs), higher is better)\n")
         out.append("Three server processes and the backplane's server share CPU 0; subscribers are spread over the"
                    " nodes, the publisher is on the first.\n")
-        out.append("| params | " + " | ".join(NODE_NAMES[s] for s in systems)
-                   + " | Sockeye Redis ÷ Socket.IO | Sockeye NATS ÷ Socket.IO |")
-        out.append("|---" * (len(systems) + 3) + "|")
+        ratios = [r for r in NODE_RATIOS if r[1] in systems and r[2] in systems]
+        out.append("| params | " + " | ".join(NODE_NAMES[s] for s in systems) + " | "
+                   + " | ".join(r[0] for r in ratios) + " |")
+        out.append("|---" * (len(systems) + len(ratios) + 1) + "|")
         for _, params in nodes:
             vals, cells = {}, []
             for s in systems:
                 vals[s], cell = pubsub_cell(runs.get(("pubsub-nodes", params, s), []))
                 cells.append(cell)
-            io = vals.get("socketio-redis")
-            out.append(f"| {params} | " + " | ".join(cells)
-                       + f" | {ratio(vals.get('sockeye-redis'), io)} | {ratio(vals.get('sockeye-nats'), io)} |")
+            out.append(f"| {params} | " + " | ".join(cells) + " | "
+                       + " | ".join(ratio(vals.get(n), vals.get(d)) for _, n, d in ratios) + " |")
     if memory:
         out.append("\n### 11. pub/sub memory: Sockeye server RSS growth per idle connection (KiB, lower is better)\n")
         out.append("| connections | KiB per connection |")

@@ -97,8 +97,9 @@ elif [ -n "${UWS_DIR:-}" ]; then
   tail -1 "$OUT/uws-build.log"
   UWS_BIN=$OUT/uws
 fi
-# The ws tool's echo server is measured by uWS's load_test beside the library's.
-if [ -n "$UWS_BIN" ] && part load-test; then
+# The ws tool's echo server is measured by uWS's load_test beside the library's, and its
+# pub/sub servers (`broadcast_server`, `pubsub_server`) across nodes in section 11.
+if { [ -n "$UWS_BIN" ] && part load-test; } || part pubsub; then
   (cd .. && cargo build --release --quiet -p sockeye-cli)
 fi
 PIN_SERVER=(taskset -c 0); PIN_LOAD=(taskset -c 1)

@@ -1,7 +1,7 @@
 //! The pub/sub load generator: N subscriber connections and one publisher, in one thread.
 //!
 //! ```text
-//! pubsub-load fanout ws|socketio ADDRS SUBS MSGS RATE SECONDS
+//! pubsub-load fanout ws|socketio|json ADDRS SUBS MSGS RATE SECONDS
 //! ```
 //!
 //! ADDRS is a comma-separated list of servers (nodes): subscribers are spread over them in turn,
@@ -25,7 +25,11 @@
 //! `ws`: plain WebSocket text frames. `socketio`: Engine.IO v4 / Socket.IO v5 over a WebSocket
 //! (`/socket.io/?EIO=4&transport=websocket`): the open packet `0{…}` is answered with `40`, the
 //! connect `40{…}` awaited, pings `2` answered with `3`; the publisher emits `42["pub","…"]` and
-//! subscribers receive `42["msg","…"]`.
+//! subscribers receive `42["msg","…"]`. `json`: Sockeye's pub/sub protocol for web clients
+//! (docs/pubsub-protocol.md, `ws pubsub_server`): each subscriber sends
+//! `{"type":"subscribe","topic":"bench"}` and waits for `subscribed`; the publisher (not
+//! subscribed) sends `{"type":"publish","topic":"bench","data":"…"}` and subscribers receive
+//! `{"type":"message",…,"data":"…"}` (the publisher's `published` answers are drained).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -55,7 +59,11 @@ const SIZE: usize = 64;
 enum Proto {
     Ws,
     SocketIo,
+    Json,
 }
+
+/// The topic of the `json` runs.
+const JSON_TOPIC: &str = "bench";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -68,6 +76,7 @@ fn main() -> Result<()> {
         let proto = match a(1)?.as_str() {
             "ws" => Proto::Ws,
             "socketio" => Proto::SocketIo,
+            "json" => Proto::Json,
             other => return Err::<String, Error>(format!("unknown protocol {other}").into()),
         };
         match a(0)?.as_str() {
@@ -184,6 +193,13 @@ fn publish_frame(proto: Proto, p: &[u8; SIZE]) -> Vec<u8> {
             text.extend_from_slice(b"\"]");
             encode_frame(1, &text, true)
         }
+        Proto::Json => {
+            let mut text = Vec::with_capacity(SIZE + 64);
+            text.extend_from_slice(format!(r#"{{"type":"publish","topic":"{JSON_TOPIC}","data":""#).as_bytes());
+            text.extend_from_slice(p);
+            text.extend_from_slice(b"\"}");
+            encode_frame(1, &text, true)
+        }
     }
 }
 
@@ -203,11 +219,31 @@ fn parse_frame(buf: &[u8]) -> Option<(u8, usize, usize)> {
     (buf.len() >= end).then_some((opcode, head, end))
 }
 
-/// Connects and, for Socket.IO, completes the Engine.IO/Socket.IO handshake; returns the stream
-/// and the bytes read past it.
-async fn open(proto: Proto, addr: &str) -> Result<(TcpStream, Vec<u8>)> {
+/// Connects and, for Socket.IO, completes the Engine.IO/Socket.IO handshake, for the JSON
+/// protocol a subscriber's subscription; returns the stream and the bytes read past it.
+async fn open(proto: Proto, addr: &str, subscriber: bool) -> Result<(TcpStream, Vec<u8>)> {
     match proto {
         Proto::Ws => Ok(connect_path(addr, "/").await?),
+        Proto::Json if !subscriber => Ok(connect_path(addr, "/").await?),
+        Proto::Json => {
+            let (mut tcp, mut buf) = connect_path(addr, "/").await?;
+            let subscribe = format!(r#"{{"type":"subscribe","topic":"{JSON_TOPIC}"}}"#);
+            tcp.write_all(&encode_frame(1, subscribe.as_bytes(), true)).await?;
+            loop {
+                if let Some((opcode, start, end)) = parse_frame(&buf) {
+                    let text = buf[start..end].to_vec();
+                    buf.drain(..end);
+                    if opcode == 1 && text.starts_with(br#"{"type":"subscribed""#) {
+                        return Ok((tcp, buf));
+                    }
+                    return Err(format!("expected subscribed, got {:?}", String::from_utf8_lossy(&text)).into());
+                }
+                let n = tokio::time::timeout(Duration::from_secs(10), tcp.read_buf(&mut buf)).await??;
+                if n == 0 {
+                    return Err("closed before subscribed".into());
+                }
+            }
+        }
         Proto::SocketIo => {
             let (mut tcp, mut buf) = connect_path(addr, "/socket.io/?EIO=4&transport=websocket").await?;
             let mut opened = false;
@@ -250,6 +286,12 @@ fn message_of(proto: Proto, text: &[u8]) -> Option<&[u8]> {
         Proto::SocketIo => {
             let rest = text.strip_prefix(b"42[\"msg\",\"")?;
             (rest.len() == SIZE + 2).then(|| &rest[..SIZE])
+        }
+        // `…,"data":"<64 bytes>"}`: the data is the frame's last field.
+        Proto::Json => {
+            let rest = text.strip_suffix(b"\"}")?;
+            let start = rest.len().checked_sub(SIZE)?;
+            rest[..start].ends_with(b"\"data\":\"").then(|| &rest[start..])
         }
     }
 }
@@ -371,7 +413,7 @@ async fn fanout(
     let opened: Vec<Result<(TcpStream, Vec<u8>)>> = futures_util::stream::iter(0..subs)
         .map(|i| {
             let addr = addrs[i as usize % addrs.len()].clone();
-            async move { open(proto, &addr).await }
+            async move { open(proto, &addr, true).await }
         })
         .buffered(CONNECT_CONCURRENCY)
         .collect()
@@ -394,7 +436,7 @@ async fn fanout(
         counts.push(c);
     }
     let connect_secs = connect_started.elapsed().as_secs_f64();
-    let (tcp, leftover) = open(proto, &addrs[0]).await?;
+    let (tcp, leftover) = open(proto, &addrs[0], false).await?;
     let (mut reader, mut writer) = tcp.into_split();
     // The publisher's own socket: drained, and Socket.IO pings answered through `pong`.
     let pong = Rc::new(Cell::new(false));
