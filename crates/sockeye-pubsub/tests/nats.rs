@@ -797,3 +797,92 @@ async fn jetstream_losing_its_tail_is_a_gap_then_every_new_publication() {
     .await
     .unwrap();
 }
+
+/// Stores a publication on `topic` as a node would, but with `life` in its header (`None`: no
+/// header, as an older version stores).
+async fn store_raw(url: &str, topic: &Topic, text: &str, life: Option<&str>) {
+    let client = async_nats::connect(url.trim_start_matches("nats://"))
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client);
+    let mut body = vec![1u8, 1];
+    body.extend_from_slice(&7u64.to_be_bytes());
+    body.extend_from_slice(&0u64.to_be_bytes());
+    body.extend_from_slice(text.as_bytes());
+    let subject = format!("sockeye.t.{}", topic.to_hex());
+    let ack = match life {
+        Some(life) => {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Sockeye-Life", life);
+            js.publish_with_headers(subject, headers, body.into())
+                .await
+                .unwrap()
+        }
+        None => js.publish(subject, body.into()).await.unwrap(),
+    };
+    ack.await.unwrap();
+}
+
+/// Publications stored in the stream under another life than the server's current one (a
+/// batch a node sent across a reconnection to the restarted server, with the previous life in
+/// its header: "The window" in the NATS backplane's docs) or without one (a node of an older
+/// version) are outside the current epoch: every reader is told of a gap around them, none
+/// misses a publication silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_of_another_life_is_a_gap_never_a_silent_miss() {
+    timeout(TEST_TIMEOUT, async {
+        let server = BackplaneServer::start(Kind::Nats { jetstream: true });
+        let topic = Topic::new("foreign").unwrap();
+        let (hub, _) = node(&server.url(), HistoryConfig::default()).await;
+        let mut live = sub(&hub);
+        live.subscribe(&topic, None).await.unwrap();
+        let p1 = hub.publish(&topic, "1".into()).await.unwrap().unwrap();
+        store_raw(&server.url(), &topic, "stale", Some("0123456789abcdef")).await;
+        hub.publish(&topic, "2".into()).await.unwrap();
+        store_raw(&server.url(), &topic, "old version", None).await;
+        hub.publish(&topic, "3".into()).await.unwrap();
+        let order = ["1", "stale", "2", "old version", "3"];
+        let mut named = Named::default();
+        let got = drain(&mut live, Duration::from_millis(1500)).await;
+        named.saw(&got);
+        // In order; one skipped, or one again, only after a gap; through to the last.
+        let (mut at, mut gap) = (None::<usize>, false);
+        for d in &got {
+            match d {
+                Delivery::Gap { .. } => gap = true,
+                Delivery::Message(m) => {
+                    let text = String::from_utf8_lossy(m.message().as_payload()).into_owned();
+                    let j = order.iter().position(|t| *t == text).unwrap();
+                    let next = at.map_or(0, |i| i + 1);
+                    assert!(j == next || gap, "live: {text} without a gap: {}", show(&got));
+                    at = Some(j);
+                    gap = false;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(at, Some(4), "live: {}", show(&got));
+        // The current epoch holds what follows the last publication of another life.
+        match hub.history(&topic, None, 100).await.unwrap() {
+            History::Complete(ps) => {
+                assert_eq!(ps.len(), 1, "{ps:?}");
+                assert_eq!(&ps[0].payload[..], b"3");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A resume from before them: a gap, then the current epoch.
+        let mut resumed = sub(&hub);
+        assert_eq!(resumed.subscribe(&topic, Some(p1)).await.unwrap(), Recovery::Lost);
+        let got = drain(&mut resumed, Duration::from_millis(800)).await;
+        named.saw(&got);
+        assert!(
+            matches!(got.first(), Some(Delivery::Gap { .. })),
+            "{}",
+            show(&got)
+        );
+        assert_eq!(texts(&got), ["3"], "{}", show(&got));
+        assert!(named.1.is_empty(), "{:?}", named.1);
+    })
+    .await
+    .unwrap();
+}

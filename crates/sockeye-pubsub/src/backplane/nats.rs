@@ -69,9 +69,13 @@
 //! right) and logs it; the positions it returns are those of the header's life, as every
 //! reader sees them. Readers take such a publication as of an ended life: a live subscriber
 //! gets a gap there, a history read that meets it after a position answers [`History::Lost`],
-//! one from the start keeps only what follows it, and a resume from its position is a gap. What
+//! one from the start keeps only what follows it, and a resume from its position is a gap
+//! (tests/nats.rs stores such publications, and ones without a header, between a node's). What
 //! remains: such a publication is not recoverable from history by a reader of the current life
-//! (it was delivered live), and if the previous life lost its tail, it may take a sequence that
+//! (it was delivered live); the current life's publications stored before it are not either (a
+//! reader resuming from before it gets a gap, then what follows it); a live subscriber to which
+//! it arrives together with later ones may get it after them, or one of them twice, each time
+//! after a gap; and if the previous life lost its tail, it may take a sequence that
 //! life gave to a publication it lost, so that one position of the ended life names both; a
 //! resume from it is a gap all the same, and a node that delivered the lost one live reports a
 //! gap at the other (the hub's check of a position given again). Gaps, never a silent miss.
