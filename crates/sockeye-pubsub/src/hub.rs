@@ -9,7 +9,7 @@
 //!
 //! A [`Position`] names one publication forever: a backplane that may have lost positions it
 //! handed out starts a new epoch (Redis: its server's `run_id` changed; NATS: the stream was
-//! recreated). On every node, the first sight of the new epoch (or of a reconnection, a jump in
+//! recreated, or its single server restarted). On every node, the first sight of the new epoch (or of a reconnection, a jump in
 //! contiguous offsets) makes the hub fetch what it missed from history; what cannot be fetched is
 //! a [`Delivery::Gap`], followed by whatever the history still holds, then live publications, so
 //! that a subscriber that stayed and one that resumes from a position get the same thing.

@@ -132,6 +132,45 @@ async fn a_nats_cluster_server_killed_during_traffic() {
     assert_eq!(outcome.missed_after_a_gap, 0, "{outcome:?}");
 }
 
+/// In a NATS cluster no server life is written in publications (issue 29 §1: the server a node
+/// is connected to is not the one that stores, and differs between nodes and across a
+/// failover; the replicas' quorum is the guarantee there): the positions of one stream have
+/// one epoch, the stream's, whichever server each node is connected to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_clusters_positions_name_no_server_life() {
+    let cluster = NatsCluster::start();
+    let url = cluster.url();
+    let hubs = nodes([&url, &url, &url]).await;
+    let topic = Topic::new("cluster epoch").unwrap();
+    let mut subscribers = Vec::new();
+    for hub in &hubs {
+        let mut s = hub.subscriber(SubscriberConfig::default());
+        s.subscribe(&topic, None).await.unwrap();
+        subscribers.push(s);
+    }
+    let mut epochs = Vec::new();
+    for (i, hub) in hubs.iter().enumerate() {
+        let position = hub.publish(&topic, Message::text(format!("{i}"))).await.unwrap();
+        epochs.push(position.unwrap().epoch);
+    }
+    for s in &mut subscribers {
+        for _ in 0..hubs.len() {
+            match timeout(Duration::from_secs(10), s.recv())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap()
+            {
+                Delivery::Message(m) => epochs.push(m.position().unwrap().epoch.clone()),
+                other => panic!("expected a message, got {other:?}"),
+            }
+        }
+    }
+    assert!(epochs.iter().all(|e| *e == epochs[0]), "{epochs:?}");
+    // The stream's creation time alone (hex), no `.life`.
+    assert!(epochs[0].bytes().all(|b| b.is_ascii_hexdigit()), "{}", epochs[0]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_cluster_primary_killed_during_traffic() {
     let mut cluster = RedisCluster::start();

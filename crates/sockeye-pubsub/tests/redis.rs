@@ -21,6 +21,7 @@ use tokio::time::timeout;
 
 mod support;
 
+use support::deliveries::texts;
 use support::proxy::Proxy;
 use support::servers::{BackplaneServer, Kind};
 
@@ -925,16 +926,6 @@ fn show(d: &Delivery) -> String {
         }
         other => format!("{other:?}"),
     }
-}
-
-/// The texts of the messages among `ds`.
-fn texts(ds: &[Delivery]) -> Vec<String> {
-    ds.iter()
-        .filter_map(|d| match d {
-            Delivery::Message(m) => Some(String::from_utf8_lossy(m.message().as_payload()).into_owned()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A short summary of what a subscriber received: how many messages, gaps, and the first and

@@ -44,7 +44,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 ///
 /// A position names one publication forever. The epoch changes whenever the backplane may have
 /// lost positions it handed out (its storage was wiped, the stream was recreated, the Redis
-/// server restarted or failed over): a subscriber resuming from a position of another epoch
+/// server or a single NATS JetStream server restarted, Redis failed over): a subscriber resuming from a position of another epoch
 /// learns that recovery is impossible (a [`Delivery::Gap`](crate::Delivery::Gap), then what the
 /// new epoch holds) instead of silently missing publications, and an offset is never reused
 /// for another publication under the same epoch (Centrifugo's stream position, made safe

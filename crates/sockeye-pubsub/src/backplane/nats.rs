@@ -12,8 +12,10 @@
 //! - Publications are published through JetStream, and [`Backplane::publish`] returns once the
 //!   stream acknowledged (stored) them.
 //! - Their [`Position`]: the offset is the stream sequence (increasing per topic, but not
-//!   contiguous: the stream is shared by every topic), the epoch the stream's creation time, which
-//!   changes when the stream is lost and recreated (a server restarted on an empty store).
+//!   contiguous: the stream is shared by every topic); the epoch is the stream's creation time
+//!   (which changes when the stream is lost and recreated: a server restarted on an empty
+//!   store) and, on a single server, the life of the server that stored the publication
+//!   (`<created>.<life>`; below).
 //! - Live delivery is an ordered consumer per subscribed topic (filtered to its subject), which
 //!   starts at the stream's next sequence when the topic is subscribed, detects gaps itself and
 //!   is recreated from the next unseen sequence after a reconnect: nothing stored is skipped.
@@ -23,22 +25,71 @@
 //!   position is no longer in the stream (dropped by the limits: later ones may be gone too;
 //!   conservative, never silently incomplete).
 //!
-//! - **A stream that went back** (JetStream lost its un-synced tail: a crash with the file
-//!   store's writes not yet on disk, or a store restored from an older copy) keeps its creation
-//!   time, so its epoch does not change. After a reconnect each topic's consumer checks that the
-//!   last publication it delivered is still at its sequence (same subject, same stored time);
-//!   if not, it starts again from the first publication stored after that one, so that the
-//!   publications given the lost sequences again are delivered, and the hub reports the gap
-//!   (it sees a position it had already received). This relies on the server's clock not going
-//!   back across the restart. **Not covered yet:** a client that resumes from a lost position
-//!   once the stream has grown past it again is told its recovery is complete and is given the
-//!   new publications under those sequences (a resume from beyond the stream's end is a gap).
-//!   Making the epoch change would need an identity of the server's life in each stored
-//!   publication (the Redis backplane's `run_id`), checked by [`Backplane::history`] at the
-//!   resume position. A generation kept in the stream's configuration `metadata`, bumped by
-//!   the node that detects the rollback and part of the epoch, needs nats-server 2.10 (stream
-//!   metadata; the tests' server is 2.9.10), and would still miss a rollback no node saw
-//!   (every node away while the stream went back and grew past the lost positions).
+//! **A server's life is part of the epoch.** JetStream may lose the un-synced tail of its
+//! file store (a crash with writes not yet on disk; a store restored from an older copy) and
+//! keep the stream, and with it its creation time: it then gives the lost sequences to new
+//! publications, and a position of the lost tail would name a new publication under the same
+//! epoch (a client that kept it and resumed after the stream grew past it again was told its
+//! recovery was complete and given the newcomers: a silent miss). So, as the Redis backplane
+//! ties its epoch to the Redis server's `run_id`, every publication stored through a single
+//! server carries a header, `Sockeye-Life`, naming the life of the server the node is connected
+//! to: 16 hex digits of a hash of its `server_id`, which nats-server draws anew at every start.
+//! A restart, which is when a tail can be lost, starts a new epoch:
+//! - the live subscribers of every node get a [`Delivery::Gap`](crate::Delivery::Gap) at the
+//!   first sight of the new life (the hub takes a new epoch seen live as a possible loss), then
+//!   every publication of the new life;
+//! - [`Backplane::history`] takes as current the life of the server the node is connected to
+//!   now. From a position: it must be of that life, and the publication stored at its sequence
+//!   must still be that one (same subject, same life in its header), else [`History::Lost`];
+//!   a publication of another life after it is [`History::Lost`] too (see "The window"). So a
+//!   client resuming from a position given before a restart, lost or not, is told of the gap,
+//!   then given every publication of the new life, never one that took a lost sequence as if
+//!   it followed its own. (Checking only "a later publication of another life" would have
+//!   told a client at a surviving position `Recovered` as long as nothing was published since
+//!   the restart, though the restart may have lost what followed it.) From the start (no
+//!   position, what the hub reads after a gap): the publications after the topic's last one of
+//!   another life. Which publication starts the current life is not indexed: that read goes
+//!   through the topic's whole history, at most `max_len` publications, keeping at most
+//!   `limit` (a read from a position still reads at most `limit`).
+//!
+//! The price, as with Redis: a server restart that lost nothing is reported as a gap too
+//! (the node cannot tell), and the publications of the previous life stay in the stream but
+//! are no longer recoverable (a resume to them is a gap, then the new life). A publication
+//! without the header, stored by an older version, keeps the epoch `<created>`: after an
+//! upgrade, a resume from a position of the older version is a gap once, and while nodes of
+//! both versions publish on a topic its subscribers see a gap at every change of form.
+//!
+//! **The window.** The header names the life the node's client records for its connection,
+//! read after the round trip that proves the connection alive and right before the batch is
+//! sent; a node that is not connected publishes nothing (the caller's retry takes it). If the
+//! connection dies in between, the client may send the batch after it reconnected, to a
+//! restarted server, with the previous life in its header. The node tells (the life its client
+//! records differs once the batch is acknowledged; a reconnection that finds the same
+//! `server_id`, its connect count alone changing, is the same server process, and the header is
+//! right) and logs it; the positions it returns are those of the header's life, as every
+//! reader sees them. Readers take such a publication as of an ended life: a live subscriber
+//! gets a gap there, a history read that meets it after a position answers [`History::Lost`],
+//! one from the start keeps only what follows it, and a resume from its position is a gap
+//! (tests/nats.rs stores such publications, and ones without a header, between a node's). What
+//! remains: such a publication is not recoverable from history by a reader of the current life
+//! (it was delivered live); the current life's publications stored before it are not either (a
+//! reader resuming from before it gets a gap, then what follows it); a live subscriber to which
+//! it arrives together with later ones may get it after them, or one of them twice, each time
+//! after a gap; and if the previous life lost its tail, it may take a sequence that
+//! life gave to a publication it lost, so that one position of the ended life names both; a
+//! resume from it is a gap all the same, and a node that delivered the lost one live reports a
+//! gap at the other (the hub's check of a position given again). Gaps, never a silent miss.
+//! The client records a new server's identity when it reconnects, before it sends anything on
+//! the new connection: a batch sent there is acknowledged after that, which is what the check
+//! relies on.
+//!
+//! **A stream that went back in a cluster** (no life is written there, below) keeps its epoch.
+//! After a reconnect each topic's consumer checks that the last publication it delivered is
+//! still at its sequence (same subject, same stored time); if not, it starts again from the
+//! first publication stored after that one, so that the publications given the lost sequences
+//! again are delivered, and the hub reports the gap (it sees a position it had already
+//! received). This relies on the server's clock not going back across the restart. On a single
+//! server the same check still picks where the consumer restarts; the new life reports the gap.
 //!
 //! **Without JetStream** (or without history): core NATS publish/subscribe, at most once.
 //! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
@@ -65,6 +116,19 @@
 //! stream's creation time, which every server of the cluster reports alike. Listing one server
 //! of a cluster works too, with a stream of one copy (its server's loss is an outage, and the
 //! loss of its store a new epoch).
+//!
+//! **No server life in a cluster.** When the server the node is connected to is in a cluster
+//! (its `INFO` names one), or the stream has more than one copy, publications carry no life:
+//! the server a node is connected to is not the one storing (the stream's leader is), it
+//! differs between nodes, and it changes at a failover, which loses nothing acknowledged. The
+//! guarantee there is the quorum: an acknowledged publication is lost only if a majority of the
+//! stream's copies lose it. What is detected: a lost store (the stream recreated: a new
+//! epoch), and a stream that went back behind what a node had delivered (a gap on that node,
+//! above). What is not: a client resuming from a lost position once the stream has grown past
+//! it again is told `Recovered` and given the publications that took those sequences. With
+//! three copies that takes a majority losing its tail at once (three servers crashing together,
+//! with `sync_interval` writes not yet on disk); a stream of one copy in a cluster (one
+//! server of a cluster listed) takes only its server's tail loss.
 //!
 //! # Outages
 //!
@@ -97,9 +161,11 @@
 //! A message that does not decode (another version, a foreign publisher) is skipped with a
 //! warning.
 
+mod life;
+
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -182,15 +248,18 @@ struct Shared {
 struct Js {
     context: jetstream::Context,
     config: stream::Config,
-    /// The stream's epoch as last seen (at connect and after each reconnect), for the positions
-    /// a publish returns.
+    /// The stream's creation time as last seen (at connect and after each reconnect), for the
+    /// positions a publish returns.
     epoch: std::sync::Mutex<Arc<str>>,
+    /// The stream's copies as last seen: more than one, and no life is written (a cluster).
+    replicas: AtomicUsize,
 }
 
 /// One subscribed topic: the task forwarding its messages to the hub.
 struct Follow {
     task: Option<JoinHandle<()>>,
-    /// JetStream: the next stream sequence not yet delivered, and the epoch it belongs to.
+    /// JetStream: the next stream sequence not yet delivered, and the creation time of the
+    /// stream it belongs to (the first part of every epoch in it).
     next: Arc<AtomicU64>,
     epoch: String,
     /// JetStream: when the stream stored the last publication delivered (Unix nanoseconds):
@@ -288,6 +357,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
                     context,
                     config,
                     epoch: std::sync::Mutex::new("".into()),
+                    replicas: AtomicUsize::new(1),
                 };
                 js.ensure_stream(&server).await?;
                 Some(js)
@@ -363,7 +433,8 @@ fn subject(topic: &Topic) -> String {
     format!("{SUBJECT_PREFIX}{}", topic.to_hex())
 }
 
-/// The epoch of a stream: its creation time, in nanoseconds, hex.
+/// A stream's creation time, in nanoseconds, hex: the epoch of its publications without a life,
+/// the first part of the others'.
 fn epoch_of(info: &stream::Info) -> String {
     format!("{:x}", info.created.unix_timestamp_nanos())
 }
@@ -429,23 +500,37 @@ impl Js {
             .epoch
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = epoch_of(&info).into();
+        self.replicas.store(info.config.num_replicas, Ordering::Relaxed);
         let c = &info.config;
         if c.subjects != self.config.subjects
             || c.max_messages_per_subject != self.config.max_messages_per_subject
             || c.max_age != self.config.max_age
             || c.num_replicas != self.config.num_replicas
         {
-            return self
+            let info = self
                 .context
                 .update_stream(self.config.clone())
                 .await
-                .map_err(|e| Error::backplane(format!("{server}: update JetStream stream {STREAM}"), e));
+                .map_err(|e| Error::backplane(format!("{server}: update JetStream stream {STREAM}"), e))?;
+            self.replicas.store(info.config.num_replicas, Ordering::Relaxed);
+            return Ok(info);
         }
         Ok(info)
     }
 }
 
 impl Shared {
+    /// The life of the server this node is connected to, which the publications it stores now
+    /// name (see [`life`]); `None` in a cluster (the server connected to is not the one
+    /// storing, and changes between nodes: the replicas' quorum is the guarantee there) and
+    /// while the server is not known.
+    fn life(&self, js: &Js) -> Option<String> {
+        let info = self.client.server_info();
+        let clustered =
+            info.cluster.as_deref().is_some_and(|c| !c.is_empty()) || js.replicas.load(Ordering::Relaxed) > 1;
+        (!clustered && !info.server_id.is_empty()).then(|| life::of_server(&info.server_id))
+    }
+
     fn failed(
         &self,
         what: impl fmt::Display,
@@ -705,32 +790,67 @@ impl Shared {
                 .map_err(|e| self.failed(format_args!("{what}: server check"), e))?;
             match &self.js {
                 Some(js) => {
+                    // The life of the server, read last before sending (after the check above):
+                    // the batch names it. See "The window" in the module documentation.
+                    let connects = || self.client.statistics().connects.load(Ordering::Relaxed);
+                    let connects_before = connects();
+                    let life = self.life(js);
+                    let headers = life.as_deref().map(|l| {
+                        let mut h = async_nats::HeaderMap::new();
+                        h.insert(life::HEADER, l);
+                        h
+                    });
                     let mut acks = Vec::with_capacity(n);
                     for (subject, body) in bodies {
-                        let ack = js
-                            .context
-                            .publish(subject, body)
-                            .await
-                            .map_err(|e| self.failed(&what, e))?;
+                        let ack = match &headers {
+                            Some(h) => js.context.publish_with_headers(subject, h.clone(), body).await,
+                            None => js.context.publish(subject, body).await,
+                        }
+                        .map_err(|e| self.failed(&what, e))?;
                         sent += 1;
                         acks.push(ack);
                     }
                     // In order: the first one not acknowledged ends what is known published.
-                    let epoch = js
-                        .epoch
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone();
                     let mut positions = Vec::with_capacity(n);
                     for ack in acks {
                         let ack = ack.await.map_err(|e| self.failed(&what, e))?;
                         published += 1;
-                        positions.push(Position {
-                            epoch: epoch.clone(),
-                            offset: ack.sequence,
-                        });
+                        positions.push(ack.sequence);
                     }
-                    Ok(positions)
+                    if self.life(js) != life {
+                        // The client reconnected meanwhile to another life of the server (a
+                        // restart: a new `server_id`), and may have sent the batch there, with
+                        // the previous life in its header. Its positions are still those of the
+                        // life in its header (what every reader sees), which readers no longer
+                        // take as current: a live subscriber gets a gap there, a history read
+                        // that meets them is `Lost`, a resume from them is a gap: nothing is
+                        // silent.
+                        tracing::warn!(
+                            "{}: {what}: the server restarted while publishing; the publications \
+                             may name its previous life (gaps for their readers, nothing silent)",
+                            self.server
+                        );
+                    } else if connects() != connects_before {
+                        // Reconnected to the same life (same `server_id`: the same process):
+                        // the header names the server that stored the batch.
+                        tracing::debug!(
+                            "{}: {what}: reconnected to the same server while publishing",
+                            self.server
+                        );
+                    }
+                    let created = js
+                        .epoch
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone();
+                    let epoch = life::epoch(&created, life.as_deref());
+                    Ok(positions
+                        .into_iter()
+                        .map(|offset| Position {
+                            epoch: epoch.clone(),
+                            offset,
+                        })
+                        .collect())
                 }
                 None => {
                     for (subject, body) in bodies {
@@ -757,6 +877,8 @@ impl Shared {
         result.map_err(|e| super::partly_published(published, sent, e))
     }
 
+    /// See [`Backplane::history`]; the epoch rules are in "A server's life is part of the
+    /// epoch" in the module documentation.
     async fn history_js(
         &self,
         js: &Js,
@@ -771,23 +893,46 @@ impl Shared {
             .await
             .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?;
         let info = stream.cached_info().clone();
-        let epoch = epoch_of(&info);
-        let latest = match stream.get_last_raw_message_by_subject(&subject).await {
-            Ok(m) => Some(Position {
-                epoch: epoch.as_str().into(),
-                offset: m.sequence,
-            }),
+        let created = epoch_of(&info);
+        // Read once the server answered: the client records a new server's identity before it
+        // sends anything on the new connection.
+        let current = self.life(js);
+        let current = current.as_deref();
+        // The topic's newest publication, and whether it is of the current epoch.
+        let newest = match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => Some((m.sequence, life::of_message(Some(&m.headers)) == current)),
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => None,
             Err(e) => return Err(self.failed(format_args!("last publication of {topic}"), e)),
         };
+        // `None`: nothing published in the current epoch (the newest is of an earlier life).
+        let latest = newest.filter(|(_, ours)| *ours).map(|(offset, _)| Position {
+            epoch: life::epoch(&created, current),
+            offset,
+        });
+        let lost = || {
+            Ok(History::Lost {
+                latest: latest.clone(),
+            })
+        };
         let start = match since {
             None => 1,
-            Some(p) if *p.epoch != *epoch || p.offset > info.state.last_sequence => {
-                return Ok(History::Lost { latest });
-            }
             Some(p) => {
-                if !self.still_kept(&stream, &subject, p.offset, topic).await? {
-                    return Ok(History::Lost { latest });
+                // Of this stream and of the current life (a position of an earlier life may
+                // name a publication that life lost with its tail, or be followed by some it
+                // lost), still kept (not dropped by the limits, not given to another
+                // publication by a stream that went back).
+                let (p_created, p_life) = life::split(&p.epoch);
+                if p_created != created
+                    || p_life != current
+                    || p.offset > info.state.last_sequence
+                    || !self.still_kept(&stream, &subject, p, topic).await?
+                {
+                    return lost();
+                }
+                // A publication of another life after it: the batch of a publisher that
+                // reconnected meanwhile (see "The window"): a gap rather than one skipped.
+                if newest.is_some_and(|(seq, ours)| seq > p.offset && !ours) {
+                    return lost();
                 }
                 p.offset + 1
             }
@@ -809,11 +954,28 @@ impl Shared {
             .await
             .map_err(|e| self.failed(format_args!("JetStream history consumer for {topic}"), e))?;
         let pending = usize::try_from(consumer.cached_info().num_pending).unwrap_or(usize::MAX);
-        let want = pending.min(limit);
-        let read =
-            tokio::time::timeout(HISTORY_TIMEOUT, self.read_history(&consumer, topic, &epoch, want)).await;
+        // From `since`: at most `limit`. From the start: the current epoch's first publication
+        // is known only once every earlier one was read (lives are not indexed): the topic's
+        // whole history, at most `max_len` publications (the stream's limit per topic).
+        let want = if since.is_some() {
+            pending.min(limit)
+        } else {
+            pending
+        };
+        let mut kept = Kept {
+            epochs: life::Epochs::new(created),
+            current,
+            limit,
+            publications: Vec::with_capacity(want.min(limit)),
+            foreign: false,
+        };
+        let read = tokio::time::timeout(
+            HISTORY_TIMEOUT,
+            self.read_history(&consumer, topic, want, &mut kept),
+        )
+        .await;
         let _ = stream.delete_consumer(&consumer.cached_info().name).await;
-        let publications = match read {
+        match read {
             Ok(r) => r?,
             Err(_) => {
                 return Err(Error::Backplane {
@@ -821,41 +983,42 @@ impl Shared {
                     source: None,
                 });
             }
-        };
-        // Limits drop a topic's oldest publications first: if the one at `since` is still there,
-        // none after it was dropped before being read.
-        if let Some(p) = since
-            && !self.still_kept(&stream, &subject, p.offset, topic).await?
-        {
-            return Ok(History::Lost { latest });
         }
-        Ok(History::Complete(publications))
+        if let Some(p) = since {
+            // Limits drop a topic's oldest publications first: if the one at `since` is still
+            // there, none after it was dropped before being read.
+            if kept.foreign || !self.still_kept(&stream, &subject, p, topic).await? {
+                return lost();
+            }
+        }
+        Ok(History::Complete(kept.publications))
     }
 
-    /// Whether the publication at `seq` is still in the stream, on `subject`.
+    /// Whether the publication at `at` is still in the stream, on `subject`, of the life `at`
+    /// names.
     async fn still_kept(
         &self,
         stream: &stream::Stream,
         subject: &str,
-        seq: u64,
+        at: &Position,
         topic: &Topic,
     ) -> Result<bool, Error> {
-        match stream.get_raw_message(seq).await {
-            Ok(m) => Ok(m.subject.as_str() == subject),
+        match stream.get_raw_message(at.offset).await {
+            Ok(m) => Ok(m.subject.as_str() == subject
+                && life::of_message(Some(&m.headers)) == life::split(&at.epoch).1),
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
-            Err(e) => Err(self.failed(format_args!("history of {topic}: publication {seq}"), e)),
+            Err(e) => Err(self.failed(format_args!("history of {topic}: publication {}", at.offset), e)),
         }
     }
 
-    /// `want` messages from the history consumer.
+    /// `want` messages from the history consumer, into `kept`.
     async fn read_history(
         &self,
         consumer: &consumer::PullConsumer,
         topic: &Topic,
-        epoch: &str,
         want: usize,
-    ) -> Result<Vec<Publication>, Error> {
-        let mut out = Vec::with_capacity(want);
+        kept: &mut Kept<'_>,
+    ) -> Result<(), Error> {
         let mut seen = 0;
         while seen < want {
             let n = (want - seen).min(HISTORY_BATCH);
@@ -874,12 +1037,16 @@ impl Shared {
                     .map_err(|e| self.failed(format_args!("history of {topic}: message info"), e))?
                     .stream_sequence;
                 got += 1;
+                let life = life::of_message(m.message.headers.as_ref());
+                if !kept.of_current(life) {
+                    continue;
+                }
                 let position = Position {
-                    epoch: epoch.into(),
+                    epoch: kept.epochs.of(life),
                     offset: seq,
                 };
                 match decode(topic, &m.message.payload, Some(position)) {
-                    Ok(p) => out.push(p),
+                    Ok(p) => kept.push(p),
                     Err(why) => {
                         tracing::warn!("{}: skipped publication {seq} on {topic}: {why}", self.server)
                     }
@@ -896,7 +1063,36 @@ impl Shared {
             }
             seen += got;
         }
-        Ok(out)
+        Ok(())
+    }
+}
+
+/// What a history read keeps: the first `limit` publications of the current life after the
+/// last publication of another (which sets `foreign`).
+struct Kept<'a> {
+    epochs: life::Epochs,
+    current: Option<&'a str>,
+    limit: usize,
+    publications: Vec<Publication>,
+    foreign: bool,
+}
+
+impl Kept<'_> {
+    /// Whether a publication of `life` is of the current epoch; one that is not ends the run
+    /// kept so far.
+    fn of_current(&mut self, life: Option<&str>) -> bool {
+        if life == self.current {
+            return true;
+        }
+        self.foreign = true;
+        self.publications.clear();
+        false
+    }
+
+    fn push(&mut self, p: Publication) {
+        if self.publications.len() < self.limit {
+            self.publications.push(p);
+        }
     }
 }
 
@@ -927,11 +1123,12 @@ async fn forward_js(
     topic: Topic,
     mut messages: consumer::pull::Ordered,
     (context, stalls): (jetstream::Context, mpsc::UnboundedSender<Topic>),
-    epoch: String,
+    created: String,
     next: Arc<AtomicU64>,
     stored: Arc<std::sync::Mutex<Option<i128>>>,
     events: EventSender,
 ) {
+    let mut epochs = life::Epochs::new(created);
     // When to check the stream unless a publication arrives first.
     let mut check_at = tokio::time::Instant::now() + STALL_CHECK;
     // Checks in a row that JetStream did not answer.
@@ -982,8 +1179,10 @@ async fn forward_js(
         if seq < next.load(Ordering::Acquire) {
             continue;
         }
+        // Each publication with the epoch of the life it names: the hub sees a new life as a new
+        // epoch, reports the gap and reads the new one from its start.
         let position = Position {
-            epoch: epoch.as_str().into(),
+            epoch: epochs.of(life::of_message(m.message.headers.as_ref())),
             offset: seq,
         };
         match decode(&topic, &m.message.payload, Some(position)) {
