@@ -2,7 +2,7 @@
 # Headless Firefox ESR (Debian's `firefox-esr`, no downloaded browser build) loads the axum
 # example's page with `report=1`; the page sends its PASS/FAIL back as `GET /report/<result>`, which
 # the example logs. Firefox trusts the run's test CA through a fresh profile's NSS database
-# (`certutil`, libnss3-tools). Run as root it needs its sandboxes off. HOME is a temporary
+# (interop/firefox-profile.sh). Run as root it needs its sandboxes off. HOME is a temporary
 # directory too, so nothing is left in the real one.
 # Usage: bash interop/firefox.sh URL SERVER_LOG CA_PEM
 set -euo pipefail
@@ -15,28 +15,7 @@ cleanup() {
 }
 trap cleanup EXIT
 profile=$dir/profile
-mkdir -p "$profile"
-certutil -N -d "sql:$profile" --empty-password
-certutil -A -d "sql:$profile" -t "C,," -n sockeye-interop-ca -i "$ca"
-# Nothing but the page: no updates, telemetry, safe browsing or connectivity probes. HTTP/2
-# WebSockets (`network.http.http2.websockets`) are on by default and left so.
-cat >"$profile/user.js" <<'JS'
-user_pref("app.update.auto", false);
-user_pref("app.update.enabled", false);
-user_pref("browser.aboutwelcome.enabled", false);
-user_pref("browser.safebrowsing.downloads.remote.enabled", false);
-user_pref("browser.safebrowsing.malware.enabled", false);
-user_pref("browser.safebrowsing.phishing.enabled", false);
-user_pref("browser.search.update", false);
-user_pref("browser.shell.checkDefaultBrowser", false);
-user_pref("browser.startup.homepage_override.mstone", "ignore");
-user_pref("datareporting.policy.dataSubmissionEnabled", false);
-user_pref("datareporting.healthreport.uploadEnabled", false);
-user_pref("extensions.update.enabled", false);
-user_pref("network.captive-portal-service.enabled", false);
-user_pref("network.connectivity-service.enabled", false);
-user_pref("toolkit.telemetry.enabled", false);
-JS
+bash "$(dirname "${BASH_SOURCE[0]}")/firefox-profile.sh" "$profile" "$ca"
 export HOME=$dir MOZ_DISABLE_CONTENT_SANDBOX=1 MOZ_DISABLE_GMP_SANDBOX=1 MOZ_DISABLE_RDD_SANDBOX=1 \
   MOZ_DISABLE_SOCKET_PROCESS_SANDBOX=1
 version=$(firefox-esr --version 2>/dev/null | awk '{print $NF}')

@@ -5,7 +5,8 @@
 #   page from Sockeye's axum integration and echoing through a WebSocket to it, Chromium and
 #   Firefox ESR loading it over https:// (h2, sockets as RFC 8441 streams on the page's
 #   connection); Sockeye's client through tinyproxy (HTTP CONNECT, basic auth) and dante (SOCKS5,
-#   with and without user/password);
+#   with and without user/password); the pub/sub demo page in Chromium and Firefox on two nodes
+#   over Redis while a node is killed and Redis restarts (interop/node/pubsub-browsers.mjs);
 #   WebSockets over HTTP/2 (RFC 8441): Node's `http2` client (own frame codec) and hand-written
 #   hostile frames against Sockeye's server, h2c and h2 over TLS on the same ports as HTTP/1.1, and
 #   Sockeye's client against a Node `http2` echo server.
@@ -50,10 +51,10 @@ wait_port() { # port
 
 FAILED=0
 RESULTS=()
-check() { # name, expectation (pass|fail:PATTERN), command...
+check() { # name, expectation (pass|fail:PATTERN), command...   (CHECK_TIMEOUT: seconds, default 60)
   local name=$1 expect=$2; shift 2
   local out rc=0
-  out=$(timeout 60 "$@" 2>&1) || rc=$?
+  out=$(timeout "${CHECK_TIMEOUT:-60}" "$@" 2>&1) || rc=$?
   local verdict=FAIL
   case "$expect" in
     pass) [ "$rc" = 0 ] && verdict=PASS ;;
@@ -142,6 +143,13 @@ echo "==> Python websockets speaking the pub/sub protocol to two nodes (interop/
 # Two topics on one socket, publish, then a resume on the other node with exactly what was missed.
 check "python websockets ↔ ws pubsub_server ×2, Redis" pass "$PY" interop/pubsub_client.py ws://127.0.0.1:9561/ ws://127.0.0.1:9562/
 check "python websockets ↔ ws pubsub_server ×2, NATS JetStream" pass "$PY" interop/pubsub_client.py ws://127.0.0.1:9566/ ws://127.0.0.1:9567/
+
+echo "==> Chromium and Firefox ESR on the demo page, two nodes over Redis (interop/node/pubsub-browsers.mjs)"
+# Its own Redis (9570, no persistence) and nodes A (9571) and B (9572), started and stopped by the
+# script: it kills node A and restarts Redis during the traffic. Screenshots of both pages, their
+# state and the servers' logs: $OUT/pubsub-browsers*.
+CHECK_TIMEOUT=150 check "chromium + firefox ↔ ws pubsub_server ×2, node killed, Redis restarted" pass \
+  node interop/node/pubsub-browsers.mjs "$WS" "$OUT" 9570 9571 9572
 
 echo "==> Sockeye's client against real servers"
 for scheme in ws wss; do

@@ -111,7 +111,7 @@ autobahn_pair() { # name, run.sh options...
 step "the JavaScript pub/sub client (clients/js): Node's test runner, no dependencies"
 node --test clients/js/test/
 
-step "interop: Python websockets, Node ws, Chromium, tinyproxy and dante (installed on first use)"
+step "interop: Python websockets, Node ws, Chromium, Firefox (the pub/sub demo page on two nodes), tinyproxy and dante (installed on first use)"
 bash interop/run.sh
 
 bash conformance/install-wstest.sh
