@@ -636,6 +636,60 @@ fn pubsub_server_serves_the_api_the_page_and_tokens_on_one_port() {
 }
 
 #[test]
+fn pubsub_server_over_tls_speaks_http1_and_http2() {
+    let dir = std::env::temp_dir().join(format!("ws-cli-pubsub-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let (cert_path, key_path) = (cert_file.to_str().unwrap(), key_file.to_str().unwrap());
+    let node = Running::start(&[
+        "pubsub_server",
+        "-q",
+        "--tls",
+        "--cert-file",
+        cert_path,
+        "--key-file",
+        key_path,
+    ]);
+    let url = node.url("/").replace("ws://", "wss://");
+    // The same requests over HTTP/1.1 and over HTTP/2 (ALPN h2, the socket an RFC 8441
+    // stream; `--http2` fails rather than fall back): a subscription, then a publication on it
+    // that the node confirms with its position.
+    for (version, extra) in [("HTTP/1.1", None), ("HTTP/2", Some("--http2"))] {
+        let requests = concat!(
+            r#"{"type":"subscribe","topic":"t","id":1}"#,
+            "\n",
+            r#"{"type":"publish","topic":"t","data":{"n":1},"id":2}"#,
+            "\n",
+        );
+        let mut args = vec!["cat", "--no-close", "--max-messages", "2", "--ca-file", cert_path];
+        args.extend(extra);
+        args.push(&url);
+        let out = run(&args, requests);
+        let stdout = text(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "{version}: {stdout}{}", text(&out.stderr));
+        assert!(
+            lines[0].starts_with(r#"{"type":"subscribed","topic":"t""#),
+            "{version}: {}",
+            lines[0]
+        );
+        // The second run's publication is the topic's second.
+        let offset = if extra.is_none() { 1 } else { 2 };
+        let published = format!(r#"{{"type":"published","topic":"t","offset":{offset},"#);
+        assert!(
+            lines[1].starts_with(&published) && lines[1].ends_with(r#","id":2}"#),
+            "{version}: {}",
+            lines[1]
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn pubsub_server_allow_rules_need_a_token_flag() {
     let out = run(&["pubsub_server", "--allow-publish", "x", "--port", "1"], "");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
