@@ -505,6 +505,16 @@ if command -v valgrind >/dev/null 2>&1; then
       "$(cg_server "$s" echo 0 rtt "${CG[2]}" 64 text)" "$(cg_server "$s" echo 0 rtt "${CG[3]}" 64 text)"
     unset BENCH_TIMER
   done
+  # Every core (issue 31 §4; bench/README.md, "Every core"): the same echo on tokio's
+  # work-stealing runtime with 1 and 2 workers and one listener, and thread per core, 2 threads
+  # each with a current-thread runtime and its own SO_REUSEPORT listener. One connection lives on
+  # one thread, so the difference is what each model costs per message, not a parallel speed-up.
+  for layout in multi:1 multi:2 reuseport:2; do
+    export BENCH_RUNTIME=$layout
+    per_unit sockeye "round trip 64 B text, server, per echo, BENCH_RUNTIME=$layout" "${CG[2]}" "${CG[3]}" \
+      "$(cg_server sockeye echo 0 rtt "${CG[2]}" 64 text)" "$(cg_server sockeye echo 0 rtt "${CG[3]}" 64 text)"
+  done
+  unset BENCH_RUNTIME
 fi
 
 fi # part instructions

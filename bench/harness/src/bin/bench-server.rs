@@ -1,4 +1,5 @@
-//! One WebSocket server per system, single-threaded, for the side-by-side benchmarks.
+//! One WebSocket server per system, single-threaded (unless `BENCH_RUNTIME` says otherwise), for the
+//! side-by-side benchmarks.
 //!
 //! `bench-server SYSTEM MODE PORT [N]` — SYSTEM: sockeye, tungstenite, fastwebsockets,
 //! tokio-websockets, raw
@@ -18,7 +19,10 @@
 //! away) for the whole run, as a server with any timeout has, so that a peer without keepalive
 //! pays what tokio's time driver costs at every park with a timer pending, as Sockeye's keepalive
 //! does; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size` (for experiments; `run.sh`
-//! keeps the default).
+//! keeps the default); `BENCH_RUNTIME` picks how the server uses threads: `current` (the default, one
+//! current-thread runtime), `multi:N` (tokio's work-stealing runtime, N workers, one listener) or
+//! `reuseport:N` (N threads, each with a current-thread runtime and a listener of its own on the
+//! same port, `SO_REUSEPORT`).
 //! Each system is used the way its documentation shows.
 
 use std::time::Duration;
@@ -51,44 +55,142 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     let nodelay = nodelay_from_env();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let listener = TcpListener::bind(("127.0.0.1", port.parse::<u16>()?)).await?;
-        if std::env::var_os("BENCH_TIMER").is_some_and(|v| v == "1") {
-            tokio::spawn(tokio::time::sleep(Duration::from_secs(3600)));
+    let (system, mode) = (system.clone(), mode.clone());
+    Layout::from_env()?.run(port.parse()?, move |listener| {
+        let accepting = accept_loop(listener, system.clone(), mode.clone(), n, tls.clone(), nodelay);
+        async move { accepting.await.map_err(|e| e.to_string()) }
+    })
+}
+
+/// How the server uses threads (`BENCH_RUNTIME`; the scaling comparison of issue 31 §4).
+#[derive(Clone, Copy)]
+enum Layout {
+    /// `current` (the default): one current-thread runtime, as every other section runs.
+    Current,
+    /// `multi:N`: tokio's multi-thread runtime with N workers (work-stealing), one listener.
+    Multi(usize),
+    /// `reuseport:N`: N threads, each with its own current-thread runtime and its own listener on
+    /// the same port (`SO_REUSEPORT`: the kernel spreads new connections over them by a hash of
+    /// the addresses), as uWebSockets runs one event loop per core.
+    PerCore(usize),
+}
+
+impl Layout {
+    fn from_env() -> Result<Self, Box<dyn std::error::Error>> {
+        let value = std::env::var("BENCH_RUNTIME").unwrap_or_else(|_| "current".into());
+        let threads = |n: &str| match n.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!(
+                "BENCH_RUNTIME={value}: the thread count must be a number ≥ 1"
+            )),
+        };
+        Ok(match value.split_once(':') {
+            None if value == "current" => Layout::Current,
+            Some(("multi", n)) => Layout::Multi(threads(n)?),
+            Some(("reuseport", n)) => Layout::PerCore(threads(n)?),
+            _ => {
+                return Err(
+                    format!("BENCH_RUNTIME={value}: expected current, multi:N or reuseport:N").into(),
+                );
+            }
+        })
+    }
+
+    /// Binds the listeners (one per runtime), prints "ready", and runs `serve` on each runtime:
+    /// the first on the calling thread, any other on a thread of its own.
+    fn run<F, Fut>(self, port: u16, serve: F) -> Result<(), Box<dyn std::error::Error>>
+    where
+        F: Fn(TcpListener) -> Fut + Send + Clone + 'static,
+        Fut: std::future::Future<Output = Result<(), String>>,
+    {
+        let current = || tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let runtimes = match self {
+            Layout::Current => vec![current()?],
+            Layout::Multi(workers) => vec![
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(workers)
+                    .enable_all()
+                    .build()?,
+            ],
+            Layout::PerCore(threads) => (0..threads).map(|_| current()).collect::<Result<_, _>>()?,
+        };
+        let mut bound = Vec::with_capacity(runtimes.len());
+        for runtime in runtimes {
+            // A listener registers with the runtime whose context is entered.
+            let listener = {
+                let _context = runtime.enter();
+                self.bind(port)?
+            };
+            bound.push((runtime, listener));
         }
         println!("ready");
-        if system == "sockeye" {
-            return sockeye_server(listener, mode, n, tls, nodelay).await;
+        let mut bound = bound.into_iter();
+        let (first, listener) = bound.next().ok_or("no runtime")?;
+        let others: Vec<_> = bound
+            .map(|(runtime, listener)| {
+                let serve = serve.clone();
+                std::thread::spawn(move || runtime.block_on(serve(listener)))
+            })
+            .collect();
+        first.block_on(serve(listener))?;
+        for thread in others {
+            thread.join().map_err(|_| "a server thread panicked")??;
         }
-        if mode == "stream" && system != "raw" {
-            return Err(format!("{system} has no streaming echo: it hands over whole frames").into());
+        Ok(())
+    }
+
+    /// A listener on 127.0.0.1:`port`, with `SO_REUSEPORT` when each thread has its own.
+    fn bind(self, port: u16) -> std::io::Result<TcpListener> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        if let Layout::PerCore(_) = self {
+            socket.set_reuseport(true)?;
         }
-        if !matches!(
-            system.as_str(),
-            "tungstenite" | "fastwebsockets" | "tokio-websockets" | "raw" | "raw-sf" | "encoded"
-        ) {
-            return Err(format!("unknown system {system}").into());
-        }
-        let acceptor = tls.map(|t| t.acceptor());
-        loop {
-            let (tcp, _) = listener.accept().await?;
-            tcp.set_nodelay(nodelay)?;
-            let (system, mode, acceptor) = (system.clone(), mode.clone(), acceptor.clone());
-            tokio::spawn(async move {
-                match acceptor {
-                    Some(acceptor) => {
-                        if let Ok(tls) = acceptor.accept(tcp).await {
-                            serve_one(tls, &system, mode, n).await;
-                        }
+        socket.bind(([127, 0, 0, 1], port).into())?;
+        socket.listen(1024)
+    }
+}
+
+/// One accept loop on `listener`, on the runtime of the calling thread.
+async fn accept_loop(
+    listener: TcpListener,
+    system: String,
+    mode: String,
+    n: u64,
+    tls: Option<sockeye::tls::ServerTls>,
+    nodelay: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::var_os("BENCH_TIMER").is_some_and(|v| v == "1") {
+        tokio::spawn(tokio::time::sleep(Duration::from_secs(3600)));
+    }
+    if system == "sockeye" {
+        return sockeye_server(listener, &mode, n, tls, nodelay).await;
+    }
+    if mode == "stream" && system != "raw" {
+        return Err(format!("{system} has no streaming echo: it hands over whole frames").into());
+    }
+    if !matches!(
+        system.as_str(),
+        "tungstenite" | "fastwebsockets" | "tokio-websockets" | "raw" | "raw-sf" | "encoded"
+    ) {
+        return Err(format!("unknown system {system}").into());
+    }
+    let acceptor = tls.map(|t| t.acceptor());
+    loop {
+        let (tcp, _) = listener.accept().await?;
+        tcp.set_nodelay(nodelay)?;
+        let (system, mode, acceptor) = (system.clone(), mode.clone(), acceptor.clone());
+        tokio::spawn(async move {
+            match acceptor {
+                Some(acceptor) => {
+                    if let Ok(tls) = acceptor.accept(tcp).await {
+                        serve_one(tls, &system, mode, n).await;
                     }
-                    None => serve_one(tcp, &system, mode, n).await,
                 }
-            });
-        }
-    })
+                None => serve_one(tcp, &system, mode, n).await,
+            }
+        });
+    }
 }
 
 /// Writes a self-signed certificate for `localhost` and 127.0.0.1 (`cert.pem`, `key.pem`) for the
