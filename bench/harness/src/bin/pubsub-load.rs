@@ -195,7 +195,9 @@ fn publish_frame(proto: Proto, p: &[u8; SIZE]) -> Vec<u8> {
         }
         Proto::Json => {
             let mut text = Vec::with_capacity(SIZE + 64);
-            text.extend_from_slice(format!(r#"{{"type":"publish","topic":"{JSON_TOPIC}","data":""#).as_bytes());
+            text.extend_from_slice(
+                format!(r#"{{"type":"publish","topic":"{JSON_TOPIC}","data":""#).as_bytes(),
+            );
             text.extend_from_slice(p);
             text.extend_from_slice(b"\"}");
             encode_frame(1, &text, true)
@@ -228,7 +230,8 @@ async fn open(proto: Proto, addr: &str, subscriber: bool) -> Result<(TcpStream, 
         Proto::Json => {
             let (mut tcp, mut buf) = connect_path(addr, "/").await?;
             let subscribe = format!(r#"{{"type":"subscribe","topic":"{JSON_TOPIC}"}}"#);
-            tcp.write_all(&encode_frame(1, subscribe.as_bytes(), true)).await?;
+            tcp.write_all(&encode_frame(1, subscribe.as_bytes(), true))
+                .await?;
             loop {
                 if let Some((opcode, start, end)) = parse_frame(&buf) {
                     let text = buf[start..end].to_vec();
@@ -236,7 +239,9 @@ async fn open(proto: Proto, addr: &str, subscriber: bool) -> Result<(TcpStream, 
                     if opcode == 1 && text.starts_with(br#"{"type":"subscribed""#) {
                         return Ok((tcp, buf));
                     }
-                    return Err(format!("expected subscribed, got {:?}", String::from_utf8_lossy(&text)).into());
+                    return Err(
+                        format!("expected subscribed, got {:?}", String::from_utf8_lossy(&text)).into(),
+                    );
                 }
                 let n = tokio::time::timeout(Duration::from_secs(10), tcp.read_buf(&mut buf)).await??;
                 if n == 0 {
