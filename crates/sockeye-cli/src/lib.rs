@@ -112,7 +112,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
         errln!("ws: {}", failure.message);
         return ExitCode::from(failure.exit_code);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match runtime_builder().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             errln!("ws: cannot start the runtime: {e}");
@@ -268,5 +268,17 @@ mod tests {
                 );
             }
         }
+    }
+}
+
+/// The runtime every command runs on: tokio's work-stealing one where the process may use more
+/// than one CPU, a current-thread one where it may use only one (`taskset -c 0`, a container
+/// of one CPU). There a work-stealing runtime can spread nothing and still pays its bookkeeping
+/// at every wake-up: about 650 instructions, a fifth of a 64-byte echo (callgrind,
+/// bench/README.md "Every core").
+fn runtime_builder() -> tokio::runtime::Builder {
+    match std::thread::available_parallelism() {
+        Ok(n) if n.get() == 1 => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
     }
 }

@@ -14,12 +14,17 @@ struct Running(Child, u16);
 
 impl Running {
     fn start(args: &[&str]) -> Running {
+        Running::start_with(ws(), args)
+    }
+
+    /// [`start`](Self::start) with a command of one's own (`taskset … ws`).
+    fn start_with(mut command: Command, args: &[&str]) -> Running {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        let mut child = ws()
+        let mut child = command
             .args(args)
             .args(["--port", &port.to_string()])
             .stdin(Stdio::piped())
@@ -698,4 +703,38 @@ fn pubsub_server_allow_rules_need_a_token_flag() {
         "{}",
         text(&out.stderr)
     );
+}
+
+/// Given one CPU (`taskset -c 0`, a container of one CPU), the tool runs on one thread: a
+/// current-thread runtime, without the work-stealing bookkeeping that could spread nothing
+/// (bench/README.md "Every core"); given more, on tokio's multi-thread runtime. Both serve.
+#[test]
+fn one_cpu_runs_the_tool_on_one_thread() {
+    let Ok(status) = Command::new("taskset").args(["-c", "0", "true"]).status() else {
+        panic!("taskset (util-linux) is needed by this test");
+    };
+    assert!(status.success());
+    let threads = |server: &Running| -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.0.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let mut pinned = Command::new("taskset");
+    pinned.args(["-c", "0", env!("CARGO_BIN_EXE_ws")]);
+    for (command, one_thread) in [(pinned, true), (ws(), false)] {
+        let server = Running::start_with(command, &["echo_server", "-q"]);
+        let out = run(&["cat", &server.url("/")], "one\ntwo\n");
+        assert_eq!(text(&out.stdout), "one\ntwo\n", "{}", text(&out.stderr));
+        let n = threads(&server);
+        if one_thread {
+            assert_eq!(n, 1, "pinned to one CPU: one thread");
+        } else if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+            assert!(n > 1, "{n} thread(s) with several CPUs");
+        }
+    }
 }
