@@ -3,7 +3,7 @@
 //! to another server (a virtual address that follows a failover).
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A TCP proxy in front of the server that can cut a node off (every connection closed, new
@@ -14,6 +14,8 @@ pub(crate) struct Proxy {
     target: Arc<AtomicU16>,
     open: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// Connections let through so far.
+    passed: Arc<AtomicUsize>,
     accept: tokio::task::AbortHandle,
 }
 
@@ -24,8 +26,14 @@ impl Proxy {
         let open = Arc::new(AtomicBool::new(true));
         let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
         let target = Arc::new(AtomicU16::new(target));
+        let passed = Arc::new(AtomicUsize::new(0));
         let accept = {
-            let (open, conns, target) = (Arc::clone(&open), Arc::clone(&conns), Arc::clone(&target));
+            let (open, conns, target, passed) = (
+                Arc::clone(&open),
+                Arc::clone(&conns),
+                Arc::clone(&target),
+                Arc::clone(&passed),
+            );
             tokio::spawn(async move {
                 loop {
                     let Ok((mut down, _)) = listener.accept().await else {
@@ -35,6 +43,7 @@ impl Proxy {
                         continue; // dropped: refused
                     }
                     let target = target.load(Ordering::SeqCst);
+                    passed.fetch_add(1, Ordering::SeqCst);
                     let task = tokio::spawn(async move {
                         if let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
                             let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
@@ -50,6 +59,7 @@ impl Proxy {
             target,
             open,
             conns,
+            passed,
             accept,
         }
     }
@@ -64,11 +74,20 @@ impl Proxy {
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
-    pub(crate) fn cut(&self) {
+    /// Closes every connection and refuses new ones; returns how many were open.
+    pub(crate) fn cut(&self) -> usize {
         self.open.store(false, Ordering::SeqCst);
+        let mut open = 0;
         for c in self.conns.lock().unwrap().drain(..) {
+            open += usize::from(!c.is_finished());
             c.abort();
         }
+        open
+    }
+
+    /// How many connections it has let through so far.
+    pub(crate) fn passed(&self) -> usize {
+        self.passed.load(Ordering::SeqCst)
     }
 
     pub(crate) fn reopen(&self) {
