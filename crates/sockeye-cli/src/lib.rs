@@ -196,6 +196,18 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
     }
 }
 
+/// The runtime every command runs on: tokio's work-stealing one where the process may use more
+/// than one CPU, a current-thread one where it may use only one (`taskset -c 0`, a container
+/// of one CPU). There a work-stealing runtime can spread nothing and still pays its bookkeeping
+/// at every wake-up: about 650 instructions, a fifth of a 64-byte echo (callgrind,
+/// bench/README.md "Every core").
+fn runtime_builder() -> tokio::runtime::Builder {
+    match std::thread::available_parallelism() {
+        Ok(n) if n.get() == 1 => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -268,17 +280,5 @@ mod tests {
                 );
             }
         }
-    }
-}
-
-/// The runtime every command runs on: tokio's work-stealing one where the process may use more
-/// than one CPU, a current-thread one where it may use only one (`taskset -c 0`, a container
-/// of one CPU). There a work-stealing runtime can spread nothing and still pays its bookkeeping
-/// at every wake-up: about 650 instructions, a fifth of a 64-byte echo (callgrind,
-/// bench/README.md "Every core").
-fn runtime_builder() -> tokio::runtime::Builder {
-    match std::thread::available_parallelism() {
-        Ok(n) if n.get() == 1 => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
     }
 }
