@@ -477,16 +477,22 @@ fn ctrl_c_closes_every_connection_with_1001() {
     }
 }
 
-#[test]
-fn wss_with_a_ca_file_insecure_mode_and_cipher_suites_on_both_sides() {
-    let dir = std::env::temp_dir().join(format!("ws-cli-tls-{}", std::process::id()));
+/// A self-signed certificate for 127.0.0.1 and localhost, written as `cert.pem` and `key.pem`
+/// into a directory of the temporary one named `name` and this process: their paths.
+fn self_signed(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cert =
         rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    let cert_file = dir.join("cert.pem");
-    let key_file = dir.join("key.pem");
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::write(&cert_file, cert.cert.pem()).unwrap();
     std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    (cert_file, key_file)
+}
+
+#[test]
+fn wss_with_a_ca_file_insecure_mode_and_cipher_suites_on_both_sides() {
+    let (cert_file, key_file) = self_signed("ws-cli-tls");
     let (cert_path, key_path) = (cert_file.to_str().unwrap(), key_file.to_str().unwrap());
     // The server allows one TLS 1.3 suite only.
     let server = Running::start(&[
@@ -543,7 +549,7 @@ fn wss_with_a_ca_file_insecure_mode_and_cipher_suites_on_both_sides() {
     // A suite name nobody knows is a usage error.
     let out = run(&["cat", "--ciphers", "RC4-MD5", &url], "");
     assert_eq!(out.status.code(), Some(2));
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(cert_file.parent().unwrap());
 }
 
 /// One HTTP/1.1 request (the connection closed after it); the status and the body.
@@ -642,13 +648,7 @@ fn pubsub_server_serves_the_api_the_page_and_tokens_on_one_port() {
 
 #[test]
 fn pubsub_server_over_tls_speaks_http1_and_http2() {
-    let dir = std::env::temp_dir().join(format!("ws-cli-pubsub-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cert =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
-    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let (cert_file, key_file) = self_signed("ws-cli-pubsub-tls");
     let (cert_path, key_path) = (cert_file.to_str().unwrap(), key_file.to_str().unwrap());
     let node = Running::start(&[
         "pubsub_server",
@@ -691,7 +691,7 @@ fn pubsub_server_over_tls_speaks_http1_and_http2() {
             lines[1]
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(cert_file.parent().unwrap());
 }
 
 #[test]
