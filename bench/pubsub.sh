@@ -50,20 +50,18 @@ ps_wait_ready() { # log what
   echo "   $2 did not start" >&2; cat "$1" >&2; return 1
 }
 ps_start() { # system port [backplane-url]: starts one pub/sub server (a node) on CPU 0
-  local system=$1 port=$2 url=${3:-} log=$OUT/pubsub-$1-$2.log
+  local system=$1 port=$2 url=${3:-} log=$OUT/pubsub-$1-$2.log ready=ready
   : >"$log"
   case "$system" in
     node) "${PIN_SERVER[@]}" node peers/node-ws/pubsub.mjs "$port" >"$log" 2>&1 & ;;
     socketio) "${PIN_SERVER[@]}" node peers/socketio/server.mjs "$port" $url >"$log" 2>&1 & ;;
     ws-broadcast | ws-pubsub)
       "${PIN_SERVER[@]}" "$BIN/ws" "${system#ws-}_server" -q --port "$port" ${url:+--backplane "$url"} >"$log" 2>&1 &
-      PS_PIDS+=($!)
-      ps_wait_ready "$log" "ws ${system#ws-}_server on $port" "listening on"
-      return ;;
+      ready="listening on" ;;
     *) "${PIN_SERVER[@]}" "$BIN/pubsub-server" "$system" "$port" ${url:-memory:} >"$log" 2>&1 & ;;
   esac
   PS_PIDS+=($!)
-  ps_wait_ready "$log" "the $system server on $port"
+  ps_wait_ready "$log" "the $system server on $port" "$ready"
 }
 bp_start() { # redis|nats|nats-js|redis-cluster|nats-cluster → sets BP_URL; the servers run on CPU 0
   PORT=$((PORT + 1))
