@@ -204,7 +204,7 @@ fn connect_reconnects_after_the_server_comes_back_and_drops_lines_typed_meanwhil
 /// and returns stty's words.
 fn stty_after(args: &[&str], keys: Option<&[u8]>, expected_code: i32) -> Vec<String> {
     let script = format!(
-        "{} {}; echo \"ws exited $?\"; stty -a",
+        "{} {}; echo \"ws exited $?\"; stty -a; echo end-of-stty",
         env!("CARGO_BIN_EXE_ws"),
         args.iter()
             .map(|a| format!("'{a}'"))
@@ -223,10 +223,12 @@ fn stty_after(args: &[&str], keys: Option<&[u8]>, expected_code: i32) -> Vec<Str
         t.type_keys(keys);
     }
     t.expect(&format!("ws exited {expected_code}"), 1, Duration::from_secs(5));
-    t.expect("speed", 1, Duration::from_secs(5));
+    // Wait for a marker printed after stty: the shell can exit before the reader has taken
+    // stty's last lines off the terminal, so "speed" alone showed a cut listing.
+    t.expect("end-of-stty", 1, Duration::from_secs(5));
     assert_eq!(t.exit(Duration::from_secs(5)).0, Some(0));
     let screen = t.screen.text();
-    let stty = &screen[screen.rfind("speed").unwrap()..];
+    let stty = &screen[screen.rfind("speed").unwrap()..screen.rfind("end-of-stty").unwrap()];
     stty.split(|c: char| c.is_whitespace() || c == ';')
         .map(String::from)
         .collect()
