@@ -376,3 +376,109 @@ fn a_connection_never_told_of_a_wait_holds_no_state_between_pushes() {
     drop(s.release_idle_buffers(0));
     assert_eq!(pool.held(), (0, 0));
 }
+
+/// Issue 31: a wait for input through which the I/O layer runs the engine's timer
+/// (`linger_deflate`) keeps the pooled states for `DeflateConfig::linger`, from the connection's
+/// second busy spell on. Messages that come within it cost no pool round trip, reset or priming
+/// (a second borrow, then none for the rest of the exchange), the
+/// deadline does not move at every message, and a whole linger without input gives the states
+/// back. A wait that gives them back at once (`release_idle_deflate`) ends the linger.
+#[test]
+fn a_wait_for_input_keeps_pooled_states_for_the_linger_then_gives_them_back() {
+    use std::time::{Duration, Instant};
+    let pool = sockeye_proto::extension::deflate::DeflatePool::new(8);
+    let linger = Duration::from_millis(50);
+    let config = DeflateConfig::default().pool(Some(pool.clone())).linger(linger);
+    let (mut c, mut s) = negotiated(DeflateConfig::default().pool(None), config);
+    let start = Instant::now();
+    s.handle_timeout(start);
+    let keepalive = s.poll_timeout();
+    let mut now = start;
+    // An echo, 2 ms between messages: the server waits for input after each.
+    for i in 0..100 {
+        let text = format!("message {i}: some text that compresses, some text that compresses");
+        c.send(Message::text(text.clone())).unwrap();
+        let wire = c.transmit_bytes();
+        assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text.clone())]);
+        s.send(Message::text(text.clone())).unwrap();
+        let reply = s.transmit_bytes();
+        assert_eq!(drain(&mut c, &reply).unwrap(), vec![Message::text(text)]);
+        s.linger_deflate();
+        // The first wait gives them back (a connection lingers once it came back for them).
+        let held = if i == 0 { (0, 0) } else { (1, 1) };
+        assert_eq!(pool.held(), held, "through the wait after message {i}");
+        // The I/O layer's timer: due at once while the linger waits for the time, then at a
+        // deadline that stays put while messages flow.
+        now += Duration::from_millis(2);
+        if let Some(due) = s.poll_timeout()
+            && due <= now
+        {
+            s.handle_timeout(now);
+        }
+    }
+    assert_eq!(pool.borrows(), (2, 2), "two borrows each way for 100 messages");
+    let due = s.poll_timeout().unwrap();
+    assert!(
+        due < keepalive.unwrap() && due <= now + linger,
+        "the linger's deadline: {due:?}"
+    );
+    // No input from here: the deadline after the last message finds input seen and starts
+    // another linger; the one after that gives the states back.
+    let mut fired = 0;
+    while pool.held() != (0, 0) {
+        let due = s.poll_timeout().unwrap();
+        assert!(
+            due <= now + 2 * linger,
+            "gives back within two lingers of the last input"
+        );
+        s.handle_timeout(due);
+        fired += 1;
+        assert!(fired <= 2, "two deadlines at most");
+    }
+    assert_eq!(s.poll_timeout(), keepalive, "only the keepalive is left");
+    // Given back under the connection's name: its next message finds its context.
+    let text = "after the linger: some text that compresses, some text that compresses";
+    c.send(Message::text(text)).unwrap();
+    let wire = c.transmit_bytes();
+    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text)]);
+    assert_eq!(pool.borrows(), (2, 3));
+    // A wait that gives the states back at once ends the linger.
+    s.linger_deflate();
+    assert_eq!(pool.held(), (0, 1));
+    s.release_idle_deflate();
+    assert_eq!(pool.held(), (0, 0));
+    assert_eq!(s.poll_timeout(), keepalive);
+}
+
+/// `linger(Duration::ZERO)` and dedicated states: a wait for input gives pooled states back at
+/// once, as before the linger, and starts no deadline.
+#[test]
+fn without_a_linger_a_wait_for_input_gives_the_states_back_at_once() {
+    let pool = sockeye_proto::extension::deflate::DeflatePool::new(8);
+    let config = DeflateConfig::default()
+        .pool(Some(pool.clone()))
+        .linger(std::time::Duration::ZERO);
+    let (mut c, mut s) = negotiated(DeflateConfig::default().pool(None), config);
+    s.handle_timeout(std::time::Instant::now());
+    let keepalive = s.poll_timeout();
+    let text = "some text that compresses, some text that compresses";
+    c.send(Message::text(text)).unwrap();
+    let wire = c.transmit_bytes();
+    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text)]);
+    assert_eq!(pool.held(), (0, 1));
+    s.linger_deflate();
+    assert_eq!(pool.held(), (0, 0));
+    assert_eq!(s.poll_timeout(), keepalive);
+    // Dedicated states: nothing to give back, no deadline.
+    let (mut c, mut s) = negotiated(
+        DeflateConfig::default().pool(None),
+        DeflateConfig::default().pool(None),
+    );
+    s.handle_timeout(std::time::Instant::now());
+    let keepalive = s.poll_timeout();
+    c.send(Message::text(text)).unwrap();
+    let wire = c.transmit_bytes();
+    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text)]);
+    s.linger_deflate();
+    assert_eq!(s.poll_timeout(), keepalive);
+}

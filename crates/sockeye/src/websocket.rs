@@ -120,9 +120,12 @@ impl<S> Inner<S> {
         self.keeper = None;
         self.data_delivered = false;
         let grown = std::mem::take(&mut self.read_buffer_grown);
+        // The deflate states are the callers' business: a wait for input lets them linger, and
+        // the other callers end the connection, which gives them back.
+        self.conn.release_idle_write_buffer();
         if let Some(buffer) = self
             .conn
-            .release_idle_buffers(read_pool::least_room(self.read_chunk))
+            .release_idle_read_buffer(read_pool::least_room(self.read_chunk))
             && !grown
         {
             read_pool::put(buffer, self.read_chunk);
@@ -678,6 +681,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                     if self.going_away(Some(cx)) {
                         continue;
                     }
+                    if !write_blocked {
+                        // Before the timer: it may start the deflate linger's deadline.
+                        self.conn.linger_deflate();
+                    }
                     if self.poll_timer(cx) {
                         timer_fired = true;
                         continue;
@@ -706,11 +713,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// takes a place again only after its next data message, so that a connection that only
     /// answers pings does not keep one; and it lets go of a buffer that grew for a large message.
     /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes. The
-    /// permessage-deflate states borrowed from a pool go back at every wait, a keeper's too: an
-    /// idle connection holds no zlib state (four keepers holding theirs cost the bench's 1,000
-    /// idle deflate connections ~1.5 KiB each); a busy one keeps them from one wait to the next,
-    /// whatever the number of messages in between (issue 31). Inline: a keeper's case is a few
-    /// tests at every wait.
+    /// permessage-deflate states borrowed from a pool are the caller's (`linger_deflate`, before
+    /// the timer is looked at): they go back after a linger without input (50 ms by default), a
+    /// keeper's too, so that an idle connection holds no zlib state while one whose messages come
+    /// a few milliseconds apart is not re-primed at each (issue 31). Inline: a keeper's case is a
+    /// few tests at every wait.
     #[inline(always)]
     fn release_idle_buffers(&mut self, timer_fired: bool) {
         let buf = self.conn.read_buffer();
@@ -719,7 +726,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
         let keepable = buf.capacity() != 0 && !self.read_buffer_grown && self.data_delivered && !timer_fired;
         if frame_in_progress || (keepable && (self.keeper.is_some() || self.take_keeper())) {
             self.conn.release_idle_write_buffer();
-            self.conn.release_idle_deflate();
         } else {
             self.give_back_read_buffer();
         }

@@ -47,7 +47,10 @@ use super::timers::{KeepaliveDue, Timers};
 /// and decompressor borrowed from a
 /// [`DeflatePool`](crate::extension::deflate::DeflatePool) (the default). A busy connection keeps
 /// them from one wait to the next, so that its messages pay no pool round trip, reset or priming
-/// (issue 31). **What leaks otherwise**: a connection that received input and is never told of a
+/// (issue 31). A wait for input through which the I/O layer runs the timer
+/// ([`poll_timeout`](Self::poll_timeout) / [`handle_timeout`](Self::handle_timeout)) may call
+/// [`linger_deflate`](Self::linger_deflate) instead of giving the deflate states back: they then
+/// go back at a `handle_timeout` after a linger without input. **What leaks otherwise**: a connection that received input and is never told of a
 /// wait keeps its states — about 300 KiB for the compressor and 40 KiB for the decompressor — and
 /// its largest read buffer until it is dropped or [`transport_closed`](Self::transport_closed)
 /// is called, and the pool makes new states for the others meanwhile. A connection that was
@@ -226,7 +229,13 @@ impl Connection {
     /// connection starts and whenever the instant of [`poll_timeout`](Self::poll_timeout) has
     /// passed; then write what is queued and look at [`transport`](Self::transport).
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.timers.close_deadline_passed(now) && self.closing.transport() != Transport::Closed {
+        let close_deadline_passed = self.timers.close_deadline_passed(now);
+        if self.timers.linger_over(now)
+            && let Some(d) = &mut self.deflate
+        {
+            d.release_idle();
+        }
+        if close_deadline_passed && self.closing.transport() != Transport::Closed {
             if let Some(echo) = self.closing.take_reply_owed() {
                 // The application kept the peer waiting too long: answer for it, and give
                 // the transport a close deadline of its own.

@@ -69,7 +69,36 @@ impl Connection {
     pub fn release_idle_deflate(&mut self) {
         if let Some(d) = &mut self.deflate {
             d.release_idle();
+            self.timers.stop_linger();
         }
+    }
+
+    /// [`release_idle_deflate`](Self::release_idle_deflate) for a wait for input through which
+    /// the I/O layer runs the engine's timer ([`poll_timeout`](Self::poll_timeout) /
+    /// [`handle_timeout`](Self::handle_timeout)): pooled states stay held for
+    /// [`DeflateConfig::linger`](crate::extension::deflate::DeflateConfig::linger) and go back at
+    /// the first `handle_timeout` after a whole linger without input, so that a connection whose
+    /// messages come a few milliseconds apart keeps its context instead of being reset and
+    /// re-primed at every message (issue 31). Call it before looking at `poll_timeout`: it may
+    /// start a deadline. Only where the timer does run through the wait: a wait the I/O layer
+    /// may never come back from (an application that only sends, done writing) calls
+    /// `release_idle_deflate`.
+    #[inline]
+    pub fn linger_deflate(&mut self) {
+        if let Some(d) = &mut self.deflate {
+            match d.linger() {
+                Some(linger) => self.timers.start_linger(linger),
+                None => d.release_idle(),
+            }
+        }
+    }
+
+    /// The read-buffer part of [`release_idle_buffers`](Self::release_idle_buffers), for an I/O
+    /// layer that gives the deflate states back (or lets them linger) on its own: the read buffer,
+    /// empty, when it has room for `reuse` bytes, else `None` (see `release_idle_buffers`).
+    #[inline]
+    pub fn release_idle_read_buffer(&mut self, reuse: usize) -> Option<BytesMut> {
+        self.receiver.release_read_buffer(reuse)
     }
 
     /// Gives up the outbound batch buffer when it is empty and grew for a large batch, and the

@@ -1,6 +1,7 @@
 //! The connection's clocks: the keepalive (a ping after a quiet interval, and the deadline for
-//! the peer's answer) and the close deadline (the closing handshake, then the transport, must end
-//! by then).
+//! the peer's answer), the close deadline (the closing handshake, then the transport, must end
+//! by then) and the deflate linger (a connection waiting for input gives its pooled
+//! permessage-deflate states back once it has had no input for a while).
 //!
 //! The engine never reads a clock: the time comes in through
 //! [`Connection::handle_timeout`](crate::Connection::handle_timeout), and a deadline started
@@ -73,6 +74,18 @@ pub(super) enum KeepaliveDue {
     Dead,
 }
 
+/// The deflate linger (see [`DeflateConfig::linger`](crate::extension::deflate::DeflateConfig::linger)):
+/// checked like the keepalive, so that a busy connection's deadline stays put while messages
+/// flow (moving the I/O layer's timer at every message would cost more than the priming it
+/// saves) and fires once per linger, to find input seen and start another.
+#[derive(Debug)]
+struct Linger {
+    linger: Duration,
+    due: Deadline,
+    /// Input arrived since the linger started.
+    input_seen: bool,
+}
+
 /// The connection's deadlines and the latest time the I/O layer passed in.
 #[derive(Debug)]
 pub(super) struct Timers {
@@ -81,6 +94,7 @@ pub(super) struct Timers {
     keepalive: Option<Keepalive>,
     /// Set when the closing handshake starts: the transport must be closed by then.
     close_deadline: Option<Deadline>,
+    linger: Option<Linger>,
 }
 
 impl Timers {
@@ -96,6 +110,7 @@ impl Timers {
             now: None,
             keepalive,
             close_deadline: None,
+            linger: None,
         }
     }
 
@@ -103,6 +118,7 @@ impl Timers {
     pub(super) fn stop(&mut self) {
         self.close_deadline = None;
         self.keepalive = None;
+        self.linger = None;
     }
 
     /// When the next timer is due (see [`Connection::poll_timeout`](crate::Connection::poll_timeout));
@@ -117,10 +133,8 @@ impl Timers {
             },
             _ => None,
         };
-        match (close, keepalive) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let linger = self.linger.as_ref().and_then(|l| l.due.instant(self.now));
+        [close, keepalive, linger].into_iter().flatten().min()
     }
 
     /// Passes the time to the close deadline: arms it if it waited for the time, and says
@@ -160,9 +174,47 @@ impl Timers {
         KeepaliveDue::Ping
     }
 
+    /// Starts the deflate linger, unless it runs already: `linger` from the next
+    /// [`Connection::handle_timeout`](crate::Connection::handle_timeout) (the time is learnt
+    /// there; the last time passed in may be a keepalive interval old).
+    pub(super) fn start_linger(&mut self, linger: Duration) {
+        self.linger.get_or_insert(Linger {
+            linger,
+            due: Deadline::Unarmed(linger),
+            input_seen: false,
+        });
+    }
+
+    /// The states were given back: no linger runs.
+    #[inline]
+    pub(super) fn stop_linger(&mut self) {
+        self.linger = None;
+    }
+
+    /// Passes the time to the deflate linger: whether it is over, a whole linger without input
+    /// (the states are to go back now). With input seen it starts another.
+    pub(super) fn linger_over(&mut self, now: Instant) -> bool {
+        let Some(l) = &mut self.linger else {
+            return false;
+        };
+        l.due.arm(now);
+        if matches!(l.due, Deadline::At(at) if at > now) {
+            return false;
+        }
+        if std::mem::take(&mut l.input_seen) {
+            l.due = Deadline::At(after(now, l.linger));
+            return false;
+        }
+        self.linger = None;
+        true
+    }
+
     /// Input arrived: the peer is alive (see [`Connection::note_input`](crate::Connection::note_input)).
     #[inline]
     pub(super) fn note_input(&mut self) {
+        if let Some(l) = &mut self.linger {
+            l.input_seen = true;
+        }
         if let Some(k) = &mut self.keepalive {
             if k.answer_due.take().is_some() {
                 // Answered: start the next interval from now, at the next `handle_timeout`.

@@ -21,11 +21,13 @@
 //! ([`Connection::release_idle_buffers`](crate::Connection::release_idle_buffers), called by the
 //! I/O layer as for its read buffer, see [`Connection`](crate::Connection)'s "Waits"; a message
 //! in progress keeps its state through the wait). A connection starts waiting, and input makes
-//! it busy. A busy connection so pays no pool round trip, reset or priming per message, only one
-//! per wait: the tokio layer gives them back at every wait, a keeper's too (the few
-//! connections per thread that keep their read buffer through their waits), so that an idle
-//! connection holds no zlib state (four keepers holding theirs until their keepalive deadline
-//! cost the bench's 1,000 idle deflate connections ~1.5 KiB each). A message compressed (or
+//! it busy. A wait for input through which the I/O layer runs the engine's timer (the tokio
+//! layer's, [`Connection::linger_deflate`](crate::Connection::linger_deflate)) keeps them for
+//! [`DeflateConfig::linger`] (50 ms) and gives them back after a whole linger without input
+//! (from the connection's second busy spell: its first wait gives them back at once). A
+//! connection whose messages come a few milliseconds apart so pays no pool round trip, reset or
+//! priming per message (giving them back at every wait cost uWebSockets' load test a quarter of
+//! its throughput), and an idle connection holds no zlib state. A message compressed (or
 //! inflated) while the connection waits (a push: no input since its last wait) gives its state
 //! back when it ends, there being no wait to give it back at. A state given back
 //! remembers whose context it holds; the next message of the same connection gets the same state
@@ -51,6 +53,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
@@ -91,6 +94,19 @@ pub struct DeflateConfig {
     /// config share it. Default `Some(DeflatePool::default())`: idle connections hold no zlib
     /// state. `None`: each connection keeps its own (~344 KiB with context takeover).
     pub pool: Option<DeflatePool>,
+    /// Pooled: how long a connection waiting for input keeps the states it borrowed before it
+    /// gives them back, when its I/O layer runs the engine's timer through the wait (the tokio
+    /// layer does, at every wait for input; see
+    /// [`Connection::linger_deflate`](crate::Connection::linger_deflate)). A connection whose next
+    /// message comes within it pays no pool round trip, reset or priming: uWebSockets' load test
+    /// (100 connections, each waiting ~1 ms for its next message) went from 0.76 to 0.9x of
+    /// uWS's dedicated states (issue 31). The cost: states stay out of the pool for up to twice
+    /// this after a connection's last input, so about (connections with input per second ×
+    /// linger) states are held (~344 KiB each with context takeover). A connection lingers from
+    /// its second busy spell on: its first wait gives them back at once (a burst of new
+    /// connections that each say one thing holds nothing). Default 50 ms.
+    /// `Duration::ZERO`: give them back at every wait.
+    pub linger: Duration,
 }
 
 impl Default for DeflateConfig {
@@ -103,11 +119,22 @@ impl Default for DeflateConfig {
             client_no_context_takeover: false,
             min_compress_size: 32,
             pool: Some(DeflatePool::default()),
+            linger: Self::DEFAULT_LINGER,
         }
     }
 }
 
 impl DeflateConfig {
+    /// The default [`linger`](Self::linger): 50 ms.
+    pub const DEFAULT_LINGER: Duration = Duration::from_millis(50);
+
+    /// Sets how long a pooled connection waiting for input keeps its states
+    /// ([`linger`](Self::linger); `Duration::ZERO`: not at all).
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
     /// Sets the compression level (0–9).
     pub fn level(mut self, level: u32) -> Self {
         self.level = level;
@@ -554,6 +581,11 @@ pub struct PerMessageDeflate {
     /// `None`: dedicated states. `Some`: borrowed per message, as `owner`.
     pool: Option<DeflatePool>,
     owner: u64,
+    /// Pooled: how long a wait for input keeps the states ([`DeflateConfig::linger`]).
+    linger: Duration,
+    /// Pooled: states were given back at a wait at least once: a connection that then borrows
+    /// again lingers (see [`linger`](Self::linger)).
+    gave_back: bool,
     /// Pooled with context takeover: the text our compression context covers, and the peer's.
     sent: History,
     received: History,
@@ -573,6 +605,10 @@ impl std::fmt::Debug for PerMessageDeflate {
 
 /// The four bytes a sync flush ends with, removed by the sender and restored by the receiver (§7.2).
 const TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
+
+/// A last frame of at most this many compressed bytes is inflated with its tail in one call, from
+/// a copy on the stack: the copy costs less than a second call into the inflater.
+const JOINED_TAIL_UP_TO: usize = 256;
 
 impl PerMessageDeflate {
     /// The state for `role` after agreeing on `params`.
@@ -601,6 +637,8 @@ impl PerMessageDeflate {
             // told of input, or never of a wait, cannot keep a state for life.
             waiting: true,
             owner: pool.as_ref().map_or(0, DeflatePool::new_owner),
+            linger: config.linger,
+            gave_back: false,
             pool,
             sent: History::new(ours.0),
             received: History::new(inflate_bits),
@@ -689,12 +727,24 @@ impl PerMessageDeflate {
             return;
         }
         self.waiting = true;
-        if !self.mid_send {
-            self.return_deflater();
-        }
-        if !self.mid_receive {
-            self.return_inflater();
-        }
+        let deflater = !self.mid_send && self.return_deflater();
+        let inflater = !self.mid_receive && self.return_inflater();
+        self.gave_back |= deflater || inflater;
+    }
+
+    /// About to wait for input with the engine's timer running: how long to keep the held states
+    /// before [`release_idle`](Self::release_idle), or `None` to give them back now (dedicated
+    /// states, no linger configured, nothing held, or the connection's first busy spell: the
+    /// connection then counts as waiting, so that a push gives its state back when it ends).
+    ///
+    /// Only a connection that came back for states it gave back lingers: most connections of a
+    /// burst of new ones say one thing and go quiet, and lingering at their first wait held
+    /// ~344 KiB each for connections opened within a linger of each other (the bench's 1,000
+    /// idle deflate connections, opened one after another, each with one echo).
+    pub(crate) fn linger(&self) -> Option<Duration> {
+        let holds = self.deflater.is_some() || self.inflater.is_some();
+        let lingers = self.pool.is_some() && self.gave_back && !self.linger.is_zero();
+        (holds && lingers).then_some(self.linger)
     }
 
     /// Gives the held compressor back to the pool, under our name when its context is kept.
@@ -885,6 +935,17 @@ impl PerMessageDeflate {
         out: &mut Vec<u8>,
         limit: usize,
     ) -> Result<(), ProtocolViolation> {
+        if last && input.len() <= JOINED_TAIL_UP_TO {
+            // A small last frame and its tail in one pass through the inflater: a second call
+            // for four bytes cost about as much as the frame (~500 instructions of a 5,800
+            // instruction echo of uWebSockets' compressed load-test message, callgrind).
+            let mut joined = [0u8; JOINED_TAIL_UP_TO + TAIL.len()];
+            joined[..input.len()].copy_from_slice(input);
+            joined[input.len()..input.len() + TAIL.len()].copy_from_slice(&TAIL);
+            self.inflate_piece(&joined[..input.len() + TAIL.len()], out, limit)?;
+            self.message_inflated();
+            return Ok(());
+        }
         self.inflate_piece(input, out, limit)?;
         if last {
             self.inflate_piece(&TAIL, out, limit)?;

@@ -28,6 +28,10 @@ impl PerMessageDeflate {
         match *self {}
     }
 
+    pub(crate) fn linger(&self) -> Option<std::time::Duration> {
+        match *self {}
+    }
+
     pub(crate) fn note_input(&mut self) {
         match *self {}
     }
