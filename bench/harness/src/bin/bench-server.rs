@@ -14,7 +14,8 @@
 //! `deflate-push` (N ~1 KiB JSON messages, compressed). `BENCH_TLS=DIR` serves wss:// with
 //! `DIR/cert.pem` and `DIR/key.pem` (`bench-server gen-cert DIR` writes them); `BENCH_NODELAY=0`
 //! leaves Nagle's algorithm on; `BENCH_DEFLATE_POOL=0` gives each Sockeye connection dedicated
-//! compression states instead of the default shared pool; `BENCH_KEEPALIVE=0` turns Sockeye's
+//! compression states instead of the default shared pool; `BENCH_DEFLATE_LINGER_MS=N` sets the
+//! pooled states' linger (0: given back at every wait); `BENCH_KEEPALIVE=0` turns Sockeye's
 //! keepalive (and so its timer) off; `BENCH_TIMER=1` keeps one tokio timer pending (an hour
 //! away) for the whole run, as a server with any timeout has, so that a peer without keepalive
 //! pays what tokio's time driver costs at every park with a timer pending, as Sockeye's keepalive
@@ -235,6 +236,13 @@ async fn sockeye_server(
     } else if std::env::var_os("BENCH_DEFLATE_POOL").is_some_and(|v| v == "0") {
         config.protocol.deflate =
             Some(sockeye::proto::extension::deflate::DeflateConfig::default().pool(None));
+    } else if let Some(ms) = std::env::var("BENCH_DEFLATE_LINGER_MS").ok().and_then(|v| v.parse().ok()) {
+        // Pooled states given back after this many ms without input (0: at every wait, as
+        // before issue 31's linger), for A/B runs.
+        config.protocol.deflate = Some(
+            sockeye::proto::extension::deflate::DeflateConfig::default()
+                .linger(std::time::Duration::from_millis(ms)),
+        );
     }
     config.max_connections = 100_000;
     // The HTTP/2 scenarios hold thousands of idle WebSockets on one connection.
