@@ -15,8 +15,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 pub struct Transmit {
     /// Pieces queued before the rest of `tail`, oldest first.
     queued: VecDeque<Piece>,
-    /// Where the last [`Piece::Tail`] of `queued` ends in `tail` (0 when there is none): the
-    /// bytes of `tail` after it come after every queued piece.
+    /// Where the last [`Piece::Tail`] queued ends in `tail` (0 once the queue drained; at most
+    /// `tail_sent` once that mark is written): the bytes of `tail` after it and after
+    /// `tail_sent` come after every queued piece.
     tail_marked: usize,
     /// The batch buffer that small frames are encoded into.
     tail: BytesMut,
@@ -184,18 +185,16 @@ impl Transmit {
                     cnt -= step;
                     if self.tail_sent == end {
                         self.queued.pop_front();
+                        if self.tail_sent >= ADVANCE_SENT && self.len > 0 {
+                            self.drop_written_tail();
+                        }
                     }
                 }
                 None => {
                     self.tail_sent += cnt;
                     self.tail_written += cnt;
                     if self.tail_sent >= ADVANCE_SENT && self.len > 0 {
-                        // Never drained (a steady backlog): let the buffer drop what is written,
-                        // so that it can take the room back instead of growing without end. No
-                        // piece is queued, so no mark points into it.
-                        self.tail.advance(std::mem::take(&mut self.tail_sent));
-                        self.tail_marked = 0;
-                        self.tail_advanced = true;
+                        self.drop_written_tail();
                     }
                     break;
                 }
@@ -225,6 +224,23 @@ impl Transmit {
             if std::mem::take(&mut self.tail_advanced) {
                 // More than the room after the written bytes it dropped: takes that back.
                 let _ = self.tail.try_reclaim(self.tail.capacity() + 1);
+            }
+        }
+    }
+
+    /// Never drained (a steady backlog, of small frames or of headers between shared payloads):
+    /// lets the batch buffer drop what is written, so that it can take the room back instead of
+    /// growing without end; the marks still queued move with it.
+    #[cold]
+    fn drop_written_tail(&mut self) {
+        let sent = std::mem::take(&mut self.tail_sent);
+        self.tail.advance(sent);
+        self.tail_advanced = true;
+        self.tail_marked = self.tail_marked.saturating_sub(sent);
+        for piece in &mut self.queued {
+            if let Piece::Tail(end) = piece {
+                // Marks end past what is written: each is further than the one before.
+                *end -= sent;
             }
         }
     }
@@ -361,6 +377,41 @@ mod tests {
         }
         assert!(!t.is_empty(), "the backlog never drained");
         assert!(written.iter().all(|&b| b == 5));
+    }
+
+    /// The same with shared payloads between the frames (a large message behind every few small
+    /// ones, written as fast as queued but never all of it): the marks must not keep the batch
+    /// buffer's written bytes either.
+    #[test]
+    fn a_batch_buffer_before_shared_payloads_that_never_drains_does_not_grow_without_end() {
+        let mut t = Transmit::default();
+        let frame = [5u8; 100];
+        let payload = Bytes::from(vec![6u8; 1000]);
+        let mut written = Vec::new();
+        let mut queued = 0usize;
+        for i in 0..20_000 {
+            t.tail().extend_from_slice(&frame);
+            t.commit(frame.len());
+            t.push(payload.clone());
+            queued += frame.len() + payload.len();
+            // Write all but ~2 KiB, in pieces cut anywhere: the queue never empties.
+            while t.remaining() > 2048 {
+                let n = t.chunk().len().min(700 + i % 300);
+                written.extend_from_slice(&t.chunk()[..n]);
+                t.advance(n);
+            }
+            assert!(t.tail.capacity() <= 256 << 10, "grew to {}", t.tail.capacity());
+        }
+        while t.has_remaining() {
+            let n = t.chunk().len();
+            written.extend_from_slice(&t.chunk()[..n]);
+            t.advance(n);
+        }
+        assert_eq!(written.len(), queued);
+        let expected: Vec<u8> = (0..20_000)
+            .flat_map(|_| frame.iter().copied().chain(payload.iter().copied()))
+            .collect();
+        assert!(written == expected, "bytes out of order");
     }
 
     #[test]

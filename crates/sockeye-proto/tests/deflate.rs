@@ -482,3 +482,60 @@ fn without_a_linger_a_wait_for_input_gives_the_states_back_at_once() {
     s.linger_deflate();
     assert_eq!(s.poll_timeout(), keepalive);
 }
+
+/// While a linger runs, a message pushed without input gives its compressor back when it ends
+/// (only the answer to input keeps it); and a state held for a message in progress starts no
+/// linger (the wait cannot give it back: a deadline would only wake the connection every
+/// linger until the message ends).
+#[test]
+fn a_linger_keeps_no_push_state_and_never_runs_for_a_message_in_progress() {
+    use std::time::{Duration, Instant};
+    let pool = sockeye_proto::extension::deflate::DeflatePool::new(8);
+    let config = DeflateConfig::default()
+        .pool(Some(pool.clone()))
+        .linger(Duration::from_millis(50));
+    let (mut c, mut s) = negotiated(DeflateConfig::default().pool(None), config);
+    s.handle_timeout(Instant::now());
+    let keepalive = s.poll_timeout();
+    let text = "some text that compresses, some text that compresses";
+    // Two echoes: the first wait gives the states back, the second lingers.
+    for _ in 0..2 {
+        c.send(Message::text(text)).unwrap();
+        let wire = c.transmit_bytes();
+        assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text)]);
+        s.send(Message::text(text)).unwrap();
+        let reply = s.transmit_bytes();
+        assert_eq!(drain(&mut c, &reply).unwrap(), vec![Message::text(text)]);
+        s.linger_deflate();
+    }
+    assert_eq!(pool.held(), (1, 1), "lingering");
+    assert_ne!(s.poll_timeout(), keepalive, "the linger's deadline runs");
+    s.send(Message::text(text)).unwrap();
+    let pushed = s.transmit_bytes();
+    assert_eq!(drain(&mut c, &pushed).unwrap(), vec![Message::text(text)]);
+    assert_eq!(pool.held(), (0, 1), "the push gave its compressor back");
+    s.release_idle_deflate();
+    assert_eq!(s.poll_timeout(), keepalive);
+    // The first piece of a compressed message, the rest to come: its decompressor is held
+    // through the wait, with no linger.
+    c.send_fragment(
+        sockeye_proto::DataKind::Text,
+        bytes::Bytes::from(text.repeat(20)),
+        false,
+    )
+    .unwrap();
+    let wire = c.transmit_bytes();
+    assert_eq!(drain(&mut s, &wire).unwrap(), vec![]);
+    s.linger_deflate();
+    assert_eq!(pool.held(), (0, 1), "held for the message in progress");
+    assert_eq!(s.poll_timeout(), keepalive, "no linger for it");
+    c.send_fragment(
+        sockeye_proto::DataKind::Text,
+        bytes::Bytes::from_static(b"end"),
+        true,
+    )
+    .unwrap();
+    let wire = c.transmit_bytes();
+    let whole = format!("{}end", text.repeat(20));
+    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(whole)]);
+}

@@ -709,7 +709,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     /// few keepers a thread allows): a connection that waits after every message then pays no
     /// pool round trip per message (~125 instructions of a 64-byte echo, callgrind), while memory
     /// still follows the busy connections, not every connection's read buffer. A keeper lets its
-    /// buffer go when one of its deadlines passes (every keepalive interval, 30 s by default) and
+    /// buffer go when one of its deadlines passes (every keepalive interval, 30 s by default; a
+    /// busy deflate connection's linger, every 50 ms, which costs it a pool round trip then) and
     /// takes a place again only after its next data message, so that a connection that only
     /// answers pings does not keep one; and it lets go of a buffer that grew for a large message.
     /// With keepalive off, a keeper that goes quiet keeps its buffer until it closes. The
@@ -900,7 +901,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
     }
 
     /// Writes everything queued, then flushes the stream. The sending side's waits give the
-    /// pooled permessage-deflate states back, as waits for input do (issue 31): while the socket
+    /// pooled permessage-deflate states back at once (a wait for input lets them linger, its
+    /// timer running; here nothing may poll again, issue 31): while the socket
     /// takes no more (a peer that stalls), and once the queue is written with nothing buffered to
     /// read, where a handler that only sends may go quiet without ever waiting for input. With
     /// bytes buffered the application is still reading (a `send` per echoed message): it keeps

@@ -16,7 +16,7 @@
 //! leaves Nagle's algorithm on; `BENCH_DEFLATE_POOL=0` gives each Sockeye connection dedicated
 //! compression states instead of the default shared pool; `BENCH_DEFLATE_LINGER_MS=N` sets the
 //! pooled states' linger (0: given back at every wait); `BENCH_KEEPALIVE=0` turns Sockeye's
-//! keepalive (and so its timer) off; `BENCH_TIMER=1` keeps one tokio timer pending (an hour
+//! keepalive (and so its timer, but for a deflate connection's linger) off; `BENCH_TIMER=1` keeps one tokio timer pending (an hour
 //! away) for the whole run, as a server with any timeout has, so that a peer without keepalive
 //! pays what tokio's time driver costs at every park with a timer pending, as Sockeye's keepalive
 //! does; `BENCH_READ_CHUNK=BYTES` sets Sockeye's `read_chunk_size` (for experiments; `run.sh`

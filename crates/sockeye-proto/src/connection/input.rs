@@ -87,7 +87,10 @@ impl Connection {
     pub fn linger_deflate(&mut self) {
         if let Some(d) = &mut self.deflate {
             match d.linger() {
-                Some(linger) => self.timers.start_linger(linger),
+                Some(linger) => {
+                    d.start_waiting();
+                    self.timers.start_linger(linger);
+                }
                 None => d.release_idle(),
             }
         }

@@ -97,10 +97,16 @@ pub struct DeflateConfig {
     /// Pooled: how long a connection waiting for input keeps the states it borrowed before it
     /// gives them back, when its I/O layer runs the engine's timer through the wait (the tokio
     /// layer does, at every wait for input; see
-    /// [`Connection::linger_deflate`](crate::Connection::linger_deflate)). A connection whose next
-    /// message comes within it pays no pool round trip, reset or priming: uWebSockets' load test
-    /// (100 connections, each waiting ~1 ms for its next message) went from 0.76 to 0.9x of
-    /// uWS's dedicated states (issue 31). The cost: states stay out of the pool for up to twice
+    /// [`Connection::linger_deflate`](crate::Connection::linger_deflate)). The states go back
+    /// at the first look at the timer after the linger: with the tokio layer, the next poll of
+    /// the receiving side, which its timer wakes; a handler that stops polling it after a wait
+    /// (a `select!` whose other branch then waits a long time without sending) holds them
+    /// until it polls again or sends (a send that empties the queue gives them back). Set it
+    /// to zero for such handlers. A connection whose next
+    /// message comes within it pays no pool round trip, reset or priming: on uWebSockets' load
+    /// test (100 connections, one compressed message each in flight, so every connection waits
+    /// for input after each) the server spent 14,600 instructions per message without it, 5,800
+    /// with it (callgrind), about what dedicated states cost (issue 31). The cost: states stay out of the pool for up to twice
     /// this after a connection's last input, so about (connections with input per second ×
     /// linger) states are held (~344 KiB each with context takeover). A connection lingers from
     /// its second busy spell on: its first wait gives them back at once (a burst of new
@@ -741,10 +747,22 @@ impl PerMessageDeflate {
     /// burst of new ones say one thing and go quiet, and lingering at their first wait held
     /// ~344 KiB each for connections opened within a linger of each other (the bench's 1,000
     /// idle deflate connections, opened one after another, each with one echo).
+    ///
+    /// A state held for a message in progress does not count: the wait cannot give it back, and
+    /// a linger for it would only wake the connection every linger until the message ends.
     pub(crate) fn linger(&self) -> Option<Duration> {
-        let holds = self.deflater.is_some() || self.inflater.is_some();
+        let holds =
+            (self.deflater.is_some() && !self.mid_send) || (self.inflater.is_some() && !self.mid_receive);
         let lingers = self.pool.is_some() && self.gave_back && !self.linger.is_zero();
         (holds && lingers).then_some(self.linger)
+    }
+
+    /// A linger starts: the connection waits, keeping its states. A message pushed meanwhile (no
+    /// input since the wait) gives its state back when it ends, as without a linger: only the
+    /// answer to input keeps them, and a handler that stops reading and only pushes does not
+    /// hold them until it reads again.
+    pub(crate) fn start_waiting(&mut self) {
+        self.waiting = true;
     }
 
     /// Gives the held compressor back to the pool, under our name when its context is kept.

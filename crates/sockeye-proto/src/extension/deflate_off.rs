@@ -32,6 +32,10 @@ impl PerMessageDeflate {
         match *self {}
     }
 
+    pub(crate) fn start_waiting(&mut self) {
+        match *self {}
+    }
+
     pub(crate) fn note_input(&mut self) {
         match *self {}
     }
