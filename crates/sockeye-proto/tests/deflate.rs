@@ -377,6 +377,14 @@ fn a_connection_never_told_of_a_wait_holds_no_state_between_pushes() {
     assert_eq!(pool.held(), (0, 0));
 }
 
+/// Sends `text` from `from` and checks that `to` receives exactly it.
+fn deliver(from: &mut Connection, to: &mut Connection, text: impl Into<String>) {
+    let text = text.into();
+    from.send(Message::text(text.clone())).unwrap();
+    let wire = from.transmit_bytes();
+    assert_eq!(drain(to, &wire).unwrap(), vec![Message::text(text)]);
+}
+
 /// Issue 31: a wait for input through which the I/O layer runs the engine's timer
 /// (`linger_deflate`) keeps the pooled states for `DeflateConfig::linger`, from the connection's
 /// second busy spell on. Messages that come within it cost no pool round trip, reset or priming
@@ -397,12 +405,8 @@ fn a_wait_for_input_keeps_pooled_states_for_the_linger_then_gives_them_back() {
     // An echo, 2 ms between messages: the server waits for input after each.
     for i in 0..100 {
         let text = format!("message {i}: some text that compresses, some text that compresses");
-        c.send(Message::text(text.clone())).unwrap();
-        let wire = c.transmit_bytes();
-        assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text.clone())]);
-        s.send(Message::text(text.clone())).unwrap();
-        let reply = s.transmit_bytes();
-        assert_eq!(drain(&mut c, &reply).unwrap(), vec![Message::text(text)]);
+        deliver(&mut c, &mut s, text.clone());
+        deliver(&mut s, &mut c, text);
         s.linger_deflate();
         // The first wait gives them back (a connection lingers once it came back for them).
         let held = if i == 0 { (0, 0) } else { (1, 1) };
@@ -438,9 +442,7 @@ fn a_wait_for_input_keeps_pooled_states_for_the_linger_then_gives_them_back() {
     assert_eq!(s.poll_timeout(), keepalive, "only the keepalive is left");
     // Given back under the connection's name: its next message finds its context.
     let text = "after the linger: some text that compresses, some text that compresses";
-    c.send(Message::text(text)).unwrap();
-    let wire = c.transmit_bytes();
-    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text)]);
+    deliver(&mut c, &mut s, text);
     assert_eq!(pool.borrows(), (2, 3));
     // A wait that gives the states back at once ends the linger.
     s.linger_deflate();
@@ -462,9 +464,7 @@ fn without_a_linger_a_wait_for_input_gives_the_states_back_at_once() {
     s.handle_timeout(std::time::Instant::now());
     let keepalive = s.poll_timeout();
     let text = "some text that compresses, some text that compresses";
-    c.send(Message::text(text)).unwrap();
-    let wire = c.transmit_bytes();
-    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text)]);
+    deliver(&mut c, &mut s, text);
     assert_eq!(pool.held(), (0, 1));
     s.linger_deflate();
     assert_eq!(pool.held(), (0, 0));
@@ -476,9 +476,7 @@ fn without_a_linger_a_wait_for_input_gives_the_states_back_at_once() {
     );
     s.handle_timeout(std::time::Instant::now());
     let keepalive = s.poll_timeout();
-    c.send(Message::text(text)).unwrap();
-    let wire = c.transmit_bytes();
-    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text)]);
+    deliver(&mut c, &mut s, text);
     s.linger_deflate();
     assert_eq!(s.poll_timeout(), keepalive);
 }
@@ -500,19 +498,13 @@ fn a_linger_keeps_no_push_state_and_never_runs_for_a_message_in_progress() {
     let text = "some text that compresses, some text that compresses";
     // Two echoes: the first wait gives the states back, the second lingers.
     for _ in 0..2 {
-        c.send(Message::text(text)).unwrap();
-        let wire = c.transmit_bytes();
-        assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(text)]);
-        s.send(Message::text(text)).unwrap();
-        let reply = s.transmit_bytes();
-        assert_eq!(drain(&mut c, &reply).unwrap(), vec![Message::text(text)]);
+        deliver(&mut c, &mut s, text);
+        deliver(&mut s, &mut c, text);
         s.linger_deflate();
     }
     assert_eq!(pool.held(), (1, 1), "lingering");
     assert_ne!(s.poll_timeout(), keepalive, "the linger's deadline runs");
-    s.send(Message::text(text)).unwrap();
-    let pushed = s.transmit_bytes();
-    assert_eq!(drain(&mut c, &pushed).unwrap(), vec![Message::text(text)]);
+    deliver(&mut s, &mut c, text);
     assert_eq!(pool.held(), (0, 1), "the push gave its compressor back");
     s.release_idle_deflate();
     assert_eq!(s.poll_timeout(), keepalive);

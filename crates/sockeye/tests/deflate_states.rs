@@ -49,6 +49,20 @@ async fn client(addr: std::net::SocketAddr) -> WebSocket<sockeye::TransportStrea
     ws
 }
 
+/// Waits until the server's connections hold no state of `pool`, failing after `limit`: an idle
+/// connection gives its states back after a linger without input.
+async fn all_given_back_within(pool: &DeflatePool, limit: Duration) {
+    let quiet = tokio::time::Instant::now();
+    while pool.held() != (0, 0) {
+        assert!(
+            quiet.elapsed() < limit,
+            "an idle connection still holds {:?}",
+            pool.held()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// An echo handler that answers with `feed` (written when it next waits for input).
 async fn echo(mut ws: WebSocket<sockeye::TransportStream>) {
     while let Some(Ok(m)) = ws.next().await {
@@ -82,15 +96,7 @@ async fn a_busy_connection_keeps_its_deflate_states_until_it_waits() {
     );
     // Waiting for input: the server's connection gives its states back after a linger (50 ms
     // by default) without input, at most two lingers after its last input.
-    let quiet = tokio::time::Instant::now();
-    while pool.held() != (0, 0) {
-        assert!(
-            quiet.elapsed() < Duration::from_secs(2),
-            "an idle connection still holds {:?}",
-            pool.held()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    all_given_back_within(&pool, Duration::from_secs(2)).await;
     assert_eq!(pool.idle(), (1, 1));
     // The next echo gets its own states back, context intact (checked by the echo itself).
     ws.send(Message::text(text(1))).await.unwrap();
@@ -122,15 +128,7 @@ async fn messages_a_few_milliseconds_apart_keep_their_states_through_the_waits()
         "{N} echoes 2 ms apart, {:?} borrows: the states stay through the waits",
         pool.borrows()
     );
-    let quiet = tokio::time::Instant::now();
-    while pool.held() != (0, 0) {
-        assert!(
-            quiet.elapsed() < Duration::from_secs(2),
-            "still held: {:?}",
-            pool.held()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    all_given_back_within(&pool, Duration::from_secs(2)).await;
     ws.close(None).await.unwrap();
 }
 
