@@ -187,8 +187,8 @@ def uws_version(runs):
 
 
 def uws_cell(done, key):
-    """The median of the samples, and the server's share of its core over them (bold below 90%:
-    the load generator, not the server, set the pace)."""
+    """The median over the rounds of each round's median sample, and the server's share of its core
+    over those samples (bold below 90%: the load generator, not the server, set the pace)."""
     ok = [r for r in done if key in r]
     if not ok:
         return None, "failed" if done else "—"
@@ -196,6 +196,53 @@ def uws_cell(done, key):
     cpu = statistics.median(r["server_cpu"] for r in ok)
     share = f"cpu {cpu:.0%}"
     return value, f"{fmt(value)} ({share if cpu >= 0.9 else f'**{share}**'})"
+
+
+def paired_ratio(done, base, key):
+    """The median of the ratios of the rounds both servers finished (run.sh records one entry a
+    round, failed ones included, so the n-th entries of two servers are the same round), with the
+    rounds' ratios after it when there are several."""
+    pairs = [a[key] / b[key] for a, b in zip(done, base) if key in a and key in b and b[key]]
+    if not pairs:
+        return "—"
+    if len(pairs) == 1:
+        return f"{pairs[0]:.2f}"
+    return f"{statistics.median(pairs):.2f} ({', '.join(f'{p:.2f}' for p in pairs)})"
+
+
+def cpu_per_message(runs, scenario, keys, systems):
+    """What each server's own code costs a message (user time) beside the kernel's share (system
+    time: one recvfrom and one sendto per message, the same for every server within a machine
+    state), medians over the rounds; and the throughput ratio those give at equal kernel time."""
+    out = ["\nThe servers' CPU time per message, µs, user + system (medians over the rounds; from /proc/PID/stat"
+           " over the same samples). The kernel's share moves with the machine's state for every server alike;"
+           " \"at equal kernel time\" is (K + user of uWebSockets) ÷ (K + user of the server), K the mean system time"
+           " of the two: the ratio the table above converges to when both run in the same state.\n"]
+    ratios = [s for s in ("sockeye", "ws-tool") if s in systems]
+    out.append("| connections × payload | " + " | ".join(UWS_NAMES[s] for s in systems) + " | "
+               + " | ".join(f"{UWS_NAMES[s]} ÷ uWebSockets at equal kernel time" for s in ratios) + " |")
+    out.append("|---" * (len(systems) + len(ratios) + 1) + "|")
+    rows = 0
+    for _, params in keys:
+        cost = {}
+        for s in systems:
+            done = [r for r in runs.get((scenario, params, s), []) if "user_us_per_unit" in r]
+            if done:
+                cost[s] = (statistics.median(r["user_us_per_unit"] for r in done),
+                           statistics.median(r["system_us_per_unit"] for r in done))
+        if not cost:
+            continue
+        rows += 1
+        cells = [f"{cost[s][0]:.2f} + {cost[s][1]:.2f}" if s in cost else "—" for s in systems]
+        equal = []
+        for s in ratios:
+            if s in cost and "uws" in cost:
+                k = (cost[s][1] + cost["uws"][1]) / 2
+                equal.append(f"{(k + cost['uws'][0]) / (k + cost[s][0]):.2f}")
+            else:
+                equal.append("—")
+        out.append(f"| {params} | " + " | ".join(cells) + " | " + " | ".join(equal) + " |")
+    return out if rows else []
 
 
 def uws_tables(runs, order):
@@ -215,21 +262,25 @@ def uws_tables(runs, order):
         if not keys:
             out.append(f"uWebSockets {status['not_run']}.")
             continue
-        out.append("Server on CPU 0, the load generator on CPU 1; median of the 4-second samples after the first (the"
-                   " connection ramp); in parentheses the server's share of its core over those samples (below 90% in"
-                   " bold: the load generator set the pace).\n")
+        rounds = max(len(runs.get((scenario, k[1], "uws"), [])) for k in keys)
+        how = ("median of the 4-second samples after the first (the connection ramp)" if rounds == 1 else
+               f"{rounds} rounds, each running every server once back to back, in the opposite order of the round"
+               " before; a cell is the median over the rounds of each round's median 4-second sample after the first"
+               " (the connection ramp), a ratio the median of the rounds' ratios (each round's in parentheses)")
+        out.append(f"Server on CPU 0, the load generator on CPU 1; {how}; in parentheses the server's share of its"
+                   " core over those samples (below 90% in bold: the load generator set the pace).\n")
         systems = [s for s in UWS_NAMES if any((scenario, k[1], s) in runs for k in keys)]
         ratios = [s for s in ("sockeye", "ws-tool") if s in systems]
         out.append(f"| {first} | " + " | ".join(UWS_NAMES[s] for s in systems) + " | "
                    + " | ".join(f"{UWS_NAMES[s]} ÷ uWebSockets" for s in ratios) + " |")
         out.append("|---" * (len(systems) + len(ratios) + 1) + "|")
         for _, params in keys:
-            vals, cells = {}, []
-            for s in systems:
-                vals[s], cell = uws_cell(runs.get((scenario, params, s), []), key)
-                cells.append(cell)
+            cells = [uws_cell(runs.get((scenario, params, s), []), key)[1] for s in systems]
+            base = runs.get((scenario, params, "uws"), [])
             out.append(f"| {params} | " + " | ".join(cells) + " | "
-                       + " | ".join(ratio(vals.get(s), vals.get("uws")) for s in ratios) + " |")
+                       + " | ".join(paired_ratio(runs.get((scenario, params, s), []), base, key) for s in ratios) + " |")
+        if scenario == "load-test":
+            out += cpu_per_message(runs, scenario, keys, systems)
     return out
 
 

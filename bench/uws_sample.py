@@ -3,7 +3,10 @@
 prints one JSON line for run.sh: the median of its 4-second samples after the first (which holds
 the connection ramp), and the share of one core the server used over exactly those samples (from
 /proc/PID/stat, user + system time of all its threads), so that a row where the server was not
-at ~100% of its core says the load generator, not the server, was measured.
+at ~100% of its core says the load generator, not the server, was measured. It prints the server's
+user and system time per unit (message or iteration) over the same samples too: the kernel's share
+(one recvfrom and one sendto per message) moves with the machine's state from one run to the next
+alike for every server, the user share is what a server's own code costs.
 
 Usage: uws_sample.py SERVER_PID KEY PATTERN SAMPLES -- COMMAND...
   KEY      the JSON key of the figure (msgs_per_s, iterations_per_s)
@@ -25,11 +28,11 @@ PERIOD = 4
 
 
 def cpu_seconds(pid):
-    """User + system time of the process so far (all threads), in seconds."""
+    """User and system time of the process so far (all threads), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         # The command name (field 2) may hold spaces: count fields after its closing parenthesis.
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
 class OutOfTime(Exception):
@@ -75,10 +78,16 @@ def main(argv):
         child.wait()
     if len(samples) < keep:
         sys.exit(f"{command[0]} stopped after {len(samples)} of {keep} samples: {' | '.join(last_lines)}")
+    seconds = end[0] - start[0]
+    user, system = end[1][0] - start[1][0], end[1][1] - start[1][1]
+    # Units handled over the window: the samples are rates over consecutive periods that cover it.
+    units = statistics.mean(samples) * seconds
     result = {
         key: statistics.median(samples),
         "samples": samples,
-        "server_cpu": round((end[1] - start[1]) / (end[0] - start[0]), 3),
+        "server_cpu": round((user + system) / seconds, 3),
+        "user_us_per_unit": round(user / units * 1e6, 3),
+        "system_us_per_unit": round(system / units * 1e6, 3),
     }
     print(json.dumps(result))
 

@@ -531,3 +531,57 @@ fn a_linger_keeps_no_push_state_and_never_runs_for_a_message_in_progress() {
     let whole = format!("{}end", text.repeat(20));
     assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(whole)]);
 }
+
+/// A busy connection's small inflated messages leave in one buffer they share, not in an
+/// allocation each: each message's bytes follow the last one's, but where the buffer runs out.
+/// A message the application keeps is never overwritten by those after it, through many
+/// refills of that buffer; messages past the copy threshold and fragmented ones arrive intact.
+#[test]
+fn small_inflated_messages_share_a_buffer_and_kept_ones_stay_intact() {
+    let (mut c, mut s) = negotiated(
+        DeflateConfig::default().pool(None),
+        DeflateConfig::default().pool(None),
+    );
+    let (mut kept, mut last, mut following) = (Vec::new(), None::<bytes::Bytes>, 0);
+    let count = 2000;
+    for i in 0..count {
+        let text = format!("message {i}: some text that compresses, some text that compresses");
+        c.send(Message::text(text.clone())).unwrap();
+        let wire = c.transmit_bytes();
+        let [Message::Text(got)] = &drain(&mut s, &wire).unwrap()[..] else {
+            panic!("one text message")
+        };
+        let got = got.clone().into_bytes();
+        assert_eq!(&got[..], text.as_bytes());
+        if let Some(before) = &last
+            && before.as_ptr().wrapping_add(before.len()) == got.as_ptr()
+        {
+            following += 1;
+        }
+        if i % 97 == 0 {
+            kept.push((text, got.clone()));
+        }
+        last = Some(got);
+    }
+    // ~70-byte messages, 4 KiB to a buffer: all but ~1 in 58 follow the one before.
+    assert!(
+        following > count * 9 / 10,
+        "{following} of {count} followed the message before"
+    );
+    for (text, got) in &kept {
+        assert_eq!(&got[..], text.as_bytes(), "a kept message was overwritten");
+    }
+    // Past the copy threshold (1 KiB), whole and fragmented.
+    let big: String = (0..400).map(|i| format!("{i} ")).collect();
+    c.send(Message::text(big.clone())).unwrap();
+    let wire = c.transmit_bytes();
+    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(big.clone())]);
+    let z = deflated(big.as_bytes());
+    let (first, rest) = z.split_at(z.len() / 3);
+    let mut wire = client_frame(false, 0x4, OpCode::Text, first);
+    wire.extend(client_frame(true, 0, OpCode::Continuation, rest));
+    assert_eq!(drain(&mut s, &wire).unwrap(), vec![Message::text(big)]);
+    for (text, got) in &kept {
+        assert_eq!(&got[..], text.as_bytes(), "a kept message was overwritten");
+    }
+}

@@ -274,7 +274,9 @@ pub enum Ended {
 pub struct Session<P = Relay> {
     subscriber: Subscriber,
     protocol: P,
-    config: SessionConfig,
+    /// Boxed: `run`'s future holds the session twice (its argument and the moved value), and
+    /// the configuration is most of it (~170 bytes), in every connection's task.
+    config: Box<SessionConfig>,
 }
 
 impl<P: Protocol> Session<P> {
@@ -283,7 +285,7 @@ impl<P: Protocol> Session<P> {
         Session {
             subscriber: hub.subscriber(config.subscriber),
             protocol,
-            config,
+            config: Box::new(config),
         }
     }
 
@@ -328,7 +330,9 @@ impl<P: Protocol> Session<P> {
             // reply ends the stream, publishing what it sent before.
             w = &mut writing => (reading.await, Some(w)),
             // The client is gone (or refused): the writer finishes its close, or stops at once.
-            r = &mut reading => (r, tokio::time::timeout(self.config.close_grace, writing).await.ok()),
+            // Boxed, as every await only an ending reaches: an idle session's task would carry
+            // the timer otherwise.
+            r = &mut reading => (r, Box::pin(tokio::time::timeout(self.config.close_grace, writing)).await.ok()),
         };
         match (write_end, read_end) {
             (Some(Stop::TooSlow), _) => Ended::TooSlow,
@@ -380,19 +384,39 @@ struct Run {
 
 impl Run {
     /// Publishes what it holds, in order, with the session's retry policy, and hands the
-    /// answers to the writer. Empty afterwards.
+    /// answers to the writer. Empty afterwards. When the batch cannot be published, asks the
+    /// writer to close and says why the reader stops.
+    ///
+    /// Boxed: the publication's future (the retry's timer, the backplane call, the answers) is
+    /// ~1 KiB, which every idle session's task would carry if it were inline.
     async fn publish(
         &mut self,
         publisher: &Publisher,
         retry: &PublishRetry,
         ops: &mut mpsc::Sender<Op>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Stop> {
         let Some(topic) = self.topic.take() else {
             return Ok(());
         };
+        Box::pin(self.publish_on(topic, publisher, retry, ops)).await
+    }
+
+    async fn publish_on(
+        &mut self,
+        topic: Topic,
+        publisher: &Publisher,
+        retry: &PublishRetry,
+        ops: &mut mpsc::Sender<Op>,
+    ) -> Result<(), Stop> {
         let messages = std::mem::take(&mut self.messages);
         let answers = std::mem::take(&mut self.answers);
-        let positions = retry.publish_many(publisher, &topic, messages).await?;
+        let positions = match retry.publish_many(publisher, &topic, messages).await {
+            Ok(positions) => positions,
+            Err(e) => {
+                let _ = ops.send(Op::Close(e.close_frame())).await;
+                return Err(Stop::NotPublished(e));
+            }
+        };
         let positions = positions.into_iter().chain(std::iter::repeat(None));
         for (answer, position) in answers.into_iter().zip(positions) {
             if let Some(frame) = answer.and_then(|answer| answer(Ok(position))) {
@@ -435,9 +459,8 @@ where
                 } => (topic, message, Some(answer)),
                 other => {
                     // What came before is published (and answered) before this is carried out.
-                    if let Err(e) = run.publish(publisher, &config.publish_retry, &mut ops).await {
-                        let _ = ops.send(Op::Close(e.close_frame())).await;
-                        return Stop::NotPublished(e);
+                    if let Err(stop) = run.publish(publisher, &config.publish_retry, &mut ops).await {
+                        return stop;
                     }
                     let op = match other {
                         Request::Subscribe { topic, since, answer } => Op::Subscribe { topic, since, answer },
@@ -449,33 +472,41 @@ where
                         }
                         _ => continue, // Ignore
                     };
-                    if ops.send(op).await.is_err() {
+                    if hand_over(&mut ops, op).await.is_err() {
                         return Stop::Disconnected;
                     }
                     continue;
                 }
             };
             if run.topic.as_ref().is_some_and(|t| *t != topic)
-                && let Err(e) = run.publish(publisher, &config.publish_retry, &mut ops).await
+                && let Err(stop) = run.publish(publisher, &config.publish_retry, &mut ops).await
             {
-                let _ = ops.send(Op::Close(e.close_frame())).await;
-                return Stop::NotPublished(e);
+                return stop;
             }
             run.topic = Some(topic);
             run.messages.push(message);
             run.answers.push(answer);
         }
         received.clear();
-        if let Err(e) = run.publish(publisher, &config.publish_retry, &mut ops).await {
-            let _ = ops.send(Op::Close(e.close_frame())).await;
-            return Stop::NotPublished(e);
+        if let Err(stop) = run.publish(publisher, &config.publish_retry, &mut ops).await {
+            return stop;
         }
         if let Some(frame) = refused {
-            let _ = ops.send(Op::Close(frame.clone())).await;
+            let _ = hand_over(&mut ops, Op::Close(frame.clone())).await;
             return Stop::Refused(frame);
         }
     }
     Stop::Disconnected
+}
+
+/// Hands `op` to the writer; waits (boxed: only a client that piles up requests the writer has
+/// not carried out yet waits here) when the queue is full. `Err`: the writer is gone.
+async fn hand_over(ops: &mut mpsc::Sender<Op>, op: Op) -> Result<(), ()> {
+    match ops.try_send(op) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_full() => Box::pin(ops.send(e.into_inner())).await.map_err(drop),
+        Err(_) => Err(()),
+    }
 }
 
 /// The subscriber's deliveries and the answers to the client's requests, to the client, a batch
@@ -502,28 +533,35 @@ where
             Next::Op(None) => return Stop::Disconnected,
             Next::Op(Some(Op::Close(frame))) => break (Stop::Disconnected, frame),
             Next::Op(Some(op)) => {
+                // Requests are boxed: their futures (a subscription's recovery, the reply's write)
+                // would otherwise be carried by every idle session's task.
                 let reply = match op {
                     Op::Send(message) => Some(message),
-                    Op::Subscribe { topic, since, answer } => match subscriber.subscribe(&topic, since).await
+                    Op::Subscribe { topic, since, answer } => {
+                        match Box::pin(subscriber.subscribe(&topic, since)).await {
+                            Ok(recovery) => answer(Ok(recovery)),
+                            Err(e) => answer(Err(&e)),
+                        }
+                    }
+                    Op::Unsubscribe { topic, answer } => match Box::pin(subscriber.unsubscribe(&topic)).await
                     {
-                        Ok(recovery) => answer(Ok(recovery)),
-                        Err(e) => answer(Err(&e)),
-                    },
-                    Op::Unsubscribe { topic, answer } => match subscriber.unsubscribe(&topic).await {
                         Ok(()) => answer(Ok(())),
                         Err(e) => answer(Err(&e)),
                     },
                     Op::Close(_) => None,
                 };
                 let Some(reply) = reply else { continue };
-                let written = tokio::select! {
-                    biased;
-                    () = subscriber.too_slow() => Ok(Some(Stop::TooSlow)),
-                    r = async {
-                        sink.feed(reply).await?;
-                        sink.flush().await.map(|()| None)
-                    } => r,
-                };
+                let written = Box::pin(async {
+                    tokio::select! {
+                        biased;
+                        () = subscriber.too_slow() => Ok(Some(Stop::TooSlow)),
+                        r = async {
+                            sink.feed(reply).await?;
+                            sink.flush().await.map(|()| None)
+                        } => r,
+                    }
+                })
+                .await;
                 match written {
                     Ok(None) => continue,
                     Ok(Some(stop)) => break (stop, too_slow()),
@@ -588,11 +626,19 @@ where
     // end the connection before a client that reads again later could see its 1008 (it gets an
     // EOF; the relay's slow-client test). A client that does not read at all is ended after
     // `slow_drain`, then the close deadline.
+    Box::pin(close(sink, &stop, frame, config)).await;
+    stop
+}
+
+/// The writer's last step (see the end of [`write`]); boxed there, as only an ending reaches it.
+async fn close<S>(sink: &mut WebSocketWriter<S>, stop: &Stop, frame: CloseFrame, config: &SessionConfig)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     if matches!(stop, Stop::TooSlow) {
         let _ = tokio::time::timeout(config.slow_drain, sink.flush()).await;
     }
     let _ = tokio::time::timeout(config.close_grace, sink.close(Some(frame))).await;
-    stop
 }
 
 /// What the writer waits for.

@@ -21,7 +21,9 @@ use crate::utf8::{Utf8Bytes, Utf8Validator};
 #[derive(Debug)]
 struct Reassembly {
     kind: DataKind,
-    /// The message bytes so far (inflated, if the message is compressed); empty when streamed.
+    /// The message bytes so far; empty when streamed, and when the message is compressed (the
+    /// inflater keeps what it inflated to: see
+    /// [`PerMessageDeflate::inflate_message`]).
     data: Vec<u8>,
     /// The message's size so far, for the limit: `data.len()`, or what was streamed.
     size: usize,
@@ -133,16 +135,23 @@ impl Assembly {
 
     /// Streaming takes over a message that `poll_message` began: returns what it gathered as the
     /// first piece (if anything), and from then on the message is streamed.
-    pub(super) fn start_streaming(&mut self) -> Option<MessageChunk> {
+    pub(super) fn start_streaming(
+        &mut self,
+        deflate: &mut Option<PerMessageDeflate>,
+    ) -> Option<MessageChunk> {
         let r = self.reassembly.as_mut().filter(|r| !r.streamed)?;
         r.streamed = true;
-        if r.data.is_empty() {
+        let data = match deflate.as_mut() {
+            Some(d) if self.message_compressed => d.take_inflated_so_far(),
+            _ => std::mem::take(&mut r.data),
+        };
+        if data.is_empty() {
             return None;
         }
         r.started = true;
         Some(MessageChunk {
             kind: r.kind,
-            data: Bytes::from(std::mem::take(&mut r.data)),
+            data: Bytes::from(data),
             first: true,
             last: false,
         })
@@ -234,32 +243,32 @@ impl Assembly {
         let Some(r) = self.reassembly.as_mut() else {
             return Err(ProtocolViolation::UnexpectedContinuation);
         };
-        if self.message_compressed {
-            let before = r.data.len();
-            let limit = config.max_message_size;
-            let inflated = match deflate.as_mut() {
-                Some(d) => d.inflate(&payload, header.fin, &mut r.data, limit),
-                None => Err(ProtocolViolation::ReservedBits(FrameHeader::RSV1)),
+        let data = if self.message_compressed {
+            let Some(d) = deflate.as_mut() else {
+                return Err(ProtocolViolation::ReservedBits(FrameHeader::RSV1));
             };
+            let before = r.size;
+            let message = d.inflate_message(&payload, header.fin, config.max_message_size)?;
+            let so_far = message.as_deref().unwrap_or(d.inflated_so_far());
+            r.size = so_far.len();
             // Fail fast on text: check what each frame inflates to.
-            inflated.and_then(|()| match &mut self.utf8 {
-                Some(utf8) => utf8
-                    .feed(&r.data[before..])
-                    .map_err(|_| ProtocolViolation::InvalidUtf8),
-                None => Ok(()),
-            })?;
+            if let Some(utf8) = &mut self.utf8 {
+                utf8.feed(&so_far[before..])
+                    .map_err(|_| ProtocolViolation::InvalidUtf8)?;
+            }
+            message
         } else {
             r.data.extend_from_slice(&payload);
-        }
-        r.size = r.data.len();
-        if !header.fin {
+            r.size = r.data.len();
+            header.fin.then(|| Bytes::from(std::mem::take(&mut r.data)))
+        };
+        let Some(data) = data else {
             return Ok(None);
-        }
+        };
         let Some(r) = self.reassembly.take() else {
             return Ok(None);
         };
         self.message_compressed = false;
-        let data = Bytes::from(r.data);
         match r.kind {
             DataKind::Binary => Ok(Some(Message::Binary(data))),
             DataKind::Text => {

@@ -141,6 +141,11 @@ impl Connection {
     /// Parses buffered bytes and returns the next message, or `Ok(None)` when more bytes are needed
     /// (or the connection is closed).
     ///
+    /// A message's bytes share an allocation with the messages around it (an uncompressed one
+    /// is a slice of the read buffer; a small inflated one, of a 4 KiB buffer the connection
+    /// inflates into): no allocation per message. A message kept for long keeps that allocation
+    /// alive; copy it (`Bytes::copy_from_slice`) to keep only its own bytes.
+    ///
     /// On `Err(Error::Protocol(_))` the peer broke the protocol and the connection has failed
     /// (§7.1.7): a close frame with the matching code has been queued, nothing more from the peer
     /// is processed, and [`transport`](Self::transport) asks to shut down writing once the close

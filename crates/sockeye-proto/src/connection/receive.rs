@@ -228,7 +228,7 @@ impl Receiver {
         deflate: &mut Option<PerMessageDeflate>,
     ) -> Result<Option<Part>, ProtocolViolation> {
         loop {
-            if streaming && let Some(gathered) = self.message.start_streaming() {
+            if streaming && let Some(gathered) = self.message.start_streaming(deflate) {
                 return Ok(Some(Part::Chunk(gathered)));
             }
             let frame = match self.incoming.take() {

@@ -234,7 +234,13 @@ impl Sender {
                 } else {
                     FrameHeader::RSV1
                 };
-                self.encode_data(cx.zero_copy_from, opcode, fin, rsv, Bytes::from(deflated));
+                if deflated.len() >= cx.zero_copy_from {
+                    self.encode_data(cx.zero_copy_from, opcode, fin, rsv, Bytes::from(deflated));
+                } else {
+                    // Copied into the batch: the buffer serves the next message.
+                    self.encode_frame_rsv(opcode, fin, rsv, &deflated);
+                    d.reuse_deflated(deflated);
+                }
             }
             _ => self.encode_data(cx.zero_copy_from, opcode, fin, 0, payload),
         }

@@ -50,15 +50,51 @@ impl Deadline {
     }
 }
 
+/// "Was the connection quiet for a whole period?", looked at once a period: input only sets a
+/// flag, so that a busy connection's deadline stays put while messages flow (moving the I/O
+/// layer's timer at every message would cost more than the check saves), and a look that finds
+/// input seen starts another period. The keepalive and the deflate linger both ask it.
+#[derive(Debug)]
+struct QuietCheck {
+    period: Duration,
+    /// When to look next.
+    due: Deadline,
+    /// Input arrived since the last look.
+    input_seen: bool,
+}
+
+impl QuietCheck {
+    /// A period from the next [`Connection::handle_timeout`](crate::Connection::handle_timeout)
+    /// (the time is learnt there; the last time passed in may be a keepalive interval old).
+    fn new(period: Duration) -> Self {
+        QuietCheck {
+            period,
+            due: Deadline::Unarmed(period),
+            input_seen: false,
+        }
+    }
+
+    /// Passes the time: whether a whole period has passed without input. A look at the deadline
+    /// that finds input seen starts another period from now.
+    fn quiet(&mut self, now: Instant) -> bool {
+        self.due.arm(now);
+        if matches!(self.due, Deadline::At(at) if at > now) {
+            return false;
+        }
+        if std::mem::take(&mut self.input_seen) {
+            self.due = Deadline::At(after(now, self.period));
+            return false;
+        }
+        true
+    }
+}
+
 /// Keepalive (see [`Config::keepalive_interval`]): input of any kind proves the peer alive.
 #[derive(Debug)]
 struct Keepalive {
-    interval: Duration,
+    /// Send a ping after a quiet interval.
+    check: QuietCheck,
     timeout: Duration,
-    /// When to look at the connection next: send a ping if nothing arrived since the last look.
-    next_check: Deadline,
-    /// Something arrived since the last look.
-    input_seen: bool,
     /// A keepalive ping is out: the peer must send something by then.
     answer_due: Option<Instant>,
 }
@@ -74,18 +110,6 @@ pub(super) enum KeepaliveDue {
     Dead,
 }
 
-/// The deflate linger (see [`DeflateConfig::linger`](crate::extension::deflate::DeflateConfig::linger)):
-/// checked like the keepalive, so that a busy connection's deadline stays put while messages
-/// flow (moving the I/O layer's timer at every message would cost more than the priming it
-/// saves) and fires once per linger, to find input seen and start another.
-#[derive(Debug)]
-struct Linger {
-    linger: Duration,
-    due: Deadline,
-    /// Input arrived since the linger started.
-    input_seen: bool,
-}
-
 /// The connection's deadlines and the latest time the I/O layer passed in.
 #[derive(Debug)]
 pub(super) struct Timers {
@@ -94,7 +118,10 @@ pub(super) struct Timers {
     keepalive: Option<Keepalive>,
     /// Set when the closing handshake starts: the transport must be closed by then.
     close_deadline: Option<Deadline>,
-    linger: Option<Linger>,
+    /// The deflate linger (see
+    /// [`DeflateConfig::linger`](crate::extension::deflate::DeflateConfig::linger)): the
+    /// states go back after a quiet linger.
+    linger: Option<QuietCheck>,
 }
 
 /// The sooner of two optional instants.
@@ -109,10 +136,8 @@ fn soonest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 impl Timers {
     pub(super) fn new(config: &Config) -> Self {
         let keepalive = config.keepalive_interval.map(|interval| Keepalive {
-            interval,
+            check: QuietCheck::new(interval),
             timeout: config.keepalive_timeout,
-            next_check: Deadline::Unarmed(interval),
-            input_seen: false,
             answer_due: None,
         });
         Timers {
@@ -138,7 +163,7 @@ impl Timers {
         let keepalive = match &self.keepalive {
             Some(k) if open() => match k.answer_due {
                 Some(due) => Some(due),
-                None => k.next_check.instant(self.now),
+                None => k.check.due.instant(self.now),
             },
             _ => None,
         };
@@ -146,7 +171,7 @@ impl Timers {
         // an array cost ~25 instructions of a 64-byte echo, callgrind).
         match &self.linger {
             None => soonest(close, keepalive),
-            Some(l) => soonest(soonest(close, keepalive), l.due.instant(self.now)),
+            Some(linger) => soonest(soonest(close, keepalive), linger.due.instant(self.now)),
         }
     }
 
@@ -168,7 +193,6 @@ impl Timers {
         let Some(k) = &mut self.keepalive else {
             return KeepaliveDue::Nothing;
         };
-        k.next_check.arm(now);
         if let Some(due) = k.answer_due {
             return if now >= due {
                 KeepaliveDue::Dead
@@ -176,26 +200,16 @@ impl Timers {
                 KeepaliveDue::Nothing
             };
         }
-        if matches!(k.next_check, Deadline::At(at) if at > now) {
-            return KeepaliveDue::Nothing;
-        }
-        if std::mem::take(&mut k.input_seen) {
-            k.next_check = Deadline::At(after(now, k.interval));
+        if !k.check.quiet(now) {
             return KeepaliveDue::Nothing;
         }
         k.answer_due = Some(after(now, k.timeout));
         KeepaliveDue::Ping
     }
 
-    /// Starts the deflate linger, unless it runs already: `linger` from the next
-    /// [`Connection::handle_timeout`](crate::Connection::handle_timeout) (the time is learnt
-    /// there; the last time passed in may be a keepalive interval old).
+    /// Starts the deflate linger, unless it runs already (see [`QuietCheck::new`]).
     pub(super) fn start_linger(&mut self, linger: Duration) {
-        self.linger.get_or_insert(Linger {
-            linger,
-            due: Deadline::Unarmed(linger),
-            input_seen: false,
-        });
+        self.linger.get_or_insert_with(|| QuietCheck::new(linger));
     }
 
     /// The states were given back: no linger runs.
@@ -207,15 +221,10 @@ impl Timers {
     /// Passes the time to the deflate linger: whether it is over, a whole linger without input
     /// (the states are to go back now). With input seen it starts another.
     pub(super) fn linger_over(&mut self, now: Instant) -> bool {
-        let Some(l) = &mut self.linger else {
+        let Some(linger) = &mut self.linger else {
             return false;
         };
-        l.due.arm(now);
-        if matches!(l.due, Deadline::At(at) if at > now) {
-            return false;
-        }
-        if std::mem::take(&mut l.input_seen) {
-            l.due = Deadline::At(after(now, l.linger));
+        if !linger.quiet(now) {
             return false;
         }
         self.linger = None;
@@ -225,15 +234,15 @@ impl Timers {
     /// Input arrived: the peer is alive (see [`Connection::note_input`](crate::Connection::note_input)).
     #[inline]
     pub(super) fn note_input(&mut self) {
-        if let Some(l) = &mut self.linger {
-            l.input_seen = true;
+        if let Some(linger) = &mut self.linger {
+            linger.input_seen = true;
         }
         if let Some(k) = &mut self.keepalive {
             if k.answer_due.take().is_some() {
                 // Answered: start the next interval from now, at the next `handle_timeout`.
-                k.next_check = Deadline::Unarmed(k.interval);
+                k.check = QuietCheck::new(k.check.period);
             } else {
-                k.input_seen = true;
+                k.check.input_seen = true;
             }
         }
     }

@@ -24,6 +24,10 @@ impl PerMessageDeflate {
         match *self {}
     }
 
+    pub(crate) fn reuse_deflated(&mut self, _deflated: Vec<u8>) {
+        match *self {}
+    }
+
     pub(crate) fn release_idle(&mut self) {
         match *self {}
     }
@@ -48,13 +52,20 @@ impl PerMessageDeflate {
         match *self {}
     }
 
-    pub(crate) fn inflate(
+    pub(crate) fn inflate_message(
         &mut self,
         _input: &[u8],
         _last: bool,
-        _out: &mut Vec<u8>,
         _limit: usize,
-    ) -> Result<(), ProtocolViolation> {
+    ) -> Result<Option<bytes::Bytes>, ProtocolViolation> {
+        match *self {}
+    }
+
+    pub(crate) fn inflated_so_far(&self) -> &[u8] {
+        match *self {}
+    }
+
+    pub(crate) fn take_inflated_so_far(&mut self) -> Vec<u8> {
         match *self {}
     }
 

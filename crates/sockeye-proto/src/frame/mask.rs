@@ -25,7 +25,11 @@ pub fn insecure_mask_keys_for_tests(seed: u32) -> crate::role::MaskKeySource {
 /// eight-byte loop alone spent 0.28 instructions per byte, 4,600 of the echo server's 9,000 per
 /// 16 KiB round trip; blocks spend 0.20 on x86-64's baseline, 1,275 fewer per echo. See the `mask`
 /// micro-benchmark in `bench/`.)
-#[inline]
+///
+/// Always inlined: where LLVM chose a call instead (it moves with the crate's layout), the
+/// short-message path lost its constant offset and a 64-byte echo cost ~40 instructions more
+/// (callgrind, issue 31).
+#[inline(always)]
 pub fn apply_mask(buf: &mut [u8], key: [u8; 4], offset: usize) {
     // Rotate the key so that index 0 of `buf` lines up with key byte `offset % 4`: as a word in
     // memory order, byte `r` moves to the front.
