@@ -248,7 +248,7 @@ impl Assembly {
                 return Err(ProtocolViolation::ReservedBits(FrameHeader::RSV1));
             };
             let before = r.size;
-            let message = d.inflate_message(&payload, header.fin, config.max_message_size)?;
+            let message = d.inflate_message(&payload, first, header.fin, config.max_message_size)?;
             let so_far = message.as_deref().unwrap_or(d.inflated_so_far());
             r.size = so_far.len();
             // Fail fast on text: check what each frame inflates to.

@@ -284,6 +284,9 @@ impl Connection {
     pub(super) fn end(&mut self, transport: Transport) {
         self.closing.end(transport);
         self.receiver.abandon_message();
+        if let Some(d) = self.deflate.as_mut() {
+            d.abandon_receive();
+        }
         self.sender.abandon_fragmented_send(self.deflate.as_mut());
     }
 

@@ -55,6 +55,7 @@ impl PerMessageDeflate {
     pub(crate) fn inflate_message(
         &mut self,
         _input: &[u8],
+        _first: bool,
         _last: bool,
         _limit: usize,
     ) -> Result<Option<bytes::Bytes>, ProtocolViolation> {
@@ -66,6 +67,10 @@ impl PerMessageDeflate {
     }
 
     pub(crate) fn take_inflated_so_far(&mut self) -> Vec<u8> {
+        match *self {}
+    }
+
+    pub(crate) fn abandon_receive(&mut self) {
         match *self {}
     }
 
