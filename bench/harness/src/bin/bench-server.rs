@@ -381,6 +381,7 @@ async fn fastws<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: 
             }
         }
         let _ = ws.write_frame(Frame::close(1000, b"")).await;
+        let _ = ws.flush().await;
         return;
     }
     while let Ok(frame) = ws.read_frame().await {
@@ -389,7 +390,10 @@ async fn fastws<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: 
             OpCode::Text | OpCode::Binary => {
                 // A read frame keeps its mask key; a server must send unmasked frames.
                 let reply = Frame::new(true, frame.opcode, None, frame.payload);
-                if ws.write_frame(reply).await.is_err() {
+                // Flushed, as fastwebsockets asks over a buffered stream (TLS): without it the
+                // last records of an echo can wait in the TLS stream while both ends wait to
+                // read (the 16 MiB wss rows hung that way now and then).
+                if ws.write_frame(reply).await.is_err() || ws.flush().await.is_err() {
                     break;
                 }
             }
@@ -414,7 +418,8 @@ async fn raw_store_and_forward<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S) {
         if let Some(total) = total
             && buf.len() >= total
         {
-            if tcp.write_all(&buf[..total]).await.is_err() {
+            // Flushed, as `raw` is (TLS may hold the last records until a flush).
+            if tcp.write_all(&buf[..total]).await.is_err() || tcp.flush().await.is_err() {
                 return;
             }
             buf.drain(..total);
@@ -470,7 +475,9 @@ async fn raw<S: AsyncRead + AsyncWrite + Unpin>(mut tcp: S, mode: String, n: u64
         match tcp.read_buf(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(k) => {
-                if tcp.write_all(&buf[..k]).await.is_err() {
+                // Flushed: over TLS the last records written can wait in the stream's queue
+                // until a flush (a no-op over TCP), and the client waits for them.
+                if tcp.write_all(&buf[..k]).await.is_err() || tcp.flush().await.is_err() {
                     return;
                 }
                 if k == buf.capacity() && k < 256 << 10 {
