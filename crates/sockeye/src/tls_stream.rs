@@ -53,6 +53,11 @@ const SEND_BACKLOG: usize = 16 << 10;
 
 /// A TLS connection over `S` (usually a `TcpStream`): the client side is
 /// [`ClientTlsStream`], the server side [`ServerTlsStream`]. Reads and writes are plaintext.
+///
+/// As with any buffered writer (and rustls's own streams), records a write queued may wait for
+/// the socket until the next write or a flush: flush before waiting to read the answer to what
+/// was written (an echo that only writes and reads can otherwise stall both ends). The WebSocket
+/// layer flushes by itself.
 pub struct TlsStream<S, C: TlsSide> {
     io: S,
     conn: C,
