@@ -43,6 +43,9 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
     tracing::info!(name = NAME, pid = std::process::id(), "serving");
     let router = web.router();
     let mut stop = pin!(requested());
+    // Every accepted connection, its TLS handshake included, until it ends: the shutdown waits
+    // for those accepted just before it too.
+    let connections = tokio_util::task::TaskTracker::new();
     loop {
         let (tcp, peer) = tokio::select! {
             biased;
@@ -58,23 +61,30 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
             },
         };
         let _ = tcp.set_nodelay(true);
-        let (router, tls) = (router.clone(), tls.clone());
-        tokio::spawn(async move {
+        let (web, router, tls) = (web.clone(), router.clone(), tls.clone());
+        connections.spawn(async move {
             if !quiet {
                 errln!("{peer}: connected");
             }
-            serve(tcp, tls, router, peer).await;
+            serve(tcp, tls, &web, router, peer).await;
             if !quiet {
                 errln!("{peer}: left");
             }
         });
     }
     web.shutdown();
-    if !web.closed(CLOSE_GRACE).await {
+    connections.close();
+    let deadline = tokio::time::Instant::now() + CLOSE_GRACE;
+    let ended = tokio::time::timeout_at(deadline, connections.wait())
+        .await
+        .is_ok();
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    if !web.closed(left).await || !ended {
         errln!(
-            "ws {NAME}: {} sockets did not close within {} s; exiting",
+            "ws {NAME}: {} sockets and {} connections did not close within {} ms; exiting",
             web.connections(),
-            CLOSE_GRACE.as_secs()
+            connections.len(),
+            CLOSE_GRACE.as_millis()
         );
     }
     Ok(())
@@ -83,15 +93,16 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
 async fn serve(
     tcp: tokio::net::TcpStream,
     tls: Option<TlsAcceptor>,
+    web: &Web,
     router: axum::Router,
     peer: std::net::SocketAddr,
 ) {
     match tls {
         Some(acceptor) => match TlsAcceptor::accept(&acceptor, tcp).await {
-            Ok(stream) => sockeye_pubsub::web::serve_connection(TokioIo::new(stream), router).await,
+            Ok(stream) => web.serve_connection(TokioIo::new(stream), router).await,
             Err(e) => errln!("{peer}: TLS handshake failed: {e}"),
         },
-        None => sockeye_pubsub::web::serve_connection(TokioIo::new(tcp), router).await,
+        None => web.serve_connection(TokioIo::new(tcp), router).await,
     }
 }
 

@@ -24,10 +24,7 @@ async fn start(web: Web) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
-            tokio::spawn(sockeye_pubsub::web::serve_connection(
-                hyper_util::rt::TokioIo::new(tcp),
-                web.router(),
-            ));
+            tokio::spawn(web.serve_connection(hyper_util::rt::TokioIo::new(tcp), web.router()));
         }
     });
     addr
@@ -566,6 +563,98 @@ async fn shutdown_closes_every_socket_with_1001() {
     };
     assert_eq!(frame.code, CloseCode::GOING_AWAY);
     assert!(web.closed(Duration::from_secs(10)).await, "the session ended");
+}
+
+/// A socket counts from the moment its upgrade is answered, before its task first runs, so a
+/// shutdown that comes in between still sends it 1001 and `closed` waits for it. (A
+/// `pubsub_server` on a loaded machine lost that race: it counted sockets from their first
+/// run, found none, exited at once, and the client saw its connection drop without a close.)
+/// A layer around the router notes the count as the `101` leaves the handler, when no socket
+/// task can have run yet (the switch comes after the answer is written).
+#[tokio::test]
+async fn a_socket_counts_from_its_answer_and_a_shutdown_then_closes_it_with_1001() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let web = Web::new(Hub::in_process(), WebConfig::default());
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let counted_at_answer = Arc::new(Mutex::new(None));
+    let noted = (web.clone(), Arc::clone(&counted_at_answer));
+    let router = web.router().layer(axum::middleware::map_response(
+        move |response: axum::response::Response| {
+            let (web, counted) = noted.clone();
+            async move {
+                if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                    *counted.lock().unwrap() = Some(web.connections());
+                }
+                response
+            }
+        },
+    ));
+    tokio::spawn(web.serve_connection(hyper_util::rt::TokioIo::new(server_io), router));
+    let config = sockeye::Config::default();
+    let (mut ws, response) = sockeye::client_handshake(client_io, "ws://node/", &config)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), http::StatusCode::SWITCHING_PROTOCOLS);
+    assert_eq!(
+        *counted_at_answer.lock().unwrap(),
+        Some(1),
+        "the socket is counted as its answer leaves the handler"
+    );
+    web.shutdown();
+    let heard_1001 = Arc::new(AtomicBool::new(false));
+    let heard = Arc::clone(&heard_1001);
+    let client = tokio::spawn(async move {
+        while let Some(message) = ws.recv().await {
+            if let Ok(Message::Close(Some(frame))) = message {
+                heard.store(frame.code == CloseCode::GOING_AWAY, Ordering::SeqCst);
+            }
+        }
+    });
+    assert!(web.closed(Duration::from_secs(10)).await, "the socket ended");
+    assert!(
+        heard_1001.load(Ordering::SeqCst),
+        "the socket was closed with 1001 before `closed` returned"
+    );
+    assert_eq!(web.connections(), 0);
+    tokio::time::timeout(Duration::from_secs(10), client)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// A request in progress when the shutdown begins is answered, and `closed` waits for its
+/// connection: a backend's publish is never cut off without an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_progress_at_shutdown_is_answered_before_closed_returns() {
+    let (web, addr) = node(WebConfig::default().api_token(API)).await;
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let body = br#"{"n":1}"#;
+    // The head and half the body: the request is in progress.
+    let head = format!(
+        "POST /publish/t HTTP/1.1\r\nHost: node\r\nAuthorization: Bearer {API}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&body[..3]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    web.shutdown();
+    let closed = tokio::spawn({
+        let web = web.clone();
+        async move { web.closed(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!closed.is_finished(), "closed waits for the request in progress");
+    tcp.write_all(&body[3..]).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Closed after its answer (no keep-alive during a shutdown).
+    assert!(closed.await.unwrap(), "every connection ended");
 }
 
 /// Scrapes `/metrics` until `name` reaches `want` (the session counts as it goes), 20 s at most.

@@ -50,6 +50,13 @@ impl ShutdownHandle {
     pub fn is_shutting_down(&self) -> bool {
         self.0.is_cancelled()
     }
+
+    /// Waits until the shutdown has begun (at once if it has): what a server of your own
+    /// selects on to stop accepting, and to ask its HTTP connections to finish (hyper's
+    /// `graceful_shutdown`), with the same handle its WebSockets watch.
+    pub fn requested(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.0.token.clone().cancelled_owned()
+    }
 }
 
 /// A server's shutdown signal: the token wakes connections waiting for input; the flag is what

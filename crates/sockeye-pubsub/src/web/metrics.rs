@@ -123,10 +123,6 @@ impl Metrics {
             .get_or_create(&vec![("source", "http")])
             .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
     }
-
-    pub(crate) fn open_connections(&self) -> usize {
-        usize::try_from(self.connections.get()).unwrap_or(0)
-    }
 }
 
 /// A new metric, registered.

@@ -20,13 +20,21 @@
 //! let hub = Hub::in_process();
 //! let web = Web::new(hub, WebConfig::default().api_token("s3cret"));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8008").await?;
+//! let router = web.router();
+//! let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
 //! loop {
-//!     let (tcp, _) = listener.accept().await?;
-//!     tokio::spawn(sockeye_pubsub::web::serve_connection(
-//!         hyper_util::rt::TokioIo::new(tcp),
-//!         web.router(),
-//!     ));
+//!     tokio::select! {
+//!         _ = &mut stop => break,
+//!         accepted = listener.accept() => {
+//!             let (tcp, _) = accepted?;
+//!             tokio::spawn(web.serve_connection(hyper_util::rt::TokioIo::new(tcp), router.clone()));
+//!         }
+//!     }
 //! }
+//! // Ctrl-C: every socket is closed with 1001, requests in progress finish; 5 s at most.
+//! web.shutdown();
+//! web.closed(std::time::Duration::from_secs(5)).await;
+//! # Ok(())
 //! # }
 //! ```
 //!
@@ -47,6 +55,7 @@ use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use sockeye::ShutdownHandle;
+use tokio_util::task::TaskTracker;
 
 use crate::{Hub, OnGap, SessionConfig};
 use auth::{Authorize, Refused};
@@ -149,6 +158,11 @@ pub(crate) struct Shared {
     pub(crate) config: WebConfig,
     pub(crate) metrics: Metrics,
     pub(crate) shutdown: ShutdownHandle,
+    /// Every WebSocket from the moment its upgrade is answered (before its task first runs, so
+    /// that a shutdown that comes between the two still waits for it) until its session ends.
+    pub(crate) sockets: TaskTracker,
+    /// Every HTTP connection served by [`Web::serve_connection`], until it ends.
+    pub(crate) http: TaskTracker,
     /// The WebSocket's settings: a message may carry the largest publication and its frame.
     pub(crate) socket: sockeye::Config,
 }
@@ -178,6 +192,8 @@ impl Web {
                 config,
                 metrics: Metrics::new(),
                 shutdown: ShutdownHandle::new(),
+                sockets: TaskTracker::new(),
+                http: TaskTracker::new(),
                 socket,
             }),
         }
@@ -206,46 +222,71 @@ impl Web {
             .with_state(Arc::clone(&self.shared))
     }
 
+    /// Serves one connection with `router` (this face's [`router`](Self::router), or an app
+    /// that merges it): HTTP/1.1 or HTTP/2 (by ALPN after TLS, or the h2c preface), whichever
+    /// the client speaks, with WebSocket upgrades and HTTP/2 extended CONNECT (RFC 8441)
+    /// allowed. Ends when the connection does. On [`shutdown`](Self::shutdown) the connection
+    /// finishes the requests in progress and closes (an HTTP/2 one sends GOAWAY and keeps its
+    /// WebSocket streams until they close); [`closed`](Self::closed) waits for it.
+    pub fn serve_connection<I>(
+        &self,
+        io: I,
+        router: axum::Router,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        // Counted from now, not from the first poll: a connection accepted just before a
+        // shutdown is still waited for.
+        let tracked = self.shared.http.token();
+        let stop = self.shared.shutdown.requested();
+        async move {
+            let _tracked = tracked;
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder.http2().enable_connect_protocol();
+            let connection = builder.serve_connection_with_upgrades(io, TowerToHyperService::new(router));
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = stop => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(error) = result {
+                tracing::debug!(%error, "HTTP connection ended with an error");
+            }
+        }
+    }
+
     /// Begins the graceful shutdown: every WebSocket is sent close 1001 (going away) at its
-    /// next receive or send, and new ones are closed as soon as they open. Stop accepting
-    /// connections yourself; then [`closed`](Self::closed) waits for the sockets to finish.
+    /// next receive or send, new ones are closed as soon as they open, and the connections of
+    /// [`serve_connection`](Self::serve_connection) finish their requests and close. Stop
+    /// accepting connections yourself; then [`closed`](Self::closed) waits for all of them.
     pub fn shutdown(&self) {
         self.shared.shutdown.shutdown();
     }
 
-    /// The WebSockets open now.
+    /// The WebSockets open now: counted from the moment the upgrade is answered (`101`, or
+    /// `200` over HTTP/2) until the session ends.
     pub fn connections(&self) -> usize {
-        self.shared.metrics.open_connections()
+        self.shared.sockets.len()
     }
 
-    /// Waits until every WebSocket has closed, or `timeout` has passed; returns whether they
-    /// all closed.
+    /// Waits until every WebSocket has closed and every connection of
+    /// [`serve_connection`](Self::serve_connection) has ended, or `timeout` has passed; returns
+    /// whether they all did. A socket whose upgrade was answered but whose task has not run
+    /// yet is waited for too.
     pub async fn closed(&self, timeout: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        while self.connections() > 0 {
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        true
-    }
-}
-
-/// Serves one connection with `router`: HTTP/1.1 or HTTP/2 (by ALPN after TLS, or the h2c
-/// preface), whichever the client speaks, with WebSocket upgrades and HTTP/2 extended CONNECT
-/// (RFC 8441) allowed. Ends when the connection does.
-pub async fn serve_connection<I>(io: I, router: axum::Router)
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http2().enable_connect_protocol();
-    if let Err(error) = builder
-        .serve_connection_with_upgrades(io, TowerToHyperService::new(router))
-        .await
-    {
-        tracing::debug!(%error, "HTTP connection ended with an error");
+        let (sockets, http) = (&self.shared.sockets, &self.shared.http);
+        // A closed tracker's `wait` ends once it is empty; tracking goes on after `close`.
+        sockets.close();
+        http.close();
+        let all = async {
+            sockets.wait().await;
+            http.wait().await;
+        };
+        tokio::time::timeout(timeout, all).await.is_ok()
     }
 }
 

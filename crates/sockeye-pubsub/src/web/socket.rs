@@ -63,9 +63,14 @@ pub(crate) async fn serve(
         },
     };
     let shared_for_socket = Arc::clone(&shared);
+    // Counted from the answer on, not from when the socket's task first runs: a shutdown that
+    // comes in between still waits for the socket (and sends it 1001). Dropped with the
+    // handler, or unused if the switch fails.
+    let open = shared.sockets.token();
     upgrade
         .config(shared.socket.clone())
         .on_upgrade(move |mut ws| async move {
+            let _open = open;
             let shared = shared_for_socket;
             ws.close_on_shutdown(&shared.shutdown);
             shared.metrics.connected();
@@ -85,15 +90,22 @@ pub(crate) async fn serve(
 
 /// Any other path: a WebSocket is closed with 1008 saying where the protocol is; anything
 /// else is a 404.
-pub(crate) async fn elsewhere(upgrade: Result<Upgrade, http::Response<String>>) -> Response {
+pub(crate) async fn elsewhere(
+    State(shared): State<Arc<Shared>>,
+    upgrade: Result<Upgrade, http::Response<String>>,
+) -> Response {
     match upgrade {
-        Ok(upgrade) => upgrade.on_upgrade(|mut ws| async move {
-            let why = sockeye::CloseFrame::new(
-                sockeye::CloseCode::POLICY_VIOLATION,
-                "the pub/sub protocol is served at /",
-            );
-            let _ = ws.close(Some(why)).await;
-        }),
+        Ok(upgrade) => {
+            let open = shared.sockets.token();
+            upgrade.on_upgrade(|mut ws| async move {
+                let _open = open;
+                let why = sockeye::CloseFrame::new(
+                    sockeye::CloseCode::POLICY_VIOLATION,
+                    "the pub/sub protocol is served at /",
+                );
+                let _ = ws.close(Some(why)).await;
+            })
+        }
         Err(_) => respond::error(
             StatusCode::NOT_FOUND,
             "not_found",
