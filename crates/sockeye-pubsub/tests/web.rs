@@ -305,6 +305,14 @@ async fn bad_bodies_get_clear_errors_and_the_node_stays_healthy() {
             "invalid_topic",
         ),
         ("/publish/", "1", 400, "invalid_topic"),
+        // Valid to RFC 8259's grammar, read differently by every parser (I-JSON forbids it).
+        ("/publish/t", r#"{"text":"\udddd"}"#, 400, "bad_json"),
+        (
+            "/publish",
+            r#"{"publications":[{"topic":"t","data":1},{"topic":"t","data":"\ud83d"}]}"#,
+            400,
+            "bad_json",
+        ),
     ];
     for (path, body, status, code) in cases {
         let answer = post(addr, path, body).await;
@@ -326,6 +334,12 @@ async fn bad_bodies_get_clear_errors_and_the_node_stays_healthy() {
 
     let fine = post(addr, "/publish/t", "true").await;
     assert_eq!(fine.status, 200, "the node still serves: {}", fine.body);
+    // Nothing of a refused batch was published: the history holds the one good publication.
+    let history = get(addr, "/history/t").await;
+    assert_eq!(history.status, 200, "{}", history.body);
+    assert_eq!(history.body.matches("\"offset\"").count(), 1, "{}", history.body);
+    let paired = post(addr, "/publish/t", r#""\ud83d\ude00""#).await;
+    assert_eq!(paired.status, 200, "a surrogate pair is fine: {}", paired.body);
 }
 
 /// A backplane whose batches fail after their first publication was published.
@@ -627,7 +641,26 @@ async fn a_socket_counts_from_its_answer_and_a_shutdown_then_closes_it_with_1001
 /// connection: a backend's publish is never cut off without an answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_in_progress_at_shutdown_is_answered_before_closed_returns() {
-    let (web, addr) = node(WebConfig::default().api_token(API)).await;
+    let web = Web::new(Hub::in_process(), WebConfig::default().api_token(API));
+    // A layer says when the request has reached the router (its head read, its body not).
+    let reached = std::sync::Arc::new(tokio::sync::Notify::new());
+    let signal = std::sync::Arc::clone(&reached);
+    let router = web.router().layer(axum::middleware::map_request(
+        move |request: axum::extract::Request| {
+            signal.notify_one();
+            async move { request }
+        },
+    ));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn({
+        let web = web.clone();
+        async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                tokio::spawn(web.serve_connection(hyper_util::rt::TokioIo::new(tcp), router.clone()));
+            }
+        }
+    });
     let mut tcp = TcpStream::connect(addr).await.unwrap();
     let body = br#"{"n":1}"#;
     // The head and half the body: the request is in progress.
@@ -637,7 +670,9 @@ async fn a_request_in_progress_at_shutdown_is_answered_before_closed_returns() {
     );
     tcp.write_all(head.as_bytes()).await.unwrap();
     tcp.write_all(&body[..3]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::timeout(Duration::from_secs(20), reached.notified())
+        .await
+        .expect("the request reaches the router");
     web.shutdown();
     let closed = tokio::spawn({
         let web = web.clone();

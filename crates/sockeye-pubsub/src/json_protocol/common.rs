@@ -1,4 +1,5 @@
-//! What requests and replies share: a request's id, the error codes, a refused request.
+//! What requests and replies share: a request's id, the error codes, a refused request, and
+//! the check that JSON relayed as sent reads the same in every parser.
 
 use std::fmt;
 
@@ -114,3 +115,89 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// The byte offset of the first `\uXXXX` escape in `json` that is half of a UTF-16 surrogate
+/// pair without its other half, if any. `json` is valid JSON text (RFC 8259), so every
+/// backslash starts an escape.
+///
+/// RFC 8259 §8.2 lets such strings through its grammar but leaves what a parser does with them
+/// unpredictable (serde_json refuses the whole text, a browser keeps the lone half, Python's
+/// text then fails to encode); I-JSON (RFC 7493 §2.1) forbids them. Data the node relays as
+/// sent is checked with this, so that every subscriber can read every frame.
+pub(crate) fn unpaired_surrogate(json: &str) -> Option<usize> {
+    let bytes = json.as_bytes();
+    // A high surrogate's escape just read, whose low half must be the very next escape.
+    let mut high: Option<usize> = None;
+    let mut from = 0;
+    while let Some(found) = json.get(from..).and_then(|rest| rest.find('\\')) {
+        let at = from + found;
+        if high.is_some() && at != from {
+            return high;
+        }
+        if bytes.get(at + 1) != Some(&b'u') {
+            // `\n`, `\"`, `\\`…: two bytes.
+            if high.is_some() {
+                return high;
+            }
+            from = at + 2;
+            continue;
+        }
+        let Some(unit) = json
+            .get(at + 2..at + 6)
+            .and_then(|hex| u16::from_str_radix(hex, 16).ok())
+        else {
+            return Some(at); // not valid JSON after all: refuse rather than relay
+        };
+        match unit {
+            0xD800..=0xDBFF if high.is_none() => high = Some(at),
+            0xDC00..=0xDFFF if high.is_some() => high = None,
+            0xD800..=0xDFFF => return high.or(Some(at)),
+            _ if high.is_some() => return high,
+            _ => {}
+        }
+        from = at + 6;
+    }
+    high
+}
+
+/// Why `json` (valid JSON text) cannot be relayed as sent, if it cannot: for an error message
+/// that says what to send instead.
+pub(crate) fn not_relayable(json: &str) -> Option<String> {
+    let at = unpaired_surrogate(json)?;
+    let escape = json.get(at..at + 6).unwrap_or("\\u…");
+    Some(format!(
+        "holds an unpaired UTF-16 surrogate escape ({escape} at byte {at}), which I-JSON (RFC 7493 §2.1) forbids and JSON parsers read differently: escape a character beyond U+FFFF as its pair of surrogates, or send the character itself"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unpaired_surrogate;
+
+    #[test]
+    fn surrogate_escapes_must_come_in_pairs() {
+        for ok in [
+            r#""plain""#,
+            r#""\u00e9 \n \" \\ \/""#,
+            r#""\ud83d\ude00""#,
+            r#""\uD83D\uDE00 and \ud83d\ude01""#,
+            r#"["\\ud800"]"#,
+            r#"{"a\\":"\\udc00"}"#,
+            "1e400",
+        ] {
+            assert_eq!(unpaired_surrogate(ok), None, "{ok}");
+        }
+        for (bad, at) in [
+            (r#""\udddd""#, 1),
+            (r#""\ud83d""#, 1),
+            (r#""\ud83d x""#, 1),
+            (r#""\ud83d\n""#, 1),
+            (r#""\ud83d\u0041""#, 1),
+            (r#""\ud83d\ud83d\ude00""#, 1),
+            (r#""\ude00\ud83d""#, 1),
+            (r#"{"a":"ok","b":"\\\udfff"}"#, 17),
+        ] {
+            assert_eq!(unpaired_surrogate(bad), Some(at), "{bad}");
+        }
+    }
+}

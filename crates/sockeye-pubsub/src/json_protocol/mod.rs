@@ -32,6 +32,8 @@ pub mod reply;
 mod request;
 mod session_protocol;
 
+#[cfg(feature = "web")]
+pub(crate) use common::not_relayable;
 pub use common::{ErrorCode, Refusal, RequestId};
 pub use request::{Request, parse_request};
 pub use session_protocol::JsonProtocol;

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use base64::Engine as _;
 
-use super::common::{Refusal, RequestId};
+use super::common::{Refusal, RequestId, unpaired_surrogate};
 use crate::{Position, Published, Recovery, Topic};
 
 /// `{"type":"subscribed","topic":T,"recovery":"live"|"recovered"|"lost","recovered":N}`: the
@@ -59,7 +59,11 @@ pub fn message(publication: &Published) -> String {
 /// `,"data":…` (or `,"data_base64":…`) for a payload, as [`message`] writes it.
 pub(crate) fn push_data(frame: &mut String, payload: &[u8]) {
     match std::str::from_utf8(payload) {
-        Ok(text) if serde_json::from_str::<&serde_json::value::RawValue>(text).is_ok() => {
+        // JSON that every parser reads alike goes as it is; anything else as a string.
+        Ok(text)
+            if serde_json::from_str::<&serde_json::value::RawValue>(text).is_ok()
+                && unpaired_surrogate(text).is_none() =>
+        {
             frame.push_str(r#","data":"#);
             frame.push_str(text.trim());
         }

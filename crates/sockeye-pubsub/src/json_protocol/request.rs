@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::common::{ErrorCode, Refusal, RequestId};
+use super::common::{ErrorCode, Refusal, RequestId, not_relayable};
 use crate::{Position, Topic};
 
 /// The longest epoch a client may send in `since`. Epochs are the node's own (a few dozen
@@ -121,6 +121,9 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, Refusal> {
                     "a publish request needs \"data\" (any JSON value)".into(),
                 )
             })?;
+            if let Some(why) = not_relayable(data.get()) {
+                return Err(refuse(ErrorCode::BadJson, format!("\"data\" {why}")));
+            }
             Ok(Request::Publish {
                 topic,
                 data: Bytes::copy_from_slice(data.get().as_bytes()),
@@ -213,6 +216,27 @@ mod tests {
         assert!(matches!(
             parse_request(br#"{"type":"subscribe","topic":"a","since":null}"#),
             Ok(Request::Subscribe { since: None, .. })
+        ));
+    }
+
+    /// Found by the fuzzer: `data` with a lone surrogate escape passed the parser's check (RFC
+    /// 8259's grammar) and was relayed, and serde_json then refused the whole frame.
+    #[test]
+    fn data_with_an_unpaired_surrogate_escape_is_refused_and_a_pair_is_kept() {
+        let lone =
+            br#"{"type":"publish","topic":"chat","data":{"text":" hi\udddd15e9","n":[1,2.5e3,null]},"id":3}"#;
+        let refusal = parse_request(lone).unwrap_err();
+        assert_eq!(refusal.code, ErrorCode::BadJson);
+        assert_eq!(refusal.id.unwrap().as_json(), "3");
+        assert!(refusal.message.contains("\\udddd"), "{}", refusal.message);
+        for lone in [r#""\ud83d""#, r#"["\ude00"]"#, r#"{"k":"\ud83d\u0041"}"#] {
+            let frame = format!(r#"{{"type":"publish","topic":"a","data":{lone}}}"#);
+            assert_eq!(refused(&frame), (ErrorCode::BadJson, None), "{lone}");
+        }
+        let pair = br#"{"type":"publish","topic":"a","data":"\ud83d\ude00 \\udddd"}"#;
+        assert!(matches!(
+            parse_request(pair),
+            Ok(Request::Publish { data, .. }) if &data[..] == br#""\ud83d\ude00 \\udddd""#
         ));
     }
 

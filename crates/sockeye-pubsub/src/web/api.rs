@@ -18,6 +18,7 @@ use sockeye::Message;
 use super::auth::same;
 use super::{Shared, decode, query_param, respond};
 use crate::backplane::History;
+use crate::json_protocol::not_relayable;
 use crate::json_protocol::reply::{push_data, push_position_fields, push_string};
 use crate::{Error, Position, Topic};
 
@@ -92,6 +93,13 @@ pub(crate) async fn publish_batch(
                         format!("publications[{i}]: {e}; nothing was published"),
                     )
                 })?;
+                if let Some(why) = not_relayable(item.data.get()) {
+                    return Err(refuse(
+                        StatusCode::BAD_REQUEST,
+                        "bad_json",
+                        format!("publications[{i}].data {why}; nothing was published"),
+                    ));
+                }
                 items.push((topic, item.data.get().to_owned()));
             }
             publish(&shared, items, true).await
@@ -348,5 +356,12 @@ fn json_text(body: &[u8]) -> Result<&str, Refusal> {
             format!("the body must be one JSON value (the data to publish): {e}"),
         )
     })?;
+    if let Some(why) = not_relayable(text) {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the body {why}"),
+        ));
+    }
     Ok(text.trim())
 }
