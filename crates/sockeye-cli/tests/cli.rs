@@ -1,6 +1,8 @@
 //! The real `ws` binary, run as a user would.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -284,12 +286,17 @@ fn send_and_receive_a_20_mib_file_byte_identical() {
 
 #[test]
 fn broadcast_reaches_every_other_client() {
-    let relay = Running::start(&["broadcast_server", "-q"]);
+    // Not quiet: it says when each client has joined (subscribed).
+    let relay = common::Server::start(&["broadcast_server"]);
     let listeners: Vec<Child> = (0..3)
         .map(|_| spawn_client(&["cat", "-n", "--max-messages", "1", &relay.url("/")]))
         .collect();
-    // Give the listeners time to join before speaking.
-    std::thread::sleep(Duration::from_millis(1000));
+    // The listeners have joined before anyone speaks.
+    assert!(
+        relay.proc.err.wait_for("joined (", 3, Duration::from_secs(30)),
+        "{}",
+        relay.proc.err.text()
+    );
     // The speaker sends one line and closes at the end of its input.
     let speaker = run(&["cat", &relay.url("/")], "hello everyone\n");
     assert!(speaker.status.success(), "{}", text(&speaker.stderr));
@@ -401,9 +408,13 @@ fn pubsub_server_speaks_the_json_protocol_at_the_root() {
 
 #[test]
 fn chat_signs_lines_with_the_user_name() {
-    let relay = Running::start(&["broadcast_server", "-q"]);
+    let relay = common::Server::start(&["broadcast_server"]);
     let listener = spawn_client(&["cat", "-n", "--max-messages", "1", &relay.url("/")]);
-    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        relay.proc.err.wait_for("joined (", 1, Duration::from_secs(30)),
+        "{}",
+        relay.proc.err.text()
+    );
     let out = run(&["chat", &relay.url("/"), "alice"], "hi all\n");
     assert!(out.status.success(), "{}", text(&out.stderr));
     let heard = wait_bounded(listener);
@@ -412,18 +423,25 @@ fn chat_signs_lines_with_the_user_name() {
 
 #[test]
 fn ctrl_c_closes_every_connection_with_1001() {
-    // A pushing server's close waits behind what it already queued: its client must read fast.
-    let push = Running::start(&["push_server", "-q", "--send_msg", "yo"]);
-    let client = spawn_client(&["echo_client", "-m", &push.url("/")]);
-    std::thread::sleep(Duration::from_millis(500));
-    let pid = push.0.id().to_string();
+    // A pushing server's close waits behind what it already queued: its client must read fast
+    // (both release builds when the test command names one, as for the floods of signals.rs).
+    let push = common::Server::start_flood(&["push_server", "--send_msg", "yo"]);
+    let client = Command::new(common::flood_bin())
+        .args(["echo_client", "-m", &push.url("/")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupted once it pushes to the client, not before it has one.
     assert!(
-        Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success()
+        push.proc
+            .err
+            .wait_for("connected, pushing", 1, Duration::from_secs(30)),
+        "{}",
+        push.proc.err.text()
     );
+    common::sigint(push.proc.pid());
     let out = wait_bounded(client);
     assert!(
         out.status.success(),
@@ -447,14 +465,7 @@ fn ctrl_c_closes_every_connection_with_1001() {
             let _ = std::io::Read::read_to_string(&mut stdout, &mut rest);
             rest
         });
-        let pid = server.0.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-INT", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
+        common::sigint(server.0.id());
         let deadline = Instant::now() + Duration::from_secs(5);
         let status = loop {
             if let Some(status) = server.0.try_wait().unwrap() {

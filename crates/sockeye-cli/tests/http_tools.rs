@@ -2,6 +2,8 @@
 //! each other, Python's http.server and the system's gzip. Loopback only.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -618,13 +620,9 @@ fn dnslookup_resolves_localhost_and_fails_clearly() {
     assert_eq!(text(&out.stderr).lines().count(), 1);
 }
 
-/// Sends SIGINT (what Ctrl-C sends) to a child of this test.
+/// Sends SIGINT (what Ctrl-C sends) to a child of this test, once it listens for it.
 fn interrupt(child: &Child) {
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::sigint(child.id());
 }
 
 #[test]

@@ -263,11 +263,17 @@ fn the_terminal_is_back_in_cooked_mode_after_connect_exits() {
 
 #[test]
 fn chat_prompts_with_the_user_name_and_shows_what_others_say() {
-    let relay = Server::start(&["broadcast_server", "-q"]);
+    // Not quiet: it says when each client has joined (subscribed).
+    let relay = Server::start(&["broadcast_server"]);
     let listener = Proc::client(&["cat", "-n", &relay.url("/")]);
     let mut t = Pty::ws(&["chat", &relay.url("/"), "alice"]);
     t.expect("alice> ", 1, Duration::from_secs(5));
-    std::thread::sleep(Duration::from_millis(300));
+    // The listener and alice have joined before she speaks.
+    assert!(
+        relay.proc.err.wait_for("joined (", 2, Duration::from_secs(30)),
+        "{}",
+        relay.proc.err.text()
+    );
     t.type_line("hi everyone");
     assert!(
         listener
@@ -276,8 +282,8 @@ fn chat_prompts_with_the_user_name_and_shows_what_others_say() {
         "the other client heard: {:?}",
         listener.out.text()
     );
+    // Bob's line waits in his stdin until he is connected.
     let bob = Proc::client(&["cat", &relay.url("/")]);
-    std::thread::sleep(Duration::from_millis(300));
     bob.stdin
         .as_ref()
         .unwrap()

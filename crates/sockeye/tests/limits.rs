@@ -89,9 +89,10 @@ async fn raw_upgraded(url: &str) -> TcpStream {
 
 #[tokio::test]
 async fn keepalive_pings_an_idle_peer_and_drops_a_dead_one() {
+    // A timeout generous for a loaded machine: a live client's pong may be late, never lost.
     let config = Config::builder()
-        .keepalive(Some(Duration::from_millis(100)))
-        .keepalive_timeout(Duration::from_millis(200))
+        .keepalive(Some(Duration::from_millis(200)))
+        .keepalive_timeout(Duration::from_secs(1))
         .build();
     let server = Server::bind("127.0.0.1:0", config).await.unwrap();
     let url = format!("ws://{}/", server.local_addr().unwrap());
@@ -112,17 +113,20 @@ async fn keepalive_pings_an_idle_peer_and_drops_a_dead_one() {
     let quiet = Config::builder().keepalive(None).build();
     let (mut client, _) = sockeye::connect_with(url.as_str(), &quiet).await.unwrap();
     let mut pings = 0;
-    let until = Instant::now() + Duration::from_millis(700);
+    let until = Instant::now() + Duration::from_millis(1500);
     while let Ok(Some(Ok(message))) = tokio::time::timeout_at(until.into(), client.recv()).await {
         assert!(matches!(message, Message::Ping(_)), "{message:?}");
         pings += 1;
     }
-    assert!(pings >= 3, "only {pings} keepalive pings in 700 ms");
+    assert!(
+        pings >= 3,
+        "only {pings} keepalive pings in 1.5 s (one each 200 ms of quiet)"
+    );
     assert!(ended.try_recv().is_err(), "the server dropped a live client");
 
     // A dead client: handshake, then silence. The server gives up after interval + timeout.
     let dead = raw_upgraded(&url).await;
-    let (elapsed, last) = tokio::time::timeout(Duration::from_secs(5), ended.recv())
+    let (elapsed, last) = tokio::time::timeout(Duration::from_secs(10), ended.recv())
         .await
         .unwrap()
         .unwrap();
@@ -131,7 +135,7 @@ async fn keepalive_pings_an_idle_peer_and_drops_a_dead_one() {
         "{last:?}"
     );
     assert!(
-        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(2),
+        elapsed >= Duration::from_millis(1200) && elapsed < Duration::from_secs(6),
         "{elapsed:?}"
     );
     drop(dead);

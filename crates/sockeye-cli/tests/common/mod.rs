@@ -4,6 +4,7 @@
 
 use std::io::Read;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,22 +36,37 @@ pub(crate) fn text(bytes: &[u8]) -> String {
 
 /// Everything a pipe delivered so far, filled by a thread.
 #[derive(Clone, Default)]
-pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>, Option<Arc<AtomicBool>>);
 
 impl Captured {
     pub(crate) fn drain(mut from: impl Read + Send + 'static) -> Captured {
-        let captured = Captured::default();
+        let ended = Arc::new(AtomicBool::new(false));
+        let captured = Captured(Arc::default(), Some(Arc::clone(&ended)));
         let sink = captured.clone();
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 << 10];
             loop {
                 match from.read(&mut buf) {
-                    Ok(0) | Err(_) => return,
+                    Ok(0) | Err(_) => return ended.store(true, Ordering::Release),
                     Ok(n) => sink.0.lock().unwrap().extend_from_slice(&buf[..n]),
                 }
             }
         });
         captured
+    }
+
+    /// Waits until the pipe's thread has read it to its end (at once for one filled by
+    /// [`push`](Self::push)); false at the deadline.
+    pub(crate) fn wait_end(&self, timeout: Duration) -> bool {
+        let Some(ended) = &self.1 else { return true };
+        let deadline = Instant::now() + timeout;
+        while !ended.load(Ordering::Acquire) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
     }
 
     /// Appends bytes read elsewhere (a pseudo-terminal's master).
@@ -160,8 +176,10 @@ impl Proc {
     /// Waits for the exit and for the output pipes to be read to their end (bounded).
     pub(crate) fn finish(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let status = self.wait_exit(timeout)?;
-        // The reader threads get what is left in the pipes.
-        std::thread::sleep(Duration::from_millis(30));
+        // The reader threads get what is left in the pipes: their end comes once the process
+        // and any child holding them have exited (bounded: a child could keep them open).
+        self.out.wait_end(Duration::from_secs(5));
+        self.err.wait_end(Duration::from_secs(5));
         Some(status)
     }
 }
@@ -173,18 +191,38 @@ impl Drop for Proc {
     }
 }
 
-/// Sends SIGINT to `pid` as a user's Ctrl-C would (`kill -INT PID`).
+/// Sends SIGINT to `pid` as a user's Ctrl-C would: with kill(2) itself, so no process is
+/// started inside a timed window; once the process catches it (a `ws` just started may not have
+/// installed its handler yet, and would die of the signal instead of closing).
 pub(crate) fn sigint(pid: u32) {
-    let status = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -INT {pid}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !catches_sigint(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    signal(pid, nix::sys::signal::Signal::SIGINT).unwrap_or_else(|e| panic!("kill -INT {pid}: {e}"));
 }
 
-/// Sends SIGKILL to `pid`.
+/// Whether `pid` has a handler for SIGINT (signal 2: bit 1 of `SigCgt` in its
+/// `/proc/PID/status`, proc(5)).
+fn catches_sigint(pid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & 0b10 != 0)
+}
+
+/// Sends SIGKILL to `pid` (gone already is fine).
 pub(crate) fn sigkill(pid: u32) {
-    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    let _ = signal(pid, nix::sys::signal::Signal::SIGKILL);
+}
+
+fn signal(pid: u32, signal: nix::sys::signal::Signal) -> nix::Result<()> {
+    let pid = i32::try_from(pid).map_err(|_| nix::errno::Errno::ESRCH)?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal)
 }
 
 /// A server sub-command on a port; returned once it says it is listening.
