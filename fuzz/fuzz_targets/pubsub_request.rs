@@ -12,17 +12,12 @@ fn json(frame: &str) -> serde_json::Value {
     serde_json::from_str(frame).unwrap_or_else(|e| panic!("not JSON ({e}): {frame}"))
 }
 
-/// A publication's data, as a strict parser reads it (serde_json: surrogate escapes in pairs,
-/// as I-JSON asks). Numbers beyond an f64 (`1e400`) are valid JSON that serde_json declines
-/// (RFC 8259 §6 lets parsers set that limit): the node relays them as sent.
+/// A publication's data reads in a strict parser (serde_json: surrogate escapes in pairs, at
+/// most 128 levels, numbers within an f64), and so does the frame that carries it to
+/// subscribers.
 fn data_reads_alike(data: &str) {
-    if let Err(e) = serde_json::from_str::<serde_json::Value>(data) {
-        assert!(
-            e.to_string().starts_with("number out of range")
-                && serde_json::from_str::<&serde_json::value::RawValue>(data).is_ok(),
-            "data that not every parser reads ({e}): {data}"
-        );
-    }
+    json(data);
+    json(&format!(r#"{{"type":"message","topic":"t","data":{data}}}"#));
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -307,6 +307,7 @@ async fn bad_bodies_get_clear_errors_and_the_node_stays_healthy() {
         ("/publish/", "1", 400, "invalid_topic"),
         // Valid to RFC 8259's grammar, read differently by every parser (I-JSON forbids it).
         ("/publish/t", r#"{"text":"\udddd"}"#, 400, "bad_json"),
+        ("/publish/t", "[1e400]", 400, "bad_json"),
         (
             "/publish",
             r#"{"publications":[{"topic":"t","data":1},{"topic":"t","data":"\ud83d"}]}"#,

@@ -28,12 +28,13 @@
 //! ```
 
 mod common;
+mod relayable;
 pub mod reply;
 mod request;
 mod session_protocol;
 
-#[cfg(feature = "web")]
-pub(crate) use common::not_relayable;
 pub use common::{ErrorCode, Refusal, RequestId};
+#[cfg(feature = "web")]
+pub(crate) use relayable::not_relayable;
 pub use request::{Request, parse_request};
 pub use session_protocol::JsonProtocol;

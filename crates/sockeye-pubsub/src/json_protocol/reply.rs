@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 
 use base64::Engine as _;
 
-use super::common::{Refusal, RequestId, unpaired_surrogate};
+use super::common::{Refusal, RequestId};
+use super::relayable::not_relayable;
 use crate::{Position, Published, Recovery, Topic};
 
 /// `{"type":"subscribed","topic":T,"recovery":"live"|"recovered"|"lost","recovered":N}`: the
@@ -62,7 +63,7 @@ pub(crate) fn push_data(frame: &mut String, payload: &[u8]) {
         // JSON that every parser reads alike goes as it is; anything else as a string.
         Ok(text)
             if serde_json::from_str::<&serde_json::value::RawValue>(text).is_ok()
-                && unpaired_surrogate(text).is_none() =>
+                && not_relayable(text).is_none() =>
         {
             frame.push_str(r#","data":"#);
             frame.push_str(text.trim());

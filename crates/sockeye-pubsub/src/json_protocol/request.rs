@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::common::{ErrorCode, Refusal, RequestId, not_relayable};
+use super::common::{ErrorCode, Refusal, RequestId};
+use super::relayable::not_relayable;
 use crate::{Position, Topic};
 
 /// The longest epoch a client may send in `since`. Epochs are the node's own (a few dozen
@@ -220,18 +221,26 @@ mod tests {
     }
 
     /// Found by the fuzzer: `data` with a lone surrogate escape passed the parser's check (RFC
-    /// 8259's grammar) and was relayed, and serde_json then refused the whole frame.
+    /// 8259's grammar) and was relayed, and serde_json then refused the whole frame; its
+    /// siblings, data nested too deep and numbers beyond a float, are refused too.
     #[test]
-    fn data_with_an_unpaired_surrogate_escape_is_refused_and_a_pair_is_kept() {
+    fn data_not_every_parser_reads_is_refused_and_a_surrogate_pair_is_kept() {
         let lone =
             br#"{"type":"publish","topic":"chat","data":{"text":" hi\udddd15e9","n":[1,2.5e3,null]},"id":3}"#;
         let refusal = parse_request(lone).unwrap_err();
         assert_eq!(refusal.code, ErrorCode::BadJson);
         assert_eq!(refusal.id.unwrap().as_json(), "3");
         assert!(refusal.message.contains("\\udddd"), "{}", refusal.message);
-        for lone in [r#""\ud83d""#, r#"["\ude00"]"#, r#"{"k":"\ud83d\u0041"}"#] {
-            let frame = format!(r#"{{"type":"publish","topic":"a","data":{lone}}}"#);
-            assert_eq!(refused(&frame), (ErrorCode::BadJson, None), "{lone}");
+        let too_deep = format!("{}{}", "[".repeat(101), "]".repeat(101));
+        for bad in [
+            r#""\ud83d""#,
+            r#"["\ude00"]"#,
+            r#"{"k":"\ud83d\u0041"}"#,
+            "1e400",
+            &too_deep,
+        ] {
+            let frame = format!(r#"{{"type":"publish","topic":"a","data":{bad}}}"#);
+            assert_eq!(refused(&frame), (ErrorCode::BadJson, None), "{bad}");
         }
         let pair = br#"{"type":"publish","topic":"a","data":"\ud83d\ude00 \\udddd"}"#;
         assert!(matches!(
