@@ -16,7 +16,7 @@ use tokio::time::timeout;
 
 mod support;
 
-use support::deliveries::texts;
+use support::deliveries::{drain, texts};
 use support::servers::{BackplaneServer, Kind};
 
 /// Every test ends within this.
@@ -264,7 +264,7 @@ async fn outage_with_jetstream_server_restart_is_a_gap_then_every_later_publicat
         let mut named = Named::default();
         let mut positions = Vec::new();
         for s in [&mut a, &mut b] {
-            let got = drain(s, Duration::from_millis(800)).await;
+            let got = drain(s, 5, Duration::from_millis(800), 1000).await;
             named.saw(&got);
             let want: Vec<String> = (0..5).map(|i| format!("before {i}")).collect();
             assert_eq!(texts(&got), want, "{}", show(&got));
@@ -293,7 +293,7 @@ async fn outage_with_jetstream_server_restart_is_a_gap_then_every_later_publicat
         let after: Vec<String> = (0..10).map(|i| format!("after {i}")).collect();
         let mut problems = Vec::new();
         for (who, s) in [("a", &mut a), ("b", &mut b)] {
-            let got = drain(s, Duration::from_millis(1500)).await;
+            let got = drain(s, 1 + after.len(), Duration::from_millis(800), 1000).await;
             named.saw(&got);
             problems.extend(gap_then(who, &got, &after));
         }
@@ -642,14 +642,6 @@ fn show(ds: &[Delivery]) -> String {
 }
 
 /// Every delivery until none comes for `quiet`.
-async fn drain(s: &mut Subscriber, quiet: Duration) -> Vec<Delivery> {
-    let mut got = Vec::new();
-    while let Ok(Some(Ok(d))) = timeout(quiet, s.recv()).await {
-        got.push(d);
-    }
-    got
-}
-
 /// What a subscriber told of a new epoch must get: a gap first, then exactly `want` (each
 /// once, in order: nothing of the old epoch); a problem otherwise.
 fn gap_then(who: &str, got: &[Delivery], want: &[String]) -> Option<String> {
@@ -677,7 +669,7 @@ async fn resume_lost(
 ) -> Subscriber {
     let mut s = sub(hub);
     let recovery = s.subscribe(topic, Some(since.clone())).await.unwrap();
-    let got = drain(&mut s, Duration::from_millis(800)).await;
+    let got = drain(&mut s, 1 + want.len(), Duration::from_millis(800), 1000).await;
     named.saw(&got);
     if recovery != Recovery::Lost {
         problems.push(format!("{who} (from {since}): {recovery:?}: {}", show(&got)));
@@ -696,7 +688,7 @@ async fn then_live(
     problems: &mut Vec<String>,
 ) {
     for s in subscribers {
-        let got = drain(s, Duration::from_millis(800)).await;
+        let got = drain(s, 1, Duration::from_millis(800), 1000).await;
         named.saw(&got);
         if texts(&got) != [text] {
             problems.push(format!("then live, {text}: {}", show(&got)));
@@ -761,7 +753,7 @@ async fn jetstream_losing_its_tail_is_a_gap_then_every_new_publication() {
             publish_when_back(&a, &topic, &format!("n{i}")).await;
         }
         let want: Vec<String> = (1..=60).map(|i| format!("n{i}")).collect();
-        let got_live = drain(&mut live, Duration::from_millis(1500)).await;
+        let got_live = drain(&mut live, 1 + want.len(), Duration::from_millis(800), 1000).await;
         named.saw(&got_live);
         problems.extend(gap_then("live", &got_live, &want));
         // Clients that saved a position before the tail was lost and resume once the stream has
@@ -843,7 +835,7 @@ async fn a_publication_of_another_life_is_a_gap_never_a_silent_miss() {
         hub.publish(&topic, "3".into()).await.unwrap();
         let order = ["1", "stale", "2", "old version", "3"];
         let mut named = Named::default();
-        let got = drain(&mut live, Duration::from_millis(1500)).await;
+        let got = drain(&mut live, 1, Duration::from_millis(1500), 1000).await;
         named.saw(&got);
         // No silent miss: a publication not delivered has a gap after everything before it
         // that was; one delivered again, a gap since its first delivery. (Out of order, after a
@@ -883,7 +875,7 @@ async fn a_publication_of_another_life_is_a_gap_never_a_silent_miss() {
         // A resume from before them: a gap, then the current epoch.
         let mut resumed = sub(&hub);
         assert_eq!(resumed.subscribe(&topic, Some(p1)).await.unwrap(), Recovery::Lost);
-        let got = drain(&mut resumed, Duration::from_millis(800)).await;
+        let got = drain(&mut resumed, 1, Duration::from_millis(800), 1000).await;
         named.saw(&got);
         assert!(
             matches!(got.first(), Some(Delivery::Gap { .. })),

@@ -21,7 +21,7 @@ use tokio::time::timeout;
 
 mod support;
 
-use support::deliveries::texts;
+use support::deliveries::{drain, texts};
 use support::proxy::Proxy;
 use support::servers::{BackplaneServer, Kind};
 
@@ -897,19 +897,6 @@ async fn bad_input_is_refused_clearly() {
 }
 
 /// Deliveries until none arrives for `quiet_for` (at most `max` of them, within 30 s).
-async fn drain(sub: &mut Subscriber, quiet_for: Duration, max: usize) -> Vec<Delivery> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut out = Vec::new();
-    while out.len() < max && Instant::now() < deadline {
-        match timeout(quiet_for, sub.recv()).await {
-            Ok(Some(Ok(d))) => out.push(d),
-            Ok(other) => panic!("subscriber {}: {other:?}", sub.id()),
-            Err(_) => break,
-        }
-    }
-    out
-}
-
 /// A delivery as `text@offset@epoch` or `GAP(resume)`, for messages.
 fn show(d: &Delivery) -> String {
     match d {
@@ -1035,13 +1022,13 @@ async fn rollback_scenario(
     for i in 1..=60 {
         publish_when_back(&publisher, &topic, format!("n{i}")).await;
     }
-    let got_live = drain(&mut live, Duration::from_millis(1500), 200).await;
+    let got_live = drain(&mut live, 1, Duration::from_millis(1500), 200).await;
     let mut resumed = b.subscriber(SubscriberConfig::default());
     let recovery = resumed
         .subscribe(&topic, Some(old["m120"].clone()))
         .await
         .unwrap();
-    let got_resumed = drain(&mut resumed, Duration::from_millis(800), 200).await;
+    let got_resumed = drain(&mut resumed, 1, Duration::from_millis(800), 200).await;
     let problems = rollback_problems(&old, &got_live, &recovery, &got_resumed);
     assert!(
         problems.is_empty(),
@@ -1190,8 +1177,8 @@ async fn resuming_across_an_epoch_change_gets_what_the_new_epoch_holds() {
         let mut resumed = c.subscriber(SubscriberConfig::default());
         let recovery = resumed.subscribe(&topic, Some(kept.clone())).await.unwrap();
         a.publish(&topic, text("m4".into())).await.unwrap();
-        let got_stayed = drain(&mut stayed, Duration::from_millis(800), 20).await;
-        let got_resumed = drain(&mut resumed, Duration::from_millis(800), 20).await;
+        let got_stayed = drain(&mut stayed, 4, Duration::from_millis(800), 20).await;
+        let got_resumed = drain(&mut resumed, 4, Duration::from_millis(800), 20).await;
         let shown = |ds: &[Delivery]| ds.iter().map(show).collect::<Vec<_>>().join(" ");
         let (s, r) = (shown(&got_stayed), shown(&got_resumed));
         // A gap for what the old epoch may have lost, then everything the new one holds, then
@@ -1245,7 +1232,7 @@ async fn a_client_that_keeps_a_gaps_resume_and_drops_at_once_skips_nothing() {
         let resume = resume.expect("the new epoch has publications: a position to resume from");
         let mut again = b.subscriber(SubscriberConfig::default());
         let recovery = again.subscribe(&topic, Some(resume.clone())).await.unwrap();
-        let got = drain(&mut again, Duration::from_millis(800), 20).await;
+        let got = drain(&mut again, 8, Duration::from_millis(800), 20).await;
         let want: Vec<String> = (1..=8).map(|i| format!("n{i}")).collect();
         assert_eq!(
             (recovery, texts(&got)),
