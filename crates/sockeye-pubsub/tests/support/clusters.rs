@@ -76,19 +76,18 @@ pub(crate) struct RedisCluster {
 
 impl RedisCluster {
     pub(crate) fn start() -> RedisCluster {
-        let bus = free_ports(6);
-        let nodes: Vec<BackplaneServer> = bus
-            .iter()
-            .map(|bus| {
+        let nodes: Vec<BackplaneServer> = (0..6)
+            .map(|_| {
                 BackplaneServer::start_with(
                     Kind::Redis { persistent: false },
+                    // The bus port is picked with the client port, on each try of the start.
                     &[
                         "--cluster-enabled",
                         "yes",
                         "--cluster-node-timeout",
                         "1000",
                         "--cluster-port",
-                        &bus.to_string(),
+                        "0",
                     ],
                 )
             })
@@ -231,6 +230,15 @@ impl RedisCluster {
         let id = redis_cli(self.nodes[to].port(), &["CLUSTER", "MYID"])
             .trim()
             .to_owned();
+        // The new owner's claim must win over the old one's on the nodes not told directly (the
+        // replicas): a configuration epoch above every other, taken *before* it claims the slot.
+        // Bumped after, a ping from the old owner (its epoch then higher) could take the slot
+        // back between the two, and nothing would move it again (seen: 1 run in 6 under load).
+        let reply = redis_cli(self.nodes[to].port(), &["CLUSTER", "BUMPEPOCH"]);
+        assert!(
+            reply.contains("BUMPED") || reply.contains("STILL"),
+            "CLUSTER BUMPEPOCH: {reply:?}"
+        );
         let mut order = vec![to, from];
         order.extend((0..self.nodes.len()).filter(|i| *i != to && *i != from));
         for i in order {
@@ -239,23 +247,28 @@ impl RedisCluster {
                 let reply = redis_cli(self.nodes[i].port(), &["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
                 assert!(reply.contains("OK"), "CLUSTER SETSLOT on node {i}: {reply:?}");
             }
-            if i == to {
-                // The new owner's claim must win over the old one's on the nodes not told
-                // directly (the replicas): a configuration epoch above every other.
-                let reply = redis_cli(self.nodes[to].port(), &["CLUSTER", "BUMPEPOCH"]);
-                assert!(
-                    reply.contains("BUMPED") || reply.contains("STILL"),
-                    "CLUSTER BUMPEPOCH: {reply:?}"
-                );
-            }
         }
-        wait_until("every node sees the slot moved", Duration::from_secs(10), || {
-            self.live().all(|n| {
-                let nodes = redis_cli(n.port(), &["CLUSTER", "NODES"]);
-                let owner = owner_in(&nodes, slot.parse().unwrap());
-                owner.is_some_and(|l| l.starts_with(&id))
-            })
-        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let behind: Vec<String> = self
+                .live()
+                .filter_map(|n| {
+                    let nodes = redis_cli(n.port(), &["CLUSTER", "NODES"]);
+                    let owner = owner_in(&nodes, slot.parse().unwrap());
+                    (!owner.is_some_and(|l| l.starts_with(&id)))
+                        .then(|| format!("node on {}:\n{nodes}", n.port()))
+                })
+                .collect();
+            if behind.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not within 30 s: every node sees slot {slot} moved to {id}; these do not:\n{}",
+                behind.join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Starts migrating the slot of `key` from its primary to node `to` (`CLUSTER SETSLOT …

@@ -146,11 +146,16 @@ impl BackplaneServer {
         for _ in 0..5 {
             let first = self.port == 0;
             let port = if first {
-                TcpListener::bind("127.0.0.1:0")
-                    .unwrap()
-                    .local_addr()
-                    .unwrap()
-                    .port()
+                // Held together, so that the two differ; a cluster node's bus port is picked
+                // anew with each try too (the one taken may be it).
+                let client = TcpListener::bind("127.0.0.1:0").unwrap();
+                let bus = TcpListener::bind("127.0.0.1:0").unwrap();
+                if let Some(i) = self.extra.iter().position(|a| a == "--cluster-port")
+                    && let Some(value) = self.extra.get_mut(i + 1)
+                {
+                    *value = bus.local_addr().unwrap().port().to_string();
+                }
+                client.local_addr().unwrap().port()
             } else {
                 self.port
             };
