@@ -7,9 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn ws() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ws"))
-}
+use common::{text, ws};
 
 /// A server sub-command on a free port; returns it once it prints "listening".
 struct Running(Child, u16);
@@ -59,10 +57,6 @@ fn run(args: &[&str], input: &str) -> Output {
     let mut child = spawn_client(args);
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     wait_bounded(child)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 #[test]

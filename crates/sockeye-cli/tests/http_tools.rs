@@ -10,13 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-fn ws() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ws"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use common::{text, ws};
 
 /// A fresh directory, removed when dropped.
 struct TempDir(PathBuf);

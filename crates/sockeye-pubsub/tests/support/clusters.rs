@@ -23,9 +23,14 @@ pub(crate) fn free_ports(n: usize) -> Vec<u16> {
 
 /// Waits until `ready` holds, checking every 50 ms; panics with `what` after `within`.
 pub(crate) fn wait_until(what: &str, within: Duration, mut ready: impl FnMut() -> bool) {
+    wait_for(what, within, || if ready() { Ok(()) } else { Err(String::new()) });
+}
+
+/// [`wait_until`] for a check that says what is not ready yet: the last answer is in the panic.
+pub(crate) fn wait_for(what: &str, within: Duration, mut ready: impl FnMut() -> Result<(), String>) {
     let deadline = Instant::now() + within;
-    while !ready() {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+    while let Err(why) = ready() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}{why}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -248,27 +253,23 @@ impl RedisCluster {
                 assert!(reply.contains("OK"), "CLUSTER SETSLOT on node {i}: {reply:?}");
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let what = format!("every node sees slot {slot} moved to {id}; these do not:");
+        wait_for(&what, Duration::from_secs(30), || {
             let behind: Vec<String> = self
                 .live()
                 .filter_map(|n| {
                     let nodes = redis_cli(n.port(), &["CLUSTER", "NODES"]);
                     let owner = owner_in(&nodes, slot.parse().unwrap());
                     (!owner.is_some_and(|l| l.starts_with(&id)))
-                        .then(|| format!("node on {}:\n{nodes}", n.port()))
+                        .then(|| format!("\nnode on {}:\n{nodes}", n.port()))
                 })
                 .collect();
             if behind.is_empty() {
-                break;
+                Ok(())
+            } else {
+                Err(behind.concat())
             }
-            assert!(
-                Instant::now() < deadline,
-                "not within 30 s: every node sees slot {slot} moved to {id}; these do not:\n{}",
-                behind.join("\n")
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        });
     }
 
     /// Starts migrating the slot of `key` from its primary to node `to` (`CLUSTER SETSLOT …
