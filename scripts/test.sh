@@ -16,9 +16,12 @@ START=$SECONDS
 step() { printf '\n==> [%d s] %s\n' "$((SECONDS - START))" "$*"; }
 
 if [ "${1:-}" = --quick ]; then
-  step "rustfmt; imports run one way (no circle between the files of a crate)"
+  step "rustfmt; imports run one way (no circle between the files of a crate); the layout ARCHITECTURE.md describes"
   cargo fmt --all --check
+  python3 scripts/check-imports.py --self-test
   python3 scripts/check-imports.py
+  python3 scripts/check-layout.py --self-test
+  python3 scripts/check-layout.py
   # Every test target of a crate but those named (they need a redis-server or nats-server that
   # the full command installs), unit tests included; doc tests run in the full command.
   quick_tests() { # crate, test targets to leave out...
@@ -42,9 +45,12 @@ if [ "${1:-}" = --quick ]; then
 fi
 [ $# -eq 0 ] || { echo "usage: bash scripts/test.sh [--quick]" >&2; exit 2; }
 
-step "rustfmt; imports run one way (no circle between the files of a crate)"
+step "rustfmt; imports run one way (no circle between the files of a crate); the layout ARCHITECTURE.md describes"
 cargo fmt --all --check
+python3 scripts/check-imports.py --self-test
 python3 scripts/check-imports.py
+python3 scripts/check-layout.py --self-test
+python3 scripts/check-layout.py
 # The suite's release builds (the ws tool, the soak, the conformance testee, the benchmarks' smoke
 # harness) skip LTO: the same code, checked the same way, built about a minute sooner (the
 # harness: 126 s instead of 212 on a 2-core VM, 153 s instead of 223 within CI). bench/run.sh run
