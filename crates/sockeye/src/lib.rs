@@ -77,10 +77,6 @@ mod stream;
 mod thread_buffers;
 #[cfg(feature = "tls")]
 pub mod tls;
-#[cfg(feature = "tls")]
-mod tls_error;
-#[cfg(feature = "tls")]
-mod tls_stream;
 #[cfg(feature = "hyper")]
 pub mod upgrade;
 mod wakers;
