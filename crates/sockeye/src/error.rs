@@ -7,7 +7,7 @@ use std::io;
 
 use sockeye_proto::{CloseCode, HandshakeError, ProtocolViolation};
 
-use crate::proxy_error::ProxyError;
+use crate::proxy::error::ProxyError;
 #[cfg(feature = "tls")]
 use crate::tls::error::TlsError;
 

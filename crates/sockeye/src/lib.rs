@@ -65,7 +65,6 @@ mod head;
 pub mod http2;
 mod negotiate;
 pub mod proxy;
-mod proxy_error;
 pub mod reconnect;
 mod send_source;
 mod sender;
