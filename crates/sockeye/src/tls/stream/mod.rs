@@ -1,5 +1,5 @@
-//! [`TlsStream`](connection::TlsStream): TLS over a byte stream, driven through rustls's unbuffered API so that the
-//! buffers are ours.
+//! [`TlsStream`](connection::TlsStream): TLS over a byte stream, driven through rustls's unbuffered
+//! API so that the buffers are ours.
 //!
 //! rustls's buffered connection (what `tokio-rustls` drives) keeps a 4 KiB receive buffer for as
 //! long as the connection lives: heaptrack on 2,000 idle `wss://` connections put it at 4,096 of
