@@ -85,7 +85,7 @@ pub struct Config {
     /// [`ProxyConfig::Environment`](crate::proxy::ProxyConfig): `https_proxy` / `HTTPS_PROXY` for
     /// `wss://`, `http_proxy` (never `HTTP_PROXY`) for `ws://`, then `all_proxy` / `ALL_PROXY`,
     /// minus `no_proxy` / `NO_PROXY`: as curl reads them, lower case first (see [`proxy`](crate::proxy)).
-    pub proxy: crate::proxy::ProxyConfig,
+    pub proxy: crate::proxy::config::ProxyConfig,
 }
 
 impl Default for Config {
@@ -103,7 +103,7 @@ impl Default for Config {
             accept_http2: true,
             http2_max_concurrent_streams: 128,
             http_version: HttpVersion::Http1,
-            proxy: crate::proxy::ProxyConfig::Environment,
+            proxy: crate::proxy::config::ProxyConfig::Environment,
         }
     }
 }
@@ -271,7 +271,7 @@ impl ConfigBuilder {
     }
 
     /// The proxy clients connect through (default: from the environment).
-    pub fn proxy(mut self, proxy: crate::proxy::ProxyConfig) -> Self {
+    pub fn proxy(mut self, proxy: crate::proxy::config::ProxyConfig) -> Self {
         self.config.proxy = proxy;
         self
     }

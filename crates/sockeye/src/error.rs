@@ -7,9 +7,9 @@ use std::io;
 
 use sockeye_proto::{CloseCode, HandshakeError, ProtocolViolation};
 
-use crate::proxy_error::ProxyError;
+use crate::proxy::error::ProxyError;
 #[cfg(feature = "tls")]
-use crate::tls_error::TlsError;
+use crate::tls::error::TlsError;
 
 /// An error from a Sockeye connection.
 ///

@@ -65,7 +65,6 @@ mod head;
 pub mod http2;
 mod negotiate;
 pub mod proxy;
-mod proxy_error;
 pub mod reconnect;
 mod send_source;
 mod sender;
@@ -77,10 +76,6 @@ mod stream;
 mod thread_buffers;
 #[cfg(feature = "tls")]
 pub mod tls;
-#[cfg(feature = "tls")]
-mod tls_error;
-#[cfg(feature = "tls")]
-mod tls_stream;
 #[cfg(feature = "hyper")]
 pub mod upgrade;
 mod wakers;

@@ -20,10 +20,10 @@ pub enum TransportStream<S = TcpStream> {
     /// it would size every plain `ws://` connection's state too. A TLS read or write pays one
     /// pointer chase beside the record's cryptography.
     #[cfg(feature = "tls")]
-    ClientTls(Box<crate::tls::ClientTlsStream<S>>),
+    ClientTls(Box<crate::tls::stream::connection::ClientTlsStream<S>>),
     /// TLS, server side.
     #[cfg(feature = "tls")]
-    ServerTls(Box<crate::tls::ServerTlsStream<S>>),
+    ServerTls(Box<crate::tls::stream::connection::ServerTlsStream<S>>),
     /// A stream of an HTTP/2 connection (RFC 8441), over TLS or cleartext TCP.
     #[cfg(feature = "http2")]
     Http2(crate::http2::h2_stream::H2Stream),

@@ -207,7 +207,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
     /// // elsewhere, on Ctrl-C: shutdown.shutdown();
     /// # }
     /// ```
-    pub fn close_on_shutdown(&mut self, shutdown: &crate::ShutdownHandle) {
+    pub fn close_on_shutdown(&mut self, shutdown: &crate::shutdown::ShutdownHandle) {
         self.set_close_signal(shutdown.0.watch());
     }
 
@@ -350,7 +350,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
                 Err(e)
                     if matches!(
                         e.kind(),
-                        crate::ErrorKind::Timeout | crate::ErrorKind::AbnormalClosure
+                        crate::error::ErrorKind::Timeout | crate::error::ErrorKind::AbnormalClosure
                     ) =>
                 {
                     break;
