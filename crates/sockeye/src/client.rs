@@ -1,11 +1,9 @@
 //! Opening a connection as a client (RFC 6455 §4.1).
 
 use bytes::BytesMut;
-use http::header::SEC_WEBSOCKET_EXTENSIONS;
-use http::{HeaderValue, Request, Response, Uri};
+use http::{Request, Response, Uri};
 use sockeye_proto::Role;
-use sockeye_proto::extension;
-use sockeye_proto::handshake::{ClientHandshake, url_target};
+use sockeye_proto::handshake::{AcceptedResponse, ClientHandshake, url_target};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -294,15 +292,9 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     request: impl IntoClientRequest,
     config: &Config,
 ) -> Result<(WebSocket<S>, Response<()>), Error> {
-    let mut request = request.into_client_request()?;
-    let headers = request.headers_mut();
-    if !headers.contains_key(SEC_WEBSOCKET_EXTENSIONS)
-        && let Some(offer) = extension::client_offer(&config.protocol)
-        && let Ok(value) = HeaderValue::from_str(&offer)
-    {
-        headers.insert(SEC_WEBSOCKET_EXTENSIONS, value);
-    }
-    let handshake = ClientHandshake::new(request, rand::random())?;
+    let request = request.into_client_request()?;
+    // The handshake adds the extensions the protocol config offers, and checks the answer.
+    let handshake = ClientHandshake::new(request, rand::random(), &config.protocol)?;
     stream.write_all(&handshake.encode_request()).await?;
     stream.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);
@@ -322,7 +314,12 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
         handshake.parse_response(buf, &config.protocol)
     })
     .await;
-    let (response, leftover) = match read {
+    let (
+        AcceptedResponse {
+            response, deflate, ..
+        },
+        leftover,
+    ) = match read {
         Ok(read) => read,
         Err(e) => {
             return Err(e
@@ -330,7 +327,6 @@ pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
                 .map_or_else(|e| e, Error::from));
         }
     };
-    let deflate = extension::client_accept(&config.protocol, response.headers())?;
     let ws = WebSocket::from_upgraded(stream, Role::Client, config, leftover, deflate);
     Ok((ws, response))
 }

@@ -63,10 +63,10 @@ mod error;
 mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
-mod negotiate;
 pub mod proxy;
 mod proxy_error;
 pub mod reconnect;
+mod refusal;
 mod send_source;
 mod sender;
 mod server;

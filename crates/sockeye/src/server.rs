@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::config::Config;
 use crate::error::{Error, TimeoutCause};
 use crate::head::{deadline_in, read_head, with_deadline, with_deadline_at};
-use crate::negotiate::{kept_deflate, negotiate, refuse, send_and_close, service_unavailable};
+use crate::refusal::{refuse, send_and_close, service_unavailable};
 use crate::shutdown::{ShutdownHandle, ShutdownSignal};
 use crate::stats::ServerStats;
 use crate::stream::TransportStream;
@@ -90,10 +90,10 @@ where
         Ok(hello) => hello,
         Err(e) => return refuse(&mut stream, e).await,
     };
-    let (response, deflate) = negotiate(&hello, &config.protocol);
+    let (response, extensions) = hello.accept_with(&config.protocol);
     match decide(&request, response) {
         Ok(response) => {
-            let deflate = kept_deflate(deflate, &response);
+            let deflate = extensions.kept_by(&response);
             stream.write_all(&encode_response(&response)).await?;
             stream.flush().await?;
             let ws = WebSocket::from_upgraded(stream, Role::Server, config, leftover, deflate);
