@@ -66,7 +66,6 @@ pub mod http2;
 pub mod proxy;
 mod proxy_error;
 pub mod reconnect;
-mod refusal;
 mod send_source;
 mod sender;
 mod server;

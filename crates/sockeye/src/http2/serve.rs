@@ -18,7 +18,7 @@ use super::settings::server_builder;
 use crate::config::Config;
 use crate::error::{Error, TimeoutCause};
 use crate::head::deadline_in;
-use crate::refusal::service_unavailable;
+use crate::server::refusal::service_unavailable;
 use crate::shutdown::ShutdownSignal;
 use crate::stats::ServerStats;
 use crate::stream::TransportStream;
