@@ -26,17 +26,18 @@ fuzz_target!(|data: &[u8]| {
     match ClientHello::from_request(&request) {
         Ok(hello) => {
             let _ = hello.choose_subprotocol(&["chat", "superchat"]);
-            let mut response = hello.accept();
-            if let Some((_, value)) = extension::server_accept(&config, &hello.extensions) {
+            let (response, extensions) = hello.accept_with(&config);
+            if let Some(value) = response.headers().get("sec-websocket-extensions") {
                 // What we answer must itself parse as an extension list.
-                let parsed = extension::parse_extensions(std::iter::once(value.as_str()));
+                let value = value.to_str().expect("our own answer is ASCII");
+                let parsed = extension::parse_extensions(std::iter::once(value));
                 assert!(parsed.is_ok(), "our own answer {value:?} does not parse");
-                response
-                    .headers_mut()
-                    .insert("sec-websocket-extensions", value.parse().expect("header-safe"));
             }
             let encoded = encode_response(&response);
             assert!(encoded.starts_with(b"HTTP/1.1 101 "));
+            // The answer as sent names what was negotiated: the state is kept.
+            let kept = extensions.kept_by(&response).is_some();
+            assert_eq!(kept, response.headers().contains_key("sec-websocket-extensions"));
         }
         Err(e) => {
             let _ = encode_response(&reject_response(&e));

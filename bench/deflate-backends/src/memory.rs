@@ -3,7 +3,7 @@
 
 
 use sockeye_proto::extension::deflate::DeflateConfig;
-use sockeye_proto::extension::{client_accept, client_offer, parse_extensions, server_accept};
+use sockeye_proto::handshake::{ClientHandshake, ClientHello, encode_response};
 use sockeye_proto::{Config, Connection, Message};
 
 mod counting;
@@ -24,16 +24,17 @@ fn main() {
     for (name, deflate) in cases {
         let cc = { let mut c = Config::default(); c.deflate = Some(deflate.clone()); c };
         let sc = { let mut c = Config::default(); c.deflate = Some(deflate); c };
-        let offer = client_offer(&cc).unwrap();
+        let request = http::Request::get("ws://example.com/").body(()).unwrap();
+        let handshake = ClientHandshake::new(request, [7; 16], &cc).unwrap();
+        let hello = ClientHello::from_request(handshake.request()).unwrap();
+        let (response, extensions) = hello.accept_with(&sc);
         let before = counting::live();
-        let (state, response) = server_accept(&sc, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
         let mut server = Connection::server(sc);
-        server.set_deflate(Some(state));
+        server.set_deflate(extensions.kept_by(&response));
         let idle = counting::live() - before;
-        let mut headers = http::HeaderMap::new();
-        headers.insert("sec-websocket-extensions", response.parse().unwrap());
+        let client_state = handshake.parse_response(&encode_response(&response), &cc).unwrap().unwrap().0.deflate;
         let mut client = Connection::client(cc, sockeye_proto::frame::insecure_mask_keys_for_tests(1));
-        client.set_deflate(client_accept(client.config(), &headers).unwrap());
+        client.set_deflate(client_state);
         let before_client = counting::live();
         client.send(Message::text(text.clone())).unwrap();
         let wire = client.transmit_bytes();

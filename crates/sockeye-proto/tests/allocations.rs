@@ -12,9 +12,10 @@ use std::sync::Mutex;
 
 use bytes::{Buf, Bytes};
 use sockeye_proto::extension::deflate::{DeflateConfig, DeflatePool};
-use sockeye_proto::extension::{client_accept, client_offer, parse_extensions, server_accept};
 use sockeye_proto::{Config, Connection, Message};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+
+mod common;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -26,19 +27,7 @@ static COUNTING: Mutex<()> = Mutex::new(());
 fn pair(deflate: Option<DeflateConfig>) -> (Connection, Connection) {
     let mut config = Config::default();
     config.deflate = deflate;
-    let mut c = Connection::client(
-        config.clone(),
-        sockeye_proto::frame::insecure_mask_keys_for_tests(1),
-    );
-    let mut s = Connection::server(config.clone());
-    if let Some(offer) = client_offer(&config) {
-        let (state, response) = server_accept(&config, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
-        let mut headers = http::HeaderMap::new();
-        headers.insert("sec-websocket-extensions", response.parse().unwrap());
-        c.set_deflate(client_accept(&config, &headers).unwrap());
-        s.set_deflate(Some(state));
-    }
-    (c, s)
+    common::negotiated_pair(config.clone(), config)
 }
 
 /// Moves what `from` has to write into `to`, as an I/O layer does (no copy of our own).

@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{client_frame, drain};
+use common::{client_frame, drain, negotiate, negotiated_pair};
 use proptest::prelude::*;
 use sockeye_proto::extension::deflate::DeflateConfig;
-use sockeye_proto::extension::{client_accept, parse_extensions, server_accept};
 use sockeye_proto::frame::OpCode;
 use sockeye_proto::{Config, Connection, Error, Message, ProtocolViolation};
 
@@ -24,16 +23,7 @@ fn negotiated(client: DeflateConfig, server: DeflateConfig) -> (Connection, Conn
         c.deflate = Some(server);
         c
     };
-    let offer = sockeye_proto::extension::client_offer(&cc).unwrap();
-    let (server_state, response) = server_accept(&sc, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
-    let mut headers = http::HeaderMap::new();
-    headers.insert("sec-websocket-extensions", response.parse().unwrap());
-    let client_state = client_accept(&cc, &headers).unwrap();
-    let mut c = Connection::client(cc, sockeye_proto::frame::insecure_mask_keys_for_tests(1));
-    c.set_deflate(client_state);
-    let mut s = Connection::server(sc);
-    s.set_deflate(Some(server_state));
-    (c, s)
+    negotiated_pair(cc, sc)
 }
 
 /// Raw deflate of `data` with a sync flush and the tail removed, as a peer would send it.
@@ -144,8 +134,8 @@ fn a_deflate_bomb_is_refused_with_1009_and_garbage_with_1007() {
         c.max_message_size = 1 << 20;
         c
     };
-    let (state, _) = server_accept(&sc, &parse_extensions(["permessage-deflate"]).unwrap()).unwrap();
-    s_small.set_deflate(Some(state));
+    let (_, state) = negotiate(&Config::default(), &sc);
+    s_small.set_deflate(state);
     let bomb = deflated(&vec![b'a'; 16 << 20]);
     let err = drain(&mut s_small, &client_frame(true, 0x4, OpCode::Binary, &bomb)).unwrap_err();
     assert!(
@@ -175,9 +165,9 @@ fn compressed_messages_inflate_with_no_size_limit() {
         c.max_frame_size = usize::MAX;
         c
     };
-    let (state, _) = server_accept(&config, &parse_extensions(["permessage-deflate"]).unwrap()).unwrap();
+    let (_, state) = negotiate(&Config::default(), &config);
     let mut s = Connection::server(config);
-    s.set_deflate(Some(state));
+    s.set_deflate(state);
     let text = "a message with no size limit, ".repeat(1 << 15);
     let z = deflated(text.as_bytes());
     let (a, b) = z.split_at(z.len() / 3);

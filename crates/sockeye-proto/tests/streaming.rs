@@ -83,16 +83,12 @@ fn client(config: Config) -> Connection {
 /// A client and a server that agreed on permessage-deflate with `client` and `server`'s settings.
 #[cfg(feature = "deflate")]
 fn deflate_pair(config: Config) -> (Connection, Connection) {
-    use sockeye_proto::extension::{client_accept, client_offer, parse_extensions, server_accept};
-    let offer = client_offer(&config).unwrap();
-    let (server_state, response) =
-        server_accept(&config, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
-    let mut headers = http::HeaderMap::new();
-    headers.insert("sec-websocket-extensions", response.parse().unwrap());
+    let (client_state, server_state) = common::negotiate(&config, &config);
+    assert!(client_state.is_some() && server_state.is_some(), "deflate agreed");
     let mut c = client(config.clone());
-    c.set_deflate(client_accept(&config, &headers).unwrap());
+    c.set_deflate(client_state);
     let mut s = Connection::server(config);
-    s.set_deflate(Some(server_state));
+    s.set_deflate(server_state);
     (c, s)
 }
 

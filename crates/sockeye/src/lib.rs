@@ -63,7 +63,6 @@ mod error;
 mod head;
 #[cfg(feature = "http2")]
 pub mod http2;
-mod negotiate;
 pub mod proxy;
 pub mod reconnect;
 mod send_source;

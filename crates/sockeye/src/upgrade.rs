@@ -62,7 +62,6 @@ use sockeye_proto::handshake::{ClientHello, reject_response};
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::negotiate::{kept_deflate, negotiate};
 use crate::websocket::WebSocket;
 
 /// A WebSocket connection over a socket that hyper upgraded.
@@ -170,11 +169,11 @@ impl Upgrade {
         Response<B>,
         impl Future<Output = Result<UpgradedWebSocket, Error>> + Send + 'static,
     ) {
-        let (mut response, deflate) = negotiate(&self.hello, &self.config.protocol);
+        let (mut response, extensions) = self.hello.accept_with(&self.config.protocol);
         if let Some(protocol) = self.protocol {
             response.headers_mut().insert(SEC_WEBSOCKET_PROTOCOL, protocol);
         }
-        let deflate = kept_deflate(deflate, &response);
+        let deflate = extensions.kept_by(&response);
         let (on_upgrade, config) = (self.on_upgrade, self.config);
         let connection = async move {
             let upgraded = on_upgrade.await.map_err(std::io::Error::other)?;

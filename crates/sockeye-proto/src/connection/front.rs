@@ -58,27 +58,32 @@ use super::timers::{KeepaliveDue, Timers};
 /// sends or inflates then gives its state back when it ends.
 ///
 /// ```
+/// # #[cfg(feature = "deflate")] { // (the deflate-off build has no DeflateConfig)
 /// use sockeye_proto::extension::deflate::{DeflateConfig, DeflatePool};
-/// use sockeye_proto::extension::{client_accept, client_offer, parse_extensions, server_accept};
+/// use sockeye_proto::handshake::{ClientHandshake, ClientHello, encode_response};
 /// use sockeye_proto::{Config, Connection, Message};
 ///
-/// // A server and a client that negotiated permessage-deflate, the server's states pooled.
+/// // A server and a client that negotiated permessage-deflate in their opening handshake (run
+/// // here in memory), the server's states pooled.
 /// let pool = DeflatePool::new(8);
 /// let mut server_config = Config::default();
 /// server_config.deflate = Some(DeflateConfig::default().pool(Some(pool.clone())));
 /// let client_config = Config::default();
-/// let offer = client_offer(&client_config).unwrap();
-/// let (state, response) =
-///     server_accept(&server_config, &parse_extensions([offer.as_str()]).unwrap()).unwrap();
-/// let mut headers = http::HeaderMap::new();
-/// headers.insert("sec-websocket-extensions", response.parse().unwrap());
+/// let request = http::Request::get("ws://example.com/").body(()).unwrap();
+/// let handshake = ClientHandshake::new(request, [7; 16], &client_config).unwrap();
+/// let hello = ClientHello::from_request(handshake.request()).unwrap();
+/// let (response, extensions) = hello.accept_with(&server_config);
+/// let (accepted, _) = handshake
+///     .parse_response(&encode_response(&response), &client_config)
+///     .unwrap()
+///     .unwrap();
 /// let mut client = Connection::client(
-///     client_config.clone(),
+///     client_config,
 ///     sockeye_proto::frame::insecure_mask_keys_for_tests(1),
 /// );
-/// client.set_deflate(client_accept(&client_config, &headers).unwrap());
+/// client.set_deflate(accepted.deflate);
 /// let mut server = Connection::server(server_config);
-/// server.set_deflate(Some(state));
+/// server.set_deflate(extensions.kept_by(&response));
 ///
 /// let text = "a message long enough to be compressed, ".repeat(4);
 /// client.send(Message::text(text.clone())).unwrap();
@@ -91,6 +96,7 @@ use super::timers::{KeepaliveDue, Timers};
 /// let _written = server.transmit_bytes();
 /// let _read_buffer = server.release_idle_buffers(0);
 /// assert_eq!(pool.held(), (0, 0), "a waiting connection holds no zlib state");
+/// # }
 /// ```
 pub struct Connection {
     pub(super) role: Role,

@@ -6,6 +6,12 @@
 //! extension = extension-token *( ";" extension-param )
 //! extension-param = token [ "=" (token | quoted-string) ]
 //! ```
+//!
+//! Negotiation happens inside the opening handshake (`handshake/`), as RFC 6455 §9.1 places it:
+//! the client's request carries the offers, the server's response the ones it accepted, and
+//! both ends come out of it with the state to install. This module says which extensions this
+//! crate speaks (permessage-deflate, RFC 7692, when the `deflate` feature is on) and how each
+//! side answers; the handshake calls it.
 
 #[cfg(feature = "deflate")]
 pub mod deflate;
@@ -16,23 +22,26 @@ pub(crate) mod offer;
 
 pub use offer::{ExtensionOffer, InvalidExtensionHeader, parse_extensions};
 
-/// The `Sec-WebSocket-Extensions` value a client sends with `config` (`None`: offer nothing).
-pub fn client_offer(config: &crate::config::Config) -> Option<String> {
+/// The extensions a client offers with `config` (RFC 6455 §9.1): permessage-deflate's offer
+/// (RFC 7692 §5) when it is configured and compiled in, else none. The handshake puts it in the
+/// request ([`ClientHandshake::new`](crate::handshake::ClientHandshake::new),
+/// [`extended_connect_request`](crate::handshake::extended_connect_request)).
+pub(crate) fn client_offer(config: &crate::config::Config) -> Option<ExtensionOffer> {
     #[cfg(feature = "deflate")]
     if let Some(deflate) = &config.deflate {
-        return Some(deflate.client_offer().to_string());
+        return Some(deflate.client_offer());
     }
     let _ = config;
     None
 }
 
-/// A client's check of the extensions a server accepted (RFC 6455 §9.1, RFC 7692 §7.1): the state
-/// to install with [`Connection::set_deflate`](crate::Connection::set_deflate).
-pub fn client_accept(
+/// A client's check of the extensions a server's response `accepted` (RFC 6455 §9.1, RFC 7692
+/// §7.1), once the handshake has refused any it did not offer: the state to install with
+/// [`Connection::set_deflate`](crate::Connection::set_deflate).
+pub(crate) fn client_accept(
     config: &crate::config::Config,
-    response: &http::HeaderMap,
+    accepted: &[ExtensionOffer],
 ) -> Result<Option<deflate::PerMessageDeflate>, crate::error::HandshakeError> {
-    let accepted = crate::handshake::response_extensions(response)?;
     #[cfg(feature = "deflate")]
     if let Some(ours) = &config.deflate {
         let mut found = accepted
@@ -55,23 +64,23 @@ pub fn client_accept(
             ours,
         )));
     }
-    // `ClientHandshake::parse_response` already refused extensions that were not offered.
+    // The handshake already refused extensions that were not offered.
     let _ = (config, accepted);
     Ok(None)
 }
 
-/// A server's answer to a client's offers: the state to install and the
-/// `Sec-WebSocket-Extensions` value for the 101 response, or `None` to use no extension.
-pub fn server_accept(
+/// A server's answer to a client's offers (RFC 7692 §5.1): the state to install and the
+/// extension to name in the accepting response, or `None` to use no extension.
+pub(crate) fn server_accept(
     config: &crate::config::Config,
     offers: &[ExtensionOffer],
-) -> Option<(deflate::PerMessageDeflate, String)> {
+) -> Option<(deflate::PerMessageDeflate, ExtensionOffer)> {
     #[cfg(feature = "deflate")]
     if let Some(ours) = &config.deflate {
         let (params, response) = ours.accept_offers(offers)?;
         return Some((
             deflate::PerMessageDeflate::new(crate::role::Role::Server, params, ours),
-            response.to_string(),
+            response,
         ));
     }
     let _ = (config, offers);
@@ -93,13 +102,13 @@ mod tests {
         if cfg!(feature = "deflate") {
             assert!(size > 0);
             assert_eq!(
-                client_offer(&config).as_deref(),
+                client_offer(&config).map(|o| o.to_string()).as_deref(),
                 Some("permessage-deflate; client_max_window_bits")
             );
             assert!(server_accept(&config, &offers).is_some());
         } else {
             assert_eq!(size, 0, "the stand-in compiles away");
-            assert_eq!(client_offer(&config), None);
+            assert_eq!(client_offer(&config), None::<ExtensionOffer>);
             assert!(server_accept(&config, &offers).is_none());
         }
     }

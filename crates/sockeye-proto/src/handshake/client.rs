@@ -13,7 +13,9 @@ use super::common::{
 };
 use crate::config::Config;
 use crate::error::HandshakeError;
+use crate::extension::deflate::PerMessageDeflate;
 use crate::extension::offer::{ExtensionOffer, parse_extensions};
+use crate::extension::{client_accept, client_offer};
 
 /// A client's opening handshake in progress: the request to send and what the response must say.
 #[derive(Debug, Clone)]
@@ -26,23 +28,26 @@ impl ClientHandshake {
     /// Prepares the request for `request.uri()`, a URL as [`url_target`](super::url_target) reads
     /// it (scheme `ws`, `wss`, `http` or `https` in any case, a host, a valid port if any).
     ///
-    /// Adds `Host` (unless set), `Upgrade`, `Connection`, `Sec-WebSocket-Version: 13` and a
-    /// `Sec-WebSocket-Key` made from `nonce`, which must be 16 random bytes chosen for this
-    /// connection (§4.1). Any other headers in `request` (subprotocols, extensions, cookies,
-    /// authorization, origin) are sent as they are.
+    /// Adds the extensions `config` offers (§9.1: permessage-deflate, RFC 7692 §5, unless the
+    /// request already carries a `Sec-WebSocket-Extensions` of its own), `Host` (unless set),
+    /// `Upgrade`, `Connection`, `Sec-WebSocket-Version: 13` and a `Sec-WebSocket-Key` made from
+    /// `nonce`, which must be 16 random bytes chosen for this connection (§4.1). Any other
+    /// headers in `request` (subprotocols, cookies, authorization, origin) are sent as they are.
+    /// [`parse_response`](Self::parse_response) checks the answer against the same `config`.
     ///
     /// ```
-    /// use sockeye_proto::handshake::ClientHandshake;
+    /// use sockeye_proto::{Config, handshake::ClientHandshake};
     /// let request = http::Request::get("ws://example.com/chat?room=1").body(()).unwrap();
-    /// let hs = ClientHandshake::new(request, [7; 16]).unwrap();
+    /// let hs = ClientHandshake::new(request, [7; 16], &Config::default()).unwrap();
     /// let text = String::from_utf8(hs.encode_request()).unwrap();
     /// assert!(text.starts_with("GET /chat?room=1 HTTP/1.1\r\n"));
     /// assert!(text.contains("host: example.com\r\n"));
     /// ```
-    pub fn new(mut request: Request<()>, nonce: [u8; 16]) -> Result<Self, HandshakeError> {
+    pub fn new(mut request: Request<()>, nonce: [u8; 16], config: &Config) -> Result<Self, HandshakeError> {
         let host = url_target(request.uri())?.authority();
         let key = base64::engine::general_purpose::STANDARD.encode(nonce);
         let headers = request.headers_mut();
+        add_offer(headers, config);
         if !headers.contains_key(HOST) {
             headers.insert(HOST, header_value(&host)?);
         }
@@ -71,17 +76,19 @@ impl ClientHandshake {
         out
     }
 
-    /// Parses and checks the server's response from the start of `buf`.
+    /// Parses and checks the server's response from the start of `buf`, and the extensions it
+    /// accepted against `config`, the one the request was made with (§9.1; RFC 7692 §7.1).
     ///
-    /// `Ok(None)`: the head is incomplete, read more. `Ok(Some((response, n)))`: the handshake
+    /// `Ok(None)`: the head is incomplete, read more. `Ok(Some((accepted, n)))`: the handshake
     /// succeeded and the first `n` bytes of `buf` were the response head; anything after them is
-    /// WebSocket data for the connection. The caller checks negotiated extensions (the core accepts
-    /// none it did not offer).
+    /// WebSocket data for the connection, which installs `accepted.deflate`. An extension that
+    /// was not offered is [`HandshakeError::UnexpectedExtension`], parameters we cannot honour
+    /// [`HandshakeError::ExtensionRejected`].
     pub fn parse_response(
         &self,
         buf: &[u8],
         config: &Config,
-    ) -> Result<Option<(Response<()>, usize)>, HandshakeError> {
+    ) -> Result<Option<(AcceptedResponse, usize)>, HandshakeError> {
         let mut slots = vec![httparse::EMPTY_HEADER; config.max_handshake_headers];
         let mut parsed = httparse::Response::new(&mut slots);
         let Some(n) = check_parsed(parsed.parse(buf), buf.len(), config)? else {
@@ -107,16 +114,40 @@ impl ClientHandshake {
             Some(_) => return Err(HandshakeError::AcceptMismatch),
             None => return Err(HandshakeError::MissingHeader("Sec-WebSocket-Accept")),
         }
-        check_negotiated(self.request.headers(), &headers)?;
+        let accepted = check_negotiated(self.request.headers(), &headers)?;
+        let deflate = client_accept(config, &accepted)?;
         let mut response = Response::new(());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         *response.headers_mut() = headers;
-        Ok(Some((response, n)))
+        Ok(Some((AcceptedResponse { response, deflate }, n)))
     }
 
     /// The extensions this request offers.
     pub fn offered_extensions(&self) -> Result<Vec<ExtensionOffer>, HandshakeError> {
         offered_extensions(self.request.headers())
+    }
+}
+
+/// The server's response that accepted a client's opening handshake, and the extension state
+/// that comes with it (RFC 6455 §4.1, §9.1).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct AcceptedResponse {
+    /// The response: `101 Switching Protocols` over HTTP/1.1, its status and headers checked.
+    pub response: Response<()>,
+    /// The permessage-deflate state to install with
+    /// [`Connection::set_deflate`](crate::Connection::set_deflate), if the server accepted our
+    /// offer (RFC 7692 §7.1).
+    pub deflate: Option<PerMessageDeflate>,
+}
+
+/// Adds the extensions `config` offers to a request (§9.1), unless it names its own.
+pub(super) fn add_offer(request: &mut http::HeaderMap, config: &Config) {
+    if !request.contains_key(SEC_WEBSOCKET_EXTENSIONS)
+        && let Some(offer) = client_offer(config)
+        && let Ok(value) = HeaderValue::from_str(&offer.to_string())
+    {
+        request.insert(SEC_WEBSOCKET_EXTENSIONS, value);
     }
 }
 
@@ -129,10 +160,11 @@ fn offered_extensions(request: &http::HeaderMap) -> Result<Vec<ExtensionOffer>, 
 
 /// What a successful response may choose, whatever the HTTP version (RFC 6455 §4.1, RFC 8441
 /// §5): at most one subprotocol, one the request offered, and only extensions it offered (§9.1).
-pub(crate) fn check_negotiated(
+/// Returns the extensions it accepted, for their parameters to be checked.
+pub(super) fn check_negotiated(
     request: &http::HeaderMap,
     response: &http::HeaderMap,
-) -> Result<(), HandshakeError> {
+) -> Result<Vec<ExtensionOffer>, HandshakeError> {
     let chosen: Vec<&str> = header_list(response, &SEC_WEBSOCKET_PROTOCOL).collect();
     if let Some(&p) = chosen.first() {
         let offered = header_list(request, &SEC_WEBSOCKET_PROTOCOL).any(|o| o == p);
@@ -141,16 +173,18 @@ pub(crate) fn check_negotiated(
         }
     }
     let offered = offered_extensions(request)?;
-    for ext in response_extensions(response)? {
-        if !offered.iter().any(|o| o.name == ext.name) {
-            return Err(HandshakeError::UnexpectedExtension(ext.to_string()));
-        }
+    let accepted = response_extensions(response)?;
+    if let Some(ext) = accepted
+        .iter()
+        .find(|e| !offered.iter().any(|o| o.name == e.name))
+    {
+        return Err(HandshakeError::UnexpectedExtension(ext.to_string()));
     }
-    Ok(())
+    Ok(accepted)
 }
 
 /// The extensions a response accepted.
-pub fn response_extensions(headers: &http::HeaderMap) -> Result<Vec<ExtensionOffer>, HandshakeError> {
+fn response_extensions(headers: &http::HeaderMap) -> Result<Vec<ExtensionOffer>, HandshakeError> {
     let values = headers.get_all(SEC_WEBSOCKET_EXTENSIONS);
     let strs: Vec<&str> = values
         .iter()
@@ -174,7 +208,7 @@ mod tests {
             .header(SEC_WEBSOCKET_PROTOCOL, "chat, superchat")
             .body(())
             .unwrap();
-        ClientHandshake::new(request, *b"the sample nonce").unwrap()
+        ClientHandshake::new(request, *b"the sample nonce", &Config::default()).unwrap()
     }
 
     fn response(extra: &str) -> String {
@@ -205,9 +239,10 @@ mod tests {
         let mut bytes = response("Sec-WebSocket-Protocol: chat\r\n").into_bytes();
         let head = bytes.len();
         bytes.extend_from_slice(b"\x81\x02hi");
-        let (resp, n) = hs.parse_response(&bytes, &Config::default()).unwrap().unwrap();
+        let (accepted, n) = hs.parse_response(&bytes, &Config::default()).unwrap().unwrap();
         assert_eq!(n, head);
-        assert_eq!(resp.headers()[SEC_WEBSOCKET_PROTOCOL], "chat");
+        assert_eq!(accepted.response.headers()[SEC_WEBSOCKET_PROTOCOL], "chat");
+        assert!(accepted.deflate.is_none(), "no extension accepted");
         // Every prefix of the head is incomplete, never an error.
         for cut in 0..head {
             assert!(matches!(
@@ -238,7 +273,7 @@ mod tests {
             HandshakeError::UnexpectedSubprotocol("other".into())
         );
         assert!(matches!(
-            check(&response("Sec-WebSocket-Extensions: permessage-deflate\r\n")),
+            check(&response("Sec-WebSocket-Extensions: x-not-offered\r\n")),
             HandshakeError::UnexpectedExtension(_)
         ));
         assert_eq!(
@@ -279,9 +314,41 @@ mod tests {
         assert!(hs.parse_response(split.as_bytes(), &c).unwrap().is_some());
     }
 
+    /// The request offers what the config asks for (RFC 7692 §5), and the response check hands
+    /// back the state the server's answer agrees to, or refuses an answer it cannot honour.
+    #[test]
+    fn offers_deflate_and_installs_what_the_server_accepted() {
+        let hs = handshake();
+        let c = Config::default();
+        let installs = |extra: &str| {
+            hs.parse_response(response(extra).as_bytes(), &c)
+                .map(|accepted| accepted.map(|(a, _)| a.deflate.is_some()))
+        };
+        assert_eq!(installs(""), Ok(Some(false)));
+        let offer = hs.request().headers().get(SEC_WEBSOCKET_EXTENSIONS);
+        if cfg!(feature = "deflate") {
+            assert_eq!(offer.unwrap(), "permessage-deflate; client_max_window_bits");
+            assert_eq!(
+                installs("Sec-WebSocket-Extensions: permessage-deflate\r\n"),
+                Ok(Some(true))
+            );
+            assert_eq!(
+                installs("Sec-WebSocket-Extensions: permessage-deflate, permessage-deflate\r\n"),
+                Err(HandshakeError::ExtensionRejected(
+                    "permessage-deflate accepted twice".into()
+                ))
+            );
+        } else {
+            assert_eq!(offer, None);
+        }
+    }
+
     #[test]
     fn rejects_urls_it_cannot_use() {
-        let bad = |uri: &str| ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16]).unwrap_err();
+        let bad = |uri: &str| {
+            ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16], &Config::default())
+                .unwrap_err()
+        };
         assert!(matches!(bad("ftp://x/"), HandshakeError::InvalidUrl(_)));
         assert!(matches!(bad("/just/a/path"), HandshakeError::InvalidUrl(_)));
         // Regression (issue 13): these became `Host: 127.0.0.1`, port 80.
@@ -293,7 +360,8 @@ mod tests {
             );
         }
         let host = |uri: &str| {
-            let hs = ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16]).unwrap();
+            let hs = ClientHandshake::new(Request::get(uri).body(()).unwrap(), [0; 16], &Config::default())
+                .unwrap();
             hs.request().headers()[HOST].to_str().unwrap().to_string()
         };
         assert_eq!(host("WSS://h:443/"), "h");

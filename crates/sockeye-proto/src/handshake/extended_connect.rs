@@ -14,10 +14,13 @@ use http::header::{
 };
 use http::{HeaderMap, HeaderValue, Method, Request, Response, Uri, Version};
 
-use super::client::check_negotiated;
+use super::client::{add_offer, check_negotiated};
 use super::common::{single_header, url_target};
 use super::server::{ClientHello, check_websocket_version, offered_extension_list, offered_protocols};
+use crate::config::Config;
 use crate::error::HandshakeError;
+use crate::extension::client_accept;
+use crate::extension::deflate::PerMessageDeflate;
 
 /// The value of `:protocol` that asks for a WebSocket (RFC 8441 §5).
 pub const WEBSOCKET_PROTOCOL: &str = "websocket";
@@ -64,19 +67,25 @@ impl ClientHello {
 
 /// The HTTP/2 request that opens a WebSocket to `request.uri()` (`ws`, `wss`, `http` or `https`,
 /// with a host): `CONNECT` with `:scheme` `http`/`https`, `:authority` and `:path` from the URL,
-/// and `Sec-WebSocket-Version: 13`. The caller adds `:protocol: websocket` the way its HTTP/2
-/// library spells it. The request's other headers (subprotocols, extensions, origin, cookies)
-/// are kept; `Host`, `Upgrade`, `Connection` and `Sec-WebSocket-Key` are removed, since HTTP/2
-/// forbids connection-specific headers (RFC 9113 §8.2.2) and RFC 8441 uses no key.
+/// `Sec-WebSocket-Version: 13`, and the extensions `config` offers (RFC 8441 §5, RFC 6455 §9.1;
+/// unless the request names its own `Sec-WebSocket-Extensions`). The caller adds `:protocol:
+/// websocket` the way its HTTP/2 library spells it. The request's other headers (subprotocols,
+/// origin, cookies) are kept; `Host`, `Upgrade`, `Connection` and `Sec-WebSocket-Key` are
+/// removed, since HTTP/2 forbids connection-specific headers (RFC 9113 §8.2.2) and RFC 8441
+/// uses no key.
 ///
 /// ```
 /// let request = http::Request::get("wss://example.com/chat?room=1").body(()).unwrap();
-/// let request = sockeye_proto::handshake::extended_connect_request(request).unwrap();
+/// let config = sockeye_proto::Config::default();
+/// let request = sockeye_proto::handshake::extended_connect_request(request, &config).unwrap();
 /// assert_eq!(request.method(), http::Method::CONNECT);
 /// assert_eq!(request.uri(), "https://example.com/chat?room=1");
 /// assert_eq!(request.headers()["sec-websocket-version"], "13");
 /// ```
-pub fn extended_connect_request(mut request: Request<()>) -> Result<Request<()>, HandshakeError> {
+pub fn extended_connect_request(
+    mut request: Request<()>,
+    config: &Config,
+) -> Result<Request<()>, HandshakeError> {
     let uri = request.uri();
     let target = url_target(uri)?;
     let scheme = if target.secure { "https" } else { "http" };
@@ -111,17 +120,20 @@ pub fn extended_connect_request(mut request: Request<()>) -> Result<Request<()>,
         headers.remove(TE);
     }
     headers.insert(SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13"));
+    add_offer(headers, config);
     Ok(request)
 }
 
-/// Checks the server's answer to an [`extended_connect_request`]: a 2xx status (RFC 8441 §5;
-/// anything else is [`HandshakeError::Rejected`]), at most one subprotocol and one that was
-/// offered, and only extensions that were offered. The caller then checks the extension's
-/// parameters as over HTTP/1.1 ([`extension::client_accept`](crate::extension::client_accept)).
+/// Checks the server's answer to an [`extended_connect_request`] made with `config`: a 2xx status
+/// (RFC 8441 §5; anything else is [`HandshakeError::Rejected`]), at most one subprotocol and one
+/// that was offered, only extensions that were offered, with parameters we can honour (as over
+/// HTTP/1.1: RFC 6455 §9.1, RFC 7692 §7.1). Returns the permessage-deflate state to install, if
+/// the server accepted our offer.
 pub fn check_extended_connect_response<B>(
     request: &Request<()>,
     response: &Response<B>,
-) -> Result<(), HandshakeError> {
+    config: &Config,
+) -> Result<Option<PerMessageDeflate>, HandshakeError> {
     let status = response.status();
     if !status.is_success() {
         return Err(HandshakeError::Rejected {
@@ -129,7 +141,8 @@ pub fn check_extended_connect_response<B>(
             reason: status.canonical_reason().unwrap_or("").to_string(),
         });
     }
-    check_negotiated(request.headers(), response.headers())
+    let accepted = check_negotiated(request.headers(), response.headers())?;
+    client_accept(config, &accepted)
 }
 
 #[cfg(test)]
@@ -245,21 +258,61 @@ mod tests {
             .header("sec-websocket-protocol", "chat")
             .body(())
             .unwrap();
-        let request = extended_connect_request(request).unwrap();
+        let request = extended_connect_request(request, &Config::default()).unwrap();
         assert_eq!(request.uri(), "http://other:8080/");
         assert!(request.headers().get("keep-alive").is_none() && request.headers().get("te").is_none());
-        let plain = extended_connect_request(Request::get("ws://127.0.0.1:9001").body(()).unwrap()).unwrap();
+        let plain = extended_connect_request(
+            Request::get("ws://127.0.0.1:9001").body(()).unwrap(),
+            &Config::default(),
+        )
+        .unwrap();
         assert_eq!(plain.uri(), "http://127.0.0.1:9001/");
         assert_eq!(request.version(), Version::HTTP_2);
         assert!(request.headers().get(HOST).is_none());
         assert_eq!(request.headers()["sec-websocket-protocol"], "chat");
-        let default_port = extended_connect_request(Request::get("WSS://h:443/x").body(()).unwrap()).unwrap();
+        let default_port = extended_connect_request(
+            Request::get("WSS://h:443/x").body(()).unwrap(),
+            &Config::default(),
+        )
+        .unwrap();
         assert_eq!(default_port.uri(), "https://h/x");
         for bad in ["ftp://h/", "/relative", "ws://h:99999/", "ws://h:80x/"] {
             let request = Request::get(bad).body(()).unwrap();
             assert!(matches!(
-                extended_connect_request(request),
+                extended_connect_request(request, &Config::default()),
                 Err(HandshakeError::InvalidUrl(_))
+            ));
+        }
+    }
+
+    /// RFC 8441 §5 with RFC 7692: the offer rides on the CONNECT, the `200` carries the answer,
+    /// and both ends install the state it names; an answer the offer cannot allow is refused.
+    #[test]
+    fn deflate_is_negotiated_over_extended_connect() {
+        let config = Config::default();
+        let request = extended_connect_request(Request::get("wss://h/").body(()).unwrap(), &config).unwrap();
+        let hello =
+            ClientHello::from_extended_connect(&Method::CONNECT, Some("websocket"), request.headers())
+                .unwrap();
+        let (response, extensions) = hello.accept_with(&config);
+        assert_eq!(response.status(), 200);
+        let client = check_extended_connect_response(&request, &response, &config).unwrap();
+        let server = extensions.kept_by(&response);
+        let on = cfg!(feature = "deflate");
+        assert_eq!((client.is_some(), server.is_some()), (on, on));
+        if on {
+            assert_eq!(
+                request.headers()["sec-websocket-extensions"],
+                "permessage-deflate; client_max_window_bits"
+            );
+            let mut bad = Response::new(());
+            bad.headers_mut().insert(
+                "sec-websocket-extensions",
+                HeaderValue::from_static("permessage-deflate; client_max_window_bits"),
+            );
+            assert!(matches!(
+                check_extended_connect_response(&request, &bad, &config),
+                Err(HandshakeError::ExtensionRejected(_))
             ));
         }
     }
@@ -271,8 +324,10 @@ mod tests {
                 .header("sec-websocket-protocol", "chat")
                 .body(())
                 .unwrap(),
+            &Config::default(),
         )
         .unwrap();
+        let c = Config::default();
         let respond = |status: u16, pairs: &[(&'static str, &'static str)]| {
             let mut response = Response::new(());
             *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
@@ -280,24 +335,33 @@ mod tests {
             response
         };
         assert!(
-            check_extended_connect_response(&request, &respond(200, &[("sec-websocket-protocol", "chat")]))
-                .is_ok()
+            check_extended_connect_response(
+                &request,
+                &respond(200, &[("sec-websocket-protocol", "chat")]),
+                &c
+            )
+            .is_ok()
         );
         assert_eq!(
-            check_extended_connect_response(&request, &respond(403, &[])),
-            Err(HandshakeError::Rejected {
+            check_extended_connect_response(&request, &respond(403, &[]), &c).unwrap_err(),
+            HandshakeError::Rejected {
                 status: 403,
                 reason: "Forbidden".into()
-            })
+            }
         );
         assert!(matches!(
-            check_extended_connect_response(&request, &respond(200, &[("sec-websocket-protocol", "other")])),
+            check_extended_connect_response(
+                &request,
+                &respond(200, &[("sec-websocket-protocol", "other")]),
+                &c
+            ),
             Err(HandshakeError::UnexpectedSubprotocol(_))
         ));
         assert!(matches!(
             check_extended_connect_response(
                 &request,
-                &respond(200, &[("sec-websocket-extensions", "x-unknown")])
+                &respond(200, &[("sec-websocket-extensions", "x-unknown")]),
+                &c
             ),
             Err(HandshakeError::UnexpectedExtension(_))
         ));

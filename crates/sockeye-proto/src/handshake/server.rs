@@ -12,7 +12,9 @@ use super::common::{
 };
 use crate::config::Config;
 use crate::error::HandshakeError;
+use crate::extension::deflate::PerMessageDeflate;
 use crate::extension::offer::{ExtensionOffer, parse_extensions};
+use crate::extension::server_accept;
 
 /// Parses an HTTP request head from the start of `buf`.
 ///
@@ -163,10 +165,28 @@ impl ClientHello {
             .find(|s| self.protocols.iter().any(|p| p == s))
     }
 
-    /// The response that accepts this request: `101 Switching Protocols` (§4.2.2), or for an
-    /// HTTP/2 extended CONNECT `200 OK` with no upgrade headers (RFC 8441 §5). Add a
-    /// `Sec-WebSocket-Protocol` (one the client offered), extensions, cookies or other headers to it
-    /// before sending.
+    /// The response that accepts this request with the extensions `config` agrees to, and the
+    /// state that goes with them: [`accept`](Self::accept)'s response with a
+    /// `Sec-WebSocket-Extensions` naming the first permessage-deflate offer `config` can honour
+    /// (RFC 6455 §9.1, RFC 7692 §5.1), if any. The response may still be edited (a subprotocol,
+    /// cookies; an application may even remove the extension); [`NegotiatedExtensions::kept_by`]
+    /// the response finally sent gives the state to install.
+    pub fn accept_with(&self, config: &Config) -> (Response<()>, NegotiatedExtensions) {
+        let mut response = self.accept();
+        let deflate =
+            server_accept(config, &self.extensions).map(|(state, answer)| (state, answer.to_string()));
+        if let Some((_, answer)) = &deflate
+            && let Ok(value) = HeaderValue::from_str(answer)
+        {
+            response.headers_mut().insert(SEC_WEBSOCKET_EXTENSIONS, value);
+        }
+        (response, NegotiatedExtensions { deflate })
+    }
+
+    /// The response that accepts this request, with no extension: `101 Switching Protocols`
+    /// (§4.2.2), or for an HTTP/2 extended CONNECT `200 OK` with no upgrade headers (RFC 8441
+    /// §5). Add a `Sec-WebSocket-Protocol` (one the client offered), cookies or other headers to
+    /// it before sending; [`accept_with`](Self::accept_with) negotiates extensions too.
     pub fn accept(&self) -> Response<()> {
         let mut response = Response::new(());
         if self.version >= Version::HTTP_2 {
@@ -182,6 +202,30 @@ impl ClientHello {
             h.insert(SEC_WEBSOCKET_ACCEPT, v);
         }
         response
+    }
+}
+
+/// The extensions a server agreed to in its accepting response ([`ClientHello::accept_with`]),
+/// held until that response is final.
+#[derive(Debug)]
+pub struct NegotiatedExtensions {
+    /// The permessage-deflate state and the `Sec-WebSocket-Extensions` value that agreed to it.
+    deflate: Option<(PerMessageDeflate, String)>,
+}
+
+impl NegotiatedExtensions {
+    /// The permessage-deflate state to install, if `response`, the one actually sent, still
+    /// carries the answer it was negotiated with: the extensions in use are those the response
+    /// names (RFC 6455 §9.1), and an application that removed or changed the header (to refuse
+    /// compression for this client) has the connection run without it.
+    pub fn kept_by<B>(self, response: &Response<B>) -> Option<PerMessageDeflate> {
+        let sent = response
+            .headers()
+            .get(SEC_WEBSOCKET_EXTENSIONS)
+            .and_then(|v| v.to_str().ok());
+        self.deflate
+            .filter(|(_, answer)| Some(answer.as_str()) == sent)
+            .map(|(state, _)| state)
     }
 }
 
@@ -320,6 +364,40 @@ mod tests {
         let text = String::from_utf8(encode_response(&hello.accept())).unwrap();
         assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"));
         assert!(text.contains("sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"));
+    }
+
+    /// RFC 7692 §5.1: the response names the first offer the config can honour; the state is
+    /// kept only while the response finally sent still names that answer (RFC 6455 §9.1).
+    #[test]
+    fn accept_with_negotiates_and_the_final_response_decides() {
+        let text = RFC_REQUEST.replace(
+            "Sec-WebSocket-Version: 13\r\n",
+            "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Extensions: x-other, permessage-deflate; client_max_window_bits\r\n",
+        );
+        let h = hello(&text).unwrap();
+        let config = Config::default();
+        let (response, extensions) = h.accept_with(&config);
+        assert_eq!(response.status(), 101);
+        let named = response.headers().get(SEC_WEBSOCKET_EXTENSIONS).cloned();
+        if !cfg!(feature = "deflate") {
+            assert_eq!(named, None);
+            assert!(extensions.kept_by(&response).is_none());
+            return;
+        }
+        assert_eq!(named.unwrap(), "permessage-deflate");
+        assert!(extensions.kept_by(&response).is_some());
+        let (mut refused, extensions) = h.accept_with(&config);
+        refused.headers_mut().remove(SEC_WEBSOCKET_EXTENSIONS);
+        assert!(
+            extensions.kept_by(&refused).is_none(),
+            "the application refused it"
+        );
+        let (mut changed, extensions) = h.accept_with(&config);
+        changed.headers_mut().insert(
+            SEC_WEBSOCKET_EXTENSIONS,
+            HeaderValue::from_static("permessage-deflate; server_no_context_takeover"),
+        );
+        assert!(extensions.kept_by(&changed).is_none(), "not what was negotiated");
     }
 
     #[test]

@@ -1,8 +1,39 @@
 //! Helpers the engine's integration tests share.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use sockeye_proto::extension::deflate::PerMessageDeflate;
 use sockeye_proto::frame::{FrameHeader, MAX_HEADER_LEN, OpCode, apply_mask};
-use sockeye_proto::{Connection, Error, Message};
+use sockeye_proto::handshake::{ClientHandshake, ClientHello, encode_response};
+use sockeye_proto::{Config, Connection, Error, Message};
+
+/// What a client made with `client` and a server made with `server` agree on in the opening
+/// handshake (RFC 6455 §4, §9.1), run in memory: the (client's, server's) permessage-deflate
+/// state, `None` when nothing was offered or accepted.
+pub(crate) fn negotiate(
+    client: &Config,
+    server: &Config,
+) -> (Option<PerMessageDeflate>, Option<PerMessageDeflate>) {
+    let request = http::Request::get("ws://example.com/").body(()).unwrap();
+    let handshake = ClientHandshake::new(request, [7; 16], client).unwrap();
+    let hello = ClientHello::from_request(handshake.request()).unwrap();
+    let (response, extensions) = hello.accept_with(server);
+    let (accepted, _) = handshake
+        .parse_response(&encode_response(&response), client)
+        .unwrap()
+        .unwrap();
+    (accepted.deflate, extensions.kept_by(&response))
+}
+
+/// A client made with `client` and a server made with `server`, with what they agreed on in the
+/// opening handshake installed.
+pub(crate) fn negotiated_pair(client: Config, server: Config) -> (Connection, Connection) {
+    let (client_state, server_state) = negotiate(&client, &server);
+    let mut c = Connection::client(client, sockeye_proto::frame::insecure_mask_keys_for_tests(1));
+    c.set_deflate(client_state);
+    let mut s = Connection::server(server);
+    s.set_deflate(server_state);
+    (c, s)
+}
 
 /// Encodes one frame as a client would send it (masked with a fixed key).
 pub(crate) fn client_frame(fin: bool, rsv: u8, opcode: OpCode, payload: &[u8]) -> Vec<u8> {

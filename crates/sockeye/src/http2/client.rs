@@ -5,7 +5,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Request, Response};
 use sockeye_proto::Role;
-use sockeye_proto::extension;
 use sockeye_proto::handshake::{
     WEBSOCKET_PROTOCOL, check_extended_connect_response, extended_connect_request,
 };
@@ -95,14 +94,8 @@ async fn open_stream(
     request: Request<()>,
     config: &Config,
 ) -> Result<(WebSocket<TransportStream>, Response<()>), Error> {
-    let mut request = extended_connect_request(request)?;
-    let headers = request.headers_mut();
-    if !headers.contains_key(http::header::SEC_WEBSOCKET_EXTENSIONS)
-        && let Some(offer) = extension::client_offer(&config.protocol)
-        && let Ok(value) = http::HeaderValue::from_str(&offer)
-    {
-        headers.insert(http::header::SEC_WEBSOCKET_EXTENSIONS, value);
-    }
+    // With the extensions the protocol config offers; the check of the response installs them.
+    let request = extended_connect_request(request, &config.protocol)?;
     let io = |e: h2::Error| Error::Io(to_io(e));
     let mut requests = shared.requests.clone().ready().await.map_err(io)?;
     let mut outgoing = request.clone();
@@ -113,8 +106,7 @@ async fn open_stream(
     let response = response.await.map_err(io)?;
     let (parts, recv) = response.into_parts();
     let response = Response::from_parts(parts, ());
-    check_extended_connect_response(&request, &response)?;
-    let deflate = extension::client_accept(&config.protocol, response.headers())?;
+    let deflate = check_extended_connect_response(&request, &response, &config.protocol)?;
     let tls = shared.tls;
     let stream = H2Stream::new(
         send,

@@ -1,72 +1,31 @@
-//! Opening a connection as a client (RFC 6455 §4.1).
+//! Connecting to a URL: the host resolved and tried address by address, or a tunnel through the
+//! proxy; TLS for `wss://` (SNI and certificates checked against the URL's host); then the
+//! handshake over HTTP/1.1, or over HTTP/2 on a pooled or new connection (RFC 8441), all within
+//! the handshake timeout.
 
-use bytes::BytesMut;
-use http::header::SEC_WEBSOCKET_EXTENSIONS;
-use http::{HeaderValue, Request, Response, Uri};
-use sockeye_proto::Role;
-use sockeye_proto::extension;
-use sockeye_proto::handshake::{ClientHandshake, url_target};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use http::Response;
+// Named by the HTTP/2 path and by the TLS-less build's refusal of `wss://`.
+#[cfg(any(feature = "http2", not(feature = "tls")))]
+use sockeye_proto::HandshakeError;
+use sockeye_proto::handshake::url_target;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::handshake::client_handshake;
+use super::request::IntoClientRequest;
 use crate::config::Config;
 use crate::error::{Error, TimeoutCause};
-use crate::head::read_head;
 use crate::head::{deadline_in, with_deadline};
 use crate::proxy::{Proxy, ProxyConfig, authority, with_context};
 use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
-use sockeye_proto::HandshakeError;
-
-/// Something that can become a handshake request: a URL (`&str`, `String`, [`Uri`]) or a full
-/// [`http::Request`] with headers of your own (subprotocols, cookies, authorization, origin).
-pub trait IntoClientRequest {
-    /// The request.
-    fn into_client_request(self) -> Result<Request<()>, Error>;
-}
-
-impl IntoClientRequest for &str {
-    fn into_client_request(self) -> Result<Request<()>, Error> {
-        let uri: Uri = self
-            .parse()
-            .map_err(|e| HandshakeError::InvalidUrl(format!("{self:?}: {e}")))?;
-        uri.into_client_request()
-    }
-}
-
-impl IntoClientRequest for String {
-    fn into_client_request(self) -> Result<Request<()>, Error> {
-        self.as_str().into_client_request()
-    }
-}
-
-impl IntoClientRequest for &String {
-    fn into_client_request(self) -> Result<Request<()>, Error> {
-        self.as_str().into_client_request()
-    }
-}
-
-impl IntoClientRequest for Uri {
-    fn into_client_request(self) -> Result<Request<()>, Error> {
-        let mut request = Request::new(());
-        *request.uri_mut() = self;
-        Ok(request)
-    }
-}
-
-impl IntoClientRequest for Request<()> {
-    fn into_client_request(self) -> Result<Request<()>, Error> {
-        Ok(self)
-    }
-}
 
 /// Connects to a `ws://` URL with the default [`Config`].
 ///
 /// URLs: `ws://` and `wss://`, schemes in any case (RFC 3986 §3.1). As in the WHATWG WebSocket
 /// constructor (what browsers do), `http://` is taken as `ws://` and `https://` as `wss://`. Any
 /// other scheme, no host, or a port that is not a number from 0 to 65535 is
-/// [`HandshakeError::InvalidUrl`] before any connection is attempted.
+/// [`HandshakeError::InvalidUrl`](sockeye_proto::HandshakeError::InvalidUrl) before any connection is attempted.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), sockeye::Error> {
@@ -190,7 +149,7 @@ impl Target<'_> {
 /// so and [`HttpVersion::Http2Preferred`](crate::HttpVersion) allows it.
 #[cfg(feature = "http2")]
 async fn connect_http2(
-    request: Request<()>,
+    request: http::Request<()>,
     target: &Target<'_>,
     config: &Config,
 ) -> Result<(WebSocket<TransportStream>, Response<()>), Error> {
@@ -285,52 +244,4 @@ async fn wrap_tls(
 #[cfg(not(feature = "tls"))]
 async fn wrap_tls(_: TcpStream, _: &str, _: &Config, _: &[&[u8]]) -> Result<TransportStream, Error> {
     Err(HandshakeError::InvalidUrl("wss:// needs the `tls` feature, which this build lacks".into()).into())
-}
-
-/// Performs the client handshake over a stream you connected yourself (through a proxy, over TLS,
-/// over a Unix socket...). `request`'s URL supplies the path and the `Host` header.
-pub async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
-    request: impl IntoClientRequest,
-    config: &Config,
-) -> Result<(WebSocket<S>, Response<()>), Error> {
-    let mut request = request.into_client_request()?;
-    let headers = request.headers_mut();
-    if !headers.contains_key(SEC_WEBSOCKET_EXTENSIONS)
-        && let Some(offer) = extension::client_offer(&config.protocol)
-        && let Ok(value) = HeaderValue::from_str(&offer)
-    {
-        headers.insert(SEC_WEBSOCKET_EXTENSIONS, value);
-    }
-    let handshake = ClientHandshake::new(request, rand::random())?;
-    stream.write_all(&handshake.encode_request()).await?;
-    stream.flush().await?;
-    let mut buf = BytesMut::with_capacity(1024);
-    let limit = config.protocol.max_handshake_size;
-    let read = read_head(&mut stream, &mut buf, limit, |buf| {
-        // A TLS server answers the request, which it takes for a bad TLS record, with an alert
-        // record (0x15), or a handshake record (0x16) — neither of which is HTTP.
-        if let [0x15 | 0x16, rest @ ..] = buf
-            && rest.first().is_none_or(|&major| major == 3)
-        {
-            return Err(HandshakeError::MalformedHttp(
-                "the server answered with a TLS record: it speaks TLS on this port, so use wss:// \
-                 (not ws://)"
-                    .into(),
-            ));
-        }
-        handshake.parse_response(buf, &config.protocol)
-    })
-    .await;
-    let (response, leftover) = match read {
-        Ok(read) => read,
-        Err(e) => {
-            return Err(e
-                .into_handshake_error(limit, "server")
-                .map_or_else(|e| e, Error::from));
-        }
-    };
-    let deflate = extension::client_accept(&config.protocol, response.headers())?;
-    let ws = WebSocket::from_upgraded(stream, Role::Client, config, leftover, deflate);
-    Ok((ws, response))
 }

@@ -1,116 +1,23 @@
-//! Accepting connections as a server (RFC 6455 §4.2).
+//! [`Server`]: a TCP listener that accepts WebSocket connections (HTTP/1.1 and HTTP/2, over TLS
+//! or not), turns away clients beyond the connection limit, runs each connection's handshake
+//! and handler in a task, and shuts down gracefully.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::BytesMut;
-use http::{Request, Response};
-use sockeye_proto::handshake::{ClientHello, encode_response, parse_request};
-use sockeye_proto::{HandshakeError, Role};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use http::Request;
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 
+use super::establish::{Established, establish, sniff_then_upgrade};
+use super::refusal::service_unavailable;
 use crate::config::Config;
-use crate::error::{Error, TimeoutCause};
-use crate::head::{deadline_in, read_head, with_deadline, with_deadline_at};
-use crate::negotiate::{kept_deflate, negotiate, refuse, send_and_close, service_unavailable};
+use crate::head::deadline_in;
 use crate::shutdown::{ShutdownHandle, ShutdownSignal};
 use crate::stats::ServerStats;
 use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
-
-/// Accepts a WebSocket connection on a stream, with the default [`Config`], whatever the path,
-/// origin or subprotocols.
-pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(stream: S) -> Result<WebSocket<S>, Error> {
-    accept_with(stream, &Config::default(), |_, response| Ok(response)).await
-}
-
-/// Accepts a connection, letting `decide` look at the request (path, query, `Origin`, headers,
-/// offered subprotocols) and either return the `101` response, with headers added, or refuse with
-/// any HTTP response (status and body are sent as given).
-///
-/// Requests that are not valid WebSocket upgrades are refused before `decide` is called, with
-/// 400, 405, 426 (and `Sec-WebSocket-Version: 13`), 431 or 505.
-///
-/// ```no_run
-/// use http::{Response, StatusCode};
-/// # async fn run(stream: tokio::net::TcpStream) -> Result<(), sockeye::Error> {
-/// let ws = sockeye::accept_with(stream, &sockeye::Config::default(), |request, mut response| {
-///     if request.uri().path() != "/chat" {
-///         let mut refusal = Response::new("no such endpoint\n".to_string());
-///         *refusal.status_mut() = StatusCode::NOT_FOUND;
-///         return Err(refusal);
-///     }
-///     response.headers_mut().insert("sec-websocket-protocol", "chat".parse().unwrap());
-///     Ok(response)
-/// })
-/// .await?;
-/// # Ok(()) }
-/// ```
-pub async fn accept_with<S, F>(stream: S, config: &Config, decide: F) -> Result<WebSocket<S>, Error>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-    F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
-{
-    let upgrade = accept_buffered(stream, BytesMut::with_capacity(1024), config, decide);
-    with_deadline(config.handshake_timeout, TimeoutCause::Handshake, upgrade)
-        .await
-        .map(|(ws, _request)| ws)
-}
-
-/// [`accept_with`] on a stream whose first bytes were already read into `buf`, without a
-/// deadline of its own (the caller's covers it); the request is handed back with the connection
-/// (moved, not copied).
-pub(crate) async fn accept_buffered<S, F>(
-    mut stream: S,
-    mut buf: BytesMut,
-    config: &Config,
-    decide: F,
-) -> Result<(WebSocket<S>, Request<()>), Error>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-    F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
-{
-    let limit = config.protocol.max_handshake_size;
-    let read = read_head(&mut stream, &mut buf, limit, |buf| {
-        parse_request(buf, &config.protocol)
-    })
-    .await;
-    let (request, leftover) = match read {
-        Ok(read) => read,
-        Err(e) => match e.into_handshake_error(limit, "client") {
-            Ok(refused) => return refuse(&mut stream, refused).await,
-            Err(e) => return Err(e),
-        },
-    };
-    let hello = match ClientHello::from_request(&request) {
-        Ok(hello) => hello,
-        Err(e) => return refuse(&mut stream, e).await,
-    };
-    let (response, deflate) = negotiate(&hello, &config.protocol);
-    match decide(&request, response) {
-        Ok(response) => {
-            let deflate = kept_deflate(deflate, &response);
-            stream.write_all(&encode_response(&response)).await?;
-            stream.flush().await?;
-            let ws = WebSocket::from_upgraded(stream, Role::Server, config, leftover, deflate);
-            Ok((ws, request))
-        }
-        Err(refusal) => {
-            let status = refusal.status();
-            send_and_close(&mut stream, &encode_response(&refusal)).await;
-            let reason = status.canonical_reason().unwrap_or("").to_string();
-            Err(HandshakeError::Rejected {
-                status: status.as_u16(),
-                reason,
-            }
-            .into())
-        }
-    }
-}
 
 /// A TCP listener that accepts WebSocket connections and hands each to a handler in its own task.
 ///
@@ -358,93 +265,6 @@ impl Server {
         finish(tasks, config.shutdown_timeout).await;
         Ok(())
     }
-}
-
-/// How a new connection's handshake ended.
-enum Established {
-    /// An HTTP/1.1 upgrade: the WebSocket, and the request it came with.
-    WebSocket(WebSocket<TransportStream>, Request<()>),
-    /// The client speaks HTTP/2: the stream, what was read of it, and the handshake's deadline
-    /// (the HTTP/2 connection preface must arrive by then).
-    #[cfg(feature = "http2")]
-    Http2(TransportStream, BytesMut, Instant),
-    /// The handshake failed (counted in the stats and logged).
-    Failed,
-}
-
-/// A new connection's handshakes: TCP_NODELAY, TLS, the HTTP/2 sniff, then the HTTP/1.1 upgrade,
-/// all within one handshake timeout from the accept (each phase with a timeout of its own would
-/// let a slow client take a multiple of it). Failures are counted in `stats`.
-async fn establish(
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
-    config: &Config,
-    stats: &ServerStats,
-    #[cfg(feature = "tls")] tls: Option<Arc<rustls::ServerConfig>>,
-) -> Established {
-    let deadline = deadline_in(config.handshake_timeout);
-    if let Err(e) = stream.set_nodelay(config.tcp_nodelay) {
-        stats.handshake_failed(peer, "TCP_NODELAY", &e);
-        return Established::Failed;
-    }
-    #[cfg(feature = "tls")]
-    let stream = match tls {
-        Some(tls_config) => {
-            let handshake = async {
-                let mut tls = Box::new(
-                    crate::tls::ServerTlsStream::server(stream, tls_config)
-                        .map_err(|e| Error::Tls(crate::tls::TlsError::from_rustls(&e)))?,
-                );
-                tls.handshake().await?;
-                Ok::<_, Error>(tls)
-            };
-            match with_deadline_at(deadline, TimeoutCause::Handshake, handshake).await {
-                Ok(tls) => TransportStream::ServerTls(tls),
-                Err(e) => {
-                    stats.handshake_failed(peer, "TLS handshake", &e);
-                    return Established::Failed;
-                }
-            }
-        }
-        None => TransportStream::Plain(stream),
-    };
-    #[cfg(not(feature = "tls"))]
-    let stream = TransportStream::Plain(stream);
-    match sniff_then_upgrade(stream, config, deadline, |_, response| Ok(response)).await {
-        Ok(established) => established,
-        Err(e) => {
-            stats.handshake_failed(peer, "WebSocket handshake", &e);
-            Established::Failed
-        }
-    }
-}
-
-/// The HTTP/2 sniff, then the HTTP/1.1 upgrade answered by `decide`, both by `deadline`: an
-/// HTTP/2 client is handed back with what was read of it, never `Established::Failed`.
-async fn sniff_then_upgrade<F>(
-    stream: TransportStream,
-    config: &Config,
-    deadline: Instant,
-    decide: F,
-) -> Result<Established, Error>
-where
-    F: FnOnce(&Request<()>, Response<()>) -> Result<Response<()>, Response<String>>,
-{
-    let upgrade = async {
-        #[allow(unused_mut)]
-        let mut stream = stream;
-        // Cleartext HTTP/2 starts with its preface, HTTP/1.1 with a request line: the first
-        // bytes read tell them apart and go on to whichever protocol it is.
-        #[allow(unused_mut)]
-        let mut head = BytesMut::with_capacity(1024);
-        #[cfg(feature = "http2")]
-        if config.accept_http2 && crate::http2::sniff::speaks_http2(&mut stream, &mut head).await {
-            return Ok(Established::Http2(stream, head, deadline));
-        }
-        let (ws, request) = accept_buffered(stream, head, config, decide).await?;
-        Ok(Established::WebSocket(ws, request))
-    };
-    with_deadline_at(deadline, TimeoutCause::Handshake, upgrade).await
 }
 
 /// Waits for connection tasks to end, up to `limit`, then aborts the rest (dropping their sockets).
