@@ -16,7 +16,8 @@ use super::request::IntoClientRequest;
 use crate::config::Config;
 use crate::error::{Error, TimeoutCause};
 use crate::head::{deadline_in, with_deadline};
-use crate::proxy::{Proxy, ProxyConfig, authority, with_context};
+use crate::proxy::config::{Proxy, ProxyConfig};
+use crate::proxy::tunnel::{authority, with_context};
 use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
 
@@ -78,7 +79,7 @@ pub async fn connect_with(
             deadline,
         };
         #[cfg(feature = "http2")]
-        if config.http_version != crate::HttpVersion::Http1 {
+        if config.http_version != crate::config::HttpVersion::Http1 {
             return connect_http2(request, &target, config).await;
         }
         let stream = open_transport(&target, config, HTTP1_ALPN).await?;
@@ -153,7 +154,7 @@ async fn connect_http2(
     target: &Target<'_>,
     config: &Config,
 ) -> Result<(WebSocket<TransportStream>, Response<()>), Error> {
-    use crate::HttpVersion;
+    use crate::config::HttpVersion;
     use crate::http2::client::{client_alpn, connect_new, connect_pooled};
     use crate::http2::pool::PoolKey;
     let only = config.http_version == HttpVersion::Http2Only;
@@ -178,7 +179,7 @@ async fn connect_http2(
         #[cfg(feature = "tls")]
         Err(Error::Tls(e))
             if only
-                && matches!(&e.kind, crate::tls::TlsErrorKind::AlertReceived(a) if a == "NoApplicationProtocol") =>
+                && matches!(&e.kind, crate::tls::error::TlsErrorKind::AlertReceived(a) if a == "NoApplicationProtocol") =>
         {
             return Err(HandshakeError::Http2Unavailable("the server did not choose h2 by ALPN").into());
         }
@@ -209,12 +210,12 @@ async fn wrap_tls(
 ) -> Result<TransportStream, Error> {
     let tls_config = match &config.tls_client {
         Some(c) => c.clone(),
-        None => crate::tls::default_client_config()?,
+        None => crate::tls::client::default_client_config()?,
     };
-    let tls_config = crate::tls::with_alpn(tls_config, alpn);
+    let tls_config = crate::tls::client::with_alpn(tls_config, alpn);
     let mut tls = Box::new(
-        crate::tls::ClientTlsStream::client(tcp, tls_config, crate::tls::server_name(host)?)
-            .map_err(|e| Error::Tls(crate::tls::TlsError::from_rustls(&e)))?,
+        crate::tls::stream::connection::ClientTlsStream::client(tcp, tls_config, crate::tls::client::server_name(host)?)
+            .map_err(|e| Error::Tls(crate::tls::error::TlsError::from_rustls(&e)))?,
     );
     // The server's first bytes are looked at (peeked, left for rustls) before rustls reads them:
     // a plain HTTP server answers our ClientHello with an HTTP error, which rustls would only
@@ -227,8 +228,8 @@ async fn wrap_tls(
             match tls.get_ref().poll_peek(cx, &mut first) {
                 std::task::Poll::Ready(Ok(_)) => {
                     first_bytes_seen = true;
-                    if crate::tls::looks_like_http(first.filled()) {
-                        return std::task::Poll::Ready(Err(crate::tls::TlsError::plain_http_server().into()));
+                    if crate::tls::client::looks_like_http(first.filled()) {
+                        return std::task::Poll::Ready(Err(crate::tls::error::TlsError::plain_http_server().into()));
                     }
                 }
                 std::task::Poll::Ready(Err(_)) => first_bytes_seen = true,

@@ -27,5 +27,3 @@ pub(crate) mod tunnel;
 
 pub use config::{Proxy, ProxyConfig, ProxyKind};
 pub use error::ProxyError;
-// For `crate::client`, which names these through `crate::proxy::`.
-pub(crate) use tunnel::{authority, with_context};

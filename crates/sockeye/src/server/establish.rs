@@ -49,8 +49,8 @@ pub(super) async fn establish(
         Some(tls_config) => {
             let handshake = async {
                 let mut tls = Box::new(
-                    crate::tls::ServerTlsStream::server(stream, tls_config)
-                        .map_err(|e| Error::Tls(crate::tls::TlsError::from_rustls(&e)))?,
+                    crate::tls::stream::connection::ServerTlsStream::server(stream, tls_config)
+                        .map_err(|e| Error::Tls(crate::tls::error::TlsError::from_rustls(&e)))?,
                 );
                 tls.handshake().await?;
                 Ok::<_, Error>(tls)

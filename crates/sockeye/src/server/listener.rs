@@ -138,7 +138,7 @@ impl Server {
         // Offer `h2` by ALPN exactly when HTTP/2 is served.
         #[cfg(feature = "tls")]
         let tls = tls.map(|acceptor| {
-            crate::tls::server_config(&acceptor, config.accept_http2 && cfg!(feature = "http2"))
+            crate::tls::server::server_config(&acceptor, config.accept_http2 && cfg!(feature = "http2"))
         });
         let mut tasks = JoinSet::new();
         loop {

@@ -20,11 +20,11 @@
 //! checks), `pem` and `provider` (what both sides load with), `error`, and `stream` (the
 //! connection, a folder of its own).
 
-mod client;
+pub(crate) mod client;
 pub(crate) mod error;
 mod pem;
 mod provider;
-mod server;
+pub(crate) mod server;
 pub(crate) mod stream;
 mod verify;
 
@@ -32,10 +32,7 @@ pub use rustls;
 pub use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 pub use client::{ClientTlsOptions, Roots};
-// For `crate::client` and `crate::server`, which name these through `crate::tls::`.
-pub(crate) use client::{default_client_config, looks_like_http, server_name, with_alpn};
 pub use error::{TlsError, TlsErrorKind};
 pub use server::ServerTls;
-pub(crate) use server::server_config;
 pub use stream::connection::{ClientTlsStream, ServerTlsStream, TlsStream};
 pub use stream::side::TlsSide;
