@@ -27,12 +27,14 @@ use std::sync::{Arc, Mutex};
 use sockeye::{DataKind, Message};
 use tokio::sync::mpsc;
 
-use crate::backplane::{Backplane, EVENT_QUEUE, Event, EventSender, History, InProcess};
-use crate::delivery::{delivery, to_delivery};
+use crate::backplane::api::{Backplane, EVENT_QUEUE, Event, EventSender, History};
+use crate::backplane::in_process::InProcess;
+use crate::backplane::position::{Origin, Position, Publication, Recovery};
+use crate::config::{HistoryConfig, HubConfig, SubscriberConfig};
+use crate::delivery::{Delivery, delivery, to_delivery};
+use crate::error::Error;
 use crate::queue::{Queue, lock};
-use crate::{
-    Delivery, Error, HistoryConfig, HubConfig, Origin, Position, Publication, SubscriberConfig, Topic,
-};
+use crate::topic::Topic;
 
 /// A node's topics. Cheap to clone (shared); the hub stops when the last clone and the last
 /// [`Subscriber`] are dropped.
@@ -121,7 +123,7 @@ impl Hub {
     /// `redis://HOST:PORT`, `nats://HOST:PORT` or `memory:`.
     pub async fn connect(url: &str, config: HubConfig, history: HistoryConfig) -> Result<Hub, Error> {
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let backplane = crate::backplane::connect(url, history, tx).await?;
+        let backplane = crate::backplane::connect::connect(url, history, tx).await?;
         Ok(Hub::start(config, backplane, rx))
     }
 
@@ -316,28 +318,6 @@ impl Hub {
     pub fn max_payload(&self) -> usize {
         self.inner.config.max_payload
     }
-}
-
-/// How a subscription with a position to resume from began.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Recovery {
-    /// No position was given: live publications from now on.
-    Live,
-    /// Everything published after the position was queued first (`count` publications), then
-    /// live ones: no gap, no duplicate. This subscriber's own publications are left out, as live
-    /// delivery leaves them out ([`Subscriber::publish`]).
-    Recovered {
-        /// Publications recovered (queued).
-        count: usize,
-    },
-    /// Recovery of everything after the position was impossible: the position is of another
-    /// epoch (the backplane may have lost publications since), older than the history keeps,
-    /// ahead of what the history holds (the backplane went back), or the backplane has no
-    /// history. A [`Delivery::Gap`] was queued first, then whatever the history still holds
-    /// after the position (for another epoch: all of the current one), then live publications;
-    /// see [`Delivery::Gap`] for its `resume`.
-    Lost,
 }
 
 /// One connection's view of the hub: the topics it subscribed to and its queue of deliveries.

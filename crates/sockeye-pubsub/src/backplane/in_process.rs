@@ -21,8 +21,11 @@ use std::time::Duration;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
-use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Position, Publication};
-use crate::{Error, HistoryConfig, Topic};
+use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History};
+use super::position::{Position, Publication};
+use crate::config::HistoryConfig;
+use crate::error::Error;
+use crate::topic::Topic;
 
 /// The timer's sweeps are at least this far apart: expiry may be that late, and a topic whose
 /// oldest publication moves with every new one (trimmed by `max_len`) does not wake the timer
@@ -392,7 +395,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::Origin;
+    use crate::backplane::position::Origin;
 
     fn publication(topic: &Topic, bytes: usize) -> Publication {
         Publication {

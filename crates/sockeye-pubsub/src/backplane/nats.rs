@@ -178,8 +178,11 @@ use sockeye::backoff::Backoff;
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 
-use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Origin, Position, Publication};
-use crate::{Error, HistoryConfig, Topic};
+use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, partly_published};
+use super::position::{Origin, Position, Publication};
+use crate::config::HistoryConfig;
+use crate::error::Error;
+use crate::topic::Topic;
 
 /// The JetStream stream holding every topic's history.
 const STREAM: &str = "SOCKEYE";
@@ -426,7 +429,7 @@ fn jetstream_unavailable(e: &jetstream::context::CreateStreamError) -> bool {
 pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, Error> {
     let accepted = "expected nats://HOST:PORT, or several servers of one cluster as \
                     nats://HOST:PORT,HOST:PORT,… (e.g. nats://127.0.0.1:4222)";
-    super::host_list(url, "nats", 4222, accepted)
+    super::url::host_list(url, "nats", 4222, accepted)
 }
 
 fn subject(topic: &Topic) -> String {
@@ -874,7 +877,7 @@ impl Shared {
                 source: None,
             }),
         };
-        result.map_err(|e| super::partly_published(published, sent, e))
+        result.map_err(|e| partly_published(published, sent, e))
     }
 
     /// See [`Backplane::history`]; the epoch rules are in "A server's life is part of the

@@ -99,8 +99,11 @@ use sockeye::backoff::Backoff;
 use tokio::sync::Mutex;
 use tokio::task::AbortHandle;
 
-use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Origin, Position, Publication};
-use crate::{Error, HistoryConfig, Topic};
+use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, partly_published};
+use super::position::{Origin, Position, Publication};
+use crate::config::HistoryConfig;
+use crate::error::Error;
+use crate::topic::Topic;
 
 /// How long [`Redis::connect`] waits for the server at start.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -306,7 +309,7 @@ pub(crate) fn parse_url(url: &str) -> Result<String, Error> {
     };
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    let addr = super::host_port(host_port, 6379).map_err(|why| bad(&why))?;
+    let addr = super::url::host_port(host_port, 6379).map_err(|why| bad(&why))?;
     let path = path.split(['?', '#']).next().unwrap_or("");
     if !path.is_empty() && path.parse::<u32>().is_err() {
         return Err(bad(&format!("the database {path:?} is not a number")));
@@ -449,7 +452,7 @@ impl Shared {
                     Ok(v) => Ok(position_of(&v).into_iter().collect()),
                     Err(e) => {
                         self.reset_commands().await;
-                        Err(super::partly_published(
+                        Err(partly_published(
                             0,
                             1,
                             self.error(&format!("publish to {topic}"), e),
@@ -484,7 +487,7 @@ impl Shared {
                 // Sent, no answer (the connection dropped, or no reply within the timeout): any
                 // prefix of the batch may have been published.
                 self.reset_commands().await;
-                return Err(super::partly_published(0, n, self.error(&what, e)));
+                return Err(partly_published(0, n, self.error(&what, e)));
             }
         };
         // SCRIPT LOAD's reply aside: what counts is which scripts ran.
@@ -500,7 +503,7 @@ impl Shared {
             .into_iter()
             .find_map(Result::err)
             .map_or_else(|| self.error(&what, "missing reply"), |e| self.error(&what, e));
-        Err(super::partly_published(published, sent, first_error))
+        Err(partly_published(published, sent, first_error))
     }
 
     fn has_history(&self) -> bool {

@@ -58,12 +58,15 @@ use redis::{PushInfo, PushKind, RedisError, Script, Value};
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::AbortHandle;
 
+use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, partly_published};
+use super::position::{Position, Publication};
 use super::redis::{
     BACKOFF, CONNECT_TIMEOUT, PUBLISH_SCRIPT, RESPONSE_TIMEOUT, channel, decode_message, history_from,
     meta_key, script_input, stream_key, unsubscribed,
 };
-use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Position, Publication};
-use crate::{Error, HistoryConfig, Topic};
+use crate::config::HistoryConfig;
+use crate::error::Error;
+use crate::topic::Topic;
 
 /// Reads a topic's meta hash, its Stream from a position and the `run_id` of the server, at
 /// once (KEYS: meta, stream; ARGV: XRANGE start, count).
@@ -124,7 +127,7 @@ const ACCEPTED: &str = "accepted: redis+cluster://HOST:PORT[,HOST:PORT…] (some
 
 /// Checks `url` and returns its nodes' `host:port`.
 pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, Error> {
-    super::host_list(url, "redis+cluster", 6379, ACCEPTED)
+    super::url::host_list(url, "redis+cluster", 6379, ACCEPTED)
 }
 
 impl RedisCluster {
@@ -221,7 +224,7 @@ impl Shared {
         // One publication that may have been published is said so, as a batch of one would be.
         match self.publish_run(&p.topic, std::slice::from_ref(p)).await {
             Ok(mut positions) => Ok(positions.pop()),
-            Err((true, e)) => Err(super::partly_published(0, 1, e)),
+            Err((true, e)) => Err(partly_published(0, 1, e)),
             Err((false, e)) => Err(e),
         }
     }
@@ -237,7 +240,7 @@ impl Shared {
                 Ok(run_positions) => positions.extend(run_positions),
                 Err((maybe, e)) => {
                     let sent = if maybe { published + run.len() } else { published };
-                    return Err(super::partly_published(published, sent, e));
+                    return Err(partly_published(published, sent, e));
                 }
             }
         }

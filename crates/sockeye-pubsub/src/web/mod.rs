@@ -50,6 +50,7 @@ mod socket;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::State;
 use axum::routing::{any, get, post};
 use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
@@ -57,7 +58,8 @@ use hyper_util::service::TowerToHyperService;
 use sockeye::ShutdownHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::{Hub, OnGap, SessionConfig};
+use crate::hub::Hub;
+use crate::session::{OnGap, SessionConfig};
 use auth::{Authorize, Refused};
 use metrics::Metrics;
 
@@ -217,7 +219,10 @@ impl Web {
             .route("/publish/", post(api::publish_one))
             .route("/publish/{*topic}", post(api::publish_one))
             .route("/history/{*topic}", get(api::history))
-            .route("/metrics", get(metrics::scrape))
+            .route(
+                "/metrics",
+                get(|State(shared): State<Arc<Shared>>| async move { shared.metrics.scrape(&shared.hub) }),
+            )
             .fallback(socket::elsewhere)
             .with_state(Arc::clone(&self.shared))
     }
