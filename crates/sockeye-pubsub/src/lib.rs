@@ -70,6 +70,7 @@ mod protocol;
 mod queue;
 mod retry;
 pub mod session;
+mod task;
 mod topic;
 #[cfg(feature = "web")]
 pub mod web;

@@ -25,6 +25,7 @@ use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History
 use super::position::{Position, Publication};
 use crate::config::HistoryConfig;
 use crate::error::Error;
+use crate::task::AbortOnDrop;
 use crate::topic::Topic;
 
 /// The timer's sweeps are at least this far apart: expiry may be that late, and a topic whose
@@ -44,7 +45,7 @@ pub struct InProcess {
     shared: Arc<Shared>,
     events: EventSender,
     /// The task that sweeps expired history; stopped with the backplane.
-    sweeper: Option<tokio::task::AbortHandle>,
+    _sweeper: Option<AbortOnDrop>,
 }
 
 #[derive(Debug)]
@@ -108,11 +109,11 @@ impl InProcess {
         let sweeper = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|_| history.max_len > 0)
-            .map(|rt| rt.spawn(sweep_when_due(Arc::clone(&shared))).abort_handle());
+            .map(|rt| AbortOnDrop(rt.spawn(sweep_when_due(Arc::clone(&shared))).abort_handle()));
         InProcess {
             shared,
             events,
-            sweeper,
+            _sweeper: sweeper,
         }
     }
 
@@ -190,14 +191,6 @@ impl InProcess {
             state.forget_if_unused(&publication.topic);
         }
         Ok(position)
-    }
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        if let Some(sweeper) = &self.sweeper {
-            sweeper.abort();
-        }
     }
 }
 
