@@ -128,6 +128,52 @@ impl InProcess {
         state.topics.len()
     }
 
+    /// See [`Backplane::history`]; the arguments owned, for the boxed future.
+    async fn read_history(
+        &self,
+        topic: Topic,
+        since: Option<Position>,
+        limit: usize,
+    ) -> Result<History, Error> {
+        let mut state = self.shared.state.lock().await;
+        state.sweep(Instant::now(), &self.shared.history);
+        let Some(h) = state.topics.get(&topic) else {
+            // Nothing published in this life of the topic: a position is of another life
+            // (forgotten, or another process's) and cannot be recovered; no position means
+            // "everything", which is nothing.
+            return Ok(match since {
+                Some(_) => History::Lost { latest: None },
+                None => History::Complete(Vec::new()),
+            });
+        };
+        let latest = Some(Position {
+            epoch: h.epoch.clone(),
+            offset: h.offset,
+        });
+        let after = match &since {
+            None => 0,
+            Some(p) if p.epoch != h.epoch || p.offset > h.offset => {
+                return Ok(History::Lost { latest });
+            }
+            Some(p) => p.offset,
+        };
+        // Offsets are contiguous and only the oldest go: the first kept is
+        // `h.offset - len + 1`.
+        let first_kept = h.offset + 1 - h.kept.len() as u64;
+        if after + 1 < first_kept && since.is_some() {
+            return Ok(History::Lost { latest });
+        }
+        let skip = usize::try_from(after.saturating_sub(first_kept - 1)).unwrap_or(usize::MAX);
+        Ok(History::Complete(
+            h.kept
+                .iter()
+                .skip(skip)
+                .take(limit)
+                .map(|k| k.publication.clone())
+                .collect(),
+        ))
+    }
+
     /// Numbers `publication`, keeps it, and hands it to the hub if subscribed; its position.
     async fn publish_locked(
         &self,
@@ -339,47 +385,7 @@ impl Backplane for InProcess {
         since: Option<&Position>,
         limit: usize,
     ) -> BoxFuture<'_, Result<History, Error>> {
-        let topic = topic.clone();
-        let since = since.cloned();
-        Box::pin(async move {
-            let mut state = self.shared.state.lock().await;
-            state.sweep(Instant::now(), &self.shared.history);
-            let Some(h) = state.topics.get(&topic) else {
-                // Nothing published in this life of the topic: a position is of another life
-                // (forgotten, or another process's) and cannot be recovered; no position means
-                // "everything", which is nothing.
-                return Ok(match since {
-                    Some(_) => History::Lost { latest: None },
-                    None => History::Complete(Vec::new()),
-                });
-            };
-            let latest = Some(Position {
-                epoch: h.epoch.clone(),
-                offset: h.offset,
-            });
-            let after = match &since {
-                None => 0,
-                Some(p) if p.epoch != h.epoch || p.offset > h.offset => {
-                    return Ok(History::Lost { latest });
-                }
-                Some(p) => p.offset,
-            };
-            // Offsets are contiguous and only the oldest go: the first kept is
-            // `h.offset - len + 1`.
-            let first_kept = h.offset + 1 - h.kept.len() as u64;
-            if after + 1 < first_kept && since.is_some() {
-                return Ok(History::Lost { latest });
-            }
-            let skip = usize::try_from(after.saturating_sub(first_kept - 1)).unwrap_or(usize::MAX);
-            Ok(History::Complete(
-                h.kept
-                    .iter()
-                    .skip(skip)
-                    .take(limit)
-                    .map(|k| k.publication.clone())
-                    .collect(),
-            ))
-        })
+        Box::pin(self.read_history(topic.clone(), since.cloned(), limit))
     }
 }
 

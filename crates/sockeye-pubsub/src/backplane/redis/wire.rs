@@ -1,7 +1,7 @@
 //! What the Redis backplane writes and reads on the server: the keys of a topic, the publish
 //! script and its arguments, the wire format of a message and a Stream entry, and the replies
 //! parsed (the meta hash, XRANGE, `INFO server`). Shared by one server and a cluster. The
-//! formats are described in the [module documentation](super).
+//! formats are described in the [Redis backplane's documentation](super).
 
 use std::time::Duration;
 
