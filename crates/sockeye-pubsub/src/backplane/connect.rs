@@ -1,14 +1,20 @@
 //! Picking a backplane by URL: [`connect`] and [`check_url`] (`redis://`, `redis+cluster://`,
-//! `nats://`, `memory:`), and what an unknown or compiled-out scheme is told.
+//! `nats://`, `memory:`), what an unknown or compiled-out scheme is told, and
+//! [`Hub::connect`], a hub over the backplane a URL names. Here, not with the hub, so that the
+//! hub knows only the [`Backplane`] trait (and the in-process default), and this file alone
+//! every backplane.
 
-use super::api::{Backplane, EventSender};
+use super::api::{Backplane, EVENT_QUEUE, EventSender};
 use super::in_process::InProcess;
 #[cfg(feature = "nats")]
 use super::nats;
 #[cfg(feature = "redis")]
 use super::{redis, redis_cluster};
-use crate::config::HistoryConfig;
+use tokio::sync::mpsc;
+
+use crate::config::{HistoryConfig, HubConfig};
 use crate::error::Error;
+use crate::hub::Hub;
 
 /// What [`connect`] accepts, for error messages.
 pub const URL_FORMS: &str = "redis://HOST:PORT, redis+cluster://HOST:PORT,HOST:PORT,… (feature `redis`), \
@@ -64,5 +70,15 @@ pub async fn connect(
         #[cfg(feature = "nats")]
         "nats" => Ok(Box::new(nats::connect(url, history, events).await?)),
         _ => Err(unsupported(url, &scheme)),
+    }
+}
+
+impl Hub {
+    /// A hub over the backplane a URL names (see [`backplane::connect`](connect)):
+    /// `redis://HOST:PORT`, `nats://HOST:PORT` or `memory:`.
+    pub async fn connect(url: &str, config: HubConfig, history: HistoryConfig) -> Result<Hub, Error> {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let backplane = connect(url, history, tx).await?;
+        Ok(Hub::start(config, backplane, rx))
     }
 }

@@ -21,7 +21,8 @@
 //! position it gave, is a rollback: a gap is reported, and the positions given again are delivered
 //! as the new publications they are, not dropped as duplicates.
 //!
-//! Files: `node` (the [`Hub`] handle: its backplane, counts, history reads), `state` (the topics
+//! Files: `node` (the [`Hub`] handle: its start over a backplane, counts, history reads;
+//! [`Hub::connect`], which knows every backplane, is in `backplane/connect.rs`), `state` (the topics
 //! and their subscribers' queues, shared by the rest), `publish` (publishing, [`Publisher`]),
 //! `subscribe` ([`Subscriber`]: subscribing, recovery from a position, receiving), `fan_out` (the
 //! backplane's events delivered; jumps, rollbacks and outages repaired from history or reported as

@@ -56,14 +56,6 @@ impl Hub {
         })
     }
 
-    /// A hub over the backplane a URL names (see [`backplane::connect`](crate::backplane::connect)):
-    /// `redis://HOST:PORT`, `nats://HOST:PORT` or `memory:`.
-    pub async fn connect(url: &str, config: HubConfig, history: HistoryConfig) -> Result<Hub, Error> {
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let backplane = crate::backplane::connect::connect(url, history, tx).await?;
-        Ok(Hub::start(config, backplane, rx))
-    }
-
     /// A hub over the backplane that `make` builds around the event channel it is given.
     pub fn with_backplane<B: Backplane>(config: HubConfig, make: impl FnOnce(EventSender) -> B) -> Hub {
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
