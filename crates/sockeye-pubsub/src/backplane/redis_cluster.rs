@@ -59,11 +59,11 @@ use tokio::sync::{Mutex, mpsc};
 
 use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, partly_published};
 use super::position::{Position, Publication};
+use super::redis::connection::{BACKOFF, CONNECT_TIMEOUT, RESPONSE_TIMEOUT, unsubscribe_within};
 use super::redis::history::history_from;
 use super::redis::wire::{
     PUBLISH_SCRIPT, channel, decode_message, has_history, meta_key, position_of, script_input, stream_key,
 };
-use super::redis::{BACKOFF, CONNECT_TIMEOUT, RESPONSE_TIMEOUT, unsubscribe_within};
 use crate::config::HistoryConfig;
 use crate::error::Error;
 use crate::task::AbortOnDrop;

@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::queue::{Queue, lock};
 use crate::topic::Topic;
 
+/// What a hub's handles, its subscribers and its fan-out task share.
 pub(super) struct Inner {
     pub(super) node: u64,
     pub(super) config: HubConfig,
@@ -39,6 +40,7 @@ impl std::fmt::Debug for Inner {
     }
 }
 
+/// A topic this node follows: its subscribers here, and the seams of gap repair.
 #[derive(Default)]
 pub(super) struct TopicState {
     pub(super) subscribers: HashMap<u64, Arc<Queue>>,

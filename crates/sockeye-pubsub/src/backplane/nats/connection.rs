@@ -29,6 +29,7 @@ pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// that the nodes that lost one server do not all come back at the same instant.
 pub(super) const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
 
+/// What the backplane, its supervisor and its publishing and history reads share.
 pub(super) struct Shared {
     /// `nats://HOST:PORT`, for messages.
     pub(super) server: String,
@@ -57,6 +58,7 @@ impl Shared {
         (!clustered && !info.server_id.is_empty()).then(|| life::of_server(&info.server_id))
     }
 
+    /// An error of this backplane's server, saying what failed.
     pub(super) fn failed(
         &self,
         what: impl fmt::Display,

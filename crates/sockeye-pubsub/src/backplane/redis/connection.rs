@@ -31,6 +31,7 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// (50–100 ms first, 1.5–3 s at most).
 pub(crate) const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(3));
 
+/// What the backplane, its pub/sub reader and its publishing and history reads share.
 pub(super) struct Shared {
     pub(super) client: Client,
     /// `host:port`, for messages (never the password).
@@ -63,6 +64,7 @@ pub(super) struct Subs {
 }
 
 impl Shared {
+    /// An error of this server's `command`.
     pub(super) fn error(
         &self,
         command: &str,

@@ -92,7 +92,7 @@
 //! and the two connections), `publish`, `history`, `subscriber` (the pub/sub connection and its
 //! reader).
 
-mod connection;
+pub(super) mod connection;
 pub(super) mod history;
 mod publish;
 mod subscriber;
@@ -105,7 +105,6 @@ use std::sync::Arc;
 use redis::{Client, Script};
 use tokio::sync::Mutex;
 
-pub(super) use connection::{BACKOFF, unsubscribe_within};
 pub use connection::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use connection::{Shared, Subs};
 use subscriber::read;
