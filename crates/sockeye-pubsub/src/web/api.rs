@@ -16,7 +16,9 @@ use serde_json::value::RawValue;
 use sockeye::Message;
 
 use super::auth::same;
-use super::{Shared, decode, query_param, respond};
+use super::query::{decode, query_param};
+use super::respond;
+use super::shared::Shared;
 use crate::backplane::api::History;
 use crate::backplane::position::Position;
 use crate::error::Error;

@@ -12,7 +12,9 @@ use sockeye::upgrade::Upgrade;
 
 use super::auth::Refused;
 use super::metrics::Metrics;
-use super::{Shared, query_param, respond};
+use super::query::query_param;
+use super::respond;
+use super::shared::Shared;
 use crate::access::Access;
 use crate::backplane::position::{Position, Recovery};
 use crate::delivery::Delivery;
