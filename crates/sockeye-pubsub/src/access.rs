@@ -24,7 +24,8 @@
 //! # Ok::<(), sockeye_pubsub::Error>(())
 //! ```
 
-use crate::{Error, Topic};
+use crate::error::Error;
+use crate::topic::Topic;
 
 /// The node's rules, before they are granted to a connection.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -6,7 +6,8 @@ use std::sync::{Arc, OnceLock};
 
 use sockeye::{DataKind, Message, PreparedMessage, Utf8Bytes};
 
-use crate::{Origin, Position, Publication, Topic};
+use crate::backplane::position::{Origin, Position, Publication};
+use crate::topic::Topic;
 
 /// What a subscriber receives.
 #[derive(Clone, Debug, PartialEq, Eq)]

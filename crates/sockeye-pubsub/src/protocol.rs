@@ -5,7 +5,10 @@
 
 use sockeye::{CloseFrame, Message, PreparedMessage};
 
-use crate::{Delivery, Error, Position, Recovery, Topic};
+use crate::backplane::position::{Position, Recovery};
+use crate::delivery::Delivery;
+use crate::error::Error;
+use crate::topic::Topic;
 
 /// How a protocol answers a request once its outcome is known: called once with the result,
 /// it returns the frame to send the client, if any. Made by [`Protocol::request`], which knows

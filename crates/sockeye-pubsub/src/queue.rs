@@ -6,7 +6,11 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
-use crate::{Delivery, Error, Position, SlowPolicy, SubscriberConfig, Topic};
+use crate::backplane::position::Position;
+use crate::config::{SlowPolicy, SubscriberConfig};
+use crate::delivery::Delivery;
+use crate::error::Error;
+use crate::topic::Topic;
 
 /// One subscriber's deliveries.
 #[derive(Debug)]

@@ -5,7 +5,10 @@ use std::time::Duration;
 use sockeye::Message;
 use sockeye::backoff::Backoff;
 
-use crate::{Error, Position, Publisher, Topic};
+use crate::backplane::position::Position;
+use crate::error::Error;
+use crate::hub::Publisher;
+use crate::topic::Topic;
 
 /// How a batch of a connection's messages waits out a backplane that is down: the policy of the
 /// `ws` relay, for any server that publishes what its clients send.

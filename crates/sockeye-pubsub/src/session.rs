@@ -107,11 +107,15 @@ use futures_util::{SinkExt, StreamExt};
 use sockeye::{CloseCode, CloseFrame, Message, WebSocket, WebSocketReader, WebSocketWriter};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::backplane::position::{Position, Recovery};
+use crate::batch::next_batch;
+use crate::config::SubscriberConfig;
+use crate::delivery::Delivery;
+use crate::error::Error;
+use crate::hub::{Hub, Publisher, Subscriber};
 use crate::protocol::{Answer, Outgoing, Protocol, Relay, Request};
-use crate::{
-    Delivery, Error, Hub, Position, PublishRetry, Publisher, Recovery, Subscriber, SubscriberConfig, Topic,
-    next_batch,
-};
+use crate::retry::PublishRetry;
+use crate::topic::Topic;
 
 /// Requests the reader has handed the writer and not yet carried out, at most: past it the
 /// reader waits, and so does the client (TCP), so that a client flooding subscribe requests

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::Error;
+use crate::error::Error;
 
 /// A topic name: 1 to [`Topic::MAX_LEN`] bytes of UTF-8 without control characters.
 ///

@@ -21,8 +21,12 @@ use std::time::Duration;
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
-use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Position, Publication};
-use crate::{Error, HistoryConfig, Topic};
+use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History};
+use super::position::{Position, Publication};
+use crate::config::HistoryConfig;
+use crate::error::Error;
+use crate::task::AbortOnDrop;
+use crate::topic::Topic;
 
 /// The timer's sweeps are at least this far apart: expiry may be that late, and a topic whose
 /// oldest publication moves with every new one (trimmed by `max_len`) does not wake the timer
@@ -41,7 +45,7 @@ pub struct InProcess {
     shared: Arc<Shared>,
     events: EventSender,
     /// The task that sweeps expired history; stopped with the backplane.
-    sweeper: Option<tokio::task::AbortHandle>,
+    _sweeper: Option<AbortOnDrop>,
 }
 
 #[derive(Debug)]
@@ -105,11 +109,11 @@ impl InProcess {
         let sweeper = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|_| history.max_len > 0)
-            .map(|rt| rt.spawn(sweep_when_due(Arc::clone(&shared))).abort_handle());
+            .map(|rt| AbortOnDrop(rt.spawn(sweep_when_due(Arc::clone(&shared))).abort_handle()));
         InProcess {
             shared,
             events,
-            sweeper,
+            _sweeper: sweeper,
         }
     }
 
@@ -122,6 +126,52 @@ impl InProcess {
     pub async fn topic_count(&self) -> usize {
         let state = self.shared.state.lock().await;
         state.topics.len()
+    }
+
+    /// See [`Backplane::history`]; the arguments owned, for the boxed future.
+    async fn read_history(
+        &self,
+        topic: Topic,
+        since: Option<Position>,
+        limit: usize,
+    ) -> Result<History, Error> {
+        let mut state = self.shared.state.lock().await;
+        state.sweep(Instant::now(), &self.shared.history);
+        let Some(h) = state.topics.get(&topic) else {
+            // Nothing published in this life of the topic: a position is of another life
+            // (forgotten, or another process's) and cannot be recovered; no position means
+            // "everything", which is nothing.
+            return Ok(match since {
+                Some(_) => History::Lost { latest: None },
+                None => History::Complete(Vec::new()),
+            });
+        };
+        let latest = Some(Position {
+            epoch: h.epoch.clone(),
+            offset: h.offset,
+        });
+        let after = match &since {
+            None => 0,
+            Some(p) if p.epoch != h.epoch || p.offset > h.offset => {
+                return Ok(History::Lost { latest });
+            }
+            Some(p) => p.offset,
+        };
+        // Offsets are contiguous and only the oldest go: the first kept is
+        // `h.offset - len + 1`.
+        let first_kept = h.offset + 1 - h.kept.len() as u64;
+        if after + 1 < first_kept && since.is_some() {
+            return Ok(History::Lost { latest });
+        }
+        let skip = usize::try_from(after.saturating_sub(first_kept - 1)).unwrap_or(usize::MAX);
+        Ok(History::Complete(
+            h.kept
+                .iter()
+                .skip(skip)
+                .take(limit)
+                .map(|k| k.publication.clone())
+                .collect(),
+        ))
     }
 
     /// Numbers `publication`, keeps it, and hands it to the hub if subscribed; its position.
@@ -187,14 +237,6 @@ impl InProcess {
             state.forget_if_unused(&publication.topic);
         }
         Ok(position)
-    }
-}
-
-impl Drop for InProcess {
-    fn drop(&mut self) {
-        if let Some(sweeper) = &self.sweeper {
-            sweeper.abort();
-        }
     }
 }
 
@@ -343,47 +385,7 @@ impl Backplane for InProcess {
         since: Option<&Position>,
         limit: usize,
     ) -> BoxFuture<'_, Result<History, Error>> {
-        let topic = topic.clone();
-        let since = since.cloned();
-        Box::pin(async move {
-            let mut state = self.shared.state.lock().await;
-            state.sweep(Instant::now(), &self.shared.history);
-            let Some(h) = state.topics.get(&topic) else {
-                // Nothing published in this life of the topic: a position is of another life
-                // (forgotten, or another process's) and cannot be recovered; no position means
-                // "everything", which is nothing.
-                return Ok(match since {
-                    Some(_) => History::Lost { latest: None },
-                    None => History::Complete(Vec::new()),
-                });
-            };
-            let latest = Some(Position {
-                epoch: h.epoch.clone(),
-                offset: h.offset,
-            });
-            let after = match &since {
-                None => 0,
-                Some(p) if p.epoch != h.epoch || p.offset > h.offset => {
-                    return Ok(History::Lost { latest });
-                }
-                Some(p) => p.offset,
-            };
-            // Offsets are contiguous and only the oldest go: the first kept is
-            // `h.offset - len + 1`.
-            let first_kept = h.offset + 1 - h.kept.len() as u64;
-            if after + 1 < first_kept && since.is_some() {
-                return Ok(History::Lost { latest });
-            }
-            let skip = usize::try_from(after.saturating_sub(first_kept - 1)).unwrap_or(usize::MAX);
-            Ok(History::Complete(
-                h.kept
-                    .iter()
-                    .skip(skip)
-                    .take(limit)
-                    .map(|k| k.publication.clone())
-                    .collect(),
-            ))
-        })
+        Box::pin(self.read_history(topic.clone(), since.cloned(), limit))
     }
 }
 
@@ -392,7 +394,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::Origin;
+    use crate::backplane::position::Origin;
 
     fn publication(topic: &Topic, bytes: usize) -> Publication {
         Publication {

@@ -56,14 +56,18 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisError, Script, Value};
 use tokio::sync::{Mutex, mpsc};
-use tokio::task::AbortHandle;
 
-use super::redis::{
-    BACKOFF, CONNECT_TIMEOUT, PUBLISH_SCRIPT, RESPONSE_TIMEOUT, channel, decode_message, history_from,
-    meta_key, script_input, stream_key, unsubscribed,
+use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, partly_published};
+use super::position::{Position, Publication};
+use super::redis::connection::{BACKOFF, CONNECT_TIMEOUT, RESPONSE_TIMEOUT, unsubscribe_within};
+use super::redis::history::history_from;
+use super::redis::wire::{
+    PUBLISH_SCRIPT, channel, decode_message, has_history, meta_key, position_of, script_input, stream_key,
 };
-use super::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, Position, Publication};
-use crate::{Error, HistoryConfig, Topic};
+use crate::config::HistoryConfig;
+use crate::error::Error;
+use crate::task::AbortOnDrop;
+use crate::topic::Topic;
 
 /// Reads a topic's meta hash, its Stream from a position and the `run_id` of the server, at
 /// once (KEYS: meta, stream; ARGV: XRANGE start, count).
@@ -90,7 +94,7 @@ return {meta, entries, life}
 /// ```
 pub struct RedisCluster {
     shared: Arc<Shared>,
-    reader: AbortHandle,
+    _reader: AbortOnDrop,
 }
 
 struct Shared {
@@ -114,17 +118,11 @@ impl fmt::Debug for RedisCluster {
     }
 }
 
-impl Drop for RedisCluster {
-    fn drop(&mut self) {
-        self.reader.abort();
-    }
-}
-
 const ACCEPTED: &str = "accepted: redis+cluster://HOST:PORT[,HOST:PORT…] (some of the cluster's nodes)";
 
 /// Checks `url` and returns its nodes' `host:port`.
 pub(crate) fn parse_url(url: &str) -> Result<Vec<String>, Error> {
-    super::host_list(url, "redis+cluster", 6379, ACCEPTED)
+    super::url::host_list(url, "redis+cluster", 6379, ACCEPTED)
 }
 
 impl RedisCluster {
@@ -170,8 +168,11 @@ impl RedisCluster {
             publish: Script::new(PUBLISH_SCRIPT),
             read_history: Script::new(HISTORY_SCRIPT),
         });
-        let reader = tokio::spawn(read(Arc::clone(&shared), push_rx)).abort_handle();
-        Ok(RedisCluster { shared, reader })
+        let reader = AbortOnDrop(tokio::spawn(read(Arc::clone(&shared), push_rx)).abort_handle());
+        Ok(RedisCluster {
+            shared,
+            _reader: reader,
+        })
     }
 }
 
@@ -196,7 +197,7 @@ impl Shared {
         let mut conn = self.conn.clone();
         match tokio::time::timeout(RESPONSE_TIMEOUT, invocation.invoke_async::<Value>(&mut conn)).await {
             // The script gave the run consecutive offsets, ending at the one it returns.
-            Ok(Ok(reply)) => match super::redis::position_of(&reply) {
+            Ok(Ok(reply)) => match position_of(&reply) {
                 Some(last) => {
                     let first = last.offset.saturating_sub(run.len() as u64 - 1);
                     Ok((first..=last.offset)
@@ -221,7 +222,7 @@ impl Shared {
         // One publication that may have been published is said so, as a batch of one would be.
         match self.publish_run(&p.topic, std::slice::from_ref(p)).await {
             Ok(mut positions) => Ok(positions.pop()),
-            Err((true, e)) => Err(super::partly_published(0, 1, e)),
+            Err((true, e)) => Err(partly_published(0, 1, e)),
             Err((false, e)) => Err(e),
         }
     }
@@ -237,14 +238,15 @@ impl Shared {
                 Ok(run_positions) => positions.extend(run_positions),
                 Err((maybe, e)) => {
                     let sent = if maybe { published + run.len() } else { published };
-                    return Err(super::partly_published(published, sent, e));
+                    return Err(partly_published(published, sent, e));
                 }
             }
         }
         Ok(positions)
     }
 
-    async fn history(&self, topic: &Topic, since: Option<&Position>, limit: usize) -> Result<History, Error> {
+    async fn history(&self, topic: Topic, since: Option<Position>, limit: usize) -> Result<History, Error> {
+        let (topic, since) = (&topic, since.as_ref());
         let hex = topic.to_hex();
         let start = match since {
             None => "-".to_owned(),
@@ -418,7 +420,7 @@ fn refused_unrun(e: &RedisError) -> bool {
 impl Backplane for RedisCluster {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            history: super::redis::has_history(&self.shared.history),
+            history: has_history(&self.shared.history),
             contiguous_offsets: true,
         }
     }
@@ -454,9 +456,9 @@ impl Backplane for RedisCluster {
                 return Ok(());
             }
             let mut conn = self.shared.conn.clone();
-            let result =
-                tokio::time::timeout(RESPONSE_TIMEOUT, conn.sunsubscribe(channel(&topic.to_hex()))).await;
-            unsubscribed(result).map_err(|e| self.shared.error(&format!("unsubscribe from {topic}"), e))
+            unsubscribe_within(conn.sunsubscribe(channel(&topic.to_hex())))
+                .await
+                .map_err(|e| self.shared.error(&format!("unsubscribe from {topic}"), e))
         })
     }
 
@@ -466,9 +468,7 @@ impl Backplane for RedisCluster {
         since: Option<&Position>,
         limit: usize,
     ) -> BoxFuture<'_, Result<History, Error>> {
-        let topic = topic.clone();
-        let since = since.cloned();
-        Box::pin(async move { self.shared.history(&topic, since.as_ref(), limit).await })
+        Box::pin(self.shared.history(topic.clone(), since.cloned(), limit))
     }
 }
 

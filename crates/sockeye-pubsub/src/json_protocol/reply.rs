@@ -9,7 +9,9 @@ use base64::Engine as _;
 
 use super::common::{Refusal, RequestId};
 use super::relayable::not_relayable;
-use crate::{Position, Published, Recovery, Topic};
+use crate::backplane::position::{Position, Recovery};
+use crate::delivery::Published;
+use crate::topic::Topic;
 
 /// `{"type":"subscribed","topic":T,"recovery":"live"|"recovered"|"lost","recovered":N}`: the
 /// answer to a subscribe. After `"lost"` a `gap` frame follows, then what the history still

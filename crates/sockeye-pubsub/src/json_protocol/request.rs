@@ -8,7 +8,8 @@ use serde_json::value::RawValue;
 
 use super::common::{ErrorCode, Refusal, RequestId};
 use super::relayable::not_relayable;
-use crate::{Position, Topic};
+use crate::backplane::position::Position;
+use crate::topic::Topic;
 
 /// The longest epoch a client may send in `since`. Epochs are the node's own (a few dozen
 /// bytes); a longer one cannot be a position this node handed out.

@@ -7,8 +7,10 @@ use super::common::{ErrorCode, Refusal, RequestId};
 use super::reply;
 use super::request::{Request as ClientRequest, parse_request};
 use crate::access::Access;
+use crate::delivery::Delivery;
+use crate::error::Error;
 use crate::protocol::{Outgoing, Protocol, Request};
-use crate::{Delivery, Error, Topic};
+use crate::topic::Topic;
 
 /// The [`Protocol`] of the JSON protocol, for one connection: what it may subscribe to and
 /// publish on ([`Access`]), and the largest publication the node takes. Serve it with

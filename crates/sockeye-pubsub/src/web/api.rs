@@ -16,11 +16,15 @@ use serde_json::value::RawValue;
 use sockeye::Message;
 
 use super::auth::same;
-use super::{Shared, decode, query_param, respond};
-use crate::backplane::History;
+use super::query::{decode, query_param};
+use super::respond;
+use super::shared::Shared;
+use crate::backplane::api::History;
+use crate::backplane::position::Position;
+use crate::error::Error;
 use crate::json_protocol::not_relayable;
 use crate::json_protocol::reply::{push_data, push_position_fields, push_string};
-use crate::{Error, Position, Topic};
+use crate::topic::Topic;
 
 /// A refused request: its status and the error object.
 struct Refusal(Response);

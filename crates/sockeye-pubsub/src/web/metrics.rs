@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use axum::extract::State;
 use axum::response::Response;
 use http::StatusCode;
 use prometheus_client::encoding::text::encode;
@@ -14,7 +13,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 
-use super::{Shared, respond};
+use super::respond;
+use crate::hub::Hub;
 
 type Labels = Vec<(&'static str, &'static str)>;
 
@@ -132,25 +132,26 @@ fn add<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &
     metric
 }
 
-/// `GET /metrics`.
-pub(crate) async fn scrape(State(shared): State<Arc<Shared>>) -> Response {
-    let metrics = &shared.metrics;
-    let hub = &shared.hub;
-    metrics
-        .topics
-        .set(i64::try_from(hub.topic_count()).unwrap_or(i64::MAX));
-    metrics.backplane_up.set(i64::from(hub.backplane_connected()));
-    metrics
-        .backplane_rtt
-        .set(hub.last_publish_round_trip().map_or(0.0, |d| d.as_secs_f64()));
-    let mut text = String::new();
-    if let Err(e) = encode(&mut text, &metrics.registry) {
-        return respond::error(StatusCode::INTERNAL_SERVER_ERROR, "metrics", &e.to_string());
+impl Metrics {
+    /// `GET /metrics`: the counters, and what `hub` knows now.
+    pub(crate) fn scrape(&self, hub: &Hub) -> Response {
+        let metrics = self;
+        metrics
+            .topics
+            .set(i64::try_from(hub.topic_count()).unwrap_or(i64::MAX));
+        metrics.backplane_up.set(i64::from(hub.backplane_connected()));
+        metrics
+            .backplane_rtt
+            .set(hub.last_publish_round_trip().map_or(0.0, |d| d.as_secs_f64()));
+        let mut text = String::new();
+        if let Err(e) = encode(&mut text, &metrics.registry) {
+            return respond::error(StatusCode::INTERNAL_SERVER_ERROR, "metrics", &e.to_string());
+        }
+        let mut response = respond::json(StatusCode::OK, text);
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        );
+        response
     }
-    let mut response = respond::json(StatusCode::OK, text);
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
-    );
-    response
 }

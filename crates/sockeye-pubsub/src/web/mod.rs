@@ -38,18 +38,24 @@
 //! # }
 //! ```
 //!
-//! Files: `auth` (who a client is), `socket` (the WebSocket at `/`), `api` (the backends' HTTP
-//! API), `metrics`, `respond` (JSON answers). This file holds the configuration and the router.
+//! Files: `config` ([`WebConfig`]), `auth` (who a client is), `shared` (what every request
+//! shares), `socket` (the WebSocket at `/`), `api` (the backends' HTTP API), `metrics`,
+//! `query` (a request's query string), `respond` (JSON answers). This file holds [`Web`]: the
+//! router and the graceful shutdown.
 
 mod api;
 pub mod auth;
+mod config;
 mod metrics;
+mod query;
 mod respond;
+mod shared;
 mod socket;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::State;
 use axum::routing::{any, get, post};
 use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
@@ -57,11 +63,13 @@ use hyper_util::service::TowerToHyperService;
 use sockeye::ShutdownHandle;
 use tokio_util::task::TaskTracker;
 
-use crate::{Hub, OnGap, SessionConfig};
-use auth::{Authorize, Refused};
 use metrics::Metrics;
+use shared::Shared;
+
+use crate::hub::Hub;
 
 pub use auth::Refused as AuthRefused;
+pub use config::WebConfig;
 
 /// The JavaScript client, served at `/client.js`. Read from the repository at build time:
 /// packaging this crate on its own needs a copy of `clients/js/src/index.js` inside it.
@@ -71,101 +79,6 @@ const DEMO_HTML: &str = include_str!("../../../../clients/js/demo.html");
 
 /// What a JSON frame may add around a publication's data: its type, topic, position and id.
 const JSON_HEADROOM: usize = 4096;
-
-/// The web face's settings.
-#[derive(Clone)]
-pub struct WebConfig {
-    pub(crate) session: SessionConfig,
-    pub(crate) api_token: Option<Arc<str>>,
-    pub(crate) authorize: Option<Authorize>,
-    pub(crate) history_limit: usize,
-    pub(crate) socket: sockeye::Config,
-}
-
-impl std::fmt::Debug for WebConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebConfig")
-            .field("session", &self.session)
-            .field("api_token", &self.api_token.as_ref().map(|_| "…"))
-            .field("authorize", &self.authorize.is_some())
-            .field("history_limit", &self.history_limit)
-            .field("socket", &self.socket)
-            .finish()
-    }
-}
-
-impl Default for WebConfig {
-    /// Sessions with [`OnGap::Deliver`] (the client is told of a gap with a `gap` frame), no
-    /// API token (the HTTP API answers 403), no client authentication (every client may
-    /// subscribe to and publish on every topic), at most 1,000 messages per history read,
-    /// `sockeye::Config::default()` for the WebSockets.
-    fn default() -> Self {
-        WebConfig {
-            session: SessionConfig::default().on_gap(OnGap::Deliver),
-            api_token: None,
-            authorize: None,
-            history_limit: 1000,
-            socket: sockeye::Config::default(),
-        }
-    }
-}
-
-impl WebConfig {
-    /// The settings of each WebSocket's [`Session`](crate::Session). Default:
-    /// `SessionConfig::default().on_gap(OnGap::Deliver)`.
-    pub fn session(mut self, config: SessionConfig) -> Self {
-        self.session = config;
-        self
-    }
-
-    /// The bearer token backends send (`Authorization: Bearer TOKEN`) to use the HTTP API.
-    /// Default: none, and the API answers every request with 403 saying how to turn it on.
-    pub fn api_token(mut self, token: impl Into<String>) -> Self {
-        self.api_token = Some(Arc::from(token.into()));
-        self
-    }
-
-    /// Decides, from the `token` in a WebSocket's query string (`/?token=…`, what
-    /// `clients/js` sends; `None` without one), what the connection may do, or refuses it
-    /// (401 or 403, before the upgrade). Default: none, every client may do everything. See
-    /// [`auth`] for a shared token and for JWTs.
-    pub fn authorize(
-        mut self,
-        check: impl Fn(Option<&str>) -> Result<crate::access::Access, Refused> + Send + Sync + 'static,
-    ) -> Self {
-        self.authorize = Some(Arc::new(check));
-        self
-    }
-
-    /// The WebSockets' settings (compression, timeouts, buffers). Its
-    /// `protocol.max_message_size` is replaced by what fits the hub's largest publication in a
-    /// frame (a larger frame is closed with 1009). Default: `sockeye::Config::default()`.
-    pub fn socket(mut self, config: sockeye::Config) -> Self {
-        self.socket = config;
-        self
-    }
-
-    /// The most messages one `GET /history` returns (`limit` is capped to it). Default 1,000.
-    pub fn history_limit(mut self, messages: usize) -> Self {
-        self.history_limit = messages;
-        self
-    }
-}
-
-/// What every request of a node's web face shares.
-pub(crate) struct Shared {
-    pub(crate) hub: Hub,
-    pub(crate) config: WebConfig,
-    pub(crate) metrics: Metrics,
-    pub(crate) shutdown: ShutdownHandle,
-    /// Every WebSocket from the moment its upgrade is answered (before its task first runs, so
-    /// that a shutdown that comes between the two still waits for it) until its session ends.
-    pub(crate) sockets: TaskTracker,
-    /// Every HTTP connection served by [`Web::serve_connection`], until it ends.
-    pub(crate) http: TaskTracker,
-    /// The WebSocket's settings: a message may carry the largest publication and its frame.
-    pub(crate) socket: sockeye::Config,
-}
 
 /// A node's web face: its [`router`](Self::router), and the graceful shutdown of its sockets.
 #[derive(Clone)]
@@ -217,7 +130,10 @@ impl Web {
             .route("/publish/", post(api::publish_one))
             .route("/publish/{*topic}", post(api::publish_one))
             .route("/history/{*topic}", get(api::history))
-            .route("/metrics", get(metrics::scrape))
+            .route(
+                "/metrics",
+                get(|State(shared): State<Arc<Shared>>| async move { shared.metrics.scrape(&shared.hub) }),
+            )
             .fallback(socket::elsewhere)
             .with_state(Arc::clone(&self.shared))
     }
@@ -288,19 +204,4 @@ impl Web {
         };
         tokio::time::timeout(timeout, all).await.is_ok()
     }
-}
-
-/// The percent-decoded value of `name` in `uri`'s query string (`+` is a space, as forms send).
-pub(crate) fn query_param(uri: &http::Uri, name: &str) -> Option<String> {
-    uri.query()?.split('&').find_map(|pair| {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (key == name).then(|| decode(&value.replace('+', " ")))
-    })
-}
-
-/// Percent-decoded (RFC 3986 §2.1), invalid UTF-8 replaced.
-pub(crate) fn decode(text: &str) -> String {
-    percent_encoding::percent_decode_str(text)
-        .decode_utf8_lossy()
-        .into_owned()
 }

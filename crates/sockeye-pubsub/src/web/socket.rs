@@ -12,11 +12,17 @@ use sockeye::upgrade::Upgrade;
 
 use super::auth::Refused;
 use super::metrics::Metrics;
-use super::{Shared, query_param, respond};
+use super::query::query_param;
+use super::respond;
+use super::shared::Shared;
 use crate::access::Access;
+use crate::backplane::position::{Position, Recovery};
+use crate::delivery::Delivery;
+use crate::error::Error;
 use crate::json_protocol::JsonProtocol;
 use crate::protocol::{Outgoing, Protocol, Request};
-use crate::{Delivery, Ended, Error, Position, Recovery, Session, Topic};
+use crate::session::{Ended, Session};
+use crate::topic::Topic;
 
 /// `/`: upgrades a WebSocket; a plain `GET` is told where the page is.
 pub(crate) async fn serve(

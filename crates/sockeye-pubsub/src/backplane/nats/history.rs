@@ -1,0 +1,257 @@
+//! Reading a topic's history from JetStream: which publications are of the current epoch (the
+//! stream's and the server's life), whether the one at a position is still kept, and the read
+//! itself through a consumer filtered to the topic, at most what was pending when it began.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{consumer, stream};
+use futures_util::StreamExt;
+
+use super::connection::Shared;
+use super::life;
+use super::stream::{Js, STREAM, epoch_of};
+use super::wire::{decode, subject};
+use crate::backplane::api::History;
+use crate::backplane::position::{Position, Publication};
+use crate::error::Error;
+use crate::topic::Topic;
+
+/// How long reading a history may take.
+const HISTORY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Publications fetched from history per pull request.
+const HISTORY_BATCH: usize = 500;
+
+impl Shared {
+    /// See [`Backplane::history`](crate::backplane::Backplane::history); the arguments owned, for
+    /// the backplane's boxed future. Without JetStream there is no history: [`History::Lost`].
+    pub(super) async fn history(
+        &self,
+        topic: Topic,
+        since: Option<Position>,
+        limit: usize,
+    ) -> Result<History, Error> {
+        match &self.js {
+            None => Ok(History::Lost { latest: None }),
+            Some(js) => self.history_js(js, &topic, since.as_ref(), limit).await,
+        }
+    }
+
+    /// See [`Backplane::history`]; the epoch rules are in "A server's life is part of the
+    /// epoch" in the [NATS backplane's documentation](super).
+    async fn history_js(
+        &self,
+        js: &Js,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> Result<History, Error> {
+        let subject = subject(topic);
+        let stream = js
+            .context
+            .get_stream(STREAM)
+            .await
+            .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?;
+        let info = stream.cached_info().clone();
+        let created = epoch_of(&info);
+        // Read once the server answered: the client records a new server's identity before it
+        // sends anything on the new connection.
+        let current = self.life(js);
+        let current = current.as_deref();
+        // The topic's newest publication, and whether it is of the current epoch.
+        let newest = match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => Some((m.sequence, life::of_message(Some(&m.headers)) == current)),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => None,
+            Err(e) => return Err(self.failed(format_args!("last publication of {topic}"), e)),
+        };
+        // `None`: nothing published in the current epoch (the newest is of an earlier life).
+        let latest = newest.filter(|(_, ours)| *ours).map(|(offset, _)| Position {
+            epoch: life::epoch(&created, current),
+            offset,
+        });
+        let lost = || {
+            Ok(History::Lost {
+                latest: latest.clone(),
+            })
+        };
+        let start = match since {
+            None => 1,
+            Some(p) => {
+                // Of this stream and of the current life (a position of an earlier life may
+                // name a publication that life lost with its tail, or be followed by some it
+                // lost), still kept (not dropped by the limits, not given to another
+                // publication by a stream that went back).
+                let (p_created, p_life) = life::split(&p.epoch);
+                if p_created != created
+                    || p_life != current
+                    || p.offset > info.state.last_sequence
+                    || !self.still_kept(&stream, &subject, p, topic).await?
+                {
+                    return lost();
+                }
+                // A publication of another life after it: the batch of a publisher that
+                // reconnected meanwhile (see "The window"): a gap rather than one skipped.
+                if newest.is_some_and(|(seq, ours)| seq > p.offset && !ours) {
+                    return lost();
+                }
+                p.offset + 1
+            }
+        };
+        if limit == 0 || latest.as_ref().is_none_or(|l| l.offset < start) {
+            return Ok(History::Complete(Vec::new()));
+        }
+        let consumer: consumer::PullConsumer = stream
+            .create_consumer(consumer::pull::Config {
+                filter_subject: subject.clone(),
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: start,
+                },
+                ack_policy: consumer::AckPolicy::None,
+                inactive_threshold: Duration::from_secs(30),
+                memory_storage: true,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| self.failed(format_args!("JetStream history consumer for {topic}"), e))?;
+        let pending = usize::try_from(consumer.cached_info().num_pending).unwrap_or(usize::MAX);
+        // From `since`: at most `limit`. From the start: the current epoch's first publication
+        // is known only once every earlier one was read (lives are not indexed): the topic's
+        // whole history, at most `max_len` publications (the stream's limit per topic).
+        let want = if since.is_some() {
+            pending.min(limit)
+        } else {
+            pending
+        };
+        let mut kept = Kept {
+            epochs: life::Epochs::new(created),
+            current,
+            limit,
+            publications: Vec::with_capacity(want.min(limit)),
+            foreign: false,
+        };
+        let read = tokio::time::timeout(
+            HISTORY_TIMEOUT,
+            self.read_history(&consumer, topic, want, &mut kept),
+        )
+        .await;
+        let _ = stream.delete_consumer(&consumer.cached_info().name).await;
+        match read {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::Backplane {
+                    what: format!("{}: reading the history of {topic}: timed out", self.server),
+                    source: None,
+                });
+            }
+        }
+        if let Some(p) = since {
+            // Limits drop a topic's oldest publications first: if the one at `since` is still
+            // there, none after it was dropped before being read.
+            if kept.foreign || !self.still_kept(&stream, &subject, p, topic).await? {
+                return lost();
+            }
+        }
+        Ok(History::Complete(kept.publications))
+    }
+
+    /// Whether the publication at `at` is still in the stream, on `subject`, of the life `at`
+    /// names.
+    async fn still_kept(
+        &self,
+        stream: &stream::Stream,
+        subject: &str,
+        at: &Position,
+        topic: &Topic,
+    ) -> Result<bool, Error> {
+        match stream.get_raw_message(at.offset).await {
+            Ok(m) => Ok(m.subject.as_str() == subject
+                && life::of_message(Some(&m.headers)) == life::split(&at.epoch).1),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(self.failed(format_args!("history of {topic}: publication {}", at.offset), e)),
+        }
+    }
+
+    /// `want` messages from the history consumer, into `kept`.
+    async fn read_history(
+        &self,
+        consumer: &consumer::PullConsumer,
+        topic: &Topic,
+        want: usize,
+        kept: &mut Kept<'_>,
+    ) -> Result<(), Error> {
+        let mut seen = 0;
+        while seen < want {
+            let n = (want - seen).min(HISTORY_BATCH);
+            let mut batch = consumer
+                .batch()
+                .max_messages(n)
+                .expires(Duration::from_secs(5))
+                .messages()
+                .await
+                .map_err(|e| self.failed(format_args!("history of {topic}"), e))?;
+            let mut got = 0;
+            while let Some(m) = batch.next().await {
+                let m = m.map_err(|e| self.failed(format_args!("history of {topic}"), e))?;
+                let seq = m
+                    .info()
+                    .map_err(|e| self.failed(format_args!("history of {topic}: message info"), e))?
+                    .stream_sequence;
+                got += 1;
+                let life = life::of_message(m.message.headers.as_ref());
+                if !kept.of_current(life) {
+                    continue;
+                }
+                let position = Position {
+                    epoch: kept.epochs.of(life),
+                    offset: seq,
+                };
+                match decode(topic, &m.message.payload, Some(position)) {
+                    Ok(p) => kept.push(p),
+                    Err(why) => {
+                        tracing::warn!("{}: skipped publication {seq} on {topic}: {why}", self.server)
+                    }
+                }
+            }
+            if got == 0 {
+                return Err(Error::Backplane {
+                    what: format!(
+                        "{}: history of {topic}: {} of {want} publications read",
+                        self.server, seen
+                    ),
+                    source: None,
+                });
+            }
+            seen += got;
+        }
+        Ok(())
+    }
+}
+
+/// What a history read keeps: the first `limit` publications of the current life after the
+/// last publication of another (which sets `foreign`).
+struct Kept<'a> {
+    epochs: life::Epochs,
+    current: Option<&'a str>,
+    limit: usize,
+    publications: Vec<Publication>,
+    foreign: bool,
+}
+
+impl Kept<'_> {
+    /// Whether a publication of `life` is of the current epoch; one that is not ends the run
+    /// kept so far.
+    fn of_current(&mut self, life: Option<&str>) -> bool {
+        if life == self.current {
+            return true;
+        }
+        self.foreign = true;
+        self.publications.clear();
+        false
+    }
+
+    fn push(&mut self, p: Publication) {
+        if self.publications.len() < self.limit {
+            self.publications.push(p);
+        }
+    }
+}

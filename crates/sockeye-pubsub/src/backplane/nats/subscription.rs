@@ -1,0 +1,314 @@
+//! Following topics: a topic's delivery started (a core subscription, or an ordered JetStream
+//! consumer from a sequence or a time), and restored after a reconnection or a stalled
+//! consumer: the supervisor that reports [`Event::Lost`] and [`Event::Restored`], the stream
+//! checked for a tail it lost.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use async_nats::connection::State;
+use async_nats::jetstream::{consumer, stream};
+use tokio::sync::mpsc;
+
+use super::connection::{REQUEST_TIMEOUT, Shared};
+use super::follow::{Follow, ORDERED_EXPIRES, forward_core, forward_js};
+use super::stream::{Js, STREAM, epoch_of};
+use super::wire::subject;
+use crate::backplane::api::Event;
+use crate::error::Error;
+use crate::topic::Topic;
+
+impl Shared {
+    /// Starts delivering `topic`: JetStream from stream sequence `start` of `epoch` (or, with
+    /// `after`, the first publication stored after that time, in Unix nanoseconds), core from now.
+    pub(super) async fn follow(
+        &self,
+        topic: &Topic,
+        epoch: String,
+        start: u64,
+        after: Option<i128>,
+    ) -> Result<Follow, Error> {
+        let subject = subject(topic);
+        let next = Arc::new(AtomicU64::new(if after.is_some() { 0 } else { start }));
+        let stored = Arc::new(std::sync::Mutex::new(after));
+        let events = self.events.clone();
+        let task = match &self.js {
+            None => {
+                let sub = self
+                    .client
+                    .subscribe(subject)
+                    .await
+                    .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?;
+                // The server has the subscription once it answered a ping sent after it.
+                tokio::time::timeout(REQUEST_TIMEOUT, self.client.flush())
+                    .await
+                    .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?
+                    .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?;
+                tokio::spawn(forward_core(topic.clone(), sub, events))
+            }
+            Some(js) => {
+                let deliver_policy = match after {
+                    Some(t) => consumer::DeliverPolicy::ByStartTime {
+                        start_time: async_nats::datetime::from_nanos(t.saturating_add(1))
+                            .map_err(|e| self.failed(format_args!("JetStream consumer for {topic}"), e))?,
+                    },
+                    None => consumer::DeliverPolicy::ByStartSequence {
+                        start_sequence: start.max(1),
+                    },
+                };
+                let config = consumer::pull::OrderedConfig {
+                    filter_subject: subject,
+                    deliver_policy,
+                    // The client's pull requests last this long and ask the server for an idle
+                    // heartbeat every half of it; two missed and the client recreates the
+                    // consumer from the last sequence it delivered. Without a bound that is
+                    // 30 s and 15 s: a node whose connection stayed up but whose consumer was
+                    // on a cluster server that died got nothing on the topic for 30 s or more
+                    // (tests/distributed.rs saw no recovery within 40 s).
+                    max_expires: ORDERED_EXPIRES,
+                    ..Default::default()
+                };
+                let consumer: consumer::Consumer<consumer::pull::OrderedConfig> = js
+                    .context
+                    .create_consumer_on_stream(config, STREAM)
+                    .await
+                    .map_err(|e| self.failed(format_args!("JetStream consumer for {topic}"), e))?;
+                let messages = consumer
+                    .messages()
+                    .await
+                    .map_err(|e| self.failed(format_args!("JetStream consumer for {topic}"), e))?;
+                tokio::spawn(forward_js(
+                    topic.clone(),
+                    messages,
+                    (js.context.clone(), self.stalls.clone()),
+                    epoch.clone(),
+                    Arc::clone(&next),
+                    Arc::clone(&stored),
+                    events,
+                ))
+            }
+        };
+        Ok(Follow {
+            task: Some(task),
+            next,
+            epoch,
+            stored,
+        })
+    }
+
+    /// After a reconnect: the stream again (it may be new: another epoch), then every topic's
+    /// consumer from its next unseen sequence (core NATS: the client resubscribed already).
+    ///
+    /// `done`: the topics an earlier attempt of the same restoration restored, in the epoch it
+    /// names, left running; this attempt adds those it restores. A cluster that lost a server
+    /// still places some new consumers on it for a while (their creation times out: about half
+    /// of them in tests/distributed.rs), so an attempt that restarted every topic failed as long
+    /// as any one of them did, and a node could retry for longer than the test's 15 s while
+    /// its topics stayed undelivered.
+    async fn restore(&self, done: &mut (String, HashSet<Topic>)) -> Result<(), Error> {
+        let Some(js) = &self.js else { return Ok(()) };
+        let info = js.ensure_stream(&self.server).await?;
+        let epoch = epoch_of(&info);
+        if done.0 != epoch {
+            *done = (epoch.clone(), HashSet::new());
+        }
+        let mut topics = self.topics.lock().await;
+        // Every topic is tried, each failure leaving the others restored; the first error ends
+        // the attempt.
+        let mut failed = None;
+        for (topic, follow) in topics.iter_mut() {
+            if done.1.contains(topic) {
+                continue;
+            }
+            follow.stop().await;
+            match self.restore_topic(js, &info, &epoch, topic, follow).await {
+                Ok(()) => {
+                    done.1.insert(topic.clone());
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// One topic's consumer again (its task stopped), from its next unseen sequence in `epoch`.
+    async fn restore_topic(
+        &self,
+        js: &Js,
+        info: &stream::Info,
+        epoch: &str,
+        topic: &Topic,
+        follow: &mut Follow,
+    ) -> Result<(), Error> {
+        let (start, after) = if follow.epoch == epoch {
+            let next = follow.next.load(Ordering::Acquire);
+            let stored = *follow
+                .stored
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if self.went_back(js, topic, info, next, stored).await? {
+                // The stream lost its tail and gives those sequences again: what it stored
+                // after the last publication delivered is new, whatever its sequence (the
+                // hub reports the gap when it sees a position again).
+                tracing::warn!(
+                    "NATS: stream {STREAM} went back (it had given sequence {}, now stands at {}): \
+                     it lost publications on {topic}",
+                    next.saturating_sub(1),
+                    info.state.last_sequence
+                );
+                match stored {
+                    Some(t) => (0, Some(t)),
+                    None => (info.state.last_sequence + 1, None),
+                }
+            } else {
+                (next, None)
+            }
+        } else {
+            // The stream was lost: everything in the new one is new.
+            (1, None)
+        };
+        *follow = self.follow(topic, epoch.to_owned(), start, after).await?;
+        Ok(())
+    }
+
+    /// Whether the stream went back behind what `topic` delivered: the last publication
+    /// delivered (sequence `next - 1`, stored at `stored`) is beyond the stream's end, or that
+    /// sequence now holds another publication. (One gone from a stream that still reaches past
+    /// it was dropped by the limits: not a rollback.)
+    async fn went_back(
+        &self,
+        js: &Js,
+        topic: &Topic,
+        info: &stream::Info,
+        next: u64,
+        stored: Option<i128>,
+    ) -> Result<bool, Error> {
+        let Some(seq) = next.checked_sub(1).filter(|s| *s >= 1) else {
+            return Ok(false);
+        };
+        if seq > info.state.last_sequence {
+            // Past the end read before this topic's consumer stopped, which may have delivered
+            // newer publications since: ask again, now that it is stopped, before calling it a
+            // rollback (a false one restarts the consumer by time).
+            let mut stream = js
+                .context
+                .get_stream(STREAM)
+                .await
+                .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?;
+            let last = stream
+                .info()
+                .await
+                .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?
+                .state
+                .last_sequence;
+            if seq > last {
+                return Ok(true);
+            }
+        }
+        let Some(stored) = stored else { return Ok(false) };
+        let stream = js
+            .context
+            .get_stream(STREAM)
+            .await
+            .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?;
+        match stream.get_raw_message(seq).await {
+            Ok(m) => Ok(m.subject.as_str() != subject(topic) || m.time.unix_timestamp_nanos() != stored),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(self.failed(format_args!("{topic}: publication {seq}"), e)),
+        }
+    }
+}
+
+/// Turns the client's connection events into [`Event::Lost`] and [`Event::Restored`], and
+/// restores the consumers when one stalled (its server left the cluster while this node's
+/// connection, to another server, stayed up).
+pub(super) async fn supervise(
+    shared: Weak<Shared>,
+    mut conn: mpsc::UnboundedReceiver<async_nats::Event>,
+    mut stalls: mpsc::UnboundedReceiver<Topic>,
+) {
+    let mut lost = false;
+    loop {
+        let event = tokio::select! {
+            event = conn.recv() => match event {
+                Some(event) => event,
+                None => return,
+            },
+            Some(topic) = stalls.recv() => {
+                let Some(s) = shared.upgrade() else { return };
+                if !lost {
+                    lost = true;
+                    let reason = format!("{}: the consumer of {topic} stalled; restoring", s.server);
+                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                        return;
+                    }
+                }
+                // Restored as after a reconnection.
+                async_nats::Event::Connected
+            }
+        };
+        let Some(s) = shared.upgrade() else { return };
+        match event {
+            async_nats::Event::Disconnected => {
+                if !lost {
+                    lost = true;
+                    let reason = format!("disconnected from {}; reconnecting", s.server);
+                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            async_nats::Event::Connected => {
+                // The client drops events its channel cannot take (it `try_send`s them), so a
+                // reconnection may come without its disconnection: restored all the same, and
+                // reported, so that the hub repairs every topic from its last position.
+                // The first connection's own event (it may come late, after topics were
+                // subscribed) is no reconnection: nothing was lost (before: a needless gap on
+                // core NATS under load).
+                let reconnected = s
+                    .client
+                    .statistics()
+                    .connects
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    > 1;
+                if !lost && reconnected && !s.topics.lock().await.is_empty() {
+                    lost = true;
+                    let reason = format!("reconnected to {}; restoring", s.server);
+                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                        return;
+                    }
+                }
+                if !lost {
+                    continue;
+                }
+                // Retried while connected; a new disconnection ends this and the next connection
+                // tries again.
+                let mut restored = false;
+                let mut done = (String::new(), HashSet::new());
+                while s.client.connection_state() == State::Connected {
+                    match s.restore(&mut done).await {
+                        Ok(()) => {
+                            restored = true;
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!("restoring the NATS subscriptions: {e}");
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    }
+                }
+                if restored {
+                    lost = false;
+                    if s.events.send(Event::Restored).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            other => tracing::debug!("{}: {other}", s.server),
+        }
+    }
+}
