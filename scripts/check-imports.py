@@ -2,8 +2,8 @@
 """Checks that the files of each crate import one another one way: no circle between files.
 
 A file imports another when it names an item *defined* there: `use crate::a::b::Item`, `use
-super::x`, `use child::Item` (a child module the file declares), or an inline `crate::a::b::f()`
-path. A path is resolved to the file that holds the module it names (`src/a/b.rs` or
+super::x`, `use child::Item` (a child module the file declares), or an inline path
+(`crate::a::b::f()`, `super::f()`, `child::f()`). A path is resolved to the file that holds the module it names (`src/a/b.rs` or
 `src/a/b/mod.rs`, the longest that exists), and then through that file's re-exports (`pub use`,
 `pub(crate) use`, in `lib.rs`, a `mod.rs` or any file) to the file that defines the item, so a
 name taken through `crate::Item` or `super::Item` counts as an import of the file behind the
@@ -162,6 +162,13 @@ class Crate:
         paths = [segs for _, segs, _ in parse_uses(self.code[f])]
         code_wo_uses = USE.sub("", self.code[f])
         paths += [[m.group(1)] + [p for p in m.group(2).split("::") if p] for m in PATH.finditer(code_wo_uses)]
+        # Inline paths through a child the file declares (`api::publish(…)` in a mod.rs that has
+        # `mod api;`): the same import as `use self::api::publish`.
+        if self.children[f]:
+            child = re.compile(r"(?<![A-Za-z0-9_:])(" + "|".join(sorted(self.children[f]))
+                               + r")((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+            paths += [[m.group(1)] + [p for p in m.group(2).split("::") if p]
+                      for m in child.finditer(code_wo_uses)]
         found = {}
         for segs in paths:
             absolute = self.absolute(f, segs)
@@ -265,6 +272,11 @@ def self_test():
             "a/mod.rs": "mod inner;\npub use inner::Thing;\n",
             "a/inner.rs": "pub struct Thing;\nfn f() { let _ = crate::b::g(); }\n",
             "b.rs": "pub fn g() -> crate::Renamed { todo!() }\n",
+        }, 1),
+        "an inline path through a declared child": ({
+            "lib.rs": "pub mod web;\n",
+            "web/mod.rs": "mod api;\npub struct Shared;\nfn router() { let _ = api::publish; }\n",
+            "web/api.rs": "use super::Shared;\npub fn publish(_: Shared) {}\n",
         }, 1),
         "clean: a leaf both use": ({
             "lib.rs": "mod hub;\nmod session;\nmod config;\npub use config::SessionConfig;\npub use hub::Hub;\n",
