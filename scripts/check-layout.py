@@ -75,9 +75,9 @@ def section_crate(root, heading):
     return None
 
 
-def path_exists(root, crate, name):
+def path_exists(root, crate, name, bullet=None):
     name = name.rstrip("/") if name.endswith("/") else name
-    bases = []
+    bases = [bullet] if bullet else []
     if crate:
         bases += [os.path.join(crate, "src"), crate]
     bases += [root]
@@ -102,6 +102,7 @@ def check_architecture(root, doc="ARCHITECTURE.md"):
     defined = definitions(sources)
     stale = []
     crate = None
+    bullet = None
     in_code = False
     named = {}  # section folder -> the names in backticks there
     for number, line in enumerate(open(os.path.join(root, doc), encoding="utf-8"), 1):
@@ -112,14 +113,20 @@ def check_architecture(root, doc="ARCHITECTURE.md"):
             continue
         if line.startswith("#"):
             crate = section_crate(root, line)
+            bullet = None
             continue
+        # A top-level bullet that opens with a folder of the repository (`- \`fuzz/\`: …`) is
+        # about that folder until the next top-level bullet.
+        if line.startswith("- "):
+            m = re.match(r"- `([A-Za-z0-9_.-]+/)`", line)
+            bullet = os.path.join(root, m.group(1)) if m and os.path.isdir(os.path.join(root, m.group(1))) else None
         for token in re.findall(r"`([^`]+)`", line):
             token = token.strip()
             named.setdefault(crate, set()).add(token)
             if " " in token or token.startswith(("-", "$", "--")):
                 continue  # a command, a flag or a phrase
             if token.endswith(FILE_SUFFIXES) and re.fullmatch(r"[A-Za-z0-9_./-]+", token):
-                if not path_exists(root, crate, token):
+                if not path_exists(root, crate, token, bullet):
                     stale.append((number, token, "no such file or folder"))
                 continue
             first = token.split("::")[0]
