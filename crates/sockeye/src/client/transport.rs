@@ -214,8 +214,12 @@ async fn wrap_tls(
     };
     let tls_config = crate::tls::client::with_alpn(tls_config, alpn);
     let mut tls = Box::new(
-        crate::tls::stream::connection::ClientTlsStream::client(tcp, tls_config, crate::tls::client::server_name(host)?)
-            .map_err(|e| Error::Tls(crate::tls::error::TlsError::from_rustls(&e)))?,
+        crate::tls::stream::connection::ClientTlsStream::client(
+            tcp,
+            tls_config,
+            crate::tls::client::server_name(host)?,
+        )
+        .map_err(|e| Error::Tls(crate::tls::error::TlsError::from_rustls(&e)))?,
     );
     // The server's first bytes are looked at (peeked, left for rustls) before rustls reads them:
     // a plain HTTP server answers our ClientHello with an HTTP error, which rustls would only
@@ -229,7 +233,9 @@ async fn wrap_tls(
                 std::task::Poll::Ready(Ok(_)) => {
                     first_bytes_seen = true;
                     if crate::tls::client::looks_like_http(first.filled()) {
-                        return std::task::Poll::Ready(Err(crate::tls::error::TlsError::plain_http_server().into()));
+                        return std::task::Poll::Ready(Err(
+                            crate::tls::error::TlsError::plain_http_server().into()
+                        ));
                     }
                 }
                 std::task::Poll::Ready(Err(_)) => first_bytes_seen = true,
