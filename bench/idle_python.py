@@ -18,7 +18,9 @@ harness).
 Unless --no-build, both are built first (cargo, release; the harness into this checkout's
 target/, as bench/run.sh does).
 
---concurrency N opens N at a time instead of all at once; --malloc-info adds the server's heap
+--messages M echoes M ~1.2 KiB JSON messages on each connection before the wait (as section 6's
+deflate row does one: compression state is made lazily); --concurrency N opens N at a time
+instead of all at once; --malloc-info adds the server's heap
 in use and the free heap glibc kept, per connection (gdb reads mallinfo2 from the live server).
 
 The client library lives in a virtual environment under ~/.cache/sockeye/ (made and filled with
@@ -38,6 +40,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.expanduser("~/.cache/sockeye/idle-python-venv")
 # websockets 14 brought the asyncio client used here (websockets.asyncio.client).
 REQUIREMENT = "websockets>=14,<18"
+
+
+# ~1.2 KiB of JSON, compressible, over the servers' least size to compress.
+MESSAGE = "[" + ",".join(f'{{"id":{i},"name":"item {i}","ok":true}}' for i in range(40)) + "]"
 
 
 def in_venv():
@@ -110,7 +116,7 @@ def wait_listening(port, proc, seconds=20):
     raise RuntimeError("the server did not listen in time")
 
 
-async def hold(port, count, deflate, seconds, pid, concurrency, probe):
+async def hold(port, count, deflate, seconds, pid, concurrency, probe, messages):
     """Opens `count` connections, `concurrency` at a time (0: all at once); returns the server's
     RSS once all are open and `seconds` have passed, then closes them."""
     from websockets.asyncio.client import connect
@@ -123,7 +129,13 @@ async def hold(port, count, deflate, seconds, pid, concurrency, probe):
 
     async def one():
         async with gate:
-            return await connect(uri, **options)
+            ws = await connect(uri, **options)
+            # As section 6's deflate row: a message each way first, so that compression state
+            # and context exist (they are made lazily).
+            for _ in range(messages):
+                await ws.send(MESSAGE)
+                await asyncio.wait_for(ws.recv(), timeout=30)
+            return ws
 
     opened = await asyncio.wait_for(asyncio.gather(*(one() for _ in range(count))), timeout=120)
     try:
@@ -138,7 +150,7 @@ async def hold(port, count, deflate, seconds, pid, concurrency, probe):
         await asyncio.wait_for(asyncio.gather(*(c.close() for c in opened)), timeout=60)
 
 
-def measure(kind, bin_dir, count, deflate, seconds, concurrency, probe):
+def measure(kind, bin_dir, count, deflate, seconds, concurrency, probe, messages):
     port = free_port()
     proc = subprocess.Popen(
         server_command(kind, bin_dir, port, deflate),
@@ -151,7 +163,7 @@ def measure(kind, bin_dir, count, deflate, seconds, concurrency, probe):
         before = rss_kib(proc.pid)
         heap_before = malloc_info(proc.pid) if probe else None
         after, heap_after = asyncio.run(
-            hold(port, count, deflate, seconds, proc.pid, concurrency, probe)
+            hold(port, count, deflate, seconds, proc.pid, concurrency, probe, messages)
         )
         return before, after, heap_before, heap_after
     finally:
@@ -173,6 +185,9 @@ def main():
         "--concurrency", type=int, default=0, help="handshakes at a time (default: all at once)"
     )
     parser.add_argument(
+        "--messages", type=int, default=0, help="echoes per connection before the wait (0..10)"
+    )
+    parser.add_argument(
         "--malloc-info",
         action="store_true",
         help="also the server's heap in use and free heap (glibc, read with gdb)",
@@ -180,8 +195,8 @@ def main():
     parser.add_argument("--bin-dir", default=os.path.join(ROOT, "target", "release"))
     parser.add_argument("--no-build", action="store_true")
     args = parser.parse_args()
-    if not 1 <= args.connections <= 10000 or not 0 <= args.hold <= 60:
-        parser.error("--connections 1..10000, --hold 0..60")
+    if not 1 <= args.connections <= 10000 or not 0 <= args.hold <= 60 or not 0 <= args.messages <= 10:
+        parser.error("--connections 1..10000, --hold 0..60, --messages 0..10")
     in_venv()
 
     # Each connection is a socket at both ends, both in this process tree.
@@ -200,7 +215,14 @@ def main():
             deflate = mode == "deflate"
             n = args.connections
             before, after, heap_before, heap_after = measure(
-                kind, args.bin_dir, n, deflate, args.hold, args.concurrency, args.malloc_info
+                kind,
+                args.bin_dir,
+                n,
+                deflate,
+                args.hold,
+                args.concurrency,
+                args.malloc_info,
+                args.messages,
             )
             heap = ""
             if heap_before and heap_after:
@@ -208,7 +230,7 @@ def main():
                 free = (heap_after[1] - heap_before[1]) / n
                 heap = f" (heap in use {used:.2f}, free heap kept {free:.2f})"
             print(
-                f"{kind:8} {mode:8} {n} connections: RSS {before} -> {after} KiB,"
+                f"{kind:8} {mode:8} {n} connections, {args.messages} messages: RSS {before} -> {after} KiB,"
                 f" {(after - before) / n:.2f} KiB per connection{heap}",
                 flush=True,
             )
