@@ -1,6 +1,6 @@
 //! What connections waiting for input hold: a thread keeps a few read buffers (its pool and its
-//! keepers, see `read_pool` in `websocket.rs`), not one per connection, and no connection keeps a
-//! buffer that grew for a large message.
+//! keepers, see `websocket/read_buffer.rs`), not one per connection, no connection keeps a
+//! buffer that grew for a large message, and a connection's own state stays small.
 //!
 //! Heap use is counted by a counting allocator (stats_alloc) for the whole test binary; each test
 //! holds a lock from before its runtime starts until after it is torn down, so that one's
@@ -45,6 +45,9 @@ fn heap_in_use() -> isize {
     let s = GLOBAL.stats();
     s.bytes_allocated as isize - s.bytes_deallocated as isize
 }
+
+/// The most heap a plain connection that has received nothing yet may hold, both ends.
+const IDLE_LIMIT: isize = 3 << 10;
 
 /// The read size the server uses (the default, 64 KiB, stated here so the bounds below follow).
 const READ_CHUNK: usize = 64 << 10;
@@ -124,13 +127,23 @@ async fn settle() {
 }
 
 #[test]
-fn connections_waiting_for_input_share_a_few_read_buffers_per_thread() {
+fn connections_hold_little_and_waiting_for_input_share_a_few_read_buffers_per_thread() {
     measuring(|| async {
         const CONNECTIONS: usize = 200;
         let addr = echo_server(None).await;
         settle().await;
         let before = heap_in_use();
         let mut clients = raw_clients(addr, CONNECTIONS).await;
+        settle().await;
+        let per_connection = (heap_in_use() - before) / CONNECTIONS as isize;
+        eprintln!("heap per connection before its first message, both ends: {per_connection} bytes");
+        // Both ends' socket registrations, the server's task and its `WebSocket`: with the
+        // permessage-deflate state inline in every `Connection` (520 bytes, negotiated or not),
+        // 3,360 bytes (a debug build; boxed, 2,848).
+        assert!(
+            per_connection < IDLE_LIMIT,
+            "{per_connection} bytes per connection that has not received a message"
+        );
         // Every connection reads a message and waits again: with a buffer kept by each, the heap
         // would grow by 64 KiB a connection.
         echo_each(&mut clients).await;

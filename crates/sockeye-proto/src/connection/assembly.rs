@@ -137,7 +137,7 @@ impl Assembly {
     /// first piece (if anything), and from then on the message is streamed.
     pub(super) fn start_streaming(
         &mut self,
-        deflate: &mut Option<PerMessageDeflate>,
+        deflate: &mut Option<Box<PerMessageDeflate>>,
     ) -> Option<MessageChunk> {
         let r = self.reassembly.as_mut().filter(|r| !r.streamed)?;
         r.streamed = true;
@@ -220,7 +220,7 @@ impl Assembly {
         header: FrameHeader,
         payload: Bytes,
         config: &Config,
-        deflate: &mut Option<PerMessageDeflate>,
+        deflate: &mut Option<Box<PerMessageDeflate>>,
     ) -> Result<Option<Message>, ProtocolViolation> {
         let first = header.opcode != OpCode::Continuation;
         if first && header.fin && !self.message_compressed {

@@ -104,8 +104,9 @@ pub struct Connection {
     pub(super) receiver: Receiver,
     pub(super) sender: Sender,
     /// permessage-deflate's state, when negotiated: the sending side compresses with it, the
-    /// receiving side inflates with it.
-    pub(super) deflate: Option<PerMessageDeflate>,
+    /// receiving side inflates with it. Boxed: inline it was 520 of a plain connection's 1,192
+    /// bytes, held by every idle connection whether it negotiated compression or not.
+    pub(super) deflate: Option<Box<PerMessageDeflate>>,
     pub(super) closing: Closing,
     pub(super) timers: Timers,
 }
@@ -158,7 +159,7 @@ impl Connection {
     /// Turns on permessage-deflate with the state the handshake negotiated
     /// (see [`extension::deflate`](crate::extension::deflate)). Call it before any data flows.
     pub fn set_deflate(&mut self, deflate: Option<PerMessageDeflate>) {
-        self.deflate = deflate;
+        self.deflate = deflate.map(Box::new);
     }
 
     /// Whether permessage-deflate is in use.
@@ -290,10 +291,10 @@ impl Connection {
     pub(super) fn end(&mut self, transport: Transport) {
         self.closing.end(transport);
         self.receiver.abandon_message();
-        if let Some(d) = self.deflate.as_mut() {
+        if let Some(d) = self.deflate.as_deref_mut() {
             d.abandon_receive();
         }
-        self.sender.abandon_fragmented_send(self.deflate.as_mut());
+        self.sender.abandon_fragmented_send(self.deflate.as_deref_mut());
     }
 
     /// Fails the connection (§7.1.7): queues a close frame with the violation's code (unless one

@@ -22,7 +22,7 @@ impl Connection {
     pub fn send(&mut self, message: Message) -> Result<(), Error> {
         // The hot case, in one place rather than through the general encoder: a short data
         // message from a server (unmasked, not compressed) on an open connection.
-        if self.closing.sendable() && self.sender.push_short_message(&message, self.deflate.as_ref()) {
+        if self.closing.sendable() && self.sender.push_short_message(&message, self.deflate.as_deref()) {
             return Ok(());
         }
         let (opcode, payload) = match message {
@@ -108,7 +108,7 @@ impl Connection {
         } else if self.closing.is_open() {
             self.sender.encode_close(frame.as_ref());
             self.closing.close_sent();
-            self.sender.abandon_fragmented_send(self.deflate.as_mut());
+            self.sender.abandon_fragmented_send(self.deflate.as_deref_mut());
             self.timers.start_close_deadline(self.config.close_timeout);
         }
         Ok(())
@@ -145,7 +145,7 @@ impl Connection {
     #[inline]
     fn sending(&mut self) -> (&mut Sender, send::Context<'_>) {
         let cx = send::Context {
-            deflate: self.deflate.as_mut(),
+            deflate: self.deflate.as_deref_mut(),
             zero_copy_from: match self.role {
                 Role::Server => self.config.zero_copy_threshold,
                 Role::Client => usize::MAX,

@@ -225,7 +225,7 @@ impl Receiver {
         &mut self,
         streaming: bool,
         config: &Config,
-        deflate: &mut Option<PerMessageDeflate>,
+        deflate: &mut Option<Box<PerMessageDeflate>>,
     ) -> Result<Option<Part>, ProtocolViolation> {
         loop {
             if streaming && let Some(gathered) = self.message.start_streaming(deflate) {
@@ -301,7 +301,7 @@ impl Receiver {
         &mut self,
         mut frame: IncomingFrame,
         config: &Config,
-        deflate: &mut Option<PerMessageDeflate>,
+        deflate: &mut Option<Box<PerMessageDeflate>>,
     ) -> Result<StreamStep, ProtocolViolation> {
         if let Err(e) = self.process_arrived(&mut frame) {
             self.incoming = Some(frame);
