@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::establish::{Established, establish, sniff_then_upgrade};
+use super::establish::{Established, establish, first_bytes, sniff_then_upgrade};
 use super::refusal::service_unavailable;
 use crate::config::Config;
 use crate::head::deadline_in;
@@ -225,12 +225,16 @@ impl Server {
             // HTTP/2 sniff, the upgrade: ~9 KiB of future state) runs in a box of its own, freed
             // once it is done, instead of sizing this future, which an idle connection holds for
             // its whole life (massif, 2,000 idle ws:// connections: 9,010 bytes each, before).
+            let deadline = deadline_in(config.handshake_timeout);
             tasks.spawn(Box::pin(async move {
                 let _permit = permit;
+                if !first_bytes(&stream, peer, deadline, &stats).await {
+                    return;
+                }
                 #[cfg(feature = "tls")]
-                let handshake = establish(stream, peer, &config, &stats, tls);
+                let handshake = establish(stream, peer, deadline, &config, &stats, tls);
                 #[cfg(not(feature = "tls"))]
-                let handshake = establish(stream, peer, &config, &stats);
+                let handshake = establish(stream, peer, deadline, &config, &stats);
                 let (mut ws, request) = match Box::pin(handshake).await {
                     Established::WebSocket(ws, request) => (ws, request),
                     #[cfg(feature = "http2")]
