@@ -119,7 +119,7 @@ node --test clients/js/test/
 
 # The crates as crates.io would take them, in dependency order (path dependencies resolved through
 # a local registry of the packages just made): manifests, READMEs, licences, included files.
-# Without the build of each package (`cargo package` alone verifies them, ~20 minutes on 2 cores).
+# Without the build of each package (`cargo package` alone verifies them: 13 minutes on 2 cores).
 # The tests are left out of the packages on purpose; cargo's warning for each is dropped.
 step "packages: cargo package of the five published crates (sockeye-soak is not published)"
 cargo package --workspace --exclude sockeye-soak --no-verify --allow-dirty --quiet 2>&1 \
