@@ -114,8 +114,16 @@ autobahn_pair() { # name, run.sh options...
   fi
 }
 
-step "the JavaScript pub/sub client (clients/js): Node's test runner, no dependencies"
+step "the JavaScript pub/sub client (clients/js): Node's test runner, no dependencies; its npm package packed, installed offline into a fresh project, imported by name"
 node --test clients/js/test/
+
+# The crates as crates.io would take them, in dependency order (path dependencies resolved through
+# a local registry of the packages just made): manifests, READMEs, licences, included files.
+# Without the build of each package (`cargo package` alone verifies them: 13 minutes on 2 cores).
+# The tests are left out of the packages on purpose; cargo's warning for each is dropped.
+step "packages: cargo package of the five published crates (sockeye-soak is not published)"
+cargo package --workspace --exclude sockeye-soak --no-verify --allow-dirty --quiet 2>&1 \
+  | { grep -v '^warning: ignoring test .* is not included in the published package$' || true; }
 
 step "interop: Python websockets, Node ws, Chromium, Firefox (the pub/sub demo page on two nodes), tinyproxy and dante (installed on first use)"
 bash interop/run.sh

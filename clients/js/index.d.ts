@@ -59,6 +59,7 @@ export type ErrorCode =
   | "queue_full" | "closed" | "gave_up" | "outcome_unknown" | "token" | "connect";
 
 export class PubSubError extends Error {
+  constructor(code: ErrorCode | string, message: string, extra?: { topic?: string; id?: number });
   readonly code: ErrorCode | string;
   readonly topic?: string;
   readonly id?: number;

@@ -35,6 +35,7 @@
 //! ```
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
 mod connection;

@@ -57,6 +57,7 @@
 //! recovery) on top of the tokio layer, not part of it.
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod access;
 pub mod backplane;

@@ -55,6 +55,7 @@
 //! `webpki-roots`, `hyper` (the [`upgrade`] module), `axum` (`Upgrade` as an extractor).
 
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backoff;
 mod client;

@@ -1,0 +1,1 @@
+../../../clients/js/src/index.js
