@@ -71,11 +71,11 @@ use crate::hub::Hub;
 pub use auth::Refused as AuthRefused;
 pub use config::WebConfig;
 
-/// The JavaScript client, served at `/client.js`. Read from the repository at build time:
-/// packaging this crate on its own needs a copy of `clients/js/src/index.js` inside it.
-const CLIENT_JS: &str = include_str!("../../../../clients/js/src/index.js");
+/// The JavaScript client, served at `/client.js`: `assets/client.js`, a symbolic link to
+/// `clients/js/src/index.js` that `cargo package` stores as a file, so the published crate has it.
+const CLIENT_JS: &str = include_str!("../../assets/client.js");
 /// The demo page, served at `/demo`; it imports `./client.js`, which resolves to `/client.js`.
-const DEMO_HTML: &str = include_str!("../../../../clients/js/demo.html");
+const DEMO_HTML: &str = include_str!("../../assets/demo.html");
 
 /// What a JSON frame may add around a publication's data: its type, topic, position and id.
 const JSON_HEADROOM: usize = 4096;
