@@ -33,9 +33,12 @@
 //! restart (the giver is this node, another `run_id`) still start a new epoch. The history
 //! script answers by the same rule, so a client resuming from before the migration recovers
 //! from the moved Stream (tests/distributed.rs:
-//! `a_redis_cluster_slot_migrated_with_its_history_keeps_it`). Not told apart: an operator
-//! copying an older meta hash and Stream onto a primary with `RESTORE` (as on one server). A
-//! meta hash written by an older version (no `n`) starts a new epoch when it moves.
+//! `a_redis_cluster_slot_migrated_with_its_history_keeps_it`). Not told apart, as a migration:
+//! an operator copying an older meta hash and Stream onto a primary with `RESTORE` (as on one
+//! server), and a primary that restarted from an older snapshot (losing its tail) whose slot is
+//! then migrated away before any publication on the topic there noticed the restart (the new
+//! owner cannot read the giver's current `run_id`). A meta hash written by an older version (no
+//! `n`) starts a new epoch when it moves.
 //!
 //! When the client reports a lost connection to any node, the backplane says [`Event::Lost`],
 //! subscribes again to every topic's channel, one channel at a time (each routed to the
