@@ -348,6 +348,93 @@ async fn a_redis_cluster_batch_whose_slot_is_migrating_fails_unpublished() {
     a_redirected_batch("cluster ask", "ask", RedisCluster::start_migrating_slot_of).await;
 }
 
+/// Issue 39 (f): a slot migrated with its keys (a resharding of a non-empty slot) keeps its
+/// topics' epochs and history. Before, the meta hash moved with the old owner's `run_id`, so
+/// the first publication on the new owner started a new epoch and deleted the Stream: the
+/// subscriber got a gap, and a client resuming from before the move was told `Lost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_slot_migrated_with_its_history_keeps_it() {
+    let (mut cluster, hub, topic, key) = one_node_on_a_redis_cluster("cluster migrated").await;
+    let mut sub = hub.subscriber(SubscriberConfig::default());
+    sub.subscribe(&topic, None).await.unwrap();
+    let before = hub.publish_many(&topic, messages(10)).await.unwrap();
+    assert_eq!(received(&mut sub, 10).await, in_order(10, 1));
+    let from = cluster.primary_of(&key);
+    let to = cluster.other_primary(from);
+    let moved = tokio::task::block_in_place(|| cluster.migrate_slot_of(&key, to));
+    assert_eq!(moved, 2, "the topic's meta hash and Stream");
+    assert_eq!(cluster.primary_of(&key), to);
+    // The first publication may meet MOVED (the client's slot map is old): sent again.
+    let mut tries = 0;
+    let after = loop {
+        match hub.publish_many(&topic, messages(5)).await {
+            Ok(positions) => break positions,
+            Err(e) => {
+                assert!(matches!(e, Error::Backplane { .. }) && tries < 20, "{e:?}");
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let offsets: Vec<u64> = after.iter().map(|p| p.offset).collect();
+    assert_eq!(
+        (after[0].epoch.clone(), offsets),
+        (before[0].epoch.clone(), (11..=15).collect::<Vec<u64>>()),
+        "the epoch and offsets go on"
+    );
+    // The subscriber stayed: what it gets is every publication once, no gap (its subscription
+    // ended on the old owner and was made again; anything missed meanwhile came from history).
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        match timeout(Duration::from_secs(10), sub.recv()).await {
+            Ok(Some(Ok(Delivery::Message(m)))) => got.push(m.position().unwrap().offset),
+            other => panic!("after offsets {got:?}: {other:?}"),
+        }
+    }
+    assert_eq!(got, (11..=15).collect::<Vec<u64>>());
+    // A client resuming from before the move recovers what followed, from the moved Stream.
+    let mut resumed = hub.subscriber(SubscriberConfig::default());
+    let recovery = resumed.subscribe(&topic, Some(before[4].clone())).await.unwrap();
+    assert_eq!(recovery, sockeye_pubsub::Recovery::Recovered { count: 10 });
+    let mut got = Vec::new();
+    while got.len() < 10 {
+        match timeout(Duration::from_secs(10), resumed.recv()).await {
+            Ok(Some(Ok(Delivery::Message(m)))) => got.push(m.position().unwrap().offset),
+            other => panic!("resumed, after offsets {got:?}: {other:?}"),
+        }
+    }
+    assert_eq!(got, (6..=15).collect::<Vec<u64>>());
+    drop(resumed);
+    // A real loss after the move still looks like one: the new owner killed, its replica
+    // (which may lack the tail) promoted: a new epoch, and the subscriber is told of the gap.
+    tokio::task::block_in_place(|| cluster.kill_primary_of(&key));
+    let mut tries = 0;
+    let failed_over = loop {
+        match hub.publish(&topic, "after failover".into()).await {
+            Ok(position) => break position.unwrap(),
+            Err(e) => {
+                assert!(tries < 100, "{e:?}");
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_ne!(
+        failed_over.epoch, before[0].epoch,
+        "a failover starts a new epoch"
+    );
+    assert_eq!(failed_over.offset, 1);
+    let mut gap = false;
+    loop {
+        match timeout(Duration::from_secs(10), sub.recv()).await {
+            Ok(Some(Ok(Delivery::Gap { .. }))) => gap = true,
+            Ok(Some(Ok(Delivery::Message(m)))) if m.position() == Some(&failed_over) => break,
+            other => panic!("after the failover: {other:?}"),
+        }
+    }
+    assert!(gap, "the failover's possible loss is reported");
+}
+
 /// A subscriber's topic whose slot moves to another primary (a resharding): Redis 7 ends the
 /// shard channel's subscriptions on the old owner (a `sunsubscribe` push). The node subscribes
 /// again where the slot is now, so publications there keep arriving (before: none did, silently).
@@ -357,7 +444,9 @@ async fn a_redis_cluster_subscriber_follows_its_topic_when_the_slot_moves() {
     let mut sub = hub.subscriber(SubscriberConfig::default());
     sub.subscribe(&topic, None).await.unwrap();
     let to = cluster.other_primary(cluster.primary_of(&key));
-    cluster.move_empty_slot_of(&key, to);
+    // The slot holds the topic's meta hash (the node recorded its history setting there when
+    // it subscribed): moved with it.
+    tokio::task::block_in_place(|| cluster.migrate_slot_of(&key, to));
     // The first publication may meet MOVED (the client's slot map is old): sent again.
     let mut tries = 0;
     while let Err(e) = hub.publish_many(&topic, messages(20)).await {

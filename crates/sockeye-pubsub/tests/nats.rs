@@ -888,3 +888,42 @@ async fn a_publication_of_another_life_is_a_gap_never_a_silent_miss() {
     .await
     .unwrap();
 }
+
+/// Issue 39 (a) on NATS: a node without history publishes over core NATS; on a single server
+/// the stream stored its publications without a server life, so to nodes with history they
+/// were of another epoch: a live subscriber got a gap, m2 under another epoch, another gap, and
+/// a client resuming from m0 was told `Lost` and not given m2. The topic's history is the
+/// topic's: the node without history names the server's life too, and its publications are
+/// recovered like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_without_history_is_part_of_the_topics_history() {
+    let server = BackplaneServer::start(Kind::Nats { jetstream: true });
+    let url = server.url();
+    let topic = Topic::new("mixed history").unwrap();
+    let run = async {
+        let (a, _) = node(&url, HistoryConfig::default()).await;
+        let (backend, caps) = node(&url, HistoryConfig::none()).await;
+        assert!(!caps.history);
+        let mut live = sub(&a);
+        live.subscribe(&topic, None).await.unwrap();
+        let at0 = a.publish(&topic, "m0".to_owned().into()).await.unwrap();
+        a.publish(&topic, "m1".to_owned().into()).await.unwrap();
+        backend.publish(&topic, "m2".to_owned().into()).await.unwrap();
+        a.publish(&topic, "m3".to_owned().into()).await.unwrap();
+        let got = drain(&mut live, 4, Duration::from_millis(400), 10).await;
+        assert_eq!(texts(&got), ["m0", "m1", "m2", "m3"], "live: {got:?}");
+        assert_eq!(got.len(), 4, "live, no gap: {got:?}");
+        let mut resumed = sub(&a);
+        let recovery = resumed.subscribe(&topic, at0).await.unwrap();
+        let got = drain(&mut resumed, 3, Duration::from_millis(400), 10).await;
+        assert_eq!(
+            (recovery, texts(&got)),
+            (
+                Recovery::Recovered { count: 3 },
+                vec!["m1".into(), "m2".into(), "m3".into()]
+            ),
+            "resumed: {got:?}"
+        );
+    };
+    timeout(TEST_TIMEOUT, run).await.expect("in time");
+}

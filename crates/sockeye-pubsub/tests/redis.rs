@@ -1273,3 +1273,185 @@ async fn a_server_that_refuses_info_still_works() {
     };
     timeout(Duration::from_secs(30), run).await.expect("within 30 s");
 }
+
+/// Issue 39 (a): a node that keeps no history (a publish-only backend) consumed an offset and
+/// skipped the Stream, and a history read checked only its first entry: a subscriber resuming
+/// from before m1..m3 was told `Recovered` and given m1 and m3; m2 was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_without_history_leaves_no_hole_in_the_topics_history() {
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let topic = Topic::new("mixed history").unwrap();
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let backend = node(&server, HistoryConfig::none()).await;
+        let mut first = a.subscriber(SubscriberConfig::default());
+        first.subscribe(&topic, None).await.unwrap();
+        a.publish(&topic, text("m0".into())).await.unwrap();
+        let (_, at0) = next_text(&mut first).await;
+        drop(first);
+        a.publish(&topic, text("m1".into())).await.unwrap();
+        backend.publish(&topic, text("m2".into())).await.unwrap();
+        a.publish(&topic, text("m3".into())).await.unwrap();
+        let mut resumed = a.subscriber(SubscriberConfig::default());
+        let recovery = resumed.subscribe(&topic, Some(at0)).await.unwrap();
+        let got = drain(&mut resumed, 3, Duration::from_millis(300), 10).await;
+        assert_eq!(
+            (recovery, texts(&got)),
+            (
+                Recovery::Recovered { count: 3 },
+                vec!["m1".into(), "m2".into(), "m3".into()]
+            ),
+            "{}",
+            got.iter().map(show).collect::<Vec<_>>().join(" ")
+        );
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+/// Issue 39 (a), the class: a history with a hole (an entry gone from the middle of the Stream,
+/// here deleted by hand) is not complete. Before, the read checked only its first entry: a
+/// resume from m1 was `Recovered` with m2, m4, m5, and the hub's own repair after an outage
+/// read it the same way. Now: a gap at m3, then what follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hole_in_the_history_is_a_gap_not_a_recovery() {
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let proxy = Proxy::start(server.port()).await;
+    let topic = Topic::new("holed").unwrap();
+    let stream = format!("sockeye:{{{}}}:stream", topic.to_hex());
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        // Node B is cut off while m2..m5 are published, then finds m3 gone.
+        let b = node_at(&proxy.url("redis"), HistoryConfig::default()).await;
+        let mut stayed = b.subscriber(SubscriberConfig::default());
+        stayed.subscribe(&topic, None).await.unwrap();
+        a.publish(&topic, text("m1".into())).await.unwrap();
+        let (_, at1) = next_text(&mut stayed).await;
+        proxy.cut();
+        for i in 2..=5 {
+            a.publish(&topic, text(format!("m{i}"))).await.unwrap();
+        }
+        let mut conn = raw(&server.url()).await;
+        let deleted: u64 = redis::cmd("XDEL")
+            .arg(&stream)
+            .arg("3-0")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1);
+        let gap_at = |offset| Position {
+            epoch: at1.epoch.clone(),
+            offset,
+        };
+        match a.history(&topic, Some(&at1), 10).await.unwrap() {
+            History::Lost { latest } => assert_eq!(latest, Some(gap_at(5))),
+            other => panic!("from m1: {other:?}"),
+        }
+        // From the start: what follows the hole (it reaches the latest), no more.
+        match a.history(&topic, None, 10).await.unwrap() {
+            History::Complete(ps) => assert_eq!(
+                ps.iter()
+                    .map(|p| p.position.clone().unwrap().offset)
+                    .collect::<Vec<_>>(),
+                [4, 5]
+            ),
+            other => panic!("from the start: {other:?}"),
+        }
+        // From after the hole: complete.
+        assert!(matches!(
+            a.history(&topic, Some(&gap_at(3)), 10).await.unwrap(),
+            History::Complete(ps) if ps.len() == 2
+        ));
+        let mut resumed = a.subscriber(SubscriberConfig::default());
+        let recovery = resumed.subscribe(&topic, Some(at1.clone())).await.unwrap();
+        let got = drain(&mut resumed, 3, Duration::from_millis(300), 10).await;
+        let shown = got.iter().map(show).collect::<Vec<_>>().join(" ");
+        assert_eq!(recovery, Recovery::Lost, "resumed: {shown}");
+        assert!(
+            matches!(&got[0], Delivery::Gap { resume: Some(r), .. } if *r == gap_at(3)),
+            "resumed: {shown}"
+        );
+        assert_eq!(texts(&got), ["m4", "m5"], "resumed: {shown}");
+        // The hub's repair after an outage: the same.
+        proxy.reopen();
+        let got = drain(&mut stayed, 3, Duration::from_millis(500), 10).await;
+        let shown = got.iter().map(show).collect::<Vec<_>>().join(" ");
+        assert!(
+            matches!(&got[0], Delivery::Gap { resume: Some(r), .. } if *r == gap_at(3)),
+            "stayed: {shown}"
+        );
+        assert_eq!(texts(&got), ["m4", "m5"], "stayed: {shown}");
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+/// Issue 39 (a), the hub's repair for a node that had delivered nothing yet: it read the
+/// history from its start and delivered what was left as if complete. With m1 gone from the
+/// Stream, a subscriber that stayed through the outage got m2 and m3 and no gap. Now: a gap
+/// (resume at m1), then m2 and m3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_from_the_start_of_a_history_that_lost_its_first_is_a_gap() {
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let proxy = Proxy::start(server.port()).await;
+    let topic = Topic::new("lost first").unwrap();
+    let stream = format!("sockeye:{{{}}}:stream", topic.to_hex());
+    let run = async {
+        let a = node(&server, HistoryConfig::default()).await;
+        let b = node_at(&proxy.url("redis"), HistoryConfig::default()).await;
+        let mut stayed = b.subscriber(SubscriberConfig::default());
+        stayed.subscribe(&topic, None).await.unwrap();
+        proxy.cut();
+        let mut at = None;
+        for i in 1..=3 {
+            at = a.publish(&topic, text(format!("m{i}"))).await.unwrap();
+        }
+        let mut conn = raw(&server.url()).await;
+        let deleted: u64 = redis::cmd("XDEL")
+            .arg(&stream)
+            .arg("1-0")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1);
+        proxy.reopen();
+        let got = drain(&mut stayed, 3, Duration::from_millis(500), 10).await;
+        let shown = got.iter().map(show).collect::<Vec<_>>().join(" ");
+        let epoch = at.unwrap().epoch;
+        assert!(
+            matches!(&got[0], Delivery::Gap { resume: Some(r), .. } if r.offset == 1 && r.epoch == epoch),
+            "stayed: {shown}"
+        );
+        assert_eq!(texts(&got), ["m2", "m3"], "stayed: {shown}");
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}
+
+/// Issue 39 (a): a topic that only a node without history publishes on, followed by nodes with
+/// history (a publish-only backend behind web nodes): its publications were never kept, and a
+/// resume was a gap however short the outage. The subscribing node records its history setting
+/// for the topic, and the backend writes the Stream with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_only_a_publisher_without_history_publishes_on_is_recovered() {
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let topic = Topic::new("backend only").unwrap();
+    let run = async {
+        let web = node(&server, HistoryConfig::default()).await;
+        let backend = node(&server, HistoryConfig::none()).await;
+        let mut first = web.subscriber(SubscriberConfig::default());
+        first.subscribe(&topic, None).await.unwrap();
+        backend.publish(&topic, text("m1".into())).await.unwrap();
+        let (_, at1) = next_text(&mut first).await;
+        drop(first);
+        backend.publish(&topic, text("m2".into())).await.unwrap();
+        backend.publish(&topic, text("m3".into())).await.unwrap();
+        let mut resumed = web.subscriber(SubscriberConfig::default());
+        let recovery = resumed.subscribe(&topic, Some(at1)).await.unwrap();
+        let got = drain(&mut resumed, 2, Duration::from_millis(300), 10).await;
+        assert_eq!(
+            (recovery, texts(&got)),
+            (Recovery::Recovered { count: 2 }, vec!["m2".into(), "m3".into()]),
+            "{}",
+            got.iter().map(show).collect::<Vec<_>>().join(" ")
+        );
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}

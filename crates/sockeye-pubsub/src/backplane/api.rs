@@ -45,10 +45,15 @@ pub struct Capabilities {
 /// What a backplane's history holds after a position.
 #[derive(Debug)]
 pub enum History {
-    /// Every publication after the position, oldest first (possibly none).
+    /// Every publication after the position, oldest first (possibly none), with none missing
+    /// up to the topic's newest (or up to the read's `limit`): with contiguous offsets, exactly
+    /// `since + 1`, `since + 2`, …. A history with a hole there (an offset given but not kept)
+    /// is [`History::Lost`], never `Complete` without the publication. Read from the start (no
+    /// position): the publications after the history's last hole, if they reach the newest
+    /// (none otherwise), so that what is returned follows on from the position before its first.
     Complete(Vec<Publication>),
-    /// The position is of another epoch, or older than what the history keeps: what was
-    /// published since cannot all be recovered. `latest` is where the topic stands now, so that
+    /// The position is of another epoch, older than what the history keeps, or followed by a
+    /// hole in it: what was published since cannot all be recovered. `latest` is where the topic stands now, so that
     /// a subscriber can continue from there.
     Lost {
         /// The topic's newest position (`None`: nothing published in this epoch).

@@ -19,6 +19,27 @@
 //! not received is reported as a gap, never delivered under a reused position. Topics of other
 //! shards lose nothing.
 //!
+//! # A slot migration
+//!
+//! A resharding moves a slot's keys whole (`MIGRATE`), a topic's meta hash and Stream with
+//! them: nothing is lost, and it must not look like a loss. But the meta hash names the old
+//! owner's `run_id`, as after a failover. So the publish script also records the cluster node
+//! id (`CLUSTER MYID`) and replication id of the server that gives the offsets, and a server
+//! that finds another's `run_id` keeps the epoch (and adopts the topic) only when the keys can
+//! only have come by migration: the giver is another node, this server never replicated from
+//! it (neither its replication id nor the previous one is the giver's), and this server sees it
+//! as a primary in good standing (not failed, not a replica since). A failover (the giver
+//! failed or demoted; the promoted replica's previous replication id is the giver's) and a
+//! restart (the giver is this node, another `run_id`) still start a new epoch. The history
+//! script answers by the same rule, so a client resuming from before the migration recovers
+//! from the moved Stream (tests/distributed.rs:
+//! `a_redis_cluster_slot_migrated_with_its_history_keeps_it`). Not told apart, as a migration:
+//! an operator copying an older meta hash and Stream onto a primary with `RESTORE` (as on one
+//! server), and a primary that restarted from an older snapshot (losing its tail) whose slot is
+//! then migrated away before any publication on the topic there noticed the restart (the new
+//! owner cannot read the giver's current `run_id`). A meta hash written by an older version (no
+//! `n`) starts a new epoch when it moves.
+//!
 //! When the client reports a lost connection to any node, the backplane says [`Event::Lost`],
 //! subscribes again to every topic's channel, one channel at a time (each routed to the
 //! primary of its slot as the client knows it, refreshed after a redirection or a failed node;
@@ -62,7 +83,8 @@ use super::position::{Position, Publication};
 use super::redis::connection::{BACKOFF, CONNECT_TIMEOUT, RESPONSE_TIMEOUT, unsubscribe_within};
 use super::redis::history::history_from;
 use super::redis::wire::{
-    PUBLISH_SCRIPT, channel, decode_message, has_history, meta_key, position_of, script_input, stream_key,
+    PUBLISH_SCRIPT, channel, decode_message, has_history, meta_key, moved_intact_lua, position_of,
+    record_history, script_input, stream_key,
 };
 use crate::config::HistoryConfig;
 use crate::error::Error;
@@ -70,13 +92,24 @@ use crate::task::AbortOnDrop;
 use crate::topic::Topic;
 
 /// Reads a topic's meta hash, its Stream from a position and the `run_id` of the server, at
-/// once (KEYS: meta, stream; ARGV: XRANGE start, count).
-const HISTORY_SCRIPT: &str = r"
+/// once (KEYS: meta, stream; ARGV: XRANGE start, count). A meta hash moved here intact with its
+/// slot (see `moved_intact` in the publish script) is answered as this server's: its `run_id`
+/// is given as the server's, so that its epoch holds.
+const HISTORY_SCRIPT: &str = concat!(
+    moved_intact_lua!(),
+    r"
 local meta = redis.call('hmget', KEYS[1], 'e', 'o', 'r')
 local entries = redis.call('xrange', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])
 local life = string.match(redis.call('info', 'server'), 'run_id:(%x+)') or ''
+if meta[1] and meta[3] and meta[3] ~= life then
+  local giver = redis.call('hmget', KEYS[1], 'n', 'i')
+  if moved_intact(giver[1], giver[2]) then
+    life = meta[3]
+  end
+end
 return {meta, entries, life}
-";
+"
+);
 
 /// The Redis Cluster backplane: see the [module documentation](self).
 ///
@@ -297,6 +330,26 @@ impl Shared {
         }
     }
 
+    /// Records this node's history setting for `topic` on its shard (best effort: see
+    /// [`RECORD_HISTORY_SCRIPT`](super::redis::wire::RECORD_HISTORY_SCRIPT)).
+    async fn record_history(&self, topic: &Topic) {
+        let Some(invocation) = record_history(&self.history, topic) else {
+            return;
+        };
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(RESPONSE_TIMEOUT, invocation.invoke_async::<Value>(&mut conn)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(
+                "pub/sub backplane: {}",
+                self.error(&format!("record the history setting of {topic}"), e)
+            ),
+            Err(_) => tracing::debug!(
+                "pub/sub backplane: redis cluster {}: recording the history setting of {topic}: no answer",
+                self.addrs
+            ),
+        }
+    }
+
     /// Subscribes again to every topic, one channel at a time, until all are.
     async fn resubscribe(&self) {
         let mut retry = 0u32;
@@ -440,7 +493,10 @@ impl Backplane for RedisCluster {
                 return Ok(());
             }
             match self.shared.ssubscribe(&topic).await {
-                Ok(()) => Ok(()),
+                Ok(()) => {
+                    self.shared.record_history(&topic).await;
+                    Ok(())
+                }
                 Err(e) => {
                     self.shared.topics.lock().await.remove(&topic);
                     Err(e)

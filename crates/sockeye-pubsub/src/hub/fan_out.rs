@@ -144,7 +144,27 @@ impl Inner {
             return;
         }
         // `last` `None`: nothing published on the topic when this node started following it,
-        // nor delivered since: everything the history holds is new to this node.
+        // nor delivered since: everything the current epoch published is new to this node.
+        // With contiguous offsets that is from offset 1, checked as from any position (a
+        // history that lost its first publications, trimmed or expired, is a gap, not a
+        // recovery of what is left).
+        let last = match last {
+            None if self.backplane.capabilities().contiguous_offsets => {
+                match self.latest_position(topic).await {
+                    // Nothing published in the current epoch: nothing to repair.
+                    Ok(None) => return,
+                    Ok(Some(latest)) => Some(Position {
+                        epoch: latest.epoch,
+                        offset: 0,
+                    }),
+                    Err(_) => {
+                        self.gap(topic, None, Vec::new(), false);
+                        return;
+                    }
+                }
+            }
+            last => last,
+        };
         let (resume, after) = match self.backplane.history(topic, last.as_ref(), max).await {
             Ok(History::Complete(ps)) if ps.len() < max => {
                 for p in ps {

@@ -232,6 +232,53 @@ impl RedisCluster {
             redis_cli(port, &["CLUSTER", "COUNTKEYSINSLOT", &slot]).trim(),
             "0"
         );
+        self.assign_slot(&slot, from, to);
+    }
+
+    /// Migrates the slot of `key`, with every key it holds, from its primary to node `to`, as a
+    /// resharding does (`redis-cli --cluster reshard`): `CLUSTER SETSLOT … IMPORTING` on `to`,
+    /// `MIGRATING` on the owner, `MIGRATE … KEYS` until the owner holds none of the slot's keys
+    /// (each key moved whole, then deleted on the owner), then the slot assigned to `to`
+    /// everywhere. Returns how many keys moved.
+    pub(crate) fn migrate_slot_of(&self, key: &str, to: usize) -> usize {
+        let from = self.primary_of(key);
+        let port = self.nodes[from].port();
+        let slot = redis_cli(port, &["CLUSTER", "KEYSLOT", key]).trim().to_owned();
+        let id = |i: usize| {
+            redis_cli(self.nodes[i].port(), &["CLUSTER", "MYID"])
+                .trim()
+                .to_owned()
+        };
+        let importing = redis_cli(
+            self.nodes[to].port(),
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(from)],
+        );
+        let migrating = redis_cli(port, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(to)]);
+        assert!(
+            importing.contains("OK") && migrating.contains("OK"),
+            "{importing:?} {migrating:?}"
+        );
+        let to_port = self.nodes[to].port().to_string();
+        let mut moved = 0;
+        loop {
+            let keys = redis_cli(port, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            let keys: Vec<&str> = keys.lines().map(str::trim).filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port, "", "0", "5000", "KEYS"];
+            args.extend(&keys);
+            let reply = redis_cli(port, &args);
+            assert!(reply.contains("OK"), "MIGRATE {keys:?}: {reply:?}");
+            moved += keys.len();
+        }
+        self.assign_slot(&slot, from, to);
+        moved
+    }
+
+    /// Assigns `slot` to node `to` (`CLUSTER SETSLOT … NODE`, on `to` first, then on `from`,
+    /// then on every other primary, as a resharding does) and waits until every node sees it.
+    fn assign_slot(&self, slot: &str, from: usize, to: usize) {
         let id = redis_cli(self.nodes[to].port(), &["CLUSTER", "MYID"])
             .trim()
             .to_owned();
@@ -249,7 +296,7 @@ impl RedisCluster {
         for i in order {
             let info = redis_cli(self.nodes[i].port(), &["INFO", "replication"]);
             if info.contains("role:master") {
-                let reply = redis_cli(self.nodes[i].port(), &["CLUSTER", "SETSLOT", &slot, "NODE", &id]);
+                let reply = redis_cli(self.nodes[i].port(), &["CLUSTER", "SETSLOT", slot, "NODE", &id]);
                 assert!(reply.contains("OK"), "CLUSTER SETSLOT on node {i}: {reply:?}");
             }
         }

@@ -94,7 +94,18 @@
 //! **Without JetStream** (or without history): core NATS publish/subscribe, at most once.
 //! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
 //! [`Delivery::Gap`](crate::Delivery::Gap) to every subscriber after every outage: what was
-//! published meanwhile is gone, and that is said, never hidden.
+//! published meanwhile is gone, and that is said, never hidden. A topic's history is the
+//! topic's, whichever node published: where nodes with history keep the `SOCKEYE` stream, it
+//! stores the core publications of a node without history too (its subjects are every
+//! topic's), so on a single server such a node names the server's life in the same header,
+//! and its publications are of the current epoch for the nodes with history (before, each was
+//! a gap to them, and missing from a resume across it).
+//!
+//! **Complete histories.** Offsets are stream sequences, not contiguous per topic, so a hole
+//! cannot be seen from the offsets as on Redis. A history from a position is complete because
+//! JetStream drops a topic's publications oldest first (the limits), checked by the publication
+//! at the position still being there after the read. Not detected: a publication deleted by
+//! hand from the middle of a topic's history (`nats stream rmm`).
 //!
 //! # A NATS cluster
 //!

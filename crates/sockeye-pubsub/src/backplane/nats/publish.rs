@@ -1,5 +1,6 @@
 //! Publishing on NATS: one server check for the batch, then every publication (JetStream: with
-//! the server's life in a header, acknowledgements awaited in order; core: one flush), within
+//! the server's life in a header, acknowledgements awaited in order; core: the life too, one
+//! flush), within
 //! the request timeout, and what a failure says was published.
 
 use std::sync::atomic::Ordering;
@@ -128,11 +129,23 @@ impl Shared {
                         .collect())
                 }
                 None => {
+                    // A node without history still names the server's life, as a node with
+                    // JetStream does: where nodes with history keep the topic's history, the
+                    // stream stores this publication too (its subjects are every topic's), and
+                    // without the header it would be of another epoch to them (a gap at each
+                    // one, on a single server). The topic's history is the topic's, whichever
+                    // node published.
+                    let headers = core_life(&self.client.server_info()).map(|l| {
+                        let mut h = async_nats::HeaderMap::new();
+                        h.insert(life::HEADER, l.as_str());
+                        h
+                    });
                     for (subject, body) in bodies {
-                        self.client
-                            .publish(subject, body)
-                            .await
-                            .map_err(|e| self.failed(&what, e))?;
+                        match &headers {
+                            Some(h) => self.client.publish_with_headers(subject, h.clone(), body).await,
+                            None => self.client.publish(subject, body).await,
+                        }
+                        .map_err(|e| self.failed(&what, e))?;
                         sent += 1;
                     }
                     self.client.flush().await.map_err(|e| self.failed(&what, e))?;
@@ -151,4 +164,11 @@ impl Shared {
         };
         result.map_err(|e| partly_published(published, sent, e))
     }
+}
+
+/// The life a core publication names: the server's, on a single server (as
+/// [`Shared::life`] for JetStream); `None` in a cluster or while the server is not known.
+fn core_life(info: &async_nats::ServerInfo) -> Option<String> {
+    let clustered = info.cluster.as_deref().is_some_and(|c| !c.is_empty());
+    (!clustered && !info.server_id.is_empty()).then(|| life::of_server(&info.server_id))
 }

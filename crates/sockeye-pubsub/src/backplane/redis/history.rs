@@ -7,7 +7,7 @@ use redis::Value;
 use super::connection::{Commands, Shared};
 use super::wire::{has_history, meta_key, parse_entries, parse_meta, stream_key};
 use crate::backplane::api::History;
-use crate::backplane::position::Position;
+use crate::backplane::position::{Position, Publication};
 use crate::error::Error;
 use crate::topic::Topic;
 
@@ -75,6 +75,11 @@ impl Shared {
 /// What the history holds after `since` (at most `limit`), from the topic's meta hash (HMGET
 /// `e o r`), its Stream entries from `since + 1` (XRANGE, one more than `limit`) and the `run_id`
 /// of the server that answered (empty: unknown); `Err(what)` when a reply is malformed.
+///
+/// Complete only if contiguous: from a position, the entries must be exactly `since + 1`,
+/// `since + 2`, … up to the meta hash's last offset (or one past `limit`), else
+/// [`History::Lost`]; from the start, only what follows the last hole, if it reaches the last
+/// offset (see [`History::Complete`]). Shared by one server and a cluster.
 pub(crate) fn history_from(
     topic: &Topic,
     since: Option<&Position>,
@@ -103,18 +108,47 @@ pub(crate) fn history_from(
         epoch: epoch.as_str().into(),
         offset,
     });
-    if let Some(since) = since {
-        if *since.epoch != *epoch || since.offset > offset {
-            return Ok(History::Lost { latest });
-        }
-        if since.offset < offset {
-            // The history must reach back to the first publication after `since`.
-            let first = entries
-                .first()
-                .and_then(|p| p.position.as_ref())
-                .map(|p| p.offset);
-            if first != Some(since.offset + 1) {
+    let offset_of = |p: &Publication| p.position.as_ref().map_or(0, |p| p.offset);
+    match since {
+        Some(since) => {
+            if *since.epoch != *epoch || since.offset > offset {
                 return Ok(History::Lost { latest });
+            }
+            // Complete only if contiguous: `since + 1`, `since + 2`, … with no hole, up to the
+            // latest offset (or past `limit`: the read asked for one more). A hole is an offset
+            // given without a Stream entry (trimmed, expired, deleted, or published when the
+            // topic kept no history): what was published there cannot be recovered.
+            let want = usize::try_from(offset - since.offset)
+                .unwrap_or(usize::MAX)
+                .min(limit.saturating_add(1));
+            let contiguous = entries.len() == want
+                && entries
+                    .iter()
+                    .zip(since.offset + 1..)
+                    .all(|(p, expected)| offset_of(p) == expected);
+            if !contiguous {
+                return Ok(History::Lost { latest });
+            }
+        }
+        None => {
+            // From the start: the publications after the last hole, if they reach the latest
+            // offset (none otherwise), so that what is returned follows on without a miss from
+            // the position before its first. A read of more than `limit` is checked as far as it
+            // goes; a hole in it is answered as a loss (it cannot be shown to reach the latest).
+            let hole = entries
+                .windows(2)
+                .rposition(|w| offset_of(&w[1]) != offset_of(&w[0]) + 1);
+            if entries.len() > limit {
+                if hole.is_some() {
+                    return Ok(History::Lost { latest });
+                }
+            } else {
+                let reaches = entries.last().is_none_or(|p| offset_of(p) == offset);
+                if !reaches {
+                    entries.clear();
+                } else if let Some(hole) = hole {
+                    entries.drain(..=hole);
+                }
             }
         }
     }

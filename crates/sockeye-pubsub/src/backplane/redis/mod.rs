@@ -9,7 +9,17 @@
 //!   Stream expiring [`HistoryConfig::max_age`] after the topic's last publication). The hub
 //!   fetches what a jump in offsets or a reconnection skipped from there; what the history no
 //!   longer holds (trimmed, expired, or lost by Redis: a new epoch) is reported as a gap, never
-//!   missed silently.
+//!   missed silently. A history read is complete only if it holds every offset from the
+//!   position up to the newest, with no hole (`history::history_from`); the hub's repair
+//!   after an outage reads it the same way.
+//! - **A topic's history is the topic's, not the publisher's.** A node with history records
+//!   its [`HistoryConfig::max_len`] and `max_age` in the topic's meta hash when it subscribes
+//!   to the topic and whenever it publishes on it; a node without history
+//!   ([`HistoryConfig::none`], a publish-only backend) then writes the Stream with them, so that
+//!   its publications are recovered like any other (nodes configured differently take turns,
+//!   the Stream trimmed to the last one's). Before any node with history has subscribed to or
+//!   published on a topic (or after Redis lost the setting with its data, until one does
+//!   again), a node without history leaves holes: a resume across one is a gap.
 //! - **A position names one publication forever.** The epoch is tied to the life of the Redis
 //!   server that gives the offsets: the meta hash records its `run_id`, and the first
 //!   publication on a topic through a server with another `run_id` (Redis restarted, from
@@ -61,7 +71,10 @@
 //!
 //! - `sockeye:{<hex>}:meta`: a hash, `e` the epoch (random, set when the hash is created or the
 //!   server's life changes), `o` the last offset given and `r` the `run_id` of the server that
-//!   gave it. It outlives the Stream (at least [`META_TTL_MIN`]), so that offsets keep counting
+//!   gave it; `l` and `a`, the topic's history setting (Stream `MAXLEN` and TTL in ms, from
+//!   the last node with history that published); in a cluster, `n` and `i`, the cluster node
+//!   id and replication id of the server that gave the offsets (see
+//!   [`RedisCluster`](super::redis_cluster::RedisCluster): a slot migration). It outlives the Stream (at least [`META_TTL_MIN`]), so that offsets keep counting
 //!   when a topic is quiet for longer than `max_age`;
 //! - `sockeye:{<hex>}:stream`: the history, entry id `<offset>-0`, one field `b`: the body below;
 //! - `sockeye:{<hex>}`: the pub/sub channel.

@@ -10,8 +10,8 @@ use futures_util::StreamExt;
 use redis::Value;
 use redis::aio::PubSubStream;
 
-use super::connection::{BACKOFF, RESPONSE_TIMEOUT, Shared, unsubscribe_within};
-use super::wire::{channel, decode_message};
+use super::connection::{BACKOFF, Commands, RESPONSE_TIMEOUT, Shared, unsubscribe_within};
+use super::wire::{channel, decode_message, record_history};
 use crate::backplane::api::Event;
 use crate::error::Error;
 use crate::topic::Topic;
@@ -52,8 +52,35 @@ pub(super) async fn read(shared: Arc<Shared>, mut stream: PubSubStream) {
 }
 
 impl Shared {
-    /// Subscribes to `topic`'s channel (or leaves it to the reconnection under way).
+    /// Subscribes to `topic`'s channel (or leaves it to the reconnection under way), then
+    /// records this node's history setting for the topic (best effort: see
+    /// [`RECORD_HISTORY_SCRIPT`](super::wire::RECORD_HISTORY_SCRIPT)).
     pub(super) async fn subscribe(&self, topic: Topic) -> Result<(), Error> {
+        self.subscribe_channel(topic.clone()).await?;
+        if let Some(invocation) = record_history(&self.history, &topic) {
+            let recorded = async {
+                let Commands { mut conn, .. } = self.commands().await?;
+                invocation
+                    .invoke_async::<Value>(&mut conn)
+                    .await
+                    .map_err(|e| self.error(&format!("record the history setting of {topic}"), e))
+            };
+            match tokio::time::timeout(RESPONSE_TIMEOUT, recorded).await {
+                Ok(Ok(_)) => {}
+                // Not recorded: until a node with history publishes on the topic, what a node
+                // without history publishes on it is not kept (a gap for whoever resumes across
+                // it, never a silent miss).
+                Ok(Err(e)) => tracing::debug!("pub/sub backplane: {e}"),
+                Err(_) => tracing::debug!(
+                    "pub/sub backplane: redis {}: recording the history setting of {topic}: no answer",
+                    self.addr
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    async fn subscribe_channel(&self, topic: Topic) -> Result<(), Error> {
         let mut subs = self.subs.lock().await;
         if !subs.topics.insert(topic.clone()) {
             return Ok(());

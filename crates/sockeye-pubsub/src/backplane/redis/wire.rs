@@ -3,6 +3,7 @@
 //! parsed (the meta hash, XRANGE, `INFO server`). Shared by one server and a cluster. The
 //! formats are described in the [Redis backplane's documentation](super).
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,16 +26,70 @@ const VERSION: u8 = 1;
 /// Bytes before the payload in a body.
 const BODY_HEADER: usize = 17;
 
+/// Lua: whether a topic's meta hash whose offsets were given by another server (`r`, a
+/// `run_id` not this server's) came here intact by a slot migration (Redis Cluster:
+/// `MIGRATE` moves keys whole, nothing lost) rather than by a loss. `n` is the cluster node id
+/// of the server that gave the offsets and `i` its replication id, both written with `r`. Not a
+/// migration (a loss is possible): no `n` (not recorded: one server, or an older version); `n`
+/// this server itself (it restarted: another `run_id`, whatever its persistence kept); this
+/// server replicated from the giver (its replication id, or the previous one, is `i`: a replica
+/// promoted, which may lack the tail); or the giver is no longer a primary in good standing in
+/// this server's view (failed, or a replica now: it was failed over). What is left is a primary
+/// that is alive and still a primary, whose keys this server never copied by replication: they
+/// came by `MIGRATE` (or an operator's `RESTORE`), as they were.
+macro_rules! moved_intact_lua {
+    () => {
+        r"
+local function moved_intact(giver, giver_repl)
+  if not giver or giver == redis.call('cluster', 'myid') then
+    return false
+  end
+  local repl = redis.call('info', 'replication')
+  if giver_repl and giver_repl ~= '' and (string.match(repl, 'master_replid:(%x+)') == giver_repl
+      or string.match(repl, 'master_replid2:(%x+)') == giver_repl) then
+    return false
+  end
+  for line in string.gmatch(redis.call('cluster', 'nodes'), '[^\n]+') do
+    local id, flags = string.match(line, '^(%x+) %S+ (%S+)')
+    if id == giver then
+      return string.find(flags, 'master', 1, true) ~= nil and string.find(flags, 'fail', 1, true) == nil
+        and string.find(flags, 'noaddr', 1, true) == nil and string.find(flags, 'handshake', 1, true) == nil
+    end
+  end
+  return false
+end
+"
+    };
+}
+pub(crate) use moved_intact_lua;
+
 /// Publishes one or more publications of one topic atomically: epoch (kept if present and given
 /// by this server's life), then for each body in order its offset, history and message.
 ///
-/// KEYS: meta, stream. ARGV: channel, a fresh random epoch, max_len (0: no Stream), Stream TTL in
-/// ms, meta TTL in ms, the server's `run_id` as read on the connection that sends the script
-/// (empty: unknown, not checked; `*`: read by the script, for Redis Cluster, where the node does
-/// not know which server a command reaches), the command that sends the message (`publish`;
-/// `spublish` in a cluster), then the bodies (at least one), in publication order. Returns the
-/// last offset given and the epoch: the bodies got the offsets up to it, one each, in order (the
-/// script runs alone on its server).
+/// KEYS: meta, stream. ARGV: channel, a fresh random epoch, max_len (0: this node keeps no
+/// history), Stream TTL in ms, meta TTL in ms, the server's `run_id` as read on the connection
+/// that sends the script (empty: unknown, not checked; `*`: read by the script, for Redis
+/// Cluster, where the node does not know which server a command reaches), the command that
+/// sends the message (`publish`; `spublish` in a cluster), then the bodies (at least one), in
+/// publication order. Returns the last offset given and the epoch: the bodies got the offsets
+/// up to it, one each, in order (the script runs alone on its server).
+///
+/// **The topic's history is the topic's, not the publisher's.** A node that keeps history
+/// records its `max_len` and Stream TTL in the meta hash (`l`, `a`; also when it subscribes:
+/// [`RECORD_HISTORY_SCRIPT`]); a node that keeps none (a publish-only backend,
+/// [`HistoryConfig::none`]) writes the Stream with the recorded ones. So once a node with
+/// history has subscribed to or published on a topic, every publication on it is in its
+/// history, whichever node published (before, a node without history consumed an offset
+/// and left a hole: a resume across it was told `Recovered` without that publication). The
+/// setting outlives a new epoch (it is configuration, not data) and goes with the meta hash.
+/// A hole can still happen (a node without history publishing on a topic no node with history
+/// has subscribed to or published on, an entry deleted by hand); a history read is complete only if contiguous
+/// ([`history_from`](super::history::history_from)), so a hole is reported as a gap.
+///
+/// In a cluster (`*`), the server that gave the offsets is also recorded by its cluster node id
+/// (`n`) and replication id (`i`), so that a topic whose slot was migrated to another primary
+/// keeps its epoch and its Stream (see `moved_intact` above) while a failover or a restart
+/// still starts a new one.
 ///
 /// Each body's message is the last thing done for it, so a script stopped by an error has
 /// published a prefix of its bodies (in practice none: only the first write of a script can be
@@ -46,47 +101,107 @@ const BODY_HEADER: usize = 17;
 /// reading is exact: it is read on the connection the script is then sent over, and a TCP
 /// connection ends with the server process at its other end (a restarted or promoted server is
 /// reached over a new connection, which reads the new `run_id` before its first command). In a
-/// cluster the script reads it once for all its bodies.
+/// cluster the script reads it once for all its bodies (and the node id and replication id
+/// only when it records a new giver or checks a migration).
 ///
 /// The message goes out with ARGV[7]: PUBLISH on one server (the redis crate's RESP2 pub/sub
 /// connection, `aio::PubSub` in 1.8, has no SSUBSCRIBE, and on one server sharded pub/sub is
 /// plain pub/sub anyway; PUBLISH is in every Redis from 5 on), SPUBLISH in a cluster
 /// ([`super::redis_cluster`]), which keeps a topic's messages in its keys' shard (the `{hex}`
 /// hash tag puts the channel in the same slot).
-pub(crate) const PUBLISH_SCRIPT: &str = r"
-local meta = redis.call('hmget', KEYS[1], 'e', 'r')
+pub(crate) const PUBLISH_SCRIPT: &str = concat!(
+    moved_intact_lua!(),
+    r"
+local meta = redis.call('hmget', KEYS[1], 'e', 'r', 'l', 'a', 'n', 'i')
 local life = ARGV[6]
-if life == '*' then
+local cluster = life == '*'
+if cluster then
   -- Redis Cluster: the node does not know which server runs the script; it reads it here.
   life = string.match(redis.call('info', 'server'), 'run_id:(%x+)') or ''
 end
-if not meta[1] or (life ~= '' and meta[2] and meta[2] ~= life) then
+local function record_giver()
+  redis.call('hset', KEYS[1], 'r', life)
+  if cluster then
+    local repl = string.match(redis.call('info', 'replication'), 'master_replid:(%x+)') or ''
+    redis.call('hset', KEYS[1], 'n', redis.call('cluster', 'myid'), 'i', repl)
+  end
+end
+if not meta[1] or (life ~= '' and meta[2] and meta[2] ~= life
+    and not (cluster and moved_intact(meta[5], meta[6]))) then
   -- A new epoch: the topic is new (or its meta expired), or this server is not the one that
   -- gave the last offsets (it restarted, or another one was promoted): it may have lost some of
   -- them, which must not be given again under the same epoch. Whatever Stream is left from the
-  -- old epoch is meaningless in the new one.
+  -- old epoch is meaningless in the new one. The topic's history setting is kept.
   redis.call('del', KEYS[1], KEYS[2])
   redis.call('hset', KEYS[1], 'e', ARGV[2], 'o', 0)
-  if life ~= '' then
-    redis.call('hset', KEYS[1], 'r', life)
+  if meta[3] and meta[4] then
+    redis.call('hset', KEYS[1], 'l', meta[3], 'a', meta[4])
   end
-elseif life ~= '' and not meta[2] then
-  -- Written by a version that did not record the server: adopted.
-  redis.call('hset', KEYS[1], 'r', life)
+  if life ~= '' then
+    record_giver()
+  end
+elseif life ~= '' and meta[2] ~= life then
+  -- Written by a version that did not record the server, or moved here intact with its slot:
+  -- adopted.
+  record_giver()
+end
+local max_len, stream_ttl = tonumber(ARGV[3]), ARGV[4]
+if max_len > 0 then
+  if meta[3] ~= ARGV[3] or meta[4] ~= ARGV[4] then
+    redis.call('hset', KEYS[1], 'l', ARGV[3], 'a', ARGV[4])
+  end
+elseif meta[3] and meta[4] then
+  -- This node keeps no history, the topic does: as the node that set it.
+  max_len, stream_ttl = tonumber(meta[3]) or 0, meta[4]
 end
 redis.call('pexpire', KEYS[1], ARGV[5])
 local epoch = redis.call('hget', KEYS[1], 'e')
 local offset = 0
 for i = 8, #ARGV do
   offset = redis.call('hincrby', KEYS[1], 'o', 1)
-  if tonumber(ARGV[3]) > 0 then
-    redis.call('xadd', KEYS[2], 'MAXLEN', '~', ARGV[3], offset .. '-0', 'b', ARGV[i])
-    redis.call('pexpire', KEYS[2], ARGV[4])
+  if max_len > 0 then
+    redis.call('xadd', KEYS[2], 'MAXLEN', '~', max_len, offset .. '-0', 'b', ARGV[i])
+    redis.call('pexpire', KEYS[2], stream_ttl)
   end
   redis.call(ARGV[7], ARGV[1], '\1' .. offset .. '\n' .. epoch .. '\n' .. ARGV[i])
 end
 return {offset, epoch}
+"
+);
+
+/// Records a node's history setting in a topic's meta hash, as the publish script does, when
+/// the node starts following the topic: so that a node without history publishing on a topic
+/// that only nodes with history subscribe to (a publish-only backend) writes its Stream too.
+/// KEYS: meta. ARGV: max_len, Stream TTL in ms, meta TTL in ms (set only if the hash has none:
+/// a topic's publications set it).
+pub(crate) const RECORD_HISTORY_SCRIPT: &str = r"
+local cur = redis.call('hmget', KEYS[1], 'l', 'a')
+if cur[1] ~= ARGV[1] or cur[2] ~= ARGV[2] then
+  redis.call('hset', KEYS[1], 'l', ARGV[1], 'a', ARGV[2])
+end
+if redis.call('pttl', KEYS[1]) < 0 then
+  redis.call('pexpire', KEYS[1], ARGV[3])
+end
+return 1
 ";
+
+/// [`RECORD_HISTORY_SCRIPT`]'s invocation for `topic` (`None`: `history` keeps nothing, nothing
+/// to record).
+pub(crate) fn record_history(
+    history: &HistoryConfig,
+    topic: &Topic,
+) -> Option<redis::ScriptInvocation<'static>> {
+    static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RECORD_HISTORY_SCRIPT));
+    if !has_history(history) {
+        return None;
+    }
+    let mut invocation = SCRIPT.key(meta_key(&topic.to_hex()));
+    invocation
+        .arg(history.max_len)
+        .arg(millis(history.max_age))
+        .arg(millis(history.max_age.max(META_TTL_MIN)));
+    Some(invocation)
+}
 
 /// The publish script's keys and arguments for `batch`, publications of `topic` (see
 /// [`PUBLISH_SCRIPT`]): `life` the server's `run_id` (`*`: read by the script), `command`
