@@ -140,12 +140,5 @@ fn not_allowed(id: Option<RequestId>, what: &str, topic: &Topic) -> Refusal {
 
 /// A hub's refusal of a request, as the client is told it.
 fn refusal(e: &Error, id: Option<RequestId>) -> Refusal {
-    let code = match e {
-        Error::TooManySubscriptions { .. } => ErrorCode::TooManySubscriptions,
-        Error::InvalidTopic(_) => ErrorCode::InvalidTopic,
-        Error::PayloadTooLarge { .. } => ErrorCode::TooLarge,
-        Error::InvalidPosition(_) | Error::NotData => ErrorCode::BadRequest,
-        _ => ErrorCode::Unavailable,
-    };
-    Refusal::new(id, code, e.to_string())
+    Refusal::new(id, ErrorCode::of(e), e.to_string())
 }
