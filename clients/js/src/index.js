@@ -19,6 +19,9 @@ export const DEFAULTS = Object.freeze({
  */
 export const RETRYABLE_CODES = Object.freeze(new Set(["unavailable", "node_full"]));
 
+/** Own publications remembered per topic to leave out of a resume (the latest ones). */
+const OWN_KEPT = 1000;
+
 /** An error of the client, with a `code` to match on. */
 export class PubSubError extends Error {
   constructor(code, message, extra = {}) {
@@ -170,6 +173,10 @@ export class PubSubClient {
       error: null,
       retries: 0,
       retryTimer: null,
+      // Positions of this client's own publications on the topic not yet passed: a node leaves
+      // a connection's own publications out, but after a reconnect the new connection is
+      // another subscriber, and a resume would recover them.
+      own: [],
     };
     entry.ready = new Promise((resolve, reject) => (entry.settle = { resolve, reject }));
     entry.ready.catch(() => {}); // a refusal is also a "refused" event; no unhandled rejection
@@ -394,8 +401,14 @@ export class PubSubClient {
         entry.settle?.resolve({ recovery: frame.recovery, recovered: frame.recovered });
         return;
       }
-      case "published":
+      case "published": {
+        const entry = request ? this.topics.get(request.topic) : undefined;
+        if (entry && frame.offset !== undefined) {
+          entry.own.push({ offset: frame.offset, epoch: frame.epoch });
+          if (entry.own.length > OWN_KEPT) entry.own.shift();
+        }
         return request?.resolve?.(frame.offset !== undefined ? { offset: frame.offset, epoch: frame.epoch } : {});
+      }
       case "dropped":
         return this.#emit("dropped", { count: frame.count });
       case "error": {
@@ -439,6 +452,12 @@ export class PubSubClient {
       // Never twice: a position at or before the last one of the same epoch was delivered.
       if (last && last.epoch === frame.epoch && frame.offset <= last.offset) return;
       entry.position = { offset: frame.offset, epoch: frame.epoch };
+      if (entry.own.length > 0) {
+        const mine = entry.own.some((p) => p.epoch === frame.epoch && p.offset === frame.offset);
+        // What is passed cannot come again: only positions after this one are kept.
+        entry.own = entry.own.filter((p) => p.epoch === frame.epoch && p.offset > frame.offset);
+        if (mine) return; // its own publication, recovered after a reconnect: resume past it
+      }
     }
     const data = "data_base64" in frame ? base64Bytes(frame.data_base64) : frame.data;
     const meta = { topic: frame.topic, offset: frame.offset, epoch: frame.epoch };

@@ -324,3 +324,30 @@ test("the client's retryable codes are the protocol document's table", async () 
   const retryable = rows.filter((r) => r[2] === "yes").map((r) => r[1]).sort();
   assert.deepEqual([...RETRYABLE_CODES].sort(), retryable);
 });
+
+test("its own publications do not come back when it resumes after a reconnect", async () => {
+  // Issue 39 (i): the node leaves out a connection's own publications, but a new connection is
+  // a new subscriber: resuming recovered them from history.
+  const h = harness(["ws://a/", "ws://b/"]);
+  await tick();
+  const got = [];
+  h.client.subscribe("t", (data) => got.push(data));
+  let sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "message", topic: "t", offset: 5, epoch: "E", data: "m5" });
+  const mine = h.client.publish("t", "mine");
+  sock.frame({ type: "published", topic: "t", offset: 6, epoch: "E", id: 2 });
+  assert.deepEqual(await mine, { offset: 6, epoch: "E" });
+  h.advance(5000);
+  sock.drop();
+  await h.fire();
+  sock = h.latest();
+  sock.accept();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "t", id: 3, since: { offset: 5, epoch: "E" } }]);
+  sock.frame({ type: "subscribed", topic: "t", recovery: "recovered", recovered: 2, id: 3 });
+  sock.frame({ type: "message", topic: "t", offset: 6, epoch: "E", data: "mine" });
+  sock.frame({ type: "message", topic: "t", offset: 7, epoch: "E", data: "m7" });
+  assert.deepEqual(got, ["m5", "m7"]);
+  assert.deepEqual(h.client.positions(), { t: { offset: 7, epoch: "E" } });
+});
