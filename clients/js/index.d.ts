@@ -50,13 +50,21 @@ export interface Subscription {
   readonly ready: Promise<Subscribed>;
   /** The last position received on the topic, or the resume of the last gap. */
   readonly position: Position | null;
+  /** See PubSubClient.state. */
+  readonly state: TopicState | null;
   unsubscribe(): void;
 }
 
 export type ErrorCode =
   | "bad_json" | "unknown_type" | "bad_request" | "invalid_topic" | "too_large" | "not_allowed"
-  | "too_many_subscriptions" | "unavailable"
+  | "too_many_subscriptions" | "unavailable" | "node_full"
   | "queue_full" | "closed" | "gave_up" | "outcome_unknown" | "token" | "connect";
+
+/** Where a topic stands: asked (or waiting for a connection), answered, refused for a condition that passes (asked again with backoff), refused for good. */
+export type TopicState = "subscribing" | "subscribed" | "retrying" | "refused";
+
+/** The refusal codes retried with backoff (docs/pubsub-protocol.md, "Errors"). */
+export const RETRYABLE_CODES: ReadonlySet<string>;
 
 export class PubSubError extends Error {
   constructor(code: ErrorCode | string, message: string, extra?: { topic?: string; id?: number });
@@ -69,7 +77,10 @@ export interface Events {
   connected: { url: string };
   disconnected: { url?: string; code?: number; reason?: string; willRetry: boolean };
   gap: { topic: string; resume: Position | null };
-  error: { code: ErrorCode | string; message: string; topic?: string; id?: number };
+  /** `retrying`: a retryable refusal of a subscription, asked again with backoff. */
+  error: { code: ErrorCode | string; message: string; topic?: string; id?: number; retrying?: boolean };
+  /** A subscription refused for good (a permanent code): not asked for again. */
+  refused: { topic: string; code: ErrorCode | string; message: string };
   dropped: { count: number };
   gaveup: { attempts: number; message: string };
 }
@@ -84,6 +95,8 @@ export class PubSubClient {
     options?: { since?: Position },
   ): Subscription;
   publish(topic: string, data: unknown): Promise<Position | Record<string, never>>;
+  /** Where a topic stands, or null when not subscribed. */
+  state(topic: string): TopicState | null;
   positions(): Record<string, Position>;
   close(): void;
   nextDelay(failures: number): number;

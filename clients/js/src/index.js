@@ -12,6 +12,16 @@ export const DEFAULTS = Object.freeze({
   tokenParam: "token",
 });
 
+/**
+ * The refusal codes a node answers for a condition that passes (its backplane down, the node
+ * full): the request is asked again with backoff, the topic and its position kept. Every other
+ * code is permanent. The same table as docs/pubsub-protocol.md's "Errors" (a test checks).
+ */
+export const RETRYABLE_CODES = Object.freeze(new Set(["unavailable", "node_full"]));
+
+/** Own publications remembered per topic to leave out of a resume (the latest ones). */
+const OWN_KEPT = 1000;
+
 /** An error of the client, with a `code` to match on. */
 export class PubSubError extends Error {
   constructor(code, message, extra = {}) {
@@ -57,7 +67,9 @@ export class PubSubClient {
           throw e;
         }));
     this.listeners = new Map();
-    this.topics = new Map(); // topic -> { handlers, position, ready, settle }
+    // topic -> { handlers, position, ready, settle, state, error, retries, retryTimer }; state is
+    // "subscribing", "subscribed", "retrying" (a retryable refusal) or "refused" (a permanent one).
+    this.topics = new Map();
     this.pending = new Map(); // request id -> { kind, topic, resolve, reject }
     this.queued = []; // publishes waiting for a connection: { topic, data, resolve, reject }
     this.nextId = 1;
@@ -70,7 +82,9 @@ export class PubSubClient {
     this.#connect();
   }
 
-  /** Adds a listener: "connected", "disconnected", "gap", "error", "dropped", "gaveup". */
+  /**
+   * Adds a listener: "connected", "disconnected", "gap", "error", "refused", "dropped", "gaveup".
+   */
   on(event, listener) {
     if (!this.listeners.has(event)) this.listeners.set(event, new Set());
     this.listeners.get(event).add(listener);
@@ -89,12 +103,13 @@ export class PubSubClient {
   subscribe(topic, onMessage, options = {}) {
     topic = String(topic);
     let entry = this.topics.get(topic);
-    if (!entry) {
-      entry = { handlers: new Set(), position: options.since ?? null, settle: null, ready: null };
-      entry.ready = new Promise((resolve, reject) => (entry.settle = { resolve, reject }));
-      entry.ready.catch(() => {}); // a refusal is also an "error" event; no unhandled rejection
-      this.topics.set(topic, entry);
-      if (this.open) this.#sendSubscribe(topic, entry);
+    if (entry?.state === "refused") {
+      // Asked again by the application after a permanent refusal: a fresh try.
+      const { handlers, position } = entry;
+      entry = this.#newEntry(topic, position);
+      for (const handler of handlers) entry.handlers.add(handler);
+    } else if (!entry) {
+      entry = this.#newEntry(topic, options.since ?? null);
     }
     entry.handlers.add(onMessage);
     const client = this;
@@ -103,6 +118,9 @@ export class PubSubClient {
       ready: entry.ready,
       get position() {
         return client.topics.get(topic)?.position ?? null;
+      },
+      get state() {
+        return client.state(topic);
       },
       unsubscribe() {
         client.#unsubscribe(topic, onMessage);
@@ -135,6 +153,38 @@ export class PubSubClient {
     });
   }
 
+  /**
+   * Where `topic` stands: "subscribing" (asked, not answered yet, or waiting for a connection),
+   * "subscribed", "retrying" (refused for a condition that passes: asked again with backoff from
+   * the kept position), "refused" (refused for good: not asked again; the "refused" event said
+   * why), or null when not subscribed.
+   */
+  state(topic) {
+    return this.topics.get(String(topic))?.state ?? null;
+  }
+
+  #newEntry(topic, position) {
+    const entry = {
+      handlers: new Set(),
+      position,
+      settle: null,
+      ready: null,
+      state: "subscribing",
+      error: null,
+      retries: 0,
+      retryTimer: null,
+      // Positions of this client's own publications on the topic not yet passed: a node leaves
+      // a connection's own publications out, but after a reconnect the new connection is
+      // another subscriber, and a resume would recover them.
+      own: [],
+    };
+    entry.ready = new Promise((resolve, reject) => (entry.settle = { resolve, reject }));
+    entry.ready.catch(() => {}); // a refusal is also a "refused" event; no unhandled rejection
+    this.topics.set(topic, entry);
+    if (this.open) this.#sendSubscribe(topic, entry);
+    return entry;
+  }
+
   /** The positions to save for a later `subscribe(topic, fn, {since})`, per topic. */
   positions() {
     const out = {};
@@ -148,6 +198,7 @@ export class PubSubClient {
     this.closed = true;
     if (this.retryTimer !== null) this.timers.clear(this.retryTimer);
     this.retryTimer = null;
+    for (const entry of this.topics.values()) this.#cancelRetry(entry);
     this.#failQueued("closed", "the client was closed");
     const socket = this.socket;
     this.#dropSocket(new PubSubError("closed", "the client was closed"));
@@ -198,7 +249,9 @@ export class PubSubClient {
       this.#emit("connected", { url: base });
       // Every topic again, from its last position, then what waited to be published: a
       // publication queued after a subscribe comes after it, as the caller ordered them.
-      for (const [topic, entry] of this.topics) this.#sendSubscribe(topic, entry);
+      for (const [topic, entry] of this.topics) {
+        if (entry.state !== "refused") this.#sendSubscribe(topic, entry);
+      }
       const queued = this.queued;
       this.queued = [];
       for (const item of queued) this.#sendPublish(item);
@@ -231,6 +284,11 @@ export class PubSubClient {
   #dropSocket(error) {
     this.socket = null;
     this.open = false;
+    // Every topic is asked for again on the next connection: no retry of the old one.
+    for (const entry of this.topics.values()) {
+      this.#cancelRetry(entry);
+      if (entry.state !== "refused") entry.state = "subscribing";
+    }
     for (const [, request] of this.pending) {
       // Subscribes are sent again on the next connection; a publish's fate is unknown.
       if (request.kind === "publish") request.reject(error);
@@ -275,7 +333,14 @@ export class PubSubClient {
     this.socket.send(JSON.stringify(frame));
   }
 
+  #cancelRetry(entry) {
+    if (entry.retryTimer !== null) this.timers.clear(entry.retryTimer);
+    entry.retryTimer = null;
+  }
+
   #sendSubscribe(topic, entry) {
+    this.#cancelRetry(entry);
+    entry.state = "subscribing";
     const id = this.nextId++;
     this.pending.set(id, { kind: "subscribe", topic });
     const frame = { type: "subscribe", topic, id };
@@ -305,6 +370,7 @@ export class PubSubClient {
     if (!entry) return;
     entry.handlers.delete(handler);
     if (entry.handlers.size > 0) return;
+    this.#cancelRetry(entry);
     this.topics.delete(topic);
     if (this.open) this.#send({ type: "unsubscribe", topic, id: this.nextId++ });
   }
@@ -328,23 +394,50 @@ export class PubSubClient {
       }
       case "subscribed": {
         const entry = this.topics.get(frame.topic);
-        entry?.settle?.resolve({ recovery: frame.recovery, recovered: frame.recovered });
+        if (!entry) return;
+        entry.state = "subscribed";
+        entry.retries = 0;
+        entry.error = null;
+        entry.settle?.resolve({ recovery: frame.recovery, recovered: frame.recovered });
         return;
       }
-      case "published":
+      case "published": {
+        const entry = request ? this.topics.get(request.topic) : undefined;
+        if (entry && frame.offset !== undefined) {
+          entry.own.push({ offset: frame.offset, epoch: frame.epoch });
+          if (entry.own.length > OWN_KEPT) entry.own.shift();
+        }
         return request?.resolve?.(frame.offset !== undefined ? { offset: frame.offset, epoch: frame.epoch } : {});
+      }
       case "dropped":
         return this.#emit("dropped", { count: frame.count });
       case "error": {
         const error = new PubSubError(frame.code, frame.message, { topic: request?.topic, id: frame.id });
         if (request?.kind === "publish") request.reject(error);
-        if (request?.kind === "subscribe") {
-          // Refused for good (not allowed, invalid, too many): stop asking on every reconnect.
-          const entry = this.topics.get(request.topic);
-          this.topics.delete(request.topic);
-          entry?.settle?.reject(error);
+        const entry = request?.kind === "subscribe" ? this.topics.get(request.topic) : undefined;
+        const retryable = RETRYABLE_CODES.has(frame.code);
+        const detail = { code: frame.code, message: frame.message, topic: request?.topic, id: frame.id };
+        if (entry && retryable) {
+          // A condition that passes (the backplane down, the node full): the topic and its
+          // position are kept, and asked for again with backoff.
+          entry.state = "retrying";
+          entry.error = error;
+          const delay = this.nextDelay(++entry.retries);
+          entry.retryTimer = this.timers.set(() => {
+            entry.retryTimer = null;
+            if (this.open && this.topics.get(request.topic) === entry) this.#sendSubscribe(request.topic, entry);
+          }, delay);
+          return this.#emit("error", { ...detail, retrying: true });
         }
-        return this.#emit("error", { code: frame.code, message: frame.message, topic: request?.topic, id: frame.id });
+        if (entry) {
+          // Refused for good (not allowed, invalid, too many): not asked again on a reconnect,
+          // and the application is told which topic.
+          entry.state = "refused";
+          entry.error = error;
+          entry.settle?.reject(error);
+          this.#emit("refused", { topic: request.topic, code: frame.code, message: frame.message });
+        }
+        return this.#emit("error", detail);
       }
       default:
         return; // unsubscribed, and frame types a later node may add
@@ -353,12 +446,18 @@ export class PubSubClient {
 
   #deliver(frame) {
     const entry = this.topics.get(frame.topic);
-    if (!entry) return; // unsubscribed meanwhile
+    if (!entry || entry.state === "refused") return; // unsubscribed meanwhile
     if (frame.offset !== undefined) {
       const last = entry.position;
       // Never twice: a position at or before the last one of the same epoch was delivered.
       if (last && last.epoch === frame.epoch && frame.offset <= last.offset) return;
       entry.position = { offset: frame.offset, epoch: frame.epoch };
+      if (entry.own.length > 0) {
+        const mine = entry.own.some((p) => p.epoch === frame.epoch && p.offset === frame.offset);
+        // What is passed cannot come again: only positions after this one are kept.
+        entry.own = entry.own.filter((p) => p.epoch === frame.epoch && p.offset > frame.offset);
+        if (mine) return; // its own publication, recovered after a reconnect: resume past it
+      }
     }
     const data = "data_base64" in frame ? base64Bytes(frame.data_base64) : frame.data;
     const meta = { topic: frame.topic, offset: frame.offset, epoch: frame.epoch };

@@ -51,7 +51,7 @@ function harness(urls = ["ws://a/", "ws://b/"], options = {}) {
     ...options,
   });
   const events = [];
-  for (const e of ["connected", "disconnected", "gap", "error", "dropped", "gaveup"]) {
+  for (const e of ["connected", "disconnected", "gap", "error", "refused", "dropped", "gaveup"]) {
     client.on(e, (detail) => events.push([e, detail]));
   }
   return {
@@ -272,4 +272,82 @@ test("a listener that throws does not break the client", async () => {
   sock.frame({ type: "message", topic: "t", offset: 2, epoch: "E", data: 2 });
   assert.deepEqual(got, [1, 2]);
   assert.deepEqual(thrown, ["handler bug", "handler bug"]);
+});
+
+test("a retryable refusal keeps the topic and its position and asks again with backoff", async () => {
+  // Issue 39 (b): the node's backplane was down when the page (re)subscribed; "unavailable"
+  // used to delete the topic, and every later publication was missed with no gap.
+  const h = harness(["ws://a/"]);
+  await tick();
+  const got = [];
+  const sub = h.client.subscribe("t", (data) => got.push(data), { since: { offset: 4, epoch: "E" } });
+  const sock = h.latest();
+  sock.accept();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "t", id: 1, since: { offset: 4, epoch: "E" } }]);
+  sock.frame({ type: "error", code: "unavailable", message: "backplane down", id: 1 });
+  assert.equal(h.client.state("t"), "retrying");
+  assert.deepEqual(sub.position, { offset: 4, epoch: "E" });
+  assert.equal(h.timers.length, 1, "a resubscribe is scheduled");
+  await h.fire();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "t", id: 2, since: { offset: 4, epoch: "E" } }]);
+  sock.frame({ type: "error", code: "node_full", message: "too many topics", id: 2 });
+  assert.equal(h.client.state("t"), "retrying");
+  await h.fire();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "t", id: 3, since: { offset: 4, epoch: "E" } }]);
+  sock.frame({ type: "subscribed", topic: "t", recovery: "recovered", recovered: 1, id: 3 });
+  sock.frame({ type: "message", topic: "t", offset: 5, epoch: "E", data: "m5" });
+  assert.equal(h.client.state("t"), "subscribed");
+  assert.deepEqual(await sub.ready, { recovery: "recovered", recovered: 1 });
+  assert.deepEqual(got, ["m5"]);
+});
+
+test("a permanent refusal reaches the application naming the topic, and the topic's state says so", async () => {
+  const h = harness(["ws://a/"]);
+  await tick();
+  h.client.subscribe("secret", () => {});
+  const sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "error", code: "not_allowed", message: "not yours", id: 1 });
+  assert.ok(h.events.some(([e, d]) => e === "refused" && d.topic === "secret" && d.code === "not_allowed"));
+  assert.equal(h.client.state("secret"), "refused");
+  assert.equal(h.timers.length, 0);
+});
+
+test("the client's retryable codes are the protocol document's table", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { RETRYABLE_CODES } = await import("../src/index.js");
+  const doc = readFileSync(new URL("../../../docs/pubsub-protocol.md", import.meta.url), "utf8");
+  const errors = doc.slice(doc.indexOf("## Errors"), doc.indexOf("## A session"));
+  const rows = [...errors.matchAll(/^\| `([a-z_]+)` \| (yes|no) \|/gm)];
+  assert.ok(rows.length >= 9, "the Errors table has a retryable column");
+  const retryable = rows.filter((r) => r[2] === "yes").map((r) => r[1]).sort();
+  assert.deepEqual([...RETRYABLE_CODES].sort(), retryable);
+});
+
+test("its own publications do not come back when it resumes after a reconnect", async () => {
+  // Issue 39 (i): the node leaves out a connection's own publications, but a new connection is
+  // a new subscriber: resuming recovered them from history.
+  const h = harness(["ws://a/", "ws://b/"]);
+  await tick();
+  const got = [];
+  h.client.subscribe("t", (data) => got.push(data));
+  let sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "message", topic: "t", offset: 5, epoch: "E", data: "m5" });
+  const mine = h.client.publish("t", "mine");
+  sock.frame({ type: "published", topic: "t", offset: 6, epoch: "E", id: 2 });
+  assert.deepEqual(await mine, { offset: 6, epoch: "E" });
+  h.advance(5000);
+  sock.drop();
+  await h.fire();
+  sock = h.latest();
+  sock.accept();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "t", id: 3, since: { offset: 5, epoch: "E" } }]);
+  sock.frame({ type: "subscribed", topic: "t", recovery: "recovered", recovered: 2, id: 3 });
+  sock.frame({ type: "message", topic: "t", offset: 6, epoch: "E", data: "mine" });
+  sock.frame({ type: "message", topic: "t", offset: 7, epoch: "E", data: "m7" });
+  assert.deepEqual(got, ["m5", "m7"]);
+  assert.deepEqual(h.client.positions(), { t: { offset: 7, epoch: "E" } });
 });

@@ -50,8 +50,11 @@ pub(crate) async fn server(
     let shutdown = server.shutdown_handle();
     // The session's defaults are the relay's policy: 16 MiB queued per client, then 1008; what
     // a client already sent published as one batch, a backplane outage waited out for 10 s, then
-    // 1013. A gap is reported here and the relay goes on: its clients have no positions to
-    // resume from.
+    // 1013. A gap (publications missed during a backplane outage, beyond what history
+    // recovers) is told to the client as a text line (`gap_line`) and the relay goes on: its
+    // clients have no positions to resume from, so closing them would lose what the node
+    // delivers after the gap (the history of a new epoch) and whatever is published while they
+    // reconnect.
     let config = SessionConfig::default()
         .on_gap(OnGap::Deliver)
         .close_grace(CLOSE_GRACE);
@@ -144,7 +147,8 @@ async fn connect_backplane(url: &str, name: &str) -> Result<Hub, Failure> {
     }
 }
 
-/// The relay's protocol: [`Relay`]'s, and a note on stderr when messages were missed.
+/// The relay's protocol: [`Relay`]'s, but a gap is told to the client as a text line
+/// ([`gap_line`]) instead of a close, with a note on stderr.
 struct Logged {
     relay: Relay,
     addr: SocketAddr,
@@ -157,14 +161,24 @@ impl Protocol for Logged {
     }
 
     fn outgoing<'a>(&self, delivery: &'a Delivery) -> Outgoing<'a> {
-        if let Delivery::Gap { topic, .. } = delivery
-            && !self.quiet
-        {
-            errln!(
-                "{}: messages on {topic} were missed during a backplane outage and could not be recovered",
-                self.addr
-            );
+        if let Delivery::Gap { topic, .. } = delivery {
+            if !self.quiet {
+                errln!(
+                    "{}: messages on {topic} were missed during a backplane outage and could not be recovered",
+                    self.addr
+                );
+            }
+            return Outgoing::Message(sockeye::Message::text(gap_line(topic)));
         }
         self.relay.outgoing(delivery)
     }
+}
+
+/// What a `broadcast_server` client receives for a gap: one text line,
+/// `sockeye: gap on TOPIC: publications were missed` (what follows it is delivered). Relayed
+/// messages are what clients sent, so a client could send the same line: the relay is for people
+/// and scripts that trust each other; a protocol that needs an unforgeable notice, with a
+/// position to resume from, is `ws pubsub_server`'s (`gap` frames).
+pub(crate) fn gap_line(topic: &Topic) -> String {
+    format!("sockeye: gap on {topic}: publications were missed")
 }

@@ -39,7 +39,9 @@ pub enum Delivery {
         resume: Option<Position>,
     },
     /// [`SlowPolicy::Drop`](crate::SlowPolicy::Drop): this many publications did not fit in the
-    /// queue and were dropped for this subscriber since the last such notice.
+    /// queue and were dropped for this subscriber since the last such notice. Each topic they
+    /// were on also gets a [`Gap`](Self::Gap) (its `resume` the last one dropped), before that
+    /// topic's next delivery or once the queue has drained; a gap itself is never dropped.
     Dropped {
         /// How many.
         count: u64,

@@ -82,7 +82,7 @@ pub use config::{HistoryConfig, HubConfig, SlowPolicy, SubscriberConfig};
 pub use delivery::{Delivery, Published};
 pub use error::Error;
 pub use hub::{Hub, Publisher, Subscriber};
-pub use protocol::{Answer, Outgoing, Protocol, Relay, Request};
+pub use protocol::{Answer, Outgoing, Protocol, Relay, Request, gap_close};
 pub use retry::PublishRetry;
 pub use session::{Ended, OnGap, Session, SessionConfig};
 pub use topic::Topic;

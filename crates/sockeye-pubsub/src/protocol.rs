@@ -3,7 +3,7 @@
 //! [`Relay`], the default. A leaf: it knows the hub's types, not the session's loop (how a
 //! protocol for many topics on one socket plugs in is in the session's module docs).
 
-use sockeye::{CloseFrame, Message, PreparedMessage};
+use sockeye::{CloseCode, CloseFrame, Message, PreparedMessage};
 
 use crate::backplane::position::{Position, Recovery};
 use crate::delivery::Delivery;
@@ -22,15 +22,40 @@ pub trait Protocol: Send + Sync {
     fn request(&self, message: Message) -> Request;
 
     /// What is sent to the client for `delivery`. The default sends a publication as it was
-    /// published (prepared once for every subscriber) and nothing for a [`Delivery::Gap`]
-    /// (reached only with [`OnGap::Deliver`](crate::OnGap::Deliver)) or a [`Delivery::Dropped`] notice
-    /// ([`SlowPolicy::Drop`](crate::SlowPolicy)).
+    /// published (prepared once for every subscriber) and nothing for a [`Delivery::Gap`] or a
+    /// [`Delivery::Dropped`] notice ([`SlowPolicy::Drop`](crate::SlowPolicy)).
+    ///
+    /// A gap is never silent: when this sends nothing for one, the session closes the
+    /// connection with [`gap_close`] whatever its [`OnGap`](crate::OnGap) says; when it sends a
+    /// notice, that notice is written before any close ([`OnGap::Close`](crate::OnGap::Close)).
     fn outgoing<'a>(&self, delivery: &'a Delivery) -> Outgoing<'a> {
         match delivery {
             Delivery::Message(published) => Outgoing::Prepared(published.prepared()),
             _ => Outgoing::Nothing,
         }
     }
+}
+
+/// The close of a connection for a gap on `topic` ([`Delivery::Gap`]): 1013 (try again later),
+/// the reason `gap on TOPIC: resume from OFFSET@EPOCH` (the gap's `resume`: the position to
+/// resume from to skip nothing), or `gap on TOPIC: publications were missed` when the gap has
+/// no `resume` (keep the position held before). A topic too long for a close reason (123
+/// bytes) is left out (`gap: resume from …`): a protocol with one topic per connection
+/// ([`Relay`]) names it with the URL already.
+pub fn gap_close(topic: &Topic, resume: Option<&Position>) -> CloseFrame {
+    const MAX_REASON: usize = 123;
+    let what = match resume {
+        Some(position) => format!("resume from {position}"),
+        None => "publications were missed".to_owned(),
+    };
+    let mut reason = format!("gap on {}: {what}", topic.as_str());
+    if reason.len() > MAX_REASON {
+        reason = format!("gap: {what}");
+    }
+    if reason.len() > MAX_REASON {
+        reason = "gap: publications were missed".to_owned();
+    }
+    CloseFrame::new(CloseCode::TRY_AGAIN_LATER, reason)
 }
 
 /// What a message from the client asks for (see [`Protocol::request`]).
@@ -131,7 +156,9 @@ pub enum Outgoing<'a> {
 
 /// The default [`Protocol`]: one topic per socket; every text and binary message the client
 /// sends is a publication on it, and every publication is sent as it was published (what the
-/// `ws broadcast_server` relay does).
+/// `ws broadcast_server` relay does). Its messages are the publications themselves, so it has
+/// no frame of its own for a gap: a gap closes the connection with [`gap_close`] (1013, the
+/// position to resume from in the reason).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Relay {
     topic: Topic,
@@ -155,5 +182,28 @@ impl Protocol for Relay {
             topic: self.topic.clone(),
             message,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gap_close_names_the_topic_and_the_position_within_a_close_reason() {
+        let topic = Topic::new("news").unwrap();
+        let at: Position = "17@9f3c:2".parse().unwrap();
+        let frame = gap_close(&topic, Some(&at));
+        assert_eq!(frame.code, CloseCode::TRY_AGAIN_LATER);
+        assert_eq!(frame.reason.as_str(), "gap on news: resume from 17@9f3c:2");
+        assert_eq!(
+            gap_close(&topic, None).reason.as_str(),
+            "gap on news: publications were missed"
+        );
+        let long = Topic::new(&"x".repeat(200)).unwrap();
+        assert_eq!(
+            gap_close(&long, Some(&at)).reason.as_str(),
+            "gap: resume from 17@9f3c:2"
+        );
     }
 }

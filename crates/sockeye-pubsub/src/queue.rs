@@ -29,6 +29,12 @@ pub(crate) struct QueueState {
     /// Dropped since the last [`Delivery::Dropped`] was handed out, and in all.
     dropped: u64,
     pub(crate) dropped_total: u64,
+    /// [`SlowPolicy::Drop`]: the topics with publications dropped and not yet told, each with
+    /// the position of the last one dropped (the `resume` of the gap that tells it). Told as a
+    /// [`Delivery::Gap`] before the topic's next delivery, or once the queue has drained; at
+    /// most one per topic subscribed (a list: empty, unallocated, but for a subscriber that
+    /// dropped).
+    untold: Vec<(Topic, Option<Position>)>,
     /// [`SlowPolicy::Close`] fired: `(queued, max)`, reported once.
     too_slow: Option<(usize, usize)>,
     pub(crate) stopped: bool,
@@ -114,7 +120,7 @@ impl Queue {
     }
 
     fn push_locked(&self, s: &mut QueueState, d: Delivery) {
-        if !self.admit(s, d.size()) {
+        if !self.admit(s, &d) {
             return;
         }
         let was_empty = s.items.is_empty();
@@ -124,15 +130,57 @@ impl Queue {
         }
     }
 
-    /// Counts `size` more bytes against the bound (queued and held alike), or applies the
-    /// [`SlowPolicy`] and says no.
-    fn admit(&self, s: &mut QueueState, size: usize) -> bool {
-        if s.bytes > 0 && s.bytes + size > self.config.max_queued_bytes {
-            match self.config.slow {
-                SlowPolicy::Drop => {
-                    s.dropped += 1;
-                    s.dropped_total += 1;
+    /// Counts `d` against the bound (queued and held alike), or applies the [`SlowPolicy`] and
+    /// says no. Under [`SlowPolicy::Drop`] a gap is never dropped (it is small, and what it
+    /// tells cannot be told again), a publication dropped is remembered for its topic's gap,
+    /// and a topic's untold drops are queued as a gap ahead of its next delivery.
+    fn admit(&self, s: &mut QueueState, d: &Delivery) -> bool {
+        let size = d.size();
+        let over = s.bytes > 0 && s.bytes + size > self.config.max_queued_bytes;
+        if self.config.slow == SlowPolicy::Drop {
+            let topic = match d {
+                Delivery::Message(p) => Some(p.topic()),
+                Delivery::Gap { topic, .. } => Some(topic),
+                Delivery::Dropped { .. } => None,
+            };
+            if over && let Delivery::Message(p) = d {
+                s.dropped += 1;
+                s.dropped_total += 1;
+                let at = match s.untold.iter().position(|(t, _)| t == p.topic()) {
+                    Some(at) => at,
+                    None => {
+                        s.untold.push((p.topic().clone(), None));
+                        s.untold.len() - 1
+                    }
+                };
+                if let Some(position) = p.position() {
+                    s.untold[at].1 = Some(position.clone());
                 }
+                return false;
+            }
+            if let Some(topic) = topic
+                && let Some(at) = s.untold.iter().position(|(t, _)| t == topic)
+            {
+                let (_, resume) = s.untold.swap_remove(at);
+                if s.untold.is_empty() {
+                    s.untold = Vec::new();
+                }
+                // A gap of the backplane's own says where to resume after both.
+                if !matches!(d, Delivery::Gap { .. }) {
+                    let gap = Delivery::Gap {
+                        topic: topic.clone(),
+                        resume,
+                    };
+                    s.bytes += gap.size();
+                    s.items.push_back(gap);
+                }
+            }
+            s.bytes += size;
+            return true;
+        }
+        if over {
+            match self.config.slow {
+                SlowPolicy::Drop => {}
                 SlowPolicy::Close => {
                     s.too_slow = Some((s.bytes + size, self.config.max_queued_bytes));
                     s.stopped = true;
@@ -151,7 +199,7 @@ impl Queue {
 
     /// Holds a live delivery for `topic`, being recovered, within the bound.
     fn hold_one(&self, s: &mut QueueState, topic: &Topic, d: &Delivery) {
-        if !self.admit(s, d.size()) {
+        if !self.admit(s, d) {
             return;
         }
         if let Some(held) = s.resuming.as_mut().and_then(|r| r.held.get_mut(topic)) {
@@ -182,6 +230,7 @@ impl Queue {
     pub(crate) fn forget(&self, topic: &Topic) {
         let mut s = lock(&self.state);
         Self::take_held(&mut s, topic);
+        s.untold.retain(|(t, _)| t != topic);
         if let Some(r) = s.resuming.as_mut() {
             r.seams.remove(topic);
         }
@@ -246,6 +295,19 @@ impl Queue {
         }
     }
 
+    /// Once the queue has drained, the topics whose drops are untold get their gaps: nothing
+    /// more of theirs may come to carry them.
+    fn tell_untold(s: &mut QueueState) {
+        if !s.items.is_empty() {
+            return;
+        }
+        for (topic, resume) in std::mem::take(&mut s.untold) {
+            let gap = Delivery::Gap { topic, resume };
+            s.bytes += gap.size();
+            s.items.push_back(gap);
+        }
+    }
+
     pub(crate) fn pop(&self) -> Option<Result<Delivery, Error>> {
         let mut s = lock(&self.state);
         if let Some((queued, max)) = s.too_slow.take() {
@@ -255,6 +317,7 @@ impl Queue {
             let count = std::mem::take(&mut s.dropped);
             return Some(Ok(Delivery::Dropped { count }));
         }
+        Self::tell_untold(&mut s);
         let d = s.items.pop_front()?;
         s.bytes -= d.size();
         Some(Ok(d))
@@ -271,6 +334,7 @@ impl Queue {
             out.push(Delivery::Dropped { count });
             n += 1;
         }
+        Self::tell_untold(&mut s);
         while n < max {
             let Some(d) = s.items.pop_front() else { break };
             s.bytes -= d.size();

@@ -17,7 +17,7 @@
 //! | the server shuts down gracefully ([`ShutdownHandle`](sockeye::ShutdownHandle)) | 1001, sent by the connection itself | [`Ended::Disconnected`] |
 //! | its queue passed [`SubscriberConfig::max_queued_bytes`] ([`SlowPolicy::Close`](crate::SlowPolicy)) | 1008, at once: the backlog is not sent (the close follows what the socket already holds, [`SessionConfig::slow_drain`]) | [`Ended::TooSlow`] |
 //! | a publication could not be published (see below) | [`Error::close_frame`]: 1013 for the backplane | [`Ended::NotPublished`] |
-//! | publications were missed and cannot be recovered ([`Delivery::Gap`]), with [`OnGap::Close`] | 1013 | [`Ended::Gap`] |
+//! | publications were missed and cannot be recovered ([`Delivery::Gap`]), with [`OnGap::Close`] or a protocol that has nothing to send for it ([`Relay`]) | 1013, `gap on TOPIC: resume from OFFSET@EPOCH` ([`gap_close`]), after the protocol's own notice if it has one | [`Ended::Gap`] |
 //! | the [`Protocol`] refuses what the client sent ([`Request::Close`]) | its frame | [`Ended::Refused`] |
 //! | the hub stopped (its backplane ended) | 1013 | [`Ended::HubStopped`] |
 //!
@@ -38,11 +38,13 @@
 //!
 //! While the backplane is down, publishing waits as above; subscriptions come back by
 //! themselves, and what was missed meanwhile is recovered from history. What cannot be
-//! recovered arrives as a [`Delivery::Gap`], and [`SessionConfig::on_gap`] decides: close with
-//! 1013 ([`OnGap::Close`], the default: the client reconnects and resumes from the last position
-//! it saw, and a client of the default [`Relay`] protocol, which has no way to hear of a gap
-//! otherwise, is not left with a silent hole), or keep going and hand the gap to
-//! [`Protocol::outgoing`] ([`OnGap::Deliver`]: for a protocol that tells its clients).
+//! recovered arrives as a [`Delivery::Gap`], and is never silent. The protocol's notice for it
+//! ([`Protocol::outgoing`]: the JSON protocol's `gap` frame, with the position to resume from) is
+//! written first; then [`SessionConfig::on_gap`] decides: close with 1013 ([`OnGap::Close`], the
+//! default: the client reconnects and resumes), or keep going ([`OnGap::Deliver`]: for a
+//! protocol that tells its clients). A protocol with nothing to send for a gap (the default
+//! [`Relay`], whose messages are the publications themselves) is closed for it either way, with
+//! the reason naming the topic and the position to resume from ([`gap_close`]).
 //!
 //! # Protocols, and many topics on one socket
 //!
@@ -104,7 +106,7 @@ use std::time::Duration;
 
 use futures_channel::mpsc;
 use futures_util::{SinkExt, StreamExt};
-use sockeye::{CloseCode, CloseFrame, Message, WebSocket, WebSocketReader, WebSocketWriter};
+use sockeye::{CloseFrame, Message, WebSocket, WebSocketReader, WebSocketWriter};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::backplane::position::{Position, Recovery};
@@ -113,7 +115,7 @@ use crate::config::SubscriberConfig;
 use crate::delivery::Delivery;
 use crate::error::Error;
 use crate::hub::{Hub, Publisher, Subscriber};
-use crate::protocol::{Answer, Outgoing, Protocol, Relay, Request};
+use crate::protocol::{Answer, Outgoing, Protocol, Relay, Request, gap_close};
 use crate::retry::PublishRetry;
 use crate::topic::Topic;
 
@@ -128,12 +130,14 @@ const OPS_QUEUE: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OnGap {
-    /// Close the connection with 1013 (try again later): the client reconnects and resumes from
-    /// the last position it saw. The default: a protocol that cannot tell its client of a gap
-    /// (the default [`Relay`]) does not leave it with a silent hole.
+    /// Close the connection with 1013 (try again later), after the protocol's own notice of
+    /// the gap if it has one ([`gap_close`]'s reason: the topic and the position to resume
+    /// from): the client reconnects and resumes. The default.
     #[default]
     Close,
-    /// Keep going; the gap goes to [`Protocol::outgoing`], which may tell the client.
+    /// Keep going after the protocol's notice of the gap ([`Protocol::outgoing`]). A protocol
+    /// that sends nothing for a gap (the default [`Relay`]) is closed as with
+    /// [`Close`](Self::Close): a gap is never silent.
     Deliver,
 }
 
@@ -340,7 +344,7 @@ impl<P: Protocol> Session<P> {
         };
         match (write_end, read_end) {
             (Some(Stop::TooSlow), _) => Ended::TooSlow,
-            (Some(Stop::Gap(topic)), _) => Ended::Gap { topic },
+            (Some(Stop::Gap(topic, _)), _) => Ended::Gap { topic },
             (_, Stop::NotPublished(e)) => Ended::NotPublished(e),
             (_, Stop::Refused(frame)) => Ended::Refused(frame),
             (Some(Stop::HubStopped), _) => Ended::HubStopped,
@@ -354,7 +358,8 @@ enum Stop {
     /// The connection ended (or failed).
     Disconnected,
     TooSlow,
-    Gap(Topic),
+    /// A gap the client was told of with this close.
+    Gap(Topic, CloseFrame),
     NotPublished(Error),
     Refused(CloseFrame),
     HubStopped,
@@ -582,15 +587,18 @@ where
             let mut next = Some(first);
             let mut written = 0;
             while let Some(d) = next.take() {
-                if let Delivery::Gap { topic, .. } = &d
-                    && config.on_gap == OnGap::Close
+                let told = match protocol.outgoing(&d) {
+                    Outgoing::Prepared(m) => sink.feed_prepared(m).await.map(|()| true)?,
+                    Outgoing::Message(m) => sink.feed(m).await.map(|()| true)?,
+                    Outgoing::Nothing => false,
+                };
+                // A gap is never silent: the protocol's notice (written above) and, when it has
+                // none or the session closes for gaps, a close that names it.
+                if let Delivery::Gap { topic, resume } = &d
+                    && (config.on_gap == OnGap::Close || !told)
                 {
-                    return Ok(Some(Stop::Gap(topic.clone())));
-                }
-                match protocol.outgoing(&d) {
-                    Outgoing::Prepared(m) => sink.feed_prepared(m).await?,
-                    Outgoing::Message(m) => sink.feed(m).await?,
-                    Outgoing::Nothing => {}
+                    sink.flush().await?;
+                    return Ok(Some(Stop::Gap(topic.clone(), gap_close(topic, resume.as_ref()))));
                 }
                 written += 1;
                 if written < config.write_batch {
@@ -612,13 +620,7 @@ where
         };
         match written {
             Ok(None) => {}
-            Ok(Some(Stop::Gap(topic))) => {
-                let frame = CloseFrame::new(
-                    CloseCode::TRY_AGAIN_LATER,
-                    "publications were missed: reconnect and resume",
-                );
-                break (Stop::Gap(topic), frame);
-            }
+            Ok(Some(Stop::Gap(topic, frame))) => break (Stop::Gap(topic, frame.clone()), frame),
             Ok(Some(stop)) => break (stop, too_slow()),
             Err(_) => return Stop::Disconnected,
         }

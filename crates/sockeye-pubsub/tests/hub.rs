@@ -156,7 +156,8 @@ async fn a_slow_subscriber_under_drop_is_told_how_many_it_missed() {
     for _ in 0..10 {
         hub.publish(&topic, Message::binary(vec![0; 1000])).await.unwrap();
     }
-    // Three fit, seven were dropped: the notice comes first, then what was kept.
+    // Three fit, seven were dropped: the notice comes first, then what was kept, then a gap on
+    // the topic whose resume is the last one dropped (issue 39 i: `Dropped` named no topic).
     assert_eq!(next(&mut slow).await, Delivery::Dropped { count: 7 });
     for offset in 1..=3 {
         match next(&mut slow).await {
@@ -164,8 +165,65 @@ async fn a_slow_subscriber_under_drop_is_told_how_many_it_missed() {
             other => panic!("{other:?}"),
         }
     }
+    match next(&mut slow).await {
+        Delivery::Gap { topic: t, resume } => {
+            assert_eq!(t, topic);
+            assert_eq!(resume.unwrap().offset, 10);
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(slow.dropped(), 7);
     nothing_more(&mut slow).await;
+    // What is published next follows the gap.
+    hub.publish(&topic, Message::binary(vec![0; 1000])).await.unwrap();
+    match next(&mut slow).await {
+        Delivery::Message(m) => assert_eq!(m.position().unwrap().offset, 11),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Issue 39 (i): under `SlowPolicy::Drop` a full queue dropped a `Gap` like a publication, so a
+/// subscriber learnt only that "something" was dropped. A gap is never dropped, and what is
+/// dropped on a topic is told as a gap on that topic, before that topic's next delivery.
+#[tokio::test]
+async fn under_drop_a_gap_is_never_dropped_and_drops_become_gaps_on_their_topic() {
+    let mut events = None;
+    let hub = Hub::with_backplane(HubConfig::default(), |tx| {
+        events = Some(tx.clone());
+        InProcess::new(tx, HistoryConfig::none())
+    });
+    let events = events.unwrap();
+    let (a, b) = (Topic::new("a").unwrap(), Topic::new("b").unwrap());
+    let mut slow = hub.subscriber(SubscriberConfig::new(3_300, SlowPolicy::Drop));
+    slow.subscribe(&a, None).await.unwrap();
+    slow.subscribe(&b, None).await.unwrap();
+    for topic in [&a, &a, &a, &b, &a] {
+        hub.publish(topic, Message::binary(vec![0; 1000])).await.unwrap();
+    }
+    // Full: an outage without history is a gap on both topics, which must arrive.
+    events
+        .send(Event::Lost {
+            reason: "test".into(),
+        })
+        .await
+        .unwrap();
+    events.send(Event::Restored).await.unwrap();
+    let mut got = Vec::new();
+    while let Ok(d) = timeout(Duration::from_millis(300), slow.recv()).await {
+        got.push(match d.unwrap().unwrap() {
+            Delivery::Message(m) => {
+                format!("{}@{}", m.topic().as_str(), m.position().map_or(0, |p| p.offset))
+            }
+            Delivery::Gap { topic, .. } => format!("GAP {}", topic.as_str()),
+            Delivery::Dropped { count } => format!("DROPPED {count}"),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(got[0], "DROPPED 2");
+    assert_eq!(&got[1..4], ["a@1", "a@2", "a@3"]);
+    let mut gaps: Vec<&String> = got[4..].iter().collect();
+    gaps.sort();
+    assert_eq!(gaps, ["GAP a", "GAP b"], "{got:?}");
 }
 
 #[tokio::test]

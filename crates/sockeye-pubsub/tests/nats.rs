@@ -460,6 +460,46 @@ async fn resume_from_a_position_without_gap_or_duplicate() {
     .unwrap();
 }
 
+/// Issue 39 (i): a gap's `resume` was the first publication's sequence − 1, another topic's
+/// (sequences are the stream's), so resuming from it was another gap, forever. It is now a
+/// position the history takes for this topic: resuming from it recovers everything after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gap_s_resume_is_taken_back_by_the_history_without_another_gap() {
+    timeout(TEST_TIMEOUT, async {
+        let server = BackplaneServer::start(Kind::Nats { jetstream: true });
+        let topic = Topic::new("resumed after a gap").unwrap();
+        let other = Topic::new("in between").unwrap();
+        let (hub, _) = node(&server.url(), HistoryConfig::default()).await;
+        for i in 0..3 {
+            hub.publish(&other, format!("other {i}").into()).await.unwrap();
+            hub.publish(&topic, format!("{i}").into()).await.unwrap();
+        }
+        // A position of an epoch that never was: a gap, then the whole epoch.
+        let mut s = sub(&hub);
+        let since = Position {
+            epoch: "gone".into(),
+            offset: 1,
+        };
+        assert_eq!(s.subscribe(&topic, Some(since)).await.unwrap(), Recovery::Lost);
+        let resume = match recv(&mut s).await {
+            Delivery::Gap { resume, .. } => resume.expect("a position to resume from"),
+            other => panic!("{other:?}"),
+        };
+        // A client that kept it and dropped right away resumes with no second gap.
+        let mut again = sub(&hub);
+        assert_eq!(
+            again.subscribe(&topic, Some(resume)).await.unwrap(),
+            Recovery::Recovered { count: 3 }
+        );
+        for i in 0..3 {
+            assert_eq!(recv_msg(&mut again).await.0, format!("{i}"));
+        }
+        quiet(&mut again).await;
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_beyond_the_limits_is_lost_not_incomplete() {
     timeout(TEST_TIMEOUT, async {

@@ -440,7 +440,52 @@ async fn an_unrecoverable_gap_closes_with_1013_by_default() {
     events.send(Event::Restored).await.unwrap();
     assert_eq!(
         next(&mut c[0]).await,
-        "close 1013 publications were missed: reconnect and resume"
+        "close 1013 gap on t: publications were missed"
+    );
+    assert!(matches!(node.ended().await, Ended::Gap { topic } if topic.as_str() == "t"));
+}
+
+/// Issue 39 (h): `ws broadcast_server --backplane` served `Relay` with `OnGap::Deliver`, and
+/// `Relay` sends nothing for a gap: the client never heard of it. A protocol that has nothing
+/// to send for a gap is closed for it whatever `on_gap` says.
+#[tokio::test]
+async fn a_protocol_that_cannot_say_gap_is_closed_for_one_even_with_on_gap_deliver() {
+    let config = SessionConfig::default().on_gap(OnGap::Deliver);
+    let Relayed {
+        events,
+        mut node,
+        mut c,
+        ..
+    } = relayed(HistoryConfig::none(), config, 1).await;
+    events.send(Event::Restored).await.unwrap();
+    assert_eq!(
+        next(&mut c[0]).await,
+        "close 1013 gap on t: publications were missed"
+    );
+    assert!(matches!(node.ended().await, Ended::Gap { topic } if topic.as_str() == "t"));
+}
+
+/// Issue 39 (h): under `OnGap::Close` (the default) the JSON protocol was closed with 1013
+/// before its `gap` frame was written, so its client resumed from its old position (of an old
+/// epoch) and met the same gap on every reconnect. The protocol's own notice goes first.
+#[tokio::test]
+async fn a_gap_is_told_in_the_protocol_s_words_before_the_close() {
+    use sockeye_pubsub::access::Access;
+    use sockeye_pubsub::json_protocol::JsonProtocol;
+    let (hub, _, events) = switched_hub(HistoryConfig::none());
+    let protocol = JsonProtocol::new(Access::everything(), hub.max_payload());
+    let mut node = Node::start(&hub, SessionConfig::default(), protocol, &["t"]).await;
+    let mut c = clients(&node, &hub, "t", 1).await;
+    events.send(Event::Restored).await.unwrap();
+    let gap: serde_json::Value = serde_json::from_str(&next(&mut c[0]).await).unwrap();
+    assert_eq!(
+        (gap["type"].as_str(), gap["topic"].as_str()),
+        (Some("gap"), Some("t")),
+        "{gap}"
+    );
+    assert_eq!(
+        next(&mut c[0]).await,
+        "close 1013 gap on t: publications were missed"
     );
     assert!(matches!(node.ended().await, Ended::Gap { topic } if topic.as_str() == "t"));
 }

@@ -787,12 +787,13 @@ async fn gaps_drops_and_slow_closes_are_counted() {
     // The client reads what the node held for it until nothing more comes; then its queue is
     // empty, and one more publication, which cannot be dropped, carries the drops not yet told
     // (they are told with the next delivery that fits).
-    // (received, told dropped, "end" seen)
-    let mut seen = (0u64, 0u64, false);
-    let count = |seen: &mut (u64, u64, bool), frame: Value| match frame["type"].as_str() {
+    // (received, told dropped, "end" seen, gaps told on the topic: drops name their topic)
+    let mut seen = (0u64, 0u64, false, 0u64);
+    let count = |seen: &mut (u64, u64, bool, u64), frame: Value| match frame["type"].as_str() {
         Some("message") if frame["data"] == "end" => seen.2 = true,
         Some("message") => seen.0 += 1,
         Some("dropped") => seen.1 += frame["count"].as_u64().unwrap(),
+        Some("gap") if frame["topic"] == "d" => seen.3 += 1,
         _ => panic!("unexpected {frame}"),
     };
     while let Ok(Some(Ok(Message::Text(text)))) =
@@ -804,7 +805,8 @@ async fn gaps_drops_and_slow_closes_are_counted() {
     while !seen.2 {
         count(&mut seen, next_json(&mut stalled).await);
     }
-    let (received, dropped_frames, _) = seen;
+    let (received, dropped_frames, _, gaps) = seen;
+    assert!(gaps > 0, "the drops were told as a gap on their topic");
     assert_eq!(
         received + dropped_frames,
         published as u64,

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::error::Error;
+
 /// A request's `"id"`, echoed verbatim in the answer so that a client can match the two.
 ///
 /// Held as the JSON text the client sent (a string or a number, at most
@@ -60,9 +62,65 @@ pub enum ErrorCode {
     TooManySubscriptions,
     /// The node's backplane cannot be reached: nothing was published; the client may retry.
     Unavailable,
+    /// The node already follows as many topics as it allows
+    /// ([`HubConfig::max_topics`](crate::HubConfig)): not the client's fault; retry later, or on
+    /// another node.
+    NodeFull,
 }
 
 impl ErrorCode {
+    /// Every code, in the order of the protocol document's table.
+    pub const ALL: [ErrorCode; 9] = [
+        ErrorCode::BadJson,
+        ErrorCode::UnknownType,
+        ErrorCode::BadRequest,
+        ErrorCode::InvalidTopic,
+        ErrorCode::TooLarge,
+        ErrorCode::NotAllowed,
+        ErrorCode::TooManySubscriptions,
+        ErrorCode::Unavailable,
+        ErrorCode::NodeFull,
+    ];
+
+    /// Whether the refused request may succeed when sent again unchanged, later: the condition
+    /// is the node's and passes (its backplane down, the node full). A client retries these
+    /// with backoff and keeps what it had (a topic, its position); every other code is
+    /// permanent: sending the same request again gets the same answer. The protocol document's
+    /// "retryable" column, which the JavaScript client follows.
+    pub fn retryable(self) -> bool {
+        match self {
+            ErrorCode::Unavailable | ErrorCode::NodeFull => true,
+            ErrorCode::BadJson
+            | ErrorCode::UnknownType
+            | ErrorCode::BadRequest
+            | ErrorCode::InvalidTopic
+            | ErrorCode::TooLarge
+            | ErrorCode::NotAllowed
+            | ErrorCode::TooManySubscriptions => false,
+        }
+    }
+
+    /// The code a hub's refusal of a request is answered with: the one table from [`Error`] to
+    /// the wire, with no catch-all, so that a new error has to be placed in it. A retryable code
+    /// exactly for what a reconnect may cure (the error's close code is 1013).
+    pub fn of(error: &Error) -> ErrorCode {
+        match error {
+            Error::TooManySubscriptions { .. } => ErrorCode::TooManySubscriptions,
+            Error::InvalidTopic(_) => ErrorCode::InvalidTopic,
+            Error::PayloadTooLarge { .. } => ErrorCode::TooLarge,
+            Error::InvalidPosition(_) | Error::NotData => ErrorCode::BadRequest,
+            Error::TooManyTopics { .. } => ErrorCode::NodeFull,
+            // The node's own backplane URL: another node, or this one fixed, may serve it.
+            Error::Backplane { .. }
+            | Error::PartlyPublished { .. }
+            | Error::Closed
+            | Error::InvalidUrl(_) => ErrorCode::Unavailable,
+            // Never the answer to a request (the session closes with 1008 first); the client
+            // reconnects and resumes, as for an outage.
+            Error::TooSlow { .. } => ErrorCode::Unavailable,
+        }
+    }
+
     /// The code as it appears on the wire (`"bad_json"`, …).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -74,6 +132,7 @@ impl ErrorCode {
             ErrorCode::NotAllowed => "not_allowed",
             ErrorCode::TooManySubscriptions => "too_many_subscriptions",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::NodeFull => "node_full",
         }
     }
 }
@@ -114,3 +173,77 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+#[cfg(test)]
+mod tests {
+    use sockeye::CloseCode;
+
+    use super::*;
+
+    fn every_error() -> Vec<Error> {
+        vec![
+            Error::InvalidTopic("x".into()),
+            Error::InvalidUrl("x".into()),
+            Error::PayloadTooLarge { len: 2, max: 1 },
+            Error::NotData,
+            Error::Backplane {
+                what: "x".into(),
+                source: None,
+            },
+            Error::TooManySubscriptions { max: 1 },
+            Error::TooManyTopics { max: 1 },
+            Error::InvalidPosition("x".into()),
+            Error::Closed,
+            Error::PartlyPublished {
+                published: 0,
+                sent: 1,
+                source: Box::new(Error::Closed),
+            },
+        ]
+    }
+
+    /// Issue 39 (b): `TooManyTopics` was answered `unavailable` by a catch-all; every error now
+    /// has its code, retryable exactly when a reconnect may cure it.
+    #[test]
+    fn a_retryable_condition_gets_a_retryable_code_and_only_it() {
+        for e in every_error() {
+            let code = ErrorCode::of(&e);
+            let cured_by_retry = e.close_frame().code == CloseCode::TRY_AGAIN_LATER;
+            assert_eq!(code.retryable(), cured_by_retry, "{e:?} answered {code}");
+        }
+        assert_eq!(
+            ErrorCode::of(&Error::TooManyTopics { max: 1 }),
+            ErrorCode::NodeFull
+        );
+        assert_eq!(
+            ErrorCode::of(&Error::TooManySubscriptions { max: 1 }),
+            ErrorCode::TooManySubscriptions
+        );
+    }
+
+    /// The protocol document's error table is this one: every code, in order, with its
+    /// retryable column.
+    #[test]
+    fn the_protocol_document_lists_every_code_and_whether_it_is_retryable() {
+        let doc = include_str!("../../../../docs/pubsub-protocol.md");
+        let errors = &doc[doc.find("## Errors").unwrap()..doc.find("## A session").unwrap()];
+        let rows: Vec<(String, bool)> = errors
+            .lines()
+            .filter_map(|line| {
+                let mut cells = line.strip_prefix("| `")?.split(" | ");
+                let code = cells.next()?.strip_suffix('`')?.to_owned();
+                let retryable = match cells.next()? {
+                    "yes" => true,
+                    "no" => false,
+                    _ => return None,
+                };
+                Some((code, retryable))
+            })
+            .collect();
+        let table: Vec<(String, bool)> = ErrorCode::ALL
+            .iter()
+            .map(|c| (c.as_str().to_owned(), c.retryable()))
+            .collect();
+        assert_eq!(rows, table);
+    }
+}

@@ -14,7 +14,9 @@ use crate::topic::Topic;
 
 /// The [`Protocol`] of the JSON protocol, for one connection: what it may subscribe to and
 /// publish on ([`Access`]), and the largest publication the node takes. Serve it with
-/// [`OnGap::Deliver`](crate::OnGap::Deliver), so that a gap reaches the client as a `gap` frame.
+/// [`OnGap::Deliver`](crate::OnGap::Deliver): a gap reaches the client as a `gap` frame (with the
+/// position to resume from) and the connection stays up. Under [`OnGap::Close`](crate::OnGap::Close)
+/// the `gap` frame is written before the 1013 close.
 ///
 /// ```
 /// use sockeye_pubsub::json_protocol::JsonProtocol;
@@ -140,12 +142,5 @@ fn not_allowed(id: Option<RequestId>, what: &str, topic: &Topic) -> Refusal {
 
 /// A hub's refusal of a request, as the client is told it.
 fn refusal(e: &Error, id: Option<RequestId>) -> Refusal {
-    let code = match e {
-        Error::TooManySubscriptions { .. } => ErrorCode::TooManySubscriptions,
-        Error::InvalidTopic(_) => ErrorCode::InvalidTopic,
-        Error::PayloadTooLarge { .. } => ErrorCode::TooLarge,
-        Error::InvalidPosition(_) | Error::NotData => ErrorCode::BadRequest,
-        _ => ErrorCode::Unavailable,
-    };
-    Refusal::new(id, code, e.to_string())
+    Refusal::new(id, ErrorCode::of(e), e.to_string())
 }

@@ -85,7 +85,9 @@ impl Shared {
                 if p_created != created
                     || p_life != current
                     || p.offset > info.state.last_sequence
-                    || !self.still_kept(&stream, &subject, p, topic).await?
+                    || !self
+                        .still_kept_or_just_before(&stream, &subject, p, topic)
+                        .await?
                 {
                     return lost();
                 }
@@ -145,13 +147,39 @@ impl Shared {
             }
         }
         if let Some(p) = since {
-            // Limits drop a topic's oldest publications first: if the one at `since` is still
-            // there, none after it was dropped before being read.
-            if kept.foreign || !self.still_kept(&stream, &subject, p, topic).await? {
+            // Limits drop a topic's oldest publications first: if the one at `since` (or the
+            // one just after it) is still there, none after it was dropped before being read.
+            if kept.foreign
+                || !self
+                    .still_kept_or_just_before(&stream, &subject, p, topic)
+                    .await?
+            {
                 return lost();
             }
         }
         Ok(History::Complete(kept.publications))
+    }
+
+    /// [`still_kept`](Self::still_kept), or `at` is just before a kept publication of the topic
+    /// in its life: sequences are the stream's, shared by every topic, so a gap's `resume` (the
+    /// position just before the first publication after the gap, `first − 1`) is another
+    /// topic's sequence, or 0; nothing of this topic can lie between it and the next, so
+    /// resuming from it skips nothing. Once that publication is gone (the limits), it is lost.
+    async fn still_kept_or_just_before(
+        &self,
+        stream: &stream::Stream,
+        subject: &str,
+        at: &Position,
+        topic: &Topic,
+    ) -> Result<bool, Error> {
+        if at.offset > 0 && self.still_kept(stream, subject, at, topic).await? {
+            return Ok(true);
+        }
+        let next = Position {
+            epoch: at.epoch.clone(),
+            offset: at.offset.saturating_add(1),
+        };
+        self.still_kept(stream, subject, &next, topic).await
     }
 
     /// Whether the publication at `at` is still in the stream, on `subject`, of the life `at`
