@@ -228,7 +228,9 @@ impl Server {
             let deadline = deadline_in(config.handshake_timeout);
             tasks.spawn(Box::pin(async move {
                 let _permit = permit;
-                if !first_bytes(&stream, peer, deadline, &stats).await {
+                // Boxed, as the handshake below: its timer would otherwise stay in this
+                // future, which lives as long as the connection.
+                if !Box::pin(first_bytes(&stream, peer, deadline, &stats)).await {
                     return;
                 }
                 #[cfg(feature = "tls")]
