@@ -24,6 +24,8 @@ pub(crate) struct Metrics {
     registry: Arc<Registry>,
     pub(crate) connections: Gauge,
     pub(crate) refused_connections: Counter,
+    pub(crate) refused_origins: Counter,
+    capped: Family<Labels, Counter>,
     pub(crate) subscriptions: Gauge,
     topics: Gauge,
     publications: Family<Labels, Counter>,
@@ -44,6 +46,16 @@ impl Metrics {
             &mut registry,
             "refused_connections",
             "WebSocket clients refused by the token check (401, 403)",
+        );
+        let refused_origins: Counter = add(
+            &mut registry,
+            "refused_origins",
+            "WebSocket clients refused for the page that opened them (Origin not allowed, 403)",
+        );
+        let capped: Family<Labels, Counter> = add(
+            &mut registry,
+            "capped_connections",
+            "Connections closed at once because the node (cap=node) or their address (cap=address) held as many as allowed",
         );
         let subscriptions: Gauge = add(
             &mut registry,
@@ -91,6 +103,8 @@ impl Metrics {
             registry: Arc::new(registry),
             connections,
             refused_connections,
+            refused_origins,
+            capped,
             subscriptions,
             topics,
             publications,
@@ -116,6 +130,11 @@ impl Metrics {
         if too_slow {
             self.slow_closes.inc();
         }
+    }
+
+    /// A connection refused by a cap: `cap` is `node` or `address`.
+    pub(crate) fn capped(&self, cap: &'static str) {
+        self.capped.get_or_create(&vec![("cap", cap)]).inc();
     }
 
     pub(crate) fn published_by_http(&self, count: usize) {

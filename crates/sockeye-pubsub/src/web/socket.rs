@@ -53,6 +53,14 @@ pub(crate) async fn serve(
         }
         Err(refusal) => return refusal.into_response(),
     };
+    if let Err(foreign) = shared.config.origins.check(&headers, &uri) {
+        shared.metrics.refused_origins.inc();
+        let why = format!(
+            "pages of {} may not open sockets on this node: allow them with --allowed-origin {} (WebConfig::allowed_origin)",
+            foreign.0, foreign.0
+        );
+        return respond::error(StatusCode::FORBIDDEN, "origin_not_allowed", &why);
+    }
     let access = match &shared.config.authorize {
         None => Access::everything(),
         Some(check) => match check(query_param(&uri, "token").as_deref()) {
