@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::TokioIo;
 use sockeye::tls::TlsAcceptor;
 use sockeye_pubsub::access::AccessRules;
-use sockeye_pubsub::web::{OverCap, Web, WebConfig, auth};
+use sockeye_pubsub::web::{Admitted, OverCap, Web, WebConfig, auth};
 use sockeye_pubsub::{OnGap, SessionConfig};
 
 use crate::cli::PubsubArgs;
@@ -83,11 +83,10 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
         let _ = tcp.set_nodelay(true);
         let (web, router, tls) = (web.clone(), router.clone(), tls.clone());
         connections.spawn(async move {
-            let _admitted = admitted;
             if !quiet {
                 errln!("{peer}: connected");
             }
-            serve(tcp, tls, handshake_timeout, &web, router, peer).await;
+            serve(tcp, tls, handshake_timeout, &web, router, peer, admitted).await;
             if !quiet {
                 errln!("{peer}: left");
             }
@@ -163,17 +162,18 @@ async fn serve(
     web: &Web,
     router: axum::Router,
     peer: std::net::SocketAddr,
+    admitted: Admitted,
 ) {
     match tls {
         Some(acceptor) => match timeout(handshake_timeout, TlsAcceptor::accept(&acceptor, tcp)).await {
-            Ok(Ok(stream)) => web.serve_connection(TokioIo::new(stream), router).await,
+            Ok(Ok(stream)) => web.serve_admitted(TokioIo::new(stream), router, admitted).await,
             Ok(Err(e)) => errln!("{peer}: TLS handshake failed: {e}"),
             Err(_) => errln!(
                 "{peer}: TLS handshake not finished within {} s (--tls-handshake-timeout): closed",
                 handshake_timeout.unwrap_or_default().as_secs_f64()
             ),
         },
-        None => web.serve_connection(TokioIo::new(tcp), router).await,
+        None => web.serve_admitted(TokioIo::new(tcp), router, admitted).await,
     }
 }
 

@@ -8,14 +8,21 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use sockeye_pubsub::Hub;
+use sockeye::{Message, WebSocket};
+use sockeye_pubsub::backplane::InProcess;
 use sockeye_pubsub::web::{Web, WebConfig};
+use sockeye_pubsub::{Hub, HubConfig, OnGap, SessionConfig, SubscriberConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 /// Serves `config` on a loopback port, each connection admitted by the caps first.
 async fn node(config: WebConfig) -> (Web, SocketAddr) {
-    let web = Web::new(Hub::in_process(), config);
+    serve(Hub::in_process(), config).await
+}
+
+/// Serves `hub` with `config` on a loopback port, each connection admitted by the caps first.
+async fn serve(hub: Hub, config: WebConfig) -> (Web, SocketAddr) {
+    let web = Web::new(hub, config);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let serving = web.clone();
@@ -24,11 +31,8 @@ async fn node(config: WebConfig) -> (Web, SocketAddr) {
             let Ok(admitted) = serving.admit(peer.ip()) else {
                 continue;
             };
-            let serve = serving.serve_connection(hyper_util::rt::TokioIo::new(tcp), serving.router());
-            tokio::spawn(async move {
-                serve.await;
-                drop(admitted);
-            });
+            let io = hyper_util::rt::TokioIo::new(tcp);
+            tokio::spawn(serving.serve_admitted(io, serving.router(), admitted));
         }
     });
     (web, addr)
@@ -303,4 +307,65 @@ async fn one_address_at_its_cap_does_not_lock_another_out() {
         assert!(Instant::now() < deadline, "the place was not given back");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A WebSocket client of the node at `addr`, connected from `source`; `None` if the node
+/// closed the connection before the handshake ended.
+async fn socket_from(source: &str, addr: SocketAddr) -> Option<WebSocket<TcpStream>> {
+    let tcp = connect_from(source, addr).await;
+    let (url, config) = (format!("ws://{addr}/"), sockeye::Config::default());
+    let handshake = sockeye::client_handshake(tcp, url.as_str(), &config);
+    let (ws, _) = tokio::time::timeout(Duration::from_secs(10), handshake)
+        .await
+        .unwrap()
+        .ok()?;
+    Some(ws)
+}
+
+/// Sends `frame` and returns the answer's JSON.
+async fn ask(ws: &mut WebSocket<TcpStream>, frame: &str) -> serde_json::Value {
+    ws.send(Message::text(frame.to_owned())).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), ws.recv())
+        .await
+        .expect("an answer in 10 s")
+        .expect("the socket open")
+        .unwrap();
+    match answer {
+        Message::Text(text) => serde_json::from_str(text.as_str()).unwrap(),
+        other => panic!("not a text frame: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anonymous_flood_from_one_address_does_not_lock_another_out() {
+    // A node of 30 topics, 5 per socket, 4 sockets per address: one address holds 20 at most.
+    let hub = Hub::with_backplane(HubConfig::default().max_topics(30), |events| {
+        InProcess::new(events, Default::default())
+    });
+    let session = SessionConfig::default()
+        .on_gap(OnGap::Deliver)
+        .subscriber(SubscriberConfig::default().max_subscriptions(5));
+    let config = WebConfig::default()
+        .session(session)
+        .max_connections_per_address(4);
+    let (_web, addr) = serve(hub, config).await;
+    let mut flood = Vec::new();
+    let mut refused = 0;
+    for socket in 0..10 {
+        let Some(mut ws) = socket_from("127.0.0.1", addr).await else {
+            refused += 1;
+            continue;
+        };
+        for topic in 0..5 {
+            let frame = format!(r#"{{"type":"subscribe","topic":"flood/{socket}/{topic}","id":{topic}}}"#);
+            ask(&mut ws, &frame).await;
+        }
+        flood.push(ws);
+    }
+    assert_eq!((flood.len(), refused), (4, 6));
+    let mut other = socket_from("127.0.0.2", addr)
+        .await
+        .expect("another address connects");
+    let answer = ask(&mut other, r#"{"type":"subscribe","topic":"mine","id":1}"#).await;
+    assert_eq!(answer["type"], "subscribed", "{answer}");
 }

@@ -1,5 +1,7 @@
 //! An idle connection's end: [`Activity`] wraps a connection's I/O and notes that bytes moved
 //! (a relaxed store per read or write); [`quiet_for`] ends once none have for a whole timeout.
+//! The wrapper also holds the connection's place under the caps: it moves into a WebSocket
+//! upgraded from the connection, and the place is given back when that socket ends.
 
 use std::io;
 use std::pin::Pin;
@@ -8,19 +10,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::caps::Admitted;
+
 /// A connection's I/O, noting each read and write in a flag that [`quiet_for`] clears.
 pub(crate) struct Activity<I> {
     io: I,
     moved: Arc<AtomicBool>,
+    /// The connection's place under the caps, until the I/O is dropped.
+    _admitted: Option<Admitted>,
 }
 
 impl<I> Activity<I> {
-    /// `io`, and the flag its reads and writes set.
-    pub(crate) fn new(io: I) -> (Activity<I>, Arc<AtomicBool>) {
+    /// `io` holding `admitted`, and the flag its reads and writes set.
+    pub(crate) fn new(io: I, admitted: Option<Admitted>) -> (Activity<I>, Arc<AtomicBool>) {
         let moved = Arc::new(AtomicBool::new(false));
         let activity = Activity {
             io,
             moved: Arc::clone(&moved),
+            _admitted: admitted,
         };
         (activity, moved)
     }

@@ -29,11 +29,8 @@
 //!             let (tcp, peer) = accepted?;
 //!             // Over a connection cap: closed at once (and counted).
 //!             let Ok(admitted) = web.admit(peer.ip()) else { continue };
-//!             let serve = web.serve_connection(hyper_util::rt::TokioIo::new(tcp), router.clone());
-//!             tokio::spawn(async move {
-//!                 serve.await;
-//!                 drop(admitted);
-//!             });
+//!             let io = hyper_util::rt::TokioIo::new(tcp);
+//!             tokio::spawn(web.serve_admitted(io, router.clone(), admitted));
 //!         }
 //!     }
 //! }
@@ -167,11 +164,39 @@ impl Web {
     /// HTTP/1.1 request head must arrive within the
     /// [`header_read_timeout`](WebConfig::header_read_timeout), and a connection with no byte
     /// either way for the [`idle_timeout`](WebConfig::idle_timeout) is closed gracefully. Call
-    /// [`admit`](Self::admit) first to cap the connections.
+    /// [`admit`](Self::admit) and [`serve_admitted`](Self::serve_admitted) to cap the
+    /// connections.
     pub fn serve_connection<I>(
         &self,
         io: I,
         router: axum::Router,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        self.serve(io, router, None)
+    }
+
+    /// [`serve_connection`](Self::serve_connection) for a connection [`admit`](Self::admit)
+    /// let in: its place under the caps is held until it ends, or, if it became a WebSocket,
+    /// until the socket does.
+    pub fn serve_admitted<I>(
+        &self,
+        io: I,
+        router: axum::Router,
+        admitted: Admitted,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        self.serve(io, router, Some(admitted))
+    }
+
+    fn serve<I>(
+        &self,
+        io: I,
+        router: axum::Router,
+        admitted: Option<Admitted>,
     ) -> impl Future<Output = ()> + Send + 'static
     where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -186,7 +211,7 @@ impl Web {
         );
         async move {
             let _tracked = tracked;
-            let (io, moved) = idle::Activity::new(io);
+            let (io, moved) = idle::Activity::new(io, admitted);
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
@@ -221,7 +246,8 @@ impl Web {
     /// Counts a new connection from `peer` against the caps
     /// ([`max_connections`](WebConfig::max_connections),
     /// [`max_connections_per_address`](WebConfig::max_connections_per_address)) until the
-    /// [`Admitted`] is dropped; over one, refuses it (counted in the metrics): close it.
+    /// [`Admitted`] is dropped (give it to [`serve_admitted`](Self::serve_admitted)); over one,
+    /// refuses it (counted in the metrics): close it.
     pub fn admit(&self, peer: std::net::IpAddr) -> Result<Admitted, OverCap> {
         let admitted = self.shared.gate.admit(peer);
         if let Err(cap) = &admitted {
