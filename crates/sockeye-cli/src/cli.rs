@@ -152,8 +152,9 @@ HTTP API). A refused subscription is an error frame (not_allowed); the socket st
 
 Bounds on hostile clients (see the flags): a 10 s header-read timeout, a 60 s idle timeout, a
 10 s TLS handshake, 10,000 connections, 100 per client address (more are closed as they
-arrive), and sockets only from pages of the node's own host unless --allowed-origin lists
-more (403 origin_not_allowed; clients without an Origin header are not browsers and pass).
+arrive), sockets only from pages of the node's own host unless --allowed-origin lists more
+(403 origin_not_allowed; clients without an Origin header are not browsers and pass), and 100
+publications a second per socket on at most 100 topics (error frames past them).
 
 Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
   listen (address in use, bad certificate files), 2 usage.")]
@@ -352,6 +353,15 @@ pub struct PubsubArgs {
     /// NAT address).
     #[arg(long = "max-connections-per-address", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_CONNECTIONS_PER_ADDRESS, value_parser = positive::<usize>)]
     pub max_connections_per_address: usize,
+    /// The most publications one socket makes a second (a burst of as many, then that rate);
+    /// more are refused with an error frame (unavailable: retry later). 0 for no bound.
+    #[arg(long = "max-publish-rate", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_PUBLISH_RATE)]
+    pub max_publish_rate: u32,
+    /// The most distinct topics one socket publishes on over its life (each may leave a key in
+    /// the backplane for a day); more are refused with an error frame (not_allowed). 0 for no
+    /// bound.
+    #[arg(long = "max-publish-topics", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_PUBLISH_TOPICS)]
+    pub max_publish_topics: usize,
 }
 
 /// `send`.

@@ -193,7 +193,9 @@ fn web_config(args: &PubsubArgs) -> Result<WebConfig, Failure> {
         .header_read_timeout(limit(args.header_read_timeout))
         .idle_timeout(limit(args.idle_timeout))
         .max_connections(args.max_connections)
-        .max_connections_per_address(args.max_connections_per_address);
+        .max_connections_per_address(args.max_connections_per_address)
+        .max_publish_rate((args.max_publish_rate > 0).then_some(args.max_publish_rate))
+        .max_publish_topics((args.max_publish_topics > 0).then_some(args.max_publish_topics));
     for origin in &args.allowed_origins {
         config = config
             .allowed_origin(origin)

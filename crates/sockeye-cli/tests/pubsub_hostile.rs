@@ -260,6 +260,8 @@ fn pubsub_server_help_shows_the_bounds_and_a_node_without_auth_warns() {
         ("--tls-handshake-timeout", "10"),
         ("--max-connections", "10000"),
         ("--max-connections-per-address", "100"),
+        ("--max-publish-rate", "100"),
+        ("--max-publish-topics", "100"),
     ] {
         let at = help
             .find(&format!("{flag} <"))

@@ -369,3 +369,58 @@ async fn an_anonymous_flood_from_one_address_does_not_lock_another_out() {
     let answer = ask(&mut other, r#"{"type":"subscribe","topic":"mine","id":1}"#).await;
     assert_eq!(answer["type"], "subscribed", "{answer}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_publishing_too_fast_or_on_too_many_topics_is_refused_and_stays_up() {
+    let config = WebConfig::default().max_publish_rate(10).max_publish_topics(3);
+    let (_web, addr) = node(config).await;
+    let mut ws = socket_from("127.0.0.1", addr).await.unwrap();
+    let publish =
+        |topic: &str, id: u32| format!(r#"{{"type":"publish","topic":"{topic}","data":{id},"id":{id}}}"#);
+    for (id, topic) in ["a", "b", "c"].into_iter().enumerate() {
+        let answer = ask(&mut ws, &publish(topic, u32::try_from(id).unwrap())).await;
+        assert_eq!(answer["type"], "published", "{answer}");
+    }
+    let answer = ask(&mut ws, &publish("d", 3)).await;
+    assert_eq!(
+        (&answer["code"], &answer["id"]),
+        (&serde_json::json!("not_allowed"), &serde_json::json!(3)),
+        "{answer}"
+    );
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-publish-topics"),
+        "{answer}"
+    );
+    // 7 left in the bucket of 10, refilled at 10 a second: 20 at once cannot all pass.
+    let started = Instant::now();
+    let (mut published, mut refused) = (0, 0);
+    for id in 10..30 {
+        let answer = ask(&mut ws, &publish("a", id)).await;
+        match answer["type"].as_str() {
+            Some("published") => published += 1,
+            _ => {
+                assert_eq!(answer["code"], "unavailable", "{answer}");
+                assert!(
+                    answer["message"].as_str().unwrap().contains("--max-publish-rate"),
+                    "{answer}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    let allowed = 7.0 + 10.0 * started.elapsed().as_secs_f64() + 1.0;
+    assert!(
+        refused > 0 && f64::from(published) <= allowed,
+        "{published} published, {refused} refused"
+    );
+    // The socket is still up.
+    let answer = ask(&mut ws, r#"{"type":"subscribe","topic":"a","id":99}"#).await;
+    assert_eq!(answer["type"], "subscribed", "{answer}");
+    assert!(metrics("127.0.0.1", addr).await.contains(&format!(
+        "sockeye_pubsub_refused_publications_total {}\n",
+        refused + 1
+    )));
+}

@@ -23,6 +23,8 @@ pub struct WebConfig {
     pub(crate) origins: AllowedOrigins,
     pub(crate) max_connections: usize,
     pub(crate) max_connections_per_address: usize,
+    pub(crate) max_publish_rate: Option<u32>,
+    pub(crate) max_publish_topics: Option<usize>,
 }
 
 /// [`WebConfig::header_read_timeout`]'s default.
@@ -33,6 +35,10 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_CONNECTIONS: usize = 10_000;
 /// [`WebConfig::max_connections_per_address`]'s default.
 pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 100;
+/// [`WebConfig::max_publish_rate`]'s default.
+pub const MAX_PUBLISH_RATE: u32 = 100;
+/// [`WebConfig::max_publish_topics`]'s default.
+pub const MAX_PUBLISH_TOPICS: usize = 100;
 
 impl std::fmt::Debug for WebConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -47,6 +53,8 @@ impl std::fmt::Debug for WebConfig {
             .field("origins", &self.origins)
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_address", &self.max_connections_per_address)
+            .field("max_publish_rate", &self.max_publish_rate)
+            .field("max_publish_topics", &self.max_publish_topics)
             .finish()
     }
 }
@@ -57,7 +65,8 @@ impl Default for WebConfig {
     /// subscribe to and publish on every topic), at most 1,000 messages per history read,
     /// `sockeye::Config::default()` for the WebSockets; the bounds on hostile clients of each
     /// setting below (a 10 s header-read timeout, a 60 s idle timeout, sockets from pages of
-    /// the node's own host only, 10,000 connections, 100 per client address).
+    /// the node's own host only, 10,000 connections, 100 per client address, 100 publications
+    /// a second per socket on at most 100 topics).
     fn default() -> Self {
         WebConfig {
             session: SessionConfig::default().on_gap(OnGap::Deliver),
@@ -70,6 +79,8 @@ impl Default for WebConfig {
             origins: AllowedOrigins::default(),
             max_connections: MAX_CONNECTIONS,
             max_connections_per_address: MAX_CONNECTIONS_PER_ADDRESS,
+            max_publish_rate: Some(MAX_PUBLISH_RATE),
+            max_publish_topics: Some(MAX_PUBLISH_TOPICS),
         }
     }
 }
@@ -171,6 +182,27 @@ impl WebConfig {
     /// [`max_connections`](Self::max_connections) for itself.
     pub fn max_connections_per_address(mut self, connections: usize) -> Self {
         self.max_connections_per_address = connections;
+        self
+    }
+
+    /// The most publications one WebSocket makes a second (a bucket holding a second's worth:
+    /// a burst of that many, then that rate); one more is refused with an `error` frame
+    /// (`unavailable`, nothing published, retry later) and the socket stays up. `None`: no
+    /// bound. Default 100: a page publishes on its user's actions, a game loop at 60 Hz stays
+    /// under it, and one socket cannot make the backplane carry more than 100 a second.
+    pub fn max_publish_rate(mut self, per_second: impl Into<Option<u32>>) -> Self {
+        self.max_publish_rate = per_second.into();
+        self
+    }
+
+    /// The most distinct topics one WebSocket publishes on over its life; a publication on
+    /// one more is refused with an `error` frame (`not_allowed`) and the socket stays up. Each
+    /// topic published on may be created in the backplane and kept there (a Redis stream and
+    /// its history live a day): a socket cannot leave keys without end. `None`: no bound.
+    /// Default 100, as many as a socket may subscribe to
+    /// ([`SubscriberConfig::max_subscriptions`](crate::SubscriberConfig)).
+    pub fn max_publish_topics(mut self, topics: impl Into<Option<usize>>) -> Self {
+        self.max_publish_topics = topics.into();
         self
     }
 }

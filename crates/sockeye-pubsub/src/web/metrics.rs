@@ -25,6 +25,7 @@ pub(crate) struct Metrics {
     pub(crate) connections: Gauge,
     pub(crate) refused_connections: Counter,
     pub(crate) refused_origins: Counter,
+    pub(crate) refused_publications: Counter,
     capped: Family<Labels, Counter>,
     pub(crate) subscriptions: Gauge,
     topics: Gauge,
@@ -51,6 +52,11 @@ impl Metrics {
             &mut registry,
             "refused_origins",
             "WebSocket clients refused for the page that opened them (Origin not allowed, 403)",
+        );
+        let refused_publications: Counter = add(
+            &mut registry,
+            "refused_publications",
+            "Publications of WebSocket clients refused by their bounds (max_publish_rate, max_publish_topics)",
         );
         let capped: Family<Labels, Counter> = add(
             &mut registry,
@@ -104,6 +110,7 @@ impl Metrics {
             connections,
             refused_connections,
             refused_origins,
+            refused_publications,
             capped,
             subscriptions,
             topics,

@@ -43,10 +43,12 @@
 //!
 //! Hostile clients meet bounds, each a [`WebConfig`] setting: a header-read timeout and an
 //! idle timeout per connection, caps on connections per node and per client address
-//! ([`Web::admit`], for the accept loop), and an Origin check of every socket.
+//! ([`Web::admit`], for the accept loop), an Origin check of every socket, and a bound on
+//! each socket's publication rate and on the topics it publishes on.
 //!
 //! Files: `config` ([`WebConfig`]), `auth` (who a client is), `origin` (which pages may open
-//! sockets), `caps` (the connection caps), `idle` (an idle connection's end), `shared` (what
+//! sockets), `caps` (the connection caps), `idle` (an idle connection's end), `publish_limit`
+//! (a socket's bounds on publishing), `shared` (what
 //! every request shares), `socket` (the WebSocket at `/`), `api` (the backends' HTTP API),
 //! `metrics`, `query` (a request's query string), `respond` (JSON answers). This file holds
 //! [`Web`]: the router, the connections and the graceful shutdown.
@@ -58,6 +60,7 @@ mod config;
 mod idle;
 mod metrics;
 mod origin;
+mod publish_limit;
 mod query;
 mod respond;
 mod shared;
@@ -82,7 +85,8 @@ use crate::hub::Hub;
 pub use auth::Refused as AuthRefused;
 pub use caps::{Admitted, OverCap};
 pub use config::{
-    HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, WebConfig,
+    HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, MAX_PUBLISH_RATE,
+    MAX_PUBLISH_TOPICS, WebConfig,
 };
 pub use origin::BadOrigin;
 
