@@ -424,3 +424,32 @@ async fn a_socket_publishing_too_fast_or_on_too_many_topics_is_refused_and_stays
         refused + 1
     )));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_the_origin_is_compared_with_the_authority() {
+    use sockeye::{Config, HttpVersion};
+    let (_web, addr) = node(WebConfig::default()).await;
+    let config = Config::builder().http_version(HttpVersion::Http2Only).build();
+    let open = |origin: String| {
+        let request = http::Request::builder()
+            .uri(format!("ws://{addr}/"))
+            .header("origin", origin)
+            .body(())
+            .unwrap();
+        let config = config.clone();
+        async move {
+            let connect = sockeye::connect_with(request, &config);
+            let (_, response) = tokio::time::timeout(Duration::from_secs(10), connect)
+                .await
+                .expect("an answer in 10 s")?;
+            Ok::<_, sockeye::Error>(response)
+        }
+    };
+    let response = open(format!("http://{addr}")).await.expect("the node's own page");
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    let refused = open("https://evil.example".to_owned()).await;
+    let error = refused
+        .expect_err("a page of another site over HTTP/2")
+        .to_string();
+    assert!(error.contains("403"), "{error}");
+}
