@@ -179,7 +179,8 @@ impl WebConfig {
     /// at once (an IPv6 client counts by its /64). Default 100: a browser opens 6 or so per
     /// site, so 100 is some 15 browsers behind one NAT address (raise it for a larger office or
     /// a carrier's NAT); one address cannot take the node's
-    /// [`max_connections`](Self::max_connections) for itself.
+    /// [`max_connections`](Self::max_connections) for itself. Behind a reverse proxy every
+    /// client has the proxy's address: raise it to the node's cap there.
     pub fn max_connections_per_address(mut self, connections: usize) -> Self {
         self.max_connections_per_address = connections;
         self
