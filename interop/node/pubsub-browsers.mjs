@@ -265,8 +265,11 @@ try {
   const redisArgs = ["--port", REDIS_PORT, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
   let redis = start("redis", "redis-server", redisArgs);
   await waitPort(REDIS_PORT);
+  // A page of either node may open its socket on the other (a page from A moves to B when A is
+  // killed): each allows the other's origin (by default only its own host's pages may).
+  const origins = [A_PORT, B_PORT].flatMap((p) => ["--allowed-origin", `http://127.0.0.1:${p}`]);
   const node = (port) =>
-    start(`node-${port}`, WS, ["pubsub_server", "-v", "--port", port, "--backplane", `redis://127.0.0.1:${REDIS_PORT}`, "--api-token", TOKEN]);
+    start(`node-${port}`, WS, ["pubsub_server", "-v", "--port", port, "--backplane", `redis://127.0.0.1:${REDIS_PORT}`, "--api-token", TOKEN, ...origins]);
   const nodeA = node(A_PORT);
   node(B_PORT);
   await waitPort(A_PORT);

@@ -3,7 +3,9 @@
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::opts::{ClientOpts, PipeOpts, ServerOpts, backplane_url, positive, websocket_url};
+use crate::opts::{
+    ClientOpts, PipeOpts, ServerOpts, backplane_url, origin, positive, seconds, websocket_url,
+};
 
 /// Sockeye's WebSocket tool.
 #[derive(Debug, Parser)]
@@ -147,6 +149,12 @@ needs HS256, exp and sub), and it may subscribe to and publish on what --allow-s
 --allow-publish grant ({claim} is the JWT's string claim; a * at the end, any suffix); without
 those flags: subscribe to user/{sub} and global, publish nothing (backends publish through the
 HTTP API). A refused subscription is an error frame (not_allowed); the socket stays up.
+
+Bounds on hostile clients (see the flags): a 10 s header-read timeout, a 60 s idle timeout, a
+10 s TLS handshake, 10,000 connections, 100 per client address (more are closed as they
+arrive), sockets only from pages of the node's own host unless --allowed-origin lists more
+(403 origin_not_allowed; clients without an Origin header are not browsers and pass), and 100
+publications a second per socket on at most 100 topics (error frames past them).
 
 Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
   listen (address in use, bad certificate files), 2 usage.")]
@@ -318,6 +326,42 @@ pub struct PubsubArgs {
     /// none.
     #[arg(long = "allow-publish", value_name = "RULE")]
     pub allow_publish: Vec<String>,
+    /// Pages of this origin (scheme://host[:port]) may open sockets too; * allows every page;
+    /// repeatable. Default: only pages of the host the request names (its Host), so that a
+    /// page of another site cannot use this one's cookies or sign-on; clients that send no
+    /// Origin (not browsers) are not checked. Behind a proxy that rewrites Host, list the site.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = origin)]
+    pub allowed_origins: Vec<String>,
+    /// Seconds an HTTP/1.1 client has to send a request's head, and an idle keep-alive
+    /// connection to start the next one; 0 for no limit (a browser sends its head at once).
+    #[arg(long = "header-read-timeout", value_name = "SECS", default_value_t = sockeye_pubsub::web::HEADER_READ_TIMEOUT.as_secs_f64(), value_parser = seconds)]
+    pub header_read_timeout: f64,
+    /// Seconds a connection may pass with no byte either way before it is closed (HTTP/2:
+    /// GOAWAY); 0 for no limit (its sockets are pinged every 30 s: a live one is never idle).
+    #[arg(long = "idle-timeout", value_name = "SECS", default_value_t = sockeye_pubsub::web::IDLE_TIMEOUT.as_secs_f64(), value_parser = seconds)]
+    pub idle_timeout: f64,
+    /// Seconds a client has to finish its TLS handshake with --tls; 0 for no limit (a browser
+    /// needs one or two round trips).
+    #[arg(long = "tls-handshake-timeout", value_name = "SECS", default_value_t = 10.0, value_parser = seconds)]
+    pub tls_handshake_timeout: f64,
+    /// The most connections served at once; more are closed as they arrive (each costs a file
+    /// descriptor: raise `ulimit -n` with it).
+    #[arg(long = "max-connections", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_CONNECTIONS, value_parser = positive::<usize>)]
+    pub max_connections: usize,
+    /// The most connections one client address (an IPv6 one by its /64) holds at once; more
+    /// are closed as they arrive (a browser opens some 6 per site: 100 is some 15 behind one
+    /// NAT address; behind a reverse proxy every client has its address: raise it there).
+    #[arg(long = "max-connections-per-address", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_CONNECTIONS_PER_ADDRESS, value_parser = positive::<usize>)]
+    pub max_connections_per_address: usize,
+    /// The most publications one socket makes a second (a burst of as many, then that rate);
+    /// more are refused with an error frame (unavailable: retry later). 0 for no bound.
+    #[arg(long = "max-publish-rate", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_PUBLISH_RATE)]
+    pub max_publish_rate: u32,
+    /// The most distinct topics one socket publishes on over its life (each may leave a key in
+    /// the backplane for a day); more are refused with an error frame (not_allowed). 0 for no
+    /// bound.
+    #[arg(long = "max-publish-topics", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_PUBLISH_TOPICS)]
+    pub max_publish_topics: usize,
 }
 
 /// `send`.

@@ -21,6 +21,24 @@ where
     }
 }
 
+/// A duration in seconds, fractions allowed (`0.5`); 0 where a flag says it turns a limit off.
+pub(crate) fn seconds(s: &str) -> Result<f64, String> {
+    let n: f64 = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if n.is_finite() && (0.0..=1e9).contains(&n) {
+        Ok(n)
+    } else {
+        Err("expected seconds, from 0 to 1e9 (0.5 is half a second)".into())
+    }
+}
+
+/// A page origin for `--allowed-origin`: `scheme://host[:port]`, or `*`.
+pub(crate) fn origin(s: &str) -> Result<String, String> {
+    sockeye_pubsub::web::WebConfig::default()
+        .allowed_origin(s)
+        .map_err(|e| e.to_string())?;
+    Ok(s.to_string())
+}
+
 /// A `ws://` or `wss://` URL the library can connect to: checked while parsing the command
 /// line, so that a typo is a usage error (exit 2) and never something `connect` retries.
 pub(crate) fn websocket_url(s: &str) -> Result<String, String> {

@@ -4,11 +4,13 @@
 //! SIGTERM: stop accepting, close every socket with 1001, wait for them (bounded), exit 0.
 
 use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
 use sockeye::tls::TlsAcceptor;
 use sockeye_pubsub::access::AccessRules;
-use sockeye_pubsub::web::{Web, WebConfig, auth};
+use sockeye_pubsub::web::{Admitted, OverCap, Web, WebConfig, auth};
 use sockeye_pubsub::{OnGap, SessionConfig};
 
 use crate::cli::PubsubArgs;
@@ -29,6 +31,8 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
     let tls = server_tls(opts)?.map(|tls| tls.with_alpn(&[b"h2", b"http/1.1"]).acceptor());
     let hub = json_hub(args.backplane.as_deref(), NAME).await?;
     let web = Web::new(hub, config);
+    let handshake_timeout =
+        (args.tls_handshake_timeout > 0.0).then(|| Duration::from_secs_f64(args.tls_handshake_timeout));
     let listener = listen(opts).await?;
     if let Some(pidfile) = &opts.pidfile {
         write_pidfile(pidfile)?;
@@ -40,12 +44,18 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
         ("http", "ws")
     };
     errln!("ws {NAME}: listening on {ws}://{addr}/ (demo page: {http}://{addr}/demo)");
+    if args.jwt_secret.is_none() && args.token.is_none() {
+        errln!(
+            "ws {NAME}: warning: no --jwt-secret or --token: every client may subscribe to and publish on every topic"
+        );
+    }
     tracing::info!(name = NAME, pid = std::process::id(), "serving");
     let router = web.router();
     let mut stop = pin!(requested());
     // Every accepted connection, its TLS handshake included, until it ends: the shutdown waits
     // for those accepted just before it too.
     let connections = tokio_util::task::TaskTracker::new();
+    let refusals = Throttle::default();
     loop {
         let (tcp, peer) = tokio::select! {
             biased;
@@ -60,13 +70,23 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
                 }
             },
         };
+        let admitted = match web.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(cap) => {
+                // Closed at once; said at most once a second (a flood would fill the log).
+                if !quiet && refusals.say_now() {
+                    errln!("{peer}: closed: {}", over_cap(cap));
+                }
+                continue;
+            }
+        };
         let _ = tcp.set_nodelay(true);
         let (web, router, tls) = (web.clone(), router.clone(), tls.clone());
         connections.spawn(async move {
             if !quiet {
                 errln!("{peer}: connected");
             }
-            serve(tcp, tls, &web, router, peer).await;
+            serve(tcp, tls, handshake_timeout, &web, router, peer, admitted).await;
             if !quiet {
                 errln!("{peer}: left");
             }
@@ -90,19 +110,70 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `work`, bounded by `limit` if there is one.
+async fn timeout<T>(
+    limit: Option<Duration>,
+    work: impl Future<Output = T>,
+) -> Result<T, tokio::time::error::Elapsed> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, work).await,
+        None => Ok(work.await),
+    }
+}
+
+/// Why a connection was closed as it arrived, naming the flag that changes it.
+fn over_cap(cap: OverCap) -> String {
+    match cap {
+        OverCap::Address(max) => {
+            format!("its address holds {max} connections (--max-connections-per-address)")
+        }
+        OverCap::Node(max) => format!("the node serves {max} connections (--max-connections)"),
+        other => other.to_string(),
+    }
+}
+
+/// Says yes at most once a second.
+#[derive(Default)]
+struct Throttle {
+    /// Milliseconds since `start` when it last said yes, plus one (0: never).
+    last: AtomicU64,
+    start: std::sync::OnceLock<Instant>,
+}
+
+impl Throttle {
+    fn say_now(&self) -> bool {
+        let start = self.start.get_or_init(Instant::now);
+        let now = u64::try_from(start.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
+        let last = self.last.load(Ordering::Relaxed);
+        (last == 0 || now.saturating_sub(last) >= 1000)
+            && self
+                .last
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
 async fn serve(
     tcp: tokio::net::TcpStream,
     tls: Option<TlsAcceptor>,
+    handshake_timeout: Option<Duration>,
     web: &Web,
     router: axum::Router,
     peer: std::net::SocketAddr,
+    admitted: Admitted,
 ) {
     match tls {
-        Some(acceptor) => match TlsAcceptor::accept(&acceptor, tcp).await {
-            Ok(stream) => web.serve_connection(TokioIo::new(stream), router).await,
-            Err(e) => errln!("{peer}: TLS handshake failed: {e}"),
+        Some(acceptor) => match timeout(handshake_timeout, TlsAcceptor::accept(&acceptor, tcp)).await {
+            Ok(Ok(stream)) => web.serve_admitted(TokioIo::new(stream), router, admitted).await,
+            Ok(Err(e)) => errln!("{peer}: TLS handshake failed: {e}"),
+            Err(_) => errln!(
+                "{peer}: TLS handshake not finished within {} s (--tls-handshake-timeout): closed",
+                handshake_timeout.unwrap_or_default().as_secs_f64()
+            ),
         },
-        None => web.serve_connection(TokioIo::new(tcp), router).await,
+        None => web.serve_admitted(TokioIo::new(tcp), router, admitted).await,
     }
 }
 
@@ -115,7 +186,21 @@ fn web_config(args: &PubsubArgs) -> Result<WebConfig, Failure> {
     if args.relay.server.no_deflate {
         socket.protocol.deflate = None;
     }
-    let mut config = WebConfig::default().session(session).socket(socket);
+    let limit = |secs: f64| (secs > 0.0).then(|| Duration::from_secs_f64(secs));
+    let mut config = WebConfig::default()
+        .session(session)
+        .socket(socket)
+        .header_read_timeout(limit(args.header_read_timeout))
+        .idle_timeout(limit(args.idle_timeout))
+        .max_connections(args.max_connections)
+        .max_connections_per_address(args.max_connections_per_address)
+        .max_publish_rate((args.max_publish_rate > 0).then_some(args.max_publish_rate))
+        .max_publish_topics((args.max_publish_topics > 0).then_some(args.max_publish_topics));
+    for origin in &args.allowed_origins {
+        config = config
+            .allowed_origin(origin)
+            .map_err(|e| Failure::usage(format!("--allowed-origin: {e}")))?;
+    }
     if let Some(token) = &args.api_token {
         config = config.api_token(token);
     }

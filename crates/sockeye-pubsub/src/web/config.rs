@@ -1,9 +1,12 @@
 //! [`WebConfig`]: a web face's settings (its sessions, the API token, who a client is, how
-//! much one history read returns, the WebSockets' settings).
+//! much one history read returns, the WebSockets' settings) and its bounds on hostile clients
+//! (timeouts, connection caps, the pages that may open sockets).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::auth::{Authorize, Refused};
+use super::origin::{AllowedOrigins, BadOrigin, Origin};
 use crate::access::Access;
 use crate::session::{OnGap, SessionConfig};
 
@@ -15,7 +18,27 @@ pub struct WebConfig {
     pub(crate) authorize: Option<Authorize>,
     pub(crate) history_limit: usize,
     pub(crate) socket: sockeye::Config,
+    pub(crate) header_read_timeout: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) origins: AllowedOrigins,
+    pub(crate) max_connections: usize,
+    pub(crate) max_connections_per_address: usize,
+    pub(crate) max_publish_rate: Option<u32>,
+    pub(crate) max_publish_topics: Option<usize>,
 }
+
+/// [`WebConfig::header_read_timeout`]'s default.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// [`WebConfig::idle_timeout`]'s default.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// [`WebConfig::max_connections`]'s default.
+pub const MAX_CONNECTIONS: usize = 10_000;
+/// [`WebConfig::max_connections_per_address`]'s default.
+pub const MAX_CONNECTIONS_PER_ADDRESS: usize = 100;
+/// [`WebConfig::max_publish_rate`]'s default.
+pub const MAX_PUBLISH_RATE: u32 = 100;
+/// [`WebConfig::max_publish_topics`]'s default.
+pub const MAX_PUBLISH_TOPICS: usize = 100;
 
 impl std::fmt::Debug for WebConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -25,6 +48,13 @@ impl std::fmt::Debug for WebConfig {
             .field("authorize", &self.authorize.is_some())
             .field("history_limit", &self.history_limit)
             .field("socket", &self.socket)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("origins", &self.origins)
+            .field("max_connections", &self.max_connections)
+            .field("max_connections_per_address", &self.max_connections_per_address)
+            .field("max_publish_rate", &self.max_publish_rate)
+            .field("max_publish_topics", &self.max_publish_topics)
             .finish()
     }
 }
@@ -33,7 +63,10 @@ impl Default for WebConfig {
     /// Sessions with [`OnGap::Deliver`] (the client is told of a gap with a `gap` frame), no
     /// API token (the HTTP API answers 403), no client authentication (every client may
     /// subscribe to and publish on every topic), at most 1,000 messages per history read,
-    /// `sockeye::Config::default()` for the WebSockets.
+    /// `sockeye::Config::default()` for the WebSockets; the bounds on hostile clients of each
+    /// setting below (a 10 s header-read timeout, a 60 s idle timeout, sockets from pages of
+    /// the node's own host only, 10,000 connections, 100 per client address, 100 publications
+    /// a second per socket on at most 100 topics).
     fn default() -> Self {
         WebConfig {
             session: SessionConfig::default().on_gap(OnGap::Deliver),
@@ -41,6 +74,13 @@ impl Default for WebConfig {
             authorize: None,
             history_limit: 1000,
             socket: sockeye::Config::default(),
+            header_read_timeout: Some(HEADER_READ_TIMEOUT),
+            idle_timeout: Some(IDLE_TIMEOUT),
+            origins: AllowedOrigins::default(),
+            max_connections: MAX_CONNECTIONS,
+            max_connections_per_address: MAX_CONNECTIONS_PER_ADDRESS,
+            max_publish_rate: Some(MAX_PUBLISH_RATE),
+            max_publish_topics: Some(MAX_PUBLISH_TOPICS),
         }
     }
 }
@@ -83,6 +123,87 @@ impl WebConfig {
     /// The most messages one `GET /history` returns (`limit` is capped to it). Default 1,000.
     pub fn history_limit(mut self, messages: usize) -> Self {
         self.history_limit = messages;
+        self
+    }
+
+    /// How long an HTTP/1.1 client has to send a request's head (its line and headers) once
+    /// it starts one, and once a keep-alive connection goes idle after an answer: past it the
+    /// connection is closed (a client that opens connections and sends half a request holds
+    /// nothing for long). `None`: no limit. Default 10 s: a browser sends its head at once, and
+    /// 10 s covers a slow mobile link's round trips many times over.
+    pub fn header_read_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.header_read_timeout = timeout.into();
+        self
+    }
+
+    /// How long a connection may pass with no byte either way before it is closed: an HTTP/2
+    /// one is sent GOAWAY (its streams may finish) and dropped if it stays quiet as long
+    /// again; one that has not yet said which HTTP it speaks is closed. An idle HTTP/1.1
+    /// connection is waiting for a request head and is closed by the
+    /// [`header_read_timeout`](Self::header_read_timeout) first. `None`: no limit. Default
+    /// 60 s: a browser reuses a connection within seconds or not at all, and a WebSocket
+    /// carried by an HTTP/2 connection is pinged every 30 s (`sockeye::Config`'s keepalive), so
+    /// a connection quiet for 60 s carries none that is alive.
+    pub fn idle_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.idle_timeout = timeout.into();
+        self
+    }
+
+    /// Allows pages of `origin` (`scheme://host[:port]`, as a browser sends in `Origin`) to
+    /// open sockets too; `*` allows every page. Repeatable. A page's origin compares by
+    /// scheme, host and port (RFC 6454). Default: only the pages of the host the request is
+    /// addressed to (its `Host`, with either scheme), as Centrifugo's `allowed_origins`: a
+    /// page of another site cannot use the cookies or single sign-on of this one (cross-site
+    /// WebSocket hijacking). A request without `Origin` is not from a browser and is not
+    /// checked. Behind a proxy that rewrites `Host`, list the site's origin. A refused page's
+    /// socket is answered 403 before the upgrade.
+    pub fn allowed_origin(mut self, origin: &str) -> Result<Self, BadOrigin> {
+        if origin.trim() == "*" {
+            self.origins.any = true;
+        } else {
+            let parsed = Origin::parse(origin).ok_or_else(|| BadOrigin(origin.to_owned()))?;
+            self.origins.listed.push(parsed);
+        }
+        Ok(self)
+    }
+
+    /// The most connections [`Web::admit`](super::Web::admit) lets the node serve at once.
+    /// Default 10,000: each costs a file descriptor and buffers, and a node's descriptor
+    /// limit is often not much higher; raise both together.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.max_connections = connections;
+        self
+    }
+
+    /// The most connections [`Web::admit`](super::Web::admit) lets one client address hold
+    /// at once (an IPv6 client counts by its /64). Default 100: a browser opens 6 or so per
+    /// site, so 100 is some 15 browsers behind one NAT address (raise it for a larger office or
+    /// a carrier's NAT); one address cannot take the node's
+    /// [`max_connections`](Self::max_connections) for itself. Behind a reverse proxy every
+    /// client has the proxy's address: raise it to the node's cap there.
+    pub fn max_connections_per_address(mut self, connections: usize) -> Self {
+        self.max_connections_per_address = connections;
+        self
+    }
+
+    /// The most publications one WebSocket makes a second (a bucket holding a second's worth:
+    /// a burst of that many, then that rate); one more is refused with an `error` frame
+    /// (`unavailable`, nothing published, retry later) and the socket stays up. `None`: no
+    /// bound. Default 100: a page publishes on its user's actions, a game loop at 60 Hz stays
+    /// under it, and one socket cannot make the backplane carry more than 100 a second.
+    pub fn max_publish_rate(mut self, per_second: impl Into<Option<u32>>) -> Self {
+        self.max_publish_rate = per_second.into();
+        self
+    }
+
+    /// The most distinct topics one WebSocket publishes on over its life; a publication on
+    /// one more is refused with an `error` frame (`not_allowed`) and the socket stays up. Each
+    /// topic published on may be created in the backplane and kept there (a Redis stream and
+    /// its history live a day): a socket cannot leave keys without end. `None`: no bound.
+    /// Default 100, as many as a socket may subscribe to
+    /// ([`SubscriberConfig::max_subscriptions`](crate::SubscriberConfig)).
+    pub fn max_publish_topics(mut self, topics: impl Into<Option<usize>>) -> Self {
+        self.max_publish_topics = topics.into();
         self
     }
 }

@@ -24,6 +24,9 @@ pub(crate) struct Metrics {
     registry: Arc<Registry>,
     pub(crate) connections: Gauge,
     pub(crate) refused_connections: Counter,
+    pub(crate) refused_origins: Counter,
+    pub(crate) refused_publications: Counter,
+    capped: Family<Labels, Counter>,
     pub(crate) subscriptions: Gauge,
     topics: Gauge,
     publications: Family<Labels, Counter>,
@@ -44,6 +47,21 @@ impl Metrics {
             &mut registry,
             "refused_connections",
             "WebSocket clients refused by the token check (401, 403)",
+        );
+        let refused_origins: Counter = add(
+            &mut registry,
+            "refused_origins",
+            "WebSocket clients refused for the page that opened them (Origin not allowed, 403)",
+        );
+        let refused_publications: Counter = add(
+            &mut registry,
+            "refused_publications",
+            "Publications of WebSocket clients refused by their bounds (max_publish_rate, max_publish_topics)",
+        );
+        let capped: Family<Labels, Counter> = add(
+            &mut registry,
+            "capped_connections",
+            "Connections closed at once because the node (cap=node) or their address (cap=address) held as many as allowed",
         );
         let subscriptions: Gauge = add(
             &mut registry,
@@ -91,6 +109,9 @@ impl Metrics {
             registry: Arc::new(registry),
             connections,
             refused_connections,
+            refused_origins,
+            refused_publications,
+            capped,
             subscriptions,
             topics,
             publications,
@@ -116,6 +137,11 @@ impl Metrics {
         if too_slow {
             self.slow_closes.inc();
         }
+    }
+
+    /// A connection refused by a cap: `cap` is `node` or `address`.
+    pub(crate) fn capped(&self, cap: &'static str) {
+        self.capped.get_or_create(&vec![("cap", cap)]).inc();
     }
 
     pub(crate) fn published_by_http(&self, count: usize) {

@@ -26,8 +26,11 @@
 //!     tokio::select! {
 //!         _ = &mut stop => break,
 //!         accepted = listener.accept() => {
-//!             let (tcp, _) = accepted?;
-//!             tokio::spawn(web.serve_connection(hyper_util::rt::TokioIo::new(tcp), router.clone()));
+//!             let (tcp, peer) = accepted?;
+//!             // Over a connection cap: closed at once (and counted).
+//!             let Ok(admitted) = web.admit(peer.ip()) else { continue };
+//!             let io = hyper_util::rt::TokioIo::new(tcp);
+//!             tokio::spawn(web.serve_admitted(io, router.clone(), admitted));
 //!         }
 //!     }
 //! }
@@ -38,15 +41,26 @@
 //! # }
 //! ```
 //!
-//! Files: `config` ([`WebConfig`]), `auth` (who a client is), `shared` (what every request
-//! shares), `socket` (the WebSocket at `/`), `api` (the backends' HTTP API), `metrics`,
-//! `query` (a request's query string), `respond` (JSON answers). This file holds [`Web`]: the
-//! router and the graceful shutdown.
+//! Hostile clients meet bounds, each a [`WebConfig`] setting: a header-read timeout and an
+//! idle timeout per connection, caps on connections per node and per client address
+//! ([`Web::admit`], for the accept loop), an Origin check of every socket, and a bound on
+//! each socket's publication rate and on the topics it publishes on.
+//!
+//! Files: `config` ([`WebConfig`]), `auth` (who a client is), `origin` (which pages may open
+//! sockets), `caps` (the connection caps), `idle` (an idle connection's end), `publish_limit`
+//! (a socket's bounds on publishing), `shared` (what
+//! every request shares), `socket` (the WebSocket at `/`), `api` (the backends' HTTP API),
+//! `metrics`, `query` (a request's query string), `respond` (JSON answers). This file holds
+//! [`Web`]: the router, the connections and the graceful shutdown.
 
 mod api;
 pub mod auth;
+mod caps;
 mod config;
+mod idle;
 mod metrics;
+mod origin;
+mod publish_limit;
 mod query;
 mod respond;
 mod shared;
@@ -57,7 +71,7 @@ use std::time::Duration;
 
 use axum::extract::State;
 use axum::routing::{any, get, post};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use sockeye::ShutdownHandle;
@@ -69,7 +83,12 @@ use shared::Shared;
 use crate::hub::Hub;
 
 pub use auth::Refused as AuthRefused;
-pub use config::WebConfig;
+pub use caps::{Admitted, OverCap};
+pub use config::{
+    HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, MAX_PUBLISH_RATE,
+    MAX_PUBLISH_TOPICS, WebConfig,
+};
+pub use origin::BadOrigin;
 
 /// The JavaScript client, served at `/client.js`: `assets/client.js`, a symbolic link to
 /// `clients/js/src/index.js` that `cargo package` stores as a file, so the published crate has it.
@@ -99,8 +118,10 @@ impl Web {
     pub fn new(hub: Hub, config: WebConfig) -> Web {
         let mut socket = config.socket.clone();
         socket.protocol.max_message_size = hub.max_payload().saturating_add(JSON_HEADROOM);
+        let gate = caps::Gate::new(config.max_connections, config.max_connections_per_address);
         Web {
             shared: Arc::new(Shared {
+                gate,
                 hub,
                 config,
                 metrics: Metrics::new(),
@@ -143,7 +164,12 @@ impl Web {
     /// the client speaks, with WebSocket upgrades and HTTP/2 extended CONNECT (RFC 8441)
     /// allowed. Ends when the connection does. On [`shutdown`](Self::shutdown) the connection
     /// finishes the requests in progress and closes (an HTTP/2 one sends GOAWAY and keeps its
-    /// WebSocket streams until they close); [`closed`](Self::closed) waits for it.
+    /// WebSocket streams until they close); [`closed`](Self::closed) waits for it. An
+    /// HTTP/1.1 request head must arrive within the
+    /// [`header_read_timeout`](WebConfig::header_read_timeout), and a connection with no byte
+    /// either way for the [`idle_timeout`](WebConfig::idle_timeout) is closed gracefully. Call
+    /// [`admit`](Self::admit) and [`serve_admitted`](Self::serve_admitted) to cap the
+    /// connections.
     pub fn serve_connection<I>(
         &self,
         io: I,
@@ -152,14 +178,50 @@ impl Web {
     where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
+        self.serve(io, router, None)
+    }
+
+    /// [`serve_connection`](Self::serve_connection) for a connection [`admit`](Self::admit)
+    /// let in: its place under the caps is held until it ends, or, if it became a WebSocket,
+    /// until the socket does.
+    pub fn serve_admitted<I>(
+        &self,
+        io: I,
+        router: axum::Router,
+        admitted: Admitted,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        self.serve(io, router, Some(admitted))
+    }
+
+    fn serve<I>(
+        &self,
+        io: I,
+        router: axum::Router,
+        admitted: Option<Admitted>,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
         // Counted from now, not from the first poll: a connection accepted just before a
         // shutdown is still waited for.
         let tracked = self.shared.http.token();
         let stop = self.shared.shutdown.requested();
+        let (header_read_timeout, idle_timeout) = (
+            self.shared.config.header_read_timeout,
+            self.shared.config.idle_timeout,
+        );
         async move {
             let _tracked = tracked;
+            let (io, moved) = idle::Activity::new(io, admitted);
             let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder.http2().enable_connect_protocol();
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout);
+            builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
             let connection = builder.serve_connection_with_upgrades(io, TowerToHyperService::new(router));
             let mut connection = std::pin::pin!(connection);
             let result = tokio::select! {
@@ -168,11 +230,37 @@ impl Web {
                     connection.as_mut().graceful_shutdown();
                     connection.await
                 }
+                () = idle::quiet_for(&moved, idle_timeout) => {
+                    tracing::debug!("closing an idle HTTP connection");
+                    connection.as_mut().graceful_shutdown();
+                    // HTTP/2's graceful close waits for the client to answer a ping: one that
+                    // stays quiet meanwhile is dropped.
+                    tokio::select! {
+                        result = connection.as_mut() => result,
+                        () = idle::quiet_for(&moved, idle_timeout) => Ok(()),
+                    }
+                }
             };
             if let Err(error) = result {
                 tracing::debug!(%error, "HTTP connection ended with an error");
             }
         }
+    }
+
+    /// Counts a new connection from `peer` against the caps
+    /// ([`max_connections`](WebConfig::max_connections),
+    /// [`max_connections_per_address`](WebConfig::max_connections_per_address)) until the
+    /// [`Admitted`] is dropped (give it to [`serve_admitted`](Self::serve_admitted)); over one,
+    /// refuses it (counted in the metrics): close it.
+    pub fn admit(&self, peer: std::net::IpAddr) -> Result<Admitted, OverCap> {
+        let admitted = self.shared.gate.admit(peer);
+        if let Err(cap) = &admitted {
+            self.shared.metrics.capped(match cap {
+                OverCap::Address(_) => "address",
+                _ => "node",
+            });
+        }
+        admitted
     }
 
     /// Begins the graceful shutdown: every WebSocket is sent close 1001 (going away) at its

@@ -1,9 +1,12 @@
 //! What every request of a node's web face shares: its hub, settings, metrics, shutdown and
 //! the connections it tracks (axum's state).
 
+use std::sync::Arc;
+
 use sockeye::ShutdownHandle;
 use tokio_util::task::TaskTracker;
 
+use super::caps::Gate;
 use super::config::WebConfig;
 use super::metrics::Metrics;
 use crate::hub::Hub;
@@ -21,4 +24,6 @@ pub(crate) struct Shared {
     pub(crate) http: TaskTracker,
     /// The WebSocket's settings: a message may carry the largest publication and its frame.
     pub(crate) socket: sockeye::Config,
+    /// The connection caps.
+    pub(crate) gate: Arc<Gate>,
 }

@@ -12,6 +12,7 @@ use sockeye::upgrade::Upgrade;
 
 use super::auth::Refused;
 use super::metrics::Metrics;
+use super::publish_limit::PublishLimit;
 use super::query::query_param;
 use super::respond;
 use super::shared::Shared;
@@ -19,7 +20,7 @@ use crate::access::Access;
 use crate::backplane::position::{Position, Recovery};
 use crate::delivery::Delivery;
 use crate::error::Error;
-use crate::json_protocol::JsonProtocol;
+use crate::json_protocol::{ErrorCode, JsonProtocol, Refusal, parse_request, reply};
 use crate::protocol::{Outgoing, Protocol, Request};
 use crate::session::{Ended, Session};
 use crate::topic::Topic;
@@ -53,6 +54,14 @@ pub(crate) async fn serve(
         }
         Err(refusal) => return refusal.into_response(),
     };
+    if let Err(foreign) = shared.config.origins.check(&headers, &uri) {
+        shared.metrics.refused_origins.inc();
+        let why = format!(
+            "pages of {} may not open sockets on this node: allow them with --allowed-origin {} (WebConfig::allowed_origin)",
+            foreign.0, foreign.0
+        );
+        return respond::error(StatusCode::FORBIDDEN, "origin_not_allowed", &why);
+    }
     let access = match &shared.config.authorize {
         None => Access::everything(),
         Some(check) => match check(query_param(&uri, "token").as_deref()) {
@@ -84,6 +93,7 @@ pub(crate) async fn serve(
                 json: JsonProtocol::new(access, shared.hub.max_payload()),
                 metrics: shared.metrics.clone(),
                 subscribed: Arc::default(),
+                limit: PublishLimit::new(shared.config.max_publish_rate, shared.config.max_publish_topics),
             };
             let subscribed = Arc::clone(&protocol.subscribed);
             let ended = Session::new(&shared.hub, protocol, shared.config.session)
@@ -127,11 +137,36 @@ struct Counted {
     /// The topics this connection is subscribed to, so that the subscriptions gauge counts each
     /// once and gives them back when the connection ends.
     subscribed: Arc<Mutex<HashSet<Topic>>>,
+    /// Its bounds on publishing.
+    limit: PublishLimit,
+}
+
+impl Counted {
+    /// The `error` frame refusing the publication `original` (with its id, if it has one).
+    fn refuse(&self, original: &sockeye::Message, (code, why): (ErrorCode, String)) -> Request {
+        self.metrics.refused_publications.inc();
+        let frame: &[u8] = match original {
+            sockeye::Message::Text(text) => text.as_str().as_bytes(),
+            sockeye::Message::Binary(bytes) => bytes,
+            _ => &[],
+        };
+        let id = parse_request(frame).ok().and_then(|r| r.id().cloned());
+        let refusal = Refusal::new(id, code, why);
+        Request::Reply(sockeye::Message::text(reply::error(&refusal)))
+    }
 }
 
 impl Protocol for Counted {
     fn request(&self, message: sockeye::Message) -> Request {
-        match self.json.request(message) {
+        // A refcount: kept for the id of a publication refused by the bounds.
+        let original = message.clone();
+        let request = self.json.request(message);
+        if let Request::Publish { topic, .. } | Request::PublishAnswered { topic, .. } = &request
+            && let Err(refused) = self.limit.check(topic)
+        {
+            return self.refuse(&original, refused);
+        }
+        match request {
             Request::Subscribe { topic, since, answer } => {
                 let (metrics, subscribed, t) =
                     (self.metrics.clone(), Arc::clone(&self.subscribed), topic.clone());
