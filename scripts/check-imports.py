@@ -163,12 +163,23 @@ class Crate:
         code_wo_uses = USE.sub("", self.code[f])
         paths += [[m.group(1)] + [p for p in m.group(2).split("::") if p] for m in PATH.finditer(code_wo_uses)]
         # Inline paths through a child the file declares (`api::publish(…)` in a mod.rs that has
-        # `mod api;`): the same import as `use self::api::publish`.
-        if self.children[f]:
-            child = re.compile(r"(?<![A-Za-z0-9_:])(" + "|".join(sorted(self.children[f]))
-                               + r")((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
-            paths += [[m.group(1)] + [p for p in m.group(2).split("::") if p]
-                      for m in child.finditer(code_wo_uses)]
+        # `mod api;`), the same import as `use self::api::publish`; and through a name a `use`
+        # brought in (`use crate::backplane::redis;` then `redis::wire::meta_key(…)`), an import
+        # of the file that defines what the whole path names, not only of the module used.
+        aliases = {}
+        for _, segs, alias in parse_uses(self.code[f]):
+            if alias != "*" and self.absolute(f, segs) is not None:
+                aliases[alias] = self.absolute(f, segs)
+        names = sorted(set(self.children[f]) | set(aliases))
+        if names:
+            inline = re.compile(r"(?<![A-Za-z0-9_:])(" + "|".join(map(re.escape, names))
+                                + r")((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+            for m in inline.finditer(code_wo_uses):
+                rest = [p for p in m.group(2).split("::") if p]
+                if m.group(1) in aliases:
+                    paths.append(["crate"] + aliases[m.group(1)] + rest)
+                else:
+                    paths.append([m.group(1)] + rest)
         found = {}
         for segs in paths:
             absolute = self.absolute(f, segs)
@@ -277,6 +288,13 @@ def self_test():
             "lib.rs": "pub mod web;\n",
             "web/mod.rs": "mod api;\npub struct Shared;\nfn router() { let _ = api::publish; }\n",
             "web/api.rs": "use super::Shared;\npub fn publish(_: Shared) {}\n",
+        }, 1),
+        "an inline path through a module a `use` brought in": ({
+            "lib.rs": "mod hub;\npub mod backplane;\n",
+            "hub.rs": "use crate::backplane::redis;\npub struct Hub;\nfn f() { redis::wire::meta_key(); }\n",
+            "backplane/mod.rs": "pub mod redis;\n",
+            "backplane/redis/mod.rs": "pub mod wire;\n",
+            "backplane/redis/wire.rs": "use crate::hub::Hub;\npub fn meta_key() {}\n",
         }, 1),
         "clean: a leaf both use": ({
             "lib.rs": "mod hub;\nmod session;\nmod config;\npub use config::SessionConfig;\npub use hub::Hub;\n",

@@ -1455,3 +1455,32 @@ async fn a_topic_only_a_publisher_without_history_publishes_on_is_recovered() {
     };
     timeout(Duration::from_secs(60), run).await.expect("within 60 s");
 }
+
+/// Review of issue 39 (a)'s fix: a node without history writes the topic's Stream with the
+/// topic's recorded lifetime, but it set the meta hash's lifetime from its own (the 24-hour
+/// minimum), so a topic kept for 3 days lost its meta after 24 quiet hours while its Stream
+/// lived on: a resume then read `Lost` inside the promised window, and the next publication
+/// started a new epoch. The meta's lifetime is never shortened below the Stream's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_without_history_never_shortens_the_topics_meta_below_its_history() {
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    let topic = Topic::new("kept three days").unwrap();
+    let meta = format!("sockeye:{{{}}}:meta", topic.to_hex());
+    let stream = format!("sockeye:{{{}}}:stream", topic.to_hex());
+    let three_days = Duration::from_secs(3 * 24 * 3600);
+    let run = async {
+        let a = node(&server, HistoryConfig::new(1000, three_days)).await;
+        let backend = node(&server, HistoryConfig::none()).await;
+        a.publish(&topic, text("m1".into())).await.unwrap();
+        backend.publish(&topic, text("m2".into())).await.unwrap();
+        let mut conn = raw(&server.url()).await;
+        let meta_ttl: i64 = redis::cmd("PTTL").arg(&meta).query_async(&mut conn).await.unwrap();
+        let stream_ttl: i64 = redis::cmd("PTTL").arg(&stream).query_async(&mut conn).await.unwrap();
+        assert!(stream_ttl > 2 * 24 * 3600 * 1000, "the Stream keeps the topic's 3 days: {stream_ttl} ms");
+        assert!(
+            meta_ttl >= stream_ttl,
+            "the meta ({meta_ttl} ms) must outlive the Stream ({stream_ttl} ms)"
+        );
+    };
+    timeout(Duration::from_secs(60), run).await.expect("within 60 s");
+}

@@ -52,8 +52,17 @@ local function moved_intact(giver, giver_repl)
   for line in string.gmatch(redis.call('cluster', 'nodes'), '[^\n]+') do
     local id, flags = string.match(line, '^(%x+) %S+ (%S+)')
     if id == giver then
-      return string.find(flags, 'master', 1, true) ~= nil and string.find(flags, 'fail', 1, true) == nil
-        and string.find(flags, 'noaddr', 1, true) == nil and string.find(flags, 'handshake', 1, true) == nil
+      -- Whole flags, comma-separated: a substring test would read `nofailover` (set on healthy
+      -- primaries by cluster-replica-no-failover) as `fail`.
+      local primary, healthy = false, true
+      for flag in string.gmatch(flags, '[^,]+') do
+        if flag == 'master' then
+          primary = true
+        elseif flag == 'fail' or flag == 'fail?' or flag == 'noaddr' or flag == 'handshake' then
+          healthy = false
+        end
+      end
+      return primary and healthy
     end
   end
   return false
@@ -154,7 +163,9 @@ elseif meta[3] and meta[4] then
   -- This node keeps no history, the topic does: as the node that set it.
   max_len, stream_ttl = tonumber(meta[3]) or 0, meta[4]
 end
-redis.call('pexpire', KEYS[1], ARGV[5])
+-- The meta outlives the Stream: a node whose own meta lifetime is shorter than the history it
+-- writes (one without history, writing the topic's) must not shorten it.
+redis.call('pexpire', KEYS[1], math.max(tonumber(ARGV[5]) or 0, tonumber(stream_ttl) or 0))
 local epoch = redis.call('hget', KEYS[1], 'e')
 local offset = 0
 for i = 8, #ARGV do
