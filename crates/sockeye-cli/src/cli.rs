@@ -350,7 +350,8 @@ pub struct PubsubArgs {
     pub max_connections: usize,
     /// The most connections one client address (an IPv6 one by its /64) holds at once; more
     /// are closed as they arrive (a browser opens some 6 per site: 100 is some 15 behind one
-    /// NAT address; behind a reverse proxy every client has its address: raise it there).
+    /// NAT address; behind a reverse proxy every client has its address: raise it there). A
+    /// WebSocket over HTTP/2 is one more (answered 503 over the cap).
     #[arg(long = "max-connections-per-address", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_CONNECTIONS_PER_ADDRESS, value_parser = positive::<usize>)]
     pub max_connections_per_address: usize,
     /// The most publications one socket makes a second (a burst of as many, then that rate);
