@@ -216,6 +216,15 @@ async fn a_page_from_another_origin_is_refused_by_default_and_accepted_once_allo
     let (_web, addr) = node(WebConfig::default().allowed_origin("*").unwrap()).await;
     assert_eq!(upgrade(addr, Some("null")).await.0, 101);
     assert!(WebConfig::default().allowed_origin("evil.example").is_err());
+
+    // Review R1: another scheme is another origin (RFC 6454). On a node served over TLS (as
+    // `WebConfig::tls` says; cleartext here) a page of `http://` its host, which anyone on the
+    // path may rewrite, is refused; one of `https://` is its own. And the reverse in cleartext.
+    let (_web, tls) = node(WebConfig::default().tls(true)).await;
+    assert_eq!(upgrade(tls, Some(&format!("http://{tls}"))).await.0, 403);
+    assert_eq!(upgrade(tls, Some(&format!("https://{tls}"))).await.0, 101);
+    let (_web, plain) = node(WebConfig::default()).await;
+    assert_eq!(upgrade(plain, Some(&format!("https://{plain}"))).await.0, 403);
 }
 
 /// The node's `/metrics` text, asked from `source`.

@@ -70,7 +70,7 @@ pub(crate) async fn serve(
             }
         }
     }
-    if let Err(foreign) = shared.config.origins.check(&headers, &uri) {
+    if let Err(foreign) = shared.config.origins.check(&headers, &uri, shared.config.tls) {
         shared.metrics.refused_origins.inc();
         let why = format!(
             "pages of {} may not open sockets on this node: allow them with --allowed-origin {} (WebConfig::allowed_origin)",
