@@ -152,7 +152,7 @@ HTTP API). A refused subscription is an error frame (not_allowed); the socket st
 
 Bounds on hostile clients (see the flags): a 10 s header-read timeout, a 60 s idle timeout, a
 10 s TLS handshake, 10,000 connections, 100 per client address (more are closed as they
-arrive), sockets only from pages of the node's own host unless --allowed-origin lists more
+arrive), sockets only from pages of the node's own origin unless --allowed-origin lists more
 (403 origin_not_allowed; clients without an Origin header are not browsers and pass), and 100
 publications a second per socket on at most 100 topics (error frames past them).
 
@@ -327,8 +327,9 @@ pub struct PubsubArgs {
     #[arg(long = "allow-publish", value_name = "RULE")]
     pub allow_publish: Vec<String>,
     /// Pages of this origin (scheme://host[:port]) may open sockets too; * allows every page;
-    /// repeatable. Default: only pages of the host the request names (its Host), so that a
-    /// page of another site cannot use this one's cookies or sign-on; clients that send no
+    /// repeatable. Default: only pages of the node's own origin (the host the request names, its
+    /// Host, and the scheme it is served with: https with --tls, else http), so that a page of
+    /// another site cannot use this one's cookies or sign-on; clients that send no
     /// Origin (not browsers) are not checked. Behind a proxy that rewrites Host, list the site.
     #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = origin)]
     pub allowed_origins: Vec<String>,
@@ -350,7 +351,8 @@ pub struct PubsubArgs {
     pub max_connections: usize,
     /// The most connections one client address (an IPv6 one by its /64) holds at once; more
     /// are closed as they arrive (a browser opens some 6 per site: 100 is some 15 behind one
-    /// NAT address; behind a reverse proxy every client has its address: raise it there).
+    /// NAT address; behind a reverse proxy every client has its address: raise it there). A
+    /// WebSocket over HTTP/2 is one more (answered 503 over the cap).
     #[arg(long = "max-connections-per-address", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_CONNECTIONS_PER_ADDRESS, value_parser = positive::<usize>)]
     pub max_connections_per_address: usize,
     /// The most publications one socket makes a second (a burst of as many, then that rate);

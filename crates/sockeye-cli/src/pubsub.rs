@@ -192,6 +192,8 @@ fn web_config(args: &PubsubArgs) -> Result<WebConfig, Failure> {
         .socket(socket)
         .header_read_timeout(limit(args.header_read_timeout))
         .idle_timeout(limit(args.idle_timeout))
+        // The scheme of the node's own origin, for the Origin check.
+        .tls(args.relay.server.tls)
         .max_connections(args.max_connections)
         .max_connections_per_address(args.max_connections_per_address)
         .max_publish_rate((args.max_publish_rate > 0).then_some(args.max_publish_rate))

@@ -146,7 +146,7 @@ impl std::fmt::Debug for Published {
 /// What a queued delivery is counted as against
 /// [`SubscriberConfig::max_queued_bytes`](crate::SubscriberConfig): its payload and what the queue
 /// holds for it, so that the bound is one of memory.
-const QUEUE_ITEM_COST: usize = std::mem::size_of::<Delivery>() + 16;
+pub(crate) const QUEUE_ITEM_COST: usize = std::mem::size_of::<Delivery>() + 16;
 
 impl Delivery {
     /// The bytes this delivery holds in a queue.

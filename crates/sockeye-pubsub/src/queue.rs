@@ -45,11 +45,47 @@ pub(crate) struct QueueState {
 /// The state of subscriptions that resume from a position.
 #[derive(Debug, Default)]
 struct Resuming {
-    /// Topics being recovered: their live deliveries wait here until the history is queued.
-    held: HashMap<Topic, Vec<Delivery>>,
+    /// Topics being recovered: their live deliveries wait here until the history is queued,
+    /// with, in their place among them, the live publications dropped meanwhile.
+    held: HashMap<Topic, Vec<Held>>,
     /// Topics recovered: the last position queued from history. A live publication at or before
     /// it that was still on its way from the backplane when the recovery ended is a duplicate.
     seams: HashMap<Topic, Position>,
+}
+
+/// What is held for a topic being recovered.
+#[derive(Debug)]
+enum Held {
+    /// A live delivery.
+    Live(Delivery),
+    /// [`SlowPolicy::Drop`]: live publications dropped (the queue was full) after the held ones
+    /// before it, and the position of the last one dropped. Told, in its place behind the
+    /// recovered history, as a gap on the topic, unless the history recovered them all.
+    Dropped(Option<Position>),
+}
+
+impl Held {
+    fn size(&self) -> usize {
+        match self {
+            Held::Live(d) => d.size(),
+            Held::Dropped(_) => GAP_SIZE,
+        }
+    }
+}
+
+/// What a gap counts against the bound.
+const GAP_SIZE: usize = crate::delivery::QUEUE_ITEM_COST;
+
+/// What [`Queue::admit`] decides for a delivery.
+enum Admit {
+    /// Counted against the bound: queue it, behind `gap` if there is one (counted too), the gap
+    /// telling its topic's earlier drops.
+    Yes { gap: Option<Delivery> },
+    /// [`SlowPolicy::Drop`]: a publication that does not fit, dropped and counted as dropped;
+    /// the caller remembers it for its topic's gap.
+    Dropped,
+    /// Not queued ([`SlowPolicy::Close`] stopped the queue).
+    No,
 }
 
 impl QueueState {
@@ -120,21 +156,40 @@ impl Queue {
     }
 
     fn push_locked(&self, s: &mut QueueState, d: Delivery) {
-        if !self.admit(s, &d) {
-            return;
-        }
+        // Before anything is queued (a gap may come first): the receiver waits on an empty queue.
         let was_empty = s.items.is_empty();
-        s.items.push_back(d);
-        if was_empty {
-            self.notify.notify_one();
+        match self.admit(s, &d) {
+            Admit::Yes { gap } => {
+                s.items.extend(gap);
+                s.items.push_back(d);
+                if was_empty {
+                    self.notify.notify_one();
+                }
+            }
+            Admit::Dropped => {
+                if let Delivery::Message(p) = &d {
+                    let at = match s.untold.iter().position(|(t, _)| t == p.topic()) {
+                        Some(at) => at,
+                        None => {
+                            s.untold.push((p.topic().clone(), None));
+                            s.untold.len() - 1
+                        }
+                    };
+                    if let Some(position) = p.position() {
+                        s.untold[at].1 = Some(position.clone());
+                    }
+                }
+            }
+            Admit::No => {}
         }
     }
 
-    /// Counts `d` against the bound (queued and held alike), or applies the [`SlowPolicy`] and
-    /// says no. Under [`SlowPolicy::Drop`] a gap is never dropped (it is small, and what it
-    /// tells cannot be told again), a publication dropped is remembered for its topic's gap,
-    /// and a topic's untold drops are queued as a gap ahead of its next delivery.
-    fn admit(&self, s: &mut QueueState, d: &Delivery) -> bool {
+    /// Counts `d` against the bound (queued and held alike), or applies the [`SlowPolicy`].
+    /// Under [`SlowPolicy::Drop`] a gap is never dropped (it is small, and what it tells cannot
+    /// be told again), a publication dropped is for the caller to remember for its topic's gap,
+    /// and a topic's untold drops come back as a gap to put ahead of `d` (never queued here: `d`
+    /// may be held, or recovered history, which the gap must follow).
+    fn admit(&self, s: &mut QueueState, d: &Delivery) -> Admit {
         let size = d.size();
         let over = s.bytes > 0 && s.bytes + size > self.config.max_queued_bytes;
         if self.config.slow == SlowPolicy::Drop {
@@ -143,21 +198,12 @@ impl Queue {
                 Delivery::Gap { topic, .. } => Some(topic),
                 Delivery::Dropped { .. } => None,
             };
-            if over && let Delivery::Message(p) = d {
+            if over && matches!(d, Delivery::Message(_)) {
                 s.dropped += 1;
                 s.dropped_total += 1;
-                let at = match s.untold.iter().position(|(t, _)| t == p.topic()) {
-                    Some(at) => at,
-                    None => {
-                        s.untold.push((p.topic().clone(), None));
-                        s.untold.len() - 1
-                    }
-                };
-                if let Some(position) = p.position() {
-                    s.untold[at].1 = Some(position.clone());
-                }
-                return false;
+                return Admit::Dropped;
             }
+            let mut gap = None;
             if let Some(topic) = topic
                 && let Some(at) = s.untold.iter().position(|(t, _)| t == topic)
             {
@@ -167,16 +213,15 @@ impl Queue {
                 }
                 // A gap of the backplane's own says where to resume after both.
                 if !matches!(d, Delivery::Gap { .. }) {
-                    let gap = Delivery::Gap {
+                    s.bytes += GAP_SIZE;
+                    gap = Some(Delivery::Gap {
                         topic: topic.clone(),
                         resume,
-                    };
-                    s.bytes += gap.size();
-                    s.items.push_back(gap);
+                    });
                 }
             }
             s.bytes += size;
-            return true;
+            return Admit::Yes { gap };
         }
         if over {
             match self.config.slow {
@@ -191,37 +236,74 @@ impl Queue {
                     self.stop.notify_waiters();
                 }
             }
-            return false;
+            return Admit::No;
         }
         s.bytes += size;
-        true
+        Admit::Yes { gap: None }
     }
 
-    /// Holds a live delivery for `topic`, being recovered, within the bound.
+    /// Holds a live delivery for `topic`, being recovered, within the bound. What is dropped
+    /// meanwhile is held too, in its place, to be told as a gap after what precedes it (the
+    /// recovered history, the live deliveries held before it), never ahead of them.
     fn hold_one(&self, s: &mut QueueState, topic: &Topic, d: &Delivery) {
-        if !self.admit(s, d) {
+        let admitted = self.admit(s, d);
+        let Some(held) = s.resuming.as_mut().and_then(|r| r.held.get_mut(topic)) else {
             return;
-        }
-        if let Some(held) = s.resuming.as_mut().and_then(|r| r.held.get_mut(topic)) {
-            held.push(d.clone());
+        };
+        match admitted {
+            Admit::Yes { gap } => {
+                // No untold drops for a held topic (they are held): defensive only.
+                if let Some(Delivery::Gap { resume, .. }) = gap {
+                    held.push(Held::Dropped(resume));
+                }
+                held.push(Held::Live(d.clone()));
+            }
+            Admit::Dropped => {
+                let position = match d {
+                    Delivery::Message(p) => p.position().cloned(),
+                    _ => None,
+                };
+                if let Some(Held::Dropped(last)) = held.last_mut() {
+                    if position.is_some() {
+                        *last = position;
+                    }
+                } else {
+                    held.push(Held::Dropped(position));
+                    s.bytes += GAP_SIZE;
+                }
+            }
+            Admit::No => {}
         }
     }
 
     pub(crate) fn hold(&self, topic: &Topic) {
         let mut s = lock(&self.state);
+        // Drops untold on the topic come before whatever is held from now.
+        let untold = s
+            .untold
+            .iter()
+            .position(|(t, _)| t == topic)
+            .map(|at| s.untold.swap_remove(at).1);
+        if s.untold.is_empty() {
+            s.untold = Vec::new();
+        }
+        let mut held = Vec::new();
+        if let Some(resume) = untold {
+            held.push(Held::Dropped(resume));
+        }
         let r = s.resuming();
         r.seams.remove(topic);
-        r.held.insert(topic.clone(), Vec::new());
+        r.held.insert(topic.clone(), held);
     }
 
     /// Takes `topic`'s held deliveries out of the count (they are queued again or dropped).
-    fn take_held(s: &mut QueueState, topic: &Topic) -> Vec<Delivery> {
+    fn take_held(s: &mut QueueState, topic: &Topic) -> Vec<Held> {
         let held = s
             .resuming
             .as_mut()
             .and_then(|r| r.held.remove(topic))
             .unwrap_or_default();
-        s.bytes -= held.iter().map(Delivery::size).sum::<usize>();
+        s.bytes -= held.iter().map(Held::size).sum::<usize>();
         held
     }
 
@@ -259,7 +341,8 @@ impl Queue {
     }
 
     /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
-    /// after both `since` and the last recovered one.
+    /// after both `since` and the last recovered one, and in their place among them the gaps
+    /// for what was dropped meanwhile that the history did not recover.
     pub(crate) fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Position>) {
         let mut s = lock(&self.state);
         let held = Self::take_held(&mut s, topic);
@@ -276,7 +359,30 @@ impl Queue {
             }
             self.push_locked(&mut s, d);
         }
-        for d in held {
+        for h in held {
+            let d = match h {
+                Held::Live(d) => d,
+                Held::Dropped(resume) => {
+                    // The history recovered all of it: nothing to tell (a gap behind the
+                    // history would take the client's position back to the drop's).
+                    let recovered = match (&resume, &seam) {
+                        (Some(r), Some(seam)) => r.epoch == seam.epoch && r.offset <= seam.offset,
+                        _ => false,
+                    };
+                    // Not a gap of the backplane's: the seam stands (what follows at or before
+                    // it is still a duplicate).
+                    if !recovered {
+                        self.push_locked(
+                            &mut s,
+                            Delivery::Gap {
+                                topic: topic.clone(),
+                                resume,
+                            },
+                        );
+                    }
+                    continue;
+                }
+            };
             let duplicate = match (&d, &seam) {
                 (Delivery::Message(p), Some(seam)) => p.not_after(seam),
                 // What follows a gap is new whatever its position (see `push`).
@@ -296,7 +402,8 @@ impl Queue {
     }
 
     /// Once the queue has drained, the topics whose drops are untold get their gaps: nothing
-    /// more of theirs may come to carry them.
+    /// more of theirs may come to carry them. (A topic being recovered has none untold: its
+    /// drops are held in their place, see [`hold_one`](Self::hold_one).)
     fn tell_untold(s: &mut QueueState) {
         if !s.items.is_empty() {
             return;
@@ -349,4 +456,136 @@ impl Queue {
 /// above is a few pushes and removals), so a poisoned lock is still usable.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use sockeye::DataKind;
+
+    use super::*;
+    use crate::backplane::position::{Origin, Publication};
+    use crate::delivery::{QUEUE_ITEM_COST, to_delivery};
+
+    fn message(topic: &Topic, offset: u64, len: usize) -> Delivery {
+        to_delivery(Publication {
+            topic: topic.clone(),
+            position: Some(Position {
+                epoch: "E".into(),
+                offset,
+            }),
+            origin: Origin {
+                node: 7,
+                publisher: 0,
+            },
+            kind: DataKind::Binary,
+            payload: vec![0; len].into(),
+        })
+        .unwrap()
+    }
+
+    /// What the queue gives, as offsets and `GAP(resume)`.
+    fn drain(q: &Queue) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(Ok(d)) = q.pop() {
+            out.push(match d {
+                Delivery::Message(p) => p.position().unwrap().offset.to_string(),
+                Delivery::Gap { resume, .. } => {
+                    format!("GAP({})", resume.map_or(-1, |r| r.offset as i64))
+                }
+                Delivery::Dropped { count } => format!("DROPPED {count}"),
+            });
+        }
+        out
+    }
+
+    fn offsets(range: std::ops::RangeInclusive<u64>) -> Vec<String> {
+        range.map(|o| o.to_string()).collect()
+    }
+
+    /// A `Drop` queue resuming topic T from 50: live T:101..110 (1,000 bytes each) are held and
+    /// fill it, T:111..120 are dropped.
+    fn held_then_dropped(topic: &Topic) -> Queue {
+        // Room left for small recovered ones and a gap, not for one more live one.
+        let max = 10 * (1000 + QUEUE_ITEM_COST) + 900;
+        let q = Queue::new(SubscriberConfig::new(max, SlowPolicy::Drop));
+        q.hold(topic);
+        for offset in 101..=120 {
+            q.push(&message(topic, offset, 1000));
+        }
+        assert_eq!(lock(&q.state).dropped_total, 10);
+        q
+    }
+
+    fn since() -> Option<Position> {
+        Some(Position {
+            epoch: "E".into(),
+            offset: 50,
+        })
+    }
+
+    /// Review B1: the gap for T:111..120, dropped while T was held, came out ahead of the history
+    /// recovered (T:51..) and the held T:101..110: a client that takes the gap's `resume` (120) as
+    /// its position then discarded all of them as seen already.
+    #[test]
+    fn drops_while_a_topic_is_held_are_told_after_the_history_and_what_was_held_before() {
+        let topic = Topic::new("T").unwrap();
+        let q = held_then_dropped(&topic);
+        let recovered = (51..=53).map(|o| message(&topic, o, 1)).collect();
+        q.release(&topic, recovered, since());
+        let mut want = vec!["DROPPED 10".to_owned()];
+        want.extend(offsets(51..=53));
+        want.extend(offsets(101..=110));
+        want.push("GAP(120)".into());
+        assert_eq!(drain(&q), want);
+        // What is published next follows the gap.
+        q.push(&message(&topic, 121, 1000));
+        assert_eq!(drain(&q), ["121"]);
+    }
+
+    /// The history recovered what was dropped while held: no gap (it would take the client's
+    /// position back from 120), and no duplicate of what was held.
+    #[test]
+    fn drops_while_held_that_the_history_recovered_are_no_gap() {
+        let topic = Topic::new("T").unwrap();
+        let q = held_then_dropped(&topic);
+        let recovered = (51..=125).map(|o| message(&topic, o, 1)).collect();
+        q.release(&topic, recovered, since());
+        let mut want = vec!["DROPPED 10".to_owned()];
+        want.extend(offsets(51..=125));
+        assert_eq!(drain(&q), want);
+        // The seam stands: live duplicates still on their way are dropped, what follows comes.
+        q.push(&message(&topic, 125, 1));
+        q.push(&message(&topic, 126, 1));
+        assert_eq!(drain(&q), ["126"]);
+    }
+
+    /// Review R2: `push_locked` looked at whether the queue was empty after `admit` had queued
+    /// a gap ahead of the delivery, so it did not wake a receiver waiting on the empty queue.
+    #[tokio::test]
+    async fn a_gap_queued_ahead_of_a_delivery_into_an_empty_queue_wakes_the_receiver() {
+        let (a, b) = (Topic::new("A").unwrap(), Topic::new("B").unwrap());
+        let q = Queue::new(SubscriberConfig::new(
+            3 * (1000 + QUEUE_ITEM_COST),
+            SlowPolicy::Drop,
+        ));
+        // A, being recovered, fills the bound with what is held for it: B:1 is dropped while the
+        // queue itself is empty; then A is cancelled, and B:2 fits.
+        q.hold(&a);
+        for offset in 1..=3 {
+            q.push(&message(&a, offset, 1000));
+        }
+        q.push(&message(&b, 1, 1000));
+        q.forget(&a);
+        // Whatever wake-up is stored so far is used up.
+        let _ = tokio::time::timeout(Duration::from_millis(10), q.notify.notified()).await;
+        q.push(&message(&b, 2, 1000));
+        tokio::time::timeout(Duration::from_millis(100), q.notify.notified())
+            .await
+            .expect("the receiver was not woken");
+        assert_eq!(drain(&q), ["DROPPED 1", "GAP(1)", "2"]);
+    }
 }

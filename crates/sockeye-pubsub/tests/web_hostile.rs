@@ -216,6 +216,15 @@ async fn a_page_from_another_origin_is_refused_by_default_and_accepted_once_allo
     let (_web, addr) = node(WebConfig::default().allowed_origin("*").unwrap()).await;
     assert_eq!(upgrade(addr, Some("null")).await.0, 101);
     assert!(WebConfig::default().allowed_origin("evil.example").is_err());
+
+    // Review R1: another scheme is another origin (RFC 6454). On a node served over TLS (as
+    // `WebConfig::tls` says; cleartext here) a page of `http://` its host, which anyone on the
+    // path may rewrite, is refused; one of `https://` is its own. And the reverse in cleartext.
+    let (_web, tls) = node(WebConfig::default().tls(true)).await;
+    assert_eq!(upgrade(tls, Some(&format!("http://{tls}"))).await.0, 403);
+    assert_eq!(upgrade(tls, Some(&format!("https://{tls}"))).await.0, 101);
+    let (_web, plain) = node(WebConfig::default()).await;
+    assert_eq!(upgrade(plain, Some(&format!("https://{plain}"))).await.0, 403);
 }
 
 /// The node's `/metrics` text, asked from `source`.
@@ -452,4 +461,69 @@ async fn over_http2_the_origin_is_compared_with_the_authority() {
         .expect_err("a page of another site over HTTP/2")
         .to_string();
     assert!(error.contains("403"), "{error}");
+}
+
+/// Review B2: the caps held one place per TCP connection, and a WebSocket over HTTP/2 is a
+/// stream of one (hyper allowed 200 at once): one address could open 100 × 200 sockets against
+/// a cap of 100. Each such socket now takes a place of its own, and over the cap is answered 503
+/// before the upgrade, counted; another address still gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http2_one_address_cannot_open_sockets_past_its_cap() {
+    use sockeye::{Config, HttpVersion};
+    let (_web, addr) = node(WebConfig::default().max_connections_per_address(4)).await;
+    // Every socket on the one pooled HTTP/2 connection from 127.0.0.1 (which holds a place
+    // itself).
+    let config = Config::builder().http_version(HttpVersion::Http2Only).build();
+    let url = format!("ws://{addr}/");
+    let mut open = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..10 {
+        let connect = sockeye::connect_with(url.as_str(), &config);
+        match tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .expect("an answer in 10 s")
+        {
+            Ok((ws, response)) => {
+                assert_eq!(response.version(), http::Version::HTTP_2);
+                open.push(ws);
+            }
+            Err(error) => refused.push(error.to_string()),
+        }
+    }
+    assert_eq!(
+        open.len(),
+        3,
+        "the connection and 3 sockets fill a cap of 4; refused: {refused:?}"
+    );
+    assert!(refused.iter().all(|e| e.contains("503")), "{refused:?}");
+    // Another address still gets in, and the refusals were counted.
+    let mut other = socket_from("127.0.0.2", addr)
+        .await
+        .expect("another address is not locked out");
+    let answer = ask(&mut other, r#"{"type":"subscribe","topic":"t","id":1}"#).await;
+    assert_eq!(answer["type"], "subscribed", "{answer}");
+    let text = metrics("127.0.0.2", addr).await;
+    let name = "sockeye_pubsub_capped_connections_total{cap=\"address\"} ";
+    let count: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.parse().ok())
+        .unwrap_or(0);
+    assert_eq!(count, 7, "{text}");
+    // A socket that ends gives its place back.
+    let mut closing = open.pop().unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(5), closing.close(None)).await;
+    drop(closing);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let connect = sockeye::connect_with(url.as_str(), &config);
+        if tokio::time::timeout(Duration::from_secs(10), connect)
+            .await
+            .unwrap()
+            .is_ok()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the place was not given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

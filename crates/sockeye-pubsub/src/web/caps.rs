@@ -1,7 +1,8 @@
 //! The connection caps: how many connections a node serves at once, and how many one client
 //! address may hold (an IPv6 client by its /64, what one host is usually given).
 //! [`Web::admit`](super::Web::admit) counts a connection against them until its [`Admitted`]
-//! is dropped.
+//! is dropped; a WebSocket over HTTP/2 (a stream of a connection) is counted as one more
+//! connection of its own, for its life (see [`Peer`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -59,6 +60,20 @@ impl fmt::Debug for Admitted {
             .finish()
     }
 }
+
+impl Admitted {
+    /// The address it is counted for.
+    pub(crate) fn address(&self) -> IpAddr {
+        self.address
+    }
+}
+
+/// The client address of an admitted connection, in each of its requests' extensions: a
+/// WebSocket over HTTP/2 is one stream among many of its connection (up to
+/// [`MAX_CONCURRENT_STREAMS`](super::MAX_CONCURRENT_STREAMS)), so it is admitted under the caps
+/// itself, as one more connection of this address.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer(pub(crate) IpAddr);
 
 impl Gate {
     pub(crate) fn new(max_total: usize, max_per_address: usize) -> Arc<Gate> {

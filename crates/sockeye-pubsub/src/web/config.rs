@@ -21,6 +21,7 @@ pub struct WebConfig {
     pub(crate) header_read_timeout: Option<Duration>,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) origins: AllowedOrigins,
+    pub(crate) tls: bool,
     pub(crate) max_connections: usize,
     pub(crate) max_connections_per_address: usize,
     pub(crate) max_publish_rate: Option<u32>,
@@ -51,6 +52,7 @@ impl std::fmt::Debug for WebConfig {
             .field("header_read_timeout", &self.header_read_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("origins", &self.origins)
+            .field("tls", &self.tls)
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_address", &self.max_connections_per_address)
             .field("max_publish_rate", &self.max_publish_rate)
@@ -77,6 +79,7 @@ impl Default for WebConfig {
             header_read_timeout: Some(HEADER_READ_TIMEOUT),
             idle_timeout: Some(IDLE_TIMEOUT),
             origins: AllowedOrigins::default(),
+            tls: false,
             max_connections: MAX_CONNECTIONS,
             max_connections_per_address: MAX_CONNECTIONS_PER_ADDRESS,
             max_publish_rate: Some(MAX_PUBLISH_RATE),
@@ -151,8 +154,9 @@ impl WebConfig {
 
     /// Allows pages of `origin` (`scheme://host[:port]`, as a browser sends in `Origin`) to
     /// open sockets too; `*` allows every page. Repeatable. A page's origin compares by
-    /// scheme, host and port (RFC 6454). Default: only the pages of the host the request is
-    /// addressed to (its `Host`, with either scheme), as Centrifugo's `allowed_origins`: a
+    /// scheme, host and port (RFC 6454). Default: only the pages of the origin the request is
+    /// addressed to (its `Host` or `:authority`, with the scheme it is served with: see
+    /// [`tls`](Self::tls)), as Centrifugo's `allowed_origins`: a
     /// page of another site cannot use the cookies or single sign-on of this one (cross-site
     /// WebSocket hijacking). A request without `Origin` is not from a browser and is not
     /// checked. Behind a proxy that rewrites `Host`, list the site's origin. A refused page's
@@ -165,6 +169,17 @@ impl WebConfig {
             self.origins.listed.push(parsed);
         }
         Ok(self)
+    }
+
+    /// Whether the web face is served over TLS (by [`Web::serve_connection`](super::Web::serve_connection)
+    /// over a TLS stream, or by a proxy in front of it that ends TLS): the scheme of the
+    /// node's own origin, `https`, for the Origin check (see
+    /// [`allowed_origin`](Self::allowed_origin)); over HTTP/2 a request's `:scheme` says it
+    /// too. A page of `http://` the same host is another origin (anyone on its path may have
+    /// rewritten it) and may not open sockets with the user's cookies. Default: `false`.
+    pub fn tls(mut self, served_over_tls: bool) -> Self {
+        self.tls = served_over_tls;
+        self
     }
 
     /// The most connections [`Web::admit`](super::Web::admit) lets the node serve at once.

@@ -99,6 +99,12 @@ const DEMO_HTML: &str = include_str!("../../assets/demo.html");
 /// What a JSON frame may add around a publication's data: its type, topic, position and id.
 const JSON_HEADROOM: usize = 4096;
 
+/// The streams one HTTP/2 connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`;
+/// hyper's default is 200): RFC 9113 §6.5.2 recommends no fewer than 100, enough for a page's
+/// requests and sockets. Each WebSocket stream of a connection
+/// [`admitted`](Web::serve_admitted) counts under the connection caps besides.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+
 /// A node's web face: its [`router`](Self::router), and the graceful shutdown of its sockets.
 #[derive(Clone)]
 pub struct Web {
@@ -183,7 +189,10 @@ impl Web {
 
     /// [`serve_connection`](Self::serve_connection) for a connection [`admit`](Self::admit)
     /// let in: its place under the caps is held until it ends, or, if it became a WebSocket,
-    /// until the socket does.
+    /// until the socket does. Over HTTP/2 (at most [`MAX_CONCURRENT_STREAMS`] streams at once)
+    /// each WebSocket stream takes a place of its own under the caps too, for its life, as one
+    /// more connection of the same address; over a cap it is answered 503 before the upgrade
+    /// (counted as a connection over the cap is).
     pub fn serve_admitted<I>(
         &self,
         io: I,
@@ -213,6 +222,11 @@ impl Web {
             self.shared.config.header_read_timeout,
             self.shared.config.idle_timeout,
         );
+        // The connection's address, for the WebSockets over HTTP/2 to be admitted by.
+        let router = match admitted.as_ref().map(Admitted::address) {
+            Some(peer) => router.layer(axum::Extension(caps::Peer(peer))),
+            None => router,
+        };
         async move {
             let _tracked = tracked;
             let (io, moved) = idle::Activity::new(io, admitted);
@@ -221,7 +235,11 @@ impl Web {
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_read_timeout);
-            builder.http2().timer(TokioTimer::new()).enable_connect_protocol();
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .enable_connect_protocol()
+                .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
             let connection = builder.serve_connection_with_upgrades(io, TowerToHyperService::new(router));
             let mut connection = std::pin::pin!(connection);
             let result = tokio::select! {
@@ -253,14 +271,7 @@ impl Web {
     /// [`Admitted`] is dropped (give it to [`serve_admitted`](Self::serve_admitted)); over one,
     /// refuses it (counted in the metrics): close it.
     pub fn admit(&self, peer: std::net::IpAddr) -> Result<Admitted, OverCap> {
-        let admitted = self.shared.gate.admit(peer);
-        if let Err(cap) = &admitted {
-            self.shared.metrics.capped(match cap {
-                OverCap::Address(_) => "address",
-                _ => "node",
-            });
-        }
-        admitted
+        self.shared.admit(peer)
     }
 
     /// Begins the graceful shutdown: every WebSocket is sent close 1001 (going away) at its

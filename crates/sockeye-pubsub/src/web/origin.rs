@@ -33,11 +33,12 @@ impl Origin {
         Some(Origin { secure, host, port })
     }
 
-    /// Whether this origin is on `authority` (a `Host`: `host[:port]`), with either scheme: a
-    /// `Host` without a port is on this origin's scheme's default one.
-    fn same_host(&self, authority: &str) -> bool {
-        host_port(authority, self.port_default())
-            .is_some_and(|(host, port)| host == self.host && port == self.port)
+    /// The origin a request is addressed to: `authority` (a `Host`: `host[:port]`, on the
+    /// scheme's default port without one) with the scheme it was served with, `https` if
+    /// `secure`.
+    fn own(authority: &str, secure: bool) -> Option<Origin> {
+        let (host, port) = host_port(authority, if secure { 443 } else { 80 })?;
+        Some(Origin { secure, host, port })
     }
 
     fn port_default(&self) -> u16 {
@@ -112,8 +113,12 @@ pub(crate) struct Foreign(pub(crate) String);
 impl AllowedOrigins {
     /// Whether the request of `headers` and `uri` may open a socket: it has no `Origin` (not
     /// a browser, which always sends one with a socket), or its origin is the request's own
-    /// host (`Host`, or HTTP/2's `:authority`) or one allowed.
-    pub(crate) fn check(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), Foreign> {
+    /// (its scheme, and its host and port: `Host`, or HTTP/2's `:authority`) or one allowed.
+    /// The request's scheme is `https` if it came over TLS (`tls`: the web face is served
+    /// over TLS, itself or by a proxy in front of it) or HTTP/2's `:scheme` says so, else
+    /// `http`: a page of `http://host`, which anyone on the path may have rewritten, is not the
+    /// origin of a node served at `wss://host` (RFC 6454), and may not use its cookies.
+    pub(crate) fn check(&self, headers: &HeaderMap, uri: &Uri, tls: bool) -> Result<(), Foreign> {
         let Some(value) = headers.get(header::ORIGIN) else {
             return Ok(());
         };
@@ -128,7 +133,9 @@ impl AllowedOrigins {
             .authority()
             .map(|a| a.as_str())
             .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()));
-        if authority.is_some_and(|a| origin.same_host(a)) || self.listed.contains(&origin) {
+        let secure = tls || uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let own = authority.and_then(|a| Origin::own(a, secure));
+        if own.as_ref() == Some(&origin) || self.listed.contains(&origin) {
             Ok(())
         } else {
             Err(Foreign(origin.to_string()))
@@ -142,19 +149,23 @@ mod tests {
 
     use super::*;
 
+    /// Over cleartext HTTP/1.1.
     fn check(allowed: &AllowedOrigins, origin: &str, host: &str) -> bool {
+        check_over(allowed, origin, host, false, "/")
+    }
+
+    fn check_over(allowed: &AllowedOrigins, origin: &str, host: &str, tls: bool, uri: &str) -> bool {
         let mut headers = HeaderMap::new();
         headers.insert(header::ORIGIN, origin.parse().unwrap());
         headers.insert(header::HOST, host.parse().unwrap());
-        allowed.check(&headers, &Uri::from_static("/")).is_ok()
+        allowed.check(&headers, &uri.parse().unwrap(), tls).is_ok()
     }
 
     #[test]
-    fn the_own_host_with_either_scheme_and_default_ports() {
+    fn the_own_origin_with_default_ports() {
         let none = AllowedOrigins::default();
         assert!(check(&none, "http://Example.com", "example.com"));
-        assert!(check(&none, "https://example.com", "example.com"));
-        assert!(check(&none, "https://example.com", "example.com:443"));
+        assert!(check(&none, "http://example.com:80", "example.com"));
         assert!(check(&none, "http://example.com:8008", "example.com:8008"));
         assert!(check(&none, "http://[::1]:8008", "[::1]:8008"));
         assert!(!check(&none, "http://example.com:8009", "example.com:8008"));
@@ -162,6 +173,52 @@ mod tests {
         assert!(!check(&none, "https://evil.example", "example.com"));
         assert!(!check(&none, "null", "example.com"));
         assert!(!check(&none, "http://example.com.evil.example", "example.com"));
+        let tls = |origin: &str, host: &str| check_over(&none, origin, host, true, "/");
+        assert!(tls("https://example.com", "example.com"));
+        assert!(tls("https://example.com", "example.com:443"));
+        assert!(tls("https://example.com:8443", "example.com:8443"));
+        assert!(!tls("https://example.com", "example.com:8443"));
+    }
+
+    /// Review R1: the own host was allowed "with either scheme", so a plain-http page (which
+    /// anyone on the path may rewrite) could open a socket on a node served over TLS, with the
+    /// user's cookies. RFC 6454: another scheme is another origin.
+    #[test]
+    fn a_page_of_the_own_host_with_the_other_scheme_is_another_origin() {
+        let none = AllowedOrigins::default();
+        // A node served over TLS, HTTP/1.1: the page of `http://` is refused.
+        assert!(!check_over(&none, "http://example.com", "example.com", true, "/"));
+        assert!(!check_over(
+            &none,
+            "http://example.com:8443",
+            "example.com:8443",
+            true,
+            "/"
+        ));
+        // Over HTTP/2, `:scheme` names it (the authority is the URI's).
+        assert!(!check_over(
+            &none,
+            "http://example.com",
+            "example.com",
+            false,
+            "https://example.com/"
+        ));
+        assert!(check_over(
+            &none,
+            "https://example.com",
+            "example.com",
+            false,
+            "https://example.com/"
+        ));
+        assert!(check_over(
+            &none,
+            "http://example.com",
+            "example.com",
+            false,
+            "http://example.com/"
+        ));
+        // And the reverse: a node served in cleartext is not the origin of an `https://` page.
+        assert!(!check(&none, "https://example.com:8008", "example.com:8008"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sockeye::ShutdownHandle;
 use tokio_util::task::TaskTracker;
 
-use super::caps::Gate;
+use super::caps::{Admitted, Gate, OverCap};
 use super::config::WebConfig;
 use super::metrics::Metrics;
 use crate::hub::Hub;
@@ -26,4 +26,19 @@ pub(crate) struct Shared {
     pub(crate) socket: sockeye::Config,
     /// The connection caps.
     pub(crate) gate: Arc<Gate>,
+}
+
+impl Shared {
+    /// Counts a connection (or a WebSocket over HTTP/2) from `peer` against the caps, or
+    /// refuses it, counted in the metrics.
+    pub(crate) fn admit(&self, peer: std::net::IpAddr) -> Result<Admitted, OverCap> {
+        let admitted = self.gate.admit(peer);
+        if let Err(cap) = &admitted {
+            self.metrics.capped(match cap {
+                OverCap::Address(_) => "address",
+                _ => "node",
+            });
+        }
+        admitted
+    }
 }

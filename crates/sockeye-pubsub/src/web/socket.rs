@@ -11,6 +11,7 @@ use http::{Method, StatusCode, Version, header};
 use sockeye::upgrade::Upgrade;
 
 use super::auth::Refused;
+use super::caps::Peer;
 use super::metrics::Metrics;
 use super::publish_limit::PublishLimit;
 use super::query::query_param;
@@ -28,6 +29,7 @@ use crate::topic::Topic;
 /// `/`: upgrades a WebSocket; a plain `GET` is told where the page is.
 pub(crate) async fn serve(
     State(shared): State<Arc<Shared>>,
+    peer: Option<axum::Extension<Peer>>,
     method: Method,
     version: Version,
     headers: http::HeaderMap,
@@ -54,7 +56,21 @@ pub(crate) async fn serve(
         }
         Err(refusal) => return refusal.into_response(),
     };
-    if let Err(foreign) = shared.config.origins.check(&headers, &uri) {
+    // Over HTTP/2 the socket is one stream of its connection, which holds one place under the
+    // caps for all its streams: it takes one of its own.
+    let mut stream_admitted = None;
+    if version >= Version::HTTP_2
+        && let Some(axum::Extension(Peer(peer))) = peer
+    {
+        match shared.admit(peer) {
+            Ok(admitted) => stream_admitted = Some(admitted),
+            Err(cap) => {
+                let why = format!("{cap}: a WebSocket over HTTP/2 counts as a connection");
+                return respond::error(StatusCode::SERVICE_UNAVAILABLE, "too_many_connections", &why);
+            }
+        }
+    }
+    if let Err(foreign) = shared.config.origins.check(&headers, &uri, shared.config.tls) {
         shared.metrics.refused_origins.inc();
         let why = format!(
             "pages of {} may not open sockets on this node: allow them with --allowed-origin {} (WebConfig::allowed_origin)",
@@ -86,6 +102,7 @@ pub(crate) async fn serve(
         .config(shared.socket.clone())
         .on_upgrade(move |mut ws| async move {
             let _open = open;
+            let _admitted = stream_admitted;
             let shared = shared_for_socket;
             ws.close_on_shutdown(&shared.shutdown);
             shared.metrics.connected();
