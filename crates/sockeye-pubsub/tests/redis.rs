@@ -1474,9 +1474,20 @@ async fn a_publisher_without_history_never_shortens_the_topics_meta_below_its_hi
         a.publish(&topic, text("m1".into())).await.unwrap();
         backend.publish(&topic, text("m2".into())).await.unwrap();
         let mut conn = raw(&server.url()).await;
-        let meta_ttl: i64 = redis::cmd("PTTL").arg(&meta).query_async(&mut conn).await.unwrap();
-        let stream_ttl: i64 = redis::cmd("PTTL").arg(&stream).query_async(&mut conn).await.unwrap();
-        assert!(stream_ttl > 2 * 24 * 3600 * 1000, "the Stream keeps the topic's 3 days: {stream_ttl} ms");
+        let meta_ttl: i64 = redis::cmd("PTTL")
+            .arg(&meta)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let stream_ttl: i64 = redis::cmd("PTTL")
+            .arg(&stream)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            stream_ttl > 2 * 24 * 3600 * 1000,
+            "the Stream keeps the topic's 3 days: {stream_ttl} ms"
+        );
         assert!(
             meta_ttl >= stream_ttl,
             "the meta ({meta_ttl} ms) must outlive the Stream ({stream_ttl} ms)"

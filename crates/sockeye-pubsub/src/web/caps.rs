@@ -91,11 +91,12 @@ impl Gate {
         if counts.total >= self.max_total {
             return Err(OverCap::Node(self.max_total));
         }
-        let held = counts.by_address.entry(address).or_insert(0);
-        if *held >= self.max_per_address {
+        // Looked up before an entry is made: a refused address (every one, with a cap of 0)
+        // must leave nothing behind in the map.
+        if counts.by_address.get(&address).copied().unwrap_or(0) >= self.max_per_address {
             return Err(OverCap::Address(self.max_per_address));
         }
-        *held += 1;
+        *counts.by_address.entry(address).or_insert(0) += 1;
         counts.total += 1;
         Ok(Admitted {
             gate: Arc::clone(self),
