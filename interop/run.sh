@@ -6,7 +6,9 @@
 #   Firefox ESR loading it over https:// (h2, sockets as RFC 8441 streams on the page's
 #   connection); Sockeye's client through tinyproxy (HTTP CONNECT, basic auth) and dante (SOCKS5,
 #   with and without user/password); the pub/sub demo page in Chromium and Firefox on two nodes
-#   over Redis while a node is killed and Redis restarts (interop/node/pubsub-browsers.mjs);
+#   over Redis while a node is killed and Redis restarts (interop/node/pubsub-browsers.mjs); a
+#   page with a bad token told 'unauthorized' without a reconnect storm, and one whose short-lived
+#   token is refreshed on its open socket (interop/node/pubsub-tokens.mjs);
 #   WebSockets over HTTP/2 (RFC 8441): Node's `http2` client (own frame codec) and hand-written
 #   hostile frames against Sockeye's server, h2c and h2 over TLS on the same ports as HTTP/1.1, and
 #   Sockeye's client against a Node `http2` echo server.
@@ -150,6 +152,13 @@ echo "==> Chromium and Firefox ESR on the demo page, two nodes over Redis (inter
 # state and the servers' logs: $OUT/pubsub-browsers*.
 CHECK_TIMEOUT=150 check "chromium + firefox ↔ ws pubsub_server ×2, node killed, Redis restarted" pass \
   node interop/node/pubsub-browsers.mjs "$WS" "$OUT" 9570 9571 9572
+
+echo "==> Chromium and short-lived tokens: refused with a reason, refreshed on the open socket (interop/node/pubsub-tokens.mjs)"
+# One node whose clients need 8 s JWTs (the secret from a file): bad tokens get 'unauthorized'
+# and no reconnect storm; a page refreshes its token on the open socket and misses nothing of a
+# backend's publications. The pages' event logs and the node's log: $OUT/pubsub-tokens*.
+CHECK_TIMEOUT=90 check "chromium ↔ ws pubsub_server, token refused and refreshed" pass \
+  node interop/node/pubsub-tokens.mjs "$WS" "$OUT" 9575
 
 echo "==> Sockeye's client against real servers"
 for scheme in ws wss; do

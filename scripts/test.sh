@@ -37,7 +37,7 @@ if [ "${1:-}" = --quick ]; then
   step "tokio layer: loopback, TLS, HTTP/2, faults, limits, reconnect (sockeye)"
   quick_tests sockeye
   step "pub/sub over the in-process backplane (sockeye-pubsub; Redis and NATS: the full command)"
-  quick_tests sockeye-pubsub redis nats failover distributed
+  quick_tests sockeye-pubsub redis nats failover distributed chaos
   step "the ws tool (sockeye-cli; the Redis/NATS relay tests: the full command)"
   quick_tests sockeye-cli backplane
   step "quick tests passed in $((SECONDS - START)) s (the full command: bash scripts/test.sh)"

@@ -9,7 +9,16 @@ export interface Position {
 export interface Options {
   /** A WebSocket constructor; default `globalThis.WebSocket` (browsers, Node ≥ 22). */
   WebSocket?: new (url: string) => WebSocket;
-  /** A token for the node's auth check, sent as a query parameter; a function is called before each connection. */
+  /**
+   * A token for the node's auth check, sent as a query parameter; a function is called before
+   * each connection, and also before the token expires: when the token is a JWT with `exp`
+   * (read without verifying) or the node answered a refresh with `expires`, the client asks the
+   * function for a fresh token at `REFRESH.share` (10 %) of its lifetime before it expires (at
+   * least 5 s, at most 60 s before, never earlier than halfway) and sends it on the open socket
+   * (`{"type":"refresh"}`): the socket, its subscriptions and positions stay. A refused refresh
+   * is tried once more at half the time left; then the node closes with 4002 and the client
+   * reconnects with a fresh token, resuming every topic. A string is never refreshed.
+   */
   token?: string | (() => string | Promise<string>);
   /** The query parameter's name. Default "token". */
   tokenParam?: string;
@@ -57,14 +66,30 @@ export interface Subscription {
 
 export type ErrorCode =
   | "bad_json" | "unknown_type" | "bad_request" | "invalid_topic" | "too_large" | "not_allowed"
-  | "too_many_subscriptions" | "unavailable" | "node_full"
-  | "queue_full" | "closed" | "gave_up" | "outcome_unknown" | "token" | "connect";
+  | "too_many_subscriptions" | "unavailable" | "node_full" | "rate_limited"
+  | "queue_full" | "closed" | "gave_up" | "outcome_unknown" | "token" | "connect" | RefusalKind;
 
 /** Where a topic stands: asked (or waiting for a connection), answered, refused for a condition that passes (asked again with backoff), refused for good. */
 export type TopicState = "subscribing" | "subscribed" | "retrying" | "refused";
 
+/** When a token given as a function is refreshed before it expires (see `Options.token`). */
+export const REFRESH: Readonly<{ share: number; minMs: number; maxMs: number }>;
+
+/** A JWT's `exp` in ms (on `Date.now()`'s clock), read without verifying; null for a token that is not a JWT with `exp`. */
+export function tokenExpiry(token: unknown): number | null;
+
 /** The refusal codes retried with backoff (docs/pubsub-protocol.md, "Errors"). */
 export const RETRYABLE_CODES: ReadonlySet<string>;
+
+/** Why a node refused the socket itself, as its close code says (docs/pubsub-protocol.md, "Refusals"). */
+export type RefusalKind =
+  | "unauthorized" | "token_expired" | "not_allowed" | "origin_not_allowed" | "too_many_connections" | "node_full";
+
+/**
+ * The close codes of a refused socket: its kind, and what the client does: "retry" with backoff,
+ * "token" only with a fresh one from `options.token` as a function (else it stops), "stop".
+ */
+export const REFUSALS: Readonly<Record<number, Readonly<{ kind: RefusalKind; then: "retry" | "token" | "stop" }>>>;
 
 export class PubSubError extends Error {
   constructor(code: ErrorCode | string, message: string, extra?: { topic?: string; id?: number });
@@ -76,13 +101,20 @@ export class PubSubError extends Error {
 export interface Events {
   connected: { url: string };
   disconnected: { url?: string; code?: number; reason?: string; willRetry: boolean };
+  /** The node refused the socket (a bad or expired token, not allowed, another origin, over a limit): why, and whether the client tries again. */
+  rejected: { url: string; kind: RefusalKind; code: number; reason: string; willRetry: boolean };
+  /** A topic's outcome, after its first subscribe and after every reconnect (`resubscribed`). */
+  subscribed: { topic: string; recovery: Subscribed["recovery"]; recovered: number; resubscribed: boolean };
   gap: { topic: string; resume: Position | null };
-  /** `retrying`: a retryable refusal of a subscription, asked again with backoff. */
-  error: { code: ErrorCode | string; message: string; topic?: string; id?: number; retrying?: boolean };
+  /** `retrying`: a retryable refusal of a subscription, asked again with backoff; `refresh`: a refused token refresh. */
+  error: { code: ErrorCode | string; message: string; topic?: string; id?: number; retrying?: boolean; refresh?: boolean };
+  /** The token was renewed on the open socket: when it now expires (Unix seconds; null: never). */
+  refreshed: { expires: number | null };
   /** A subscription refused for good (a permanent code): not asked for again. */
   refused: { topic: string; code: ErrorCode | string; message: string };
   dropped: { count: number };
-  gaveup: { attempts: number; message: string };
+  /** The client stopped: too many failed attempts (`maxAttempts`), or a refusal no retry can cure (`code`: its kind). */
+  gaveup: { attempts: number; message: string; code?: RefusalKind };
 }
 
 export class PubSubClient {

@@ -17,7 +17,30 @@ export const DEFAULTS = Object.freeze({
  * full): the request is asked again with backoff, the topic and its position kept. Every other
  * code is permanent. The same table as docs/pubsub-protocol.md's "Errors" (a test checks).
  */
-export const RETRYABLE_CODES = Object.freeze(new Set(["unavailable", "node_full"]));
+export const RETRYABLE_CODES = Object.freeze(new Set(["unavailable", "node_full", "rate_limited"]));
+
+/**
+ * The close codes a node refuses a socket with, right after its upgrade (docs/pubsub-protocol.md,
+ * "Refusals"): what each means and what the client does. `retry`: reconnect with backoff, as
+ * after any drop; `token`: only with a fresh token, so only when `options.token` is a function
+ * (asked again before the next attempt), else stop; `stop`: the same request gets the same
+ * answer, so the client closes for good. The reason is `"<kind>: <why>"`.
+ */
+export const REFUSALS = Object.freeze({
+  4001: Object.freeze({ kind: "unauthorized", then: "token" }),
+  4002: Object.freeze({ kind: "token_expired", then: "token" }),
+  4003: Object.freeze({ kind: "not_allowed", then: "stop" }),
+  4004: Object.freeze({ kind: "origin_not_allowed", then: "stop" }),
+  4029: Object.freeze({ kind: "too_many_connections", then: "retry" }),
+  1013: Object.freeze({ kind: "node_full", then: "retry" }),
+});
+
+/**
+ * When a token given as a function is refreshed on the open socket (docs/pubsub-protocol.md,
+ * "Token expiry and refresh"): this share of its lifetime before it expires, at least
+ * `REFRESH_MIN_MS` and at most `REFRESH_MAX_MS` before, and never before half its lifetime.
+ */
+export const REFRESH = Object.freeze({ share: 0.1, minMs: 5_000, maxMs: 60_000 });
 
 /** Own publications remembered per topic to leave out of a resume (the latest ones). */
 const OWN_KEPT = 1000;
@@ -75,15 +98,23 @@ export class PubSubClient {
     this.nextId = 1;
     this.urlIndex = 0;
     this.failures = 0; // connection attempts failed in a row
+    this.refusedTokens = 0; // token refusals in a row (see REFUSALS)
     this.socket = null;
     this.open = false;
     this.closed = false;
     this.retryTimer = null;
+    this.refreshTimer = null;
+    this.expiresAt = null; // when the socket's token expires (ms, on this.now()'s clock), if known
+    this.refreshRetried = false; // a refused refresh is tried once more per token
     this.#connect();
   }
 
   /**
-   * Adds a listener: "connected", "disconnected", "gap", "error", "refused", "dropped", "gaveup".
+   * Adds a listener: "connected", "disconnected", "rejected" (the node refused the socket:
+   * {kind, code, reason, willRetry}), "subscribed" (each topic's outcome after every
+   * (re)subscribe: {topic, recovery, recovered, resubscribed}), "gap", "error", "refused" (a
+   * topic refused for good), "dropped", "gaveup", "refreshed" (the token was renewed on the open
+   * socket: {expires}, Unix seconds or null).
    */
   on(event, listener) {
     if (!this.listeners.has(event)) this.listeners.set(event, new Set());
@@ -173,6 +204,7 @@ export class PubSubClient {
       error: null,
       retries: 0,
       retryTimer: null,
+      subscribedBefore: false,
       // Positions of this client's own publications on the topic not yet passed: a node leaves
       // a connection's own publications out, but after a reconnect the new connection is
       // another subscriber, and a resume would recover them.
@@ -224,6 +256,9 @@ export class PubSubClient {
     let url = base;
     try {
       const token = typeof this.options.token === "function" ? await this.options.token() : this.options.token;
+      // On this.now()'s clock (the token's exp is on Date.now()'s).
+      const exp = typeof this.options.token === "function" ? tokenExpiry(token) : null;
+      this.expiresAt = exp == null ? null : this.now() + (exp - Date.now());
       if (token != null) {
         const u = new URL(base);
         u.searchParams.set(this.options.tokenParam, String(token));
@@ -246,6 +281,8 @@ export class PubSubClient {
       if (socket !== this.socket) return;
       this.open = true;
       this.openedAt = this.now();
+      this.refreshRetried = false;
+      this.#scheduleRefresh();
       this.#emit("connected", { url: base });
       // Every topic again, from its last position, then what waited to be published: a
       // publication queued after a subscribe comes after it, as the caller ordered them.
@@ -265,12 +302,37 @@ export class PubSubClient {
       this.#dropSocket(
         new PubSubError("outcome_unknown", "the connection dropped before the node answered"),
       );
+      const refusal = REFUSALS[event?.code];
+      // A refusal that only a new token can cure, twice in a row (a fresh token refused too):
+      // no token the application can give will do, so stop rather than storm the node.
+      const tokenCurable = typeof this.options.token === "function" && this.refusedTokens < 1;
+      const stop = refusal && (refusal.then === "stop" || (refusal.then === "token" && !tokenCurable));
       this.#emit("disconnected", {
         url: base,
         code: event?.code,
         reason: event?.reason,
-        willRetry: !this.closed,
+        willRetry: !this.closed && !stop,
       });
+      if (refusal) {
+        this.#emit("rejected", {
+          url: base,
+          kind: refusal.kind,
+          code: event.code,
+          reason: event.reason,
+          willRetry: !this.closed && !stop,
+        });
+        if (stop) return this.#stop(refusal.kind, `the node refused the connection: ${event.reason || refusal.kind}`);
+        if (refusal.then === "token") {
+          // A new token, at once for an expired one (the connection lived), else after backoff.
+          this.refusedTokens = refusal.kind === "token_expired" ? 0 : this.refusedTokens + 1;
+          if (refusal.kind === "token_expired") {
+            this.failures = 0;
+            return this.#retry();
+          }
+        }
+      } else if (wasOpen) {
+        this.refusedTokens = 0;
+      }
       // A connection that did not open, or closed within a second (a node that accepts and
       // then refuses), counts as a failure: the backoff grows instead of hammering the node.
       if (wasOpen && this.now() - this.openedAt >= 1000) this.failures = 0;
@@ -284,6 +346,7 @@ export class PubSubClient {
   #dropSocket(error) {
     this.socket = null;
     this.open = false;
+    this.#cancelRefresh();
     // Every topic is asked for again on the next connection: no retry of the old one.
     for (const entry of this.topics.values()) {
       this.#cancelRetry(entry);
@@ -294,6 +357,14 @@ export class PubSubClient {
       if (request.kind === "publish") request.reject(error);
     }
     this.pending.clear();
+  }
+
+  /** Closes for good after a refusal no retry can cure; queued publishes reject with `code`. */
+  #stop(code, message) {
+    this.closed = true;
+    for (const entry of this.topics.values()) this.#cancelRetry(entry);
+    this.#failQueued(code, message);
+    this.#emit("gaveup", { attempts: this.failures + 1, code, message });
   }
 
   #retry() {
@@ -321,6 +392,52 @@ export class PubSubClient {
     const { initialDelayMs, maxDelayMs } = this.options;
     const d = Math.min(maxDelayMs, initialDelayMs * 2 ** Math.min(Math.max(failures - 1, 0), 30));
     return d / 2 + this.random() * (d / 2);
+  }
+
+  #cancelRefresh() {
+    if (this.refreshTimer !== null) this.timers.clear(this.refreshTimer);
+    this.refreshTimer = null;
+  }
+
+  /**
+   * With a token function and a known expiry, asks the application for a fresh token before it
+   * expires and sends it on the open socket (see REFRESH): the node keeps the socket, its
+   * subscriptions and their positions. Without a refresh it would close it with 4002.
+   */
+  #scheduleRefresh(delayMs) {
+    this.#cancelRefresh();
+    if (typeof this.options.token !== "function" || this.expiresAt == null || !this.open) return;
+    const left = this.expiresAt - this.now();
+    const margin = Math.min(left / 2, Math.min(REFRESH.maxMs, Math.max(REFRESH.minMs, left * REFRESH.share)));
+    const socket = this.socket;
+    this.refreshTimer = this.timers.set(
+      () => {
+        this.refreshTimer = null;
+        if (socket === this.socket && this.open) this.#refresh(socket);
+      },
+      delayMs ?? Math.max(0, left - margin),
+    );
+  }
+
+  async #refresh(socket) {
+    let token;
+    try {
+      token = await this.options.token();
+    } catch (e) {
+      this.#emit("error", { code: "token", message: `options.token failed: ${e?.message ?? e}` });
+      return this.#refreshRefused();
+    }
+    if (socket !== this.socket || !this.open || token == null) return;
+    const id = this.nextId++;
+    this.pending.set(id, { kind: "refresh" });
+    this.#send({ type: "refresh", token: String(token), id });
+  }
+
+  /** A refresh refused (or no token): once more at half the time left, then let it expire. */
+  #refreshRefused() {
+    if (this.refreshRetried || this.expiresAt == null) return;
+    this.refreshRetried = true;
+    this.#scheduleRefresh(Math.max(0, (this.expiresAt - this.now()) / 2));
   }
 
   #failQueued(code, message) {
@@ -398,7 +515,16 @@ export class PubSubClient {
         entry.state = "subscribed";
         entry.retries = 0;
         entry.error = null;
+        // `ready` settles once, with the first outcome; every later one (after each reconnect)
+        // reaches the application as this event, so it can tell each topic's fate.
         entry.settle?.resolve({ recovery: frame.recovery, recovered: frame.recovered });
+        this.#emit("subscribed", {
+          topic: frame.topic,
+          recovery: frame.recovery,
+          recovered: frame.recovered,
+          resubscribed: entry.subscribedBefore,
+        });
+        entry.subscribedBefore = true;
         return;
       }
       case "published": {
@@ -411,9 +537,21 @@ export class PubSubClient {
       }
       case "dropped":
         return this.#emit("dropped", { count: frame.count });
+      case "refreshed": {
+        // The node's own word on the new expiry (Unix seconds, on its clock): kept relative to
+        // ours, so that clocks that differ do not matter.
+        this.expiresAt = frame.expires == null ? null : this.now() + (frame.expires * 1000 - Date.now());
+        this.refreshRetried = false;
+        this.#scheduleRefresh();
+        return this.#emit("refreshed", { expires: frame.expires ?? null });
+      }
       case "error": {
         const error = new PubSubError(frame.code, frame.message, { topic: request?.topic, id: frame.id });
         if (request?.kind === "publish") request.reject(error);
+        if (request?.kind === "refresh") {
+          this.#refreshRefused();
+          return this.#emit("error", { code: frame.code, message: frame.message, id: frame.id, refresh: true });
+        }
         const entry = request?.kind === "subscribe" ? this.topics.get(request.topic) : undefined;
         const retryable = RETRYABLE_CODES.has(frame.code);
         const detail = { code: frame.code, message: frame.message, topic: request?.topic, id: frame.id };
@@ -468,6 +606,23 @@ export class PubSubClient {
         this.reportError(e);
       }
     }
+  }
+}
+
+/**
+ * A JWT's `exp` as a time on `Date.now()`'s clock (ms), read without verifying (the node
+ * verifies); null for anything else (a shared token, a token without `exp`).
+ */
+export function tokenExpiry(token) {
+  if (typeof token !== "string") return null;
+  const payload = token.split(".")[1];
+  if (!payload) return null;
+  try {
+    const json = atob(payload.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(payload.length / 4) * 4, "="));
+    const exp = JSON.parse(json)?.exp;
+    return Number.isFinite(exp) ? exp * 1000 : null;
+  } catch {
+    return null;
   }
 }
 

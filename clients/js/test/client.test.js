@@ -25,8 +25,8 @@ class FakeSocket {
   frame(obj) {
     this.onmessage?.({ data: JSON.stringify(obj) });
   }
-  drop(code = 1006) {
-    this.onclose?.({ code, reason: "" });
+  drop(code = 1006, reason = "") {
+    this.onclose?.({ code, reason });
   }
   take() {
     const out = this.sent;
@@ -51,7 +51,7 @@ function harness(urls = ["ws://a/", "ws://b/"], options = {}) {
     ...options,
   });
   const events = [];
-  for (const e of ["connected", "disconnected", "gap", "error", "refused", "dropped", "gaveup"]) {
+  for (const e of ["connected", "disconnected", "rejected", "subscribed", "gap", "error", "refused", "dropped", "gaveup"]) {
     client.on(e, (detail) => events.push([e, detail]));
   }
   return {
@@ -350,4 +350,216 @@ test("its own publications do not come back when it resumes after a reconnect", 
   sock.frame({ type: "message", topic: "t", offset: 7, epoch: "E", data: "m7" });
   assert.deepEqual(got, ["m5", "m7"]);
   assert.deepEqual(h.client.positions(), { t: { offset: 7, epoch: "E" } });
+});
+
+test("a bad token: one 'rejected' event naming the kind, and no reconnect storm", async () => {
+  const h = harness(["ws://a/"], { token: "wrong" });
+  await tick();
+  const queued = h.client.publish("t", 1);
+  h.latest().accept();
+  h.latest().drop(4001, "unauthorized: the token was refused: InvalidSignature");
+  const rejected = h.events.filter(([e]) => e === "rejected");
+  assert.deepEqual(rejected, [
+    [
+      "rejected",
+      {
+        url: "ws://a/",
+        kind: "unauthorized",
+        code: 4001,
+        reason: "unauthorized: the token was refused: InvalidSignature",
+        willRetry: false,
+      },
+    ],
+  ]);
+  assert.equal(h.timers.length, 0, "a fixed token refused once is refused again: no retry");
+  assert.equal(h.events.at(-1)[0], "gaveup");
+  assert.equal(h.events.at(-1)[1].code, "unauthorized");
+  assert.equal(FakeSocket.all.length, 1);
+  await assert.rejects(h.client.publish("t", 2), (e) => e.code === "closed");
+  void queued.catch(() => {});
+});
+
+test("with a token function, a refused token is asked for again once, then the client stops", async () => {
+  let n = 0;
+  const h = harness(["ws://a/"], { token: async () => `t${++n}` });
+  await tick();
+  h.latest().accept();
+  h.latest().drop(4001, "unauthorized: expired");
+  assert.equal(h.events.filter(([e]) => e === "rejected").at(-1)[1].willRetry, true);
+  await h.fire();
+  assert.equal(h.latest().url, "ws://a/?token=t2");
+  h.latest().accept();
+  h.latest().drop(4001, "unauthorized: expired");
+  assert.equal(h.timers.length, 0);
+  assert.equal(h.events.filter(([e]) => e === "rejected").at(-1)[1].willRetry, false);
+  assert.equal(h.events.at(-1)[0], "gaveup");
+  assert.equal(FakeSocket.all.length, 2);
+});
+
+test("an expired token on a live connection: a fresh token and a reconnect that resumes", async () => {
+  let n = 0;
+  const h = harness(["ws://a/"], { token: async () => `t${++n}` });
+  await tick();
+  h.client.subscribe("news", () => {});
+  let sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "subscribed", topic: "news", recovery: "live", recovered: 0, id: 1 });
+  sock.frame({ type: "message", topic: "news", offset: 5, epoch: "e", data: "x" });
+  h.advance(60_000);
+  sock.drop(4002, "token_expired: the token expired at 1700000000");
+  await h.fire();
+  sock = h.latest();
+  assert.equal(sock.url, "ws://a/?token=t2");
+  sock.accept();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "news", id: 2, since: { offset: 5, epoch: "e" } }]);
+  // Without a token function an expired token cannot be renewed: the client stops.
+  const fixed = harness(["ws://a/"], { token: "t" });
+  await tick();
+  fixed.latest().accept();
+  fixed.latest().drop(4002, "token_expired: …");
+  assert.equal(fixed.timers.length, 0);
+  assert.equal(fixed.events.at(-1)[1].code, "token_expired");
+});
+
+test("refusals that pass (over a limit, node full) back off; not allowed and another origin stop", async () => {
+  for (const [code, kind] of [[4029, "too_many_connections"], [1013, "node_full"]]) {
+    const h = harness(["ws://a/"]);
+    await tick();
+    h.latest().accept();
+    h.latest().drop(code, `${kind}: later`);
+    assert.equal(h.events.find(([e]) => e === "rejected")[1].willRetry, true);
+    assert.equal(h.timers.length, 1);
+    assert.ok(h.timers[0].ms >= 250, "with backoff");
+  }
+  for (const [code, kind] of [[4003, "not_allowed"], [4004, "origin_not_allowed"]]) {
+    const h = harness(["ws://a/"], { token: async () => "t" });
+    await tick();
+    h.latest().accept();
+    h.latest().drop(code, `${kind}: no`);
+    assert.equal(h.timers.length, 0, kind);
+    assert.equal(h.events.at(-1)[1].code, kind);
+  }
+});
+
+test("every topic's outcome reaches the application after each reconnect", async () => {
+  const h = harness(["ws://a/"]);
+  await tick();
+  const sub = h.client.subscribe("news", () => {});
+  let sock = h.latest();
+  sock.accept();
+  sock.frame({ type: "subscribed", topic: "news", recovery: "live", recovered: 0, id: 1 });
+  assert.deepEqual(await sub.ready, { recovery: "live", recovered: 0 });
+  sock.drop();
+  await h.fire();
+  sock = h.latest();
+  sock.accept();
+  sock.frame({ type: "subscribed", topic: "news", recovery: "recovered", recovered: 3, id: 2 });
+  const outcomes = h.events.filter(([e]) => e === "subscribed").map(([, d]) => d);
+  assert.deepEqual(outcomes, [
+    { topic: "news", recovery: "live", recovered: 0, resubscribed: false },
+    { topic: "news", recovery: "recovered", recovered: 3, resubscribed: true },
+  ]);
+});
+
+test("the client's refusal close codes are the protocol document's table", async () => {
+  const { readFileSync } = await import("node:fs");
+  const { REFUSALS } = await import("../src/index.js");
+  const doc = readFileSync(new URL("../../../docs/pubsub-protocol.md", import.meta.url), "utf8");
+  const section = doc.slice(doc.indexOf("## Refusals"));
+  const rows = [...section.matchAll(/^\| (\d{4}) \| `([a-z_]+)` \| \d{3} \| (retry|token|stop) \|/gm)];
+  assert.equal(rows.length, 6, "the Refusals table has six rows");
+  const table = Object.fromEntries(rows.map((r) => [r[1], { kind: r[2], then: r[3] }]));
+  assert.deepEqual(JSON.parse(JSON.stringify(REFUSALS)), table);
+});
+
+/** A JWT-shaped token (unsigned: the client never verifies) expiring `secondsLeft` from now. */
+function jwtExpiring(secondsLeft, sub = "alice") {
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+  return `${b64({ alg: "HS256" })}.${b64({ sub, exp: Math.floor(Date.now() / 1000) + secondsLeft })}.sig`;
+}
+
+test("with a token function, a JWT is refreshed on the open socket before it expires, nothing lost", async () => {
+  let n = 0;
+  const h = harness(["ws://a/"], { token: async () => (++n, jwtExpiring(100)) });
+  h.client.on("refreshed", (d) => h.events.push(["refreshed", d]));
+  await tick();
+  const got = [];
+  h.client.subscribe("news", (d) => got.push(d));
+  const sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "subscribed", topic: "news", recovery: "live", recovered: 0, id: 1 });
+  // One timer: the refresh, 10 % of the lifetime (10 s) before the token's exp.
+  assert.equal(h.timers.length, 1);
+  assert.ok(Math.abs(h.timers[0].ms - 90_000) < 1_500, `${h.timers[0].ms}`);
+  h.advance(90_000);
+  await h.fire();
+  const [refresh] = sock.take();
+  assert.equal(refresh.type, "refresh");
+  assert.equal(refresh.token.split(".").length, 3);
+  assert.equal(n, 2, "the application was asked for a fresh token");
+  sock.frame({ type: "refreshed", expires: Math.floor(Date.now() / 1000) + 100, id: refresh.id });
+  assert.ok(h.events.some(([e]) => e === "refreshed"));
+  // The same socket, still subscribed; the next refresh is scheduled from the node's expiry.
+  sock.frame({ type: "message", topic: "news", offset: 1, epoch: "e", data: "after" });
+  assert.deepEqual(got, ["after"]);
+  assert.equal(FakeSocket.all.length, 1, "no reconnect");
+  assert.equal(h.timers.length, 1);
+  assert.ok(Math.abs(h.timers[0].ms - 90_000) < 1_500, `${h.timers[0].ms}`);
+  // A node that says the socket no longer expires: no more refreshes.
+  h.advance(90_000);
+  await h.fire();
+  const [again] = sock.take();
+  sock.frame({ type: "refreshed", expires: null, id: again.id });
+  assert.equal(h.timers.length, 0);
+});
+
+test("a short token is refreshed at least 5 s and at most halfway before it expires; a string token never", async () => {
+  const short = harness(["ws://a/"], { token: () => jwtExpiring(8) });
+  await tick();
+  short.latest().accept();
+  assert.ok(Math.abs(short.timers[0].ms - 4_000) < 1_500, `${short.timers[0].ms}`);
+  const long = harness(["ws://a/"], { token: () => jwtExpiring(3600) });
+  await tick();
+  long.latest().accept();
+  assert.ok(Math.abs(long.timers[0].ms - 3_540_000) < 1_500, `${long.timers[0].ms}`);
+  const fixed = harness(["ws://a/"], { token: jwtExpiring(100) });
+  await tick();
+  fixed.latest().accept();
+  assert.equal(fixed.timers.length, 0, "a string cannot be renewed");
+  const opaque = harness(["ws://a/"], { token: () => "not-a-jwt" });
+  await tick();
+  opaque.latest().accept();
+  assert.equal(opaque.timers.length, 0, "no exp to go by");
+});
+
+test("a refused refresh is tried once more; then the socket expires (4002) and reconnects with a fresh token", async () => {
+  let n = 0;
+  const h = harness(["ws://a/"], { token: async () => (++n, jwtExpiring(100)) });
+  await tick();
+  h.client.subscribe("news", () => {});
+  let sock = h.latest();
+  sock.accept();
+  sock.take();
+  sock.frame({ type: "subscribed", topic: "news", recovery: "live", recovered: 0, id: 1 });
+  sock.frame({ type: "message", topic: "news", offset: 3, epoch: "e", data: "x" });
+  h.advance(90_000);
+  await h.fire();
+  let [refresh] = sock.take();
+  sock.frame({ type: "error", code: "unauthorized", message: "no", id: refresh.id });
+  assert.ok(h.events.some(([e, d]) => e === "error" && d.refresh && d.code === "unauthorized"));
+  assert.equal(h.timers.length, 1, "once more");
+  assert.ok(Math.abs(h.timers[0].ms - 5_000) < 1_500, `${h.timers[0].ms}`);
+  h.advance(5_000);
+  await h.fire();
+  [refresh] = sock.take();
+  sock.frame({ type: "error", code: "unauthorized", message: "no", id: refresh.id });
+  assert.equal(h.timers.length, 0, "no third try");
+  sock.drop(4002, "token_expired: …");
+  await h.fire();
+  sock = h.latest();
+  assert.match(sock.url, /token=/);
+  sock.accept();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "news", id: 4, since: { offset: 3, epoch: "e" } }]);
 });

@@ -3,6 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::log::LogFormat;
 use crate::opts::{
     ClientOpts, PipeOpts, ServerOpts, backplane_url, origin, positive, seconds, websocket_url,
 };
@@ -25,10 +26,19 @@ Exit codes: 0 success (also: a server stopped by Ctrl-C, or stdout closed by its
   1 the work failed, 2 usage, 130 a client stopped by Ctrl-C or SIGTERM."
 )]
 pub struct Cli {
-    /// Log what happens to stderr (-v: connections and errors, -vv: more). Quiet by default.
+    /// More detail on stderr: -v adds debug lines to the log, -vv trace. The same in every
+    /// sub-command.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-    /// Append the log to this file instead of stderr (at least -v's level).
+    /// Only warnings and errors on stderr: no info lines (a server's one line per session), no
+    /// per-message or per-connection notes. The same in every sub-command.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// How log lines are written: text (coloured on a terminal unless NO_COLOR is set) or json
+    /// (one object a line: ts, level, target, msg, fields).
+    #[arg(long = "log-format", global = true, value_name = "FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Append the log to this file instead of stderr (never coloured).
     #[arg(long, global = true, value_name = "FILE")]
     pub logfile: Option<std::path::PathBuf>,
     /// What to do.
@@ -122,7 +132,7 @@ Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 
   ws pubsub_server --port 8001 --backplane redis://127.0.0.1:6379     (one node of several)
   ws pubsub_server --port 8002 --backplane nats://127.0.0.1:4222
   ws pubsub_server -q --tls --cert-file cert.pem --key-file key.pem
-  ws pubsub_server --api-token s3cret --jwt-secret jwtkey        (backends and clients need tokens)
+  ws pubsub_server --api-token s3cret --jwt-secret-file jwt.key  (backends and clients need tokens)
   ws pubsub_server --token shared --allow-subscribe 'rooms/*' --allow-publish 'rooms/*'
 
 On one port, over HTTP/1.1 and HTTP/2 (h2c, or h2 by ALPN with --tls):
@@ -132,6 +142,9 @@ On one port, over HTTP/1.1 and HTTP/2 (h2c, or h2 by ALPN with --tls):
   POST /publish          a batch: {\"publications\":[{\"topic\":T,\"data\":D},…]}
   GET /history/TOPIC?since=OFFSET@EPOCH&limit=N   what the history holds after a position
   /metrics               Prometheus (OpenMetrics text)
+  GET /healthz, /readyz  alive; ready while the backplane is up (else 503)
+Every HTTP error has a JSON body {\"error\":{\"code\":…,\"message\":…}}. The log has one line
+per WebSocket session (at info: -q hides it), none per HTTP request.
 The HTTP API needs --api-token T (sent as Authorization: Bearer T); without it, it answers 403.
 
 Clients send JSON text frames to ws://HOST:PORT/:
@@ -141,12 +154,17 @@ Clients send JSON text frames to ws://HOST:PORT/:
 and receive subscribed, message (with offset and epoch), gap, published and error frames
 (docs/pubsub-protocol.md). A client that reconnects, to this node or another, and subscribes
 with the last position it received gets exactly what it missed, or a gap notice for what no
-history holds. A client that falls 16 MiB behind is closed with 1008.
+history holds. A client that falls --max-queued-bytes behind is closed with 1008.
 
-Without --jwt-secret or --token, every client may subscribe to and publish on every topic.
-With one, a client connects with ?token=…: none or an invalid one is refused with 401 (a JWT
-needs HS256, exp and sub), and it may subscribe to and publish on what --allow-subscribe and
---allow-publish grant ({claim} is the JWT's string claim; a * at the end, any suffix); without
+Without --jwt-secret, --jwt-secret-file, --jwt-public-key, --jwks-url, --token or --token-file (or
+SOCKEYE_JWT_SECRET or SOCKEYE_TOKEN in the environment), every client may subscribe to and
+publish on every topic. With one, a client connects with ?token=…: none or an invalid one is
+refused with 401 (a JWT needs exp and sub; nbf, and iss and aud when --jwt-issuer and
+--jwt-audience are given, are checked); an open socket is closed with 4002 when its JWT's exp
+passes, unless the client sent {\"type\":\"refresh\",\"token\":…} with a fresh token for the same
+user first. It may subscribe to and publish on what --allow-subscribe and
+--allow-publish grant, matched segment by segment ({claim} a whole segment, the JWT's string
+claim, never with a /; * one segment; ** as the last, the rest); without
 those flags: subscribe to user/{sub} and global, publish nothing (backends publish through the
 HTTP API). A refused subscription is an error frame (not_allowed); the socket stays up.
 
@@ -158,7 +176,7 @@ publications a second per socket on at most 100 topics (error frames past them).
 
 Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 1 cannot
   listen (address in use, bad certificate files), 2 usage.")]
-    PubsubServer(PubsubArgs),
+    PubsubServer(Box<PubsubArgs>),
     /// The relay that `send` and `receive` meet at (a broadcast server for large messages).
     #[command(after_help = "Examples:
   ws transfer --port 8008
@@ -264,9 +282,6 @@ pub struct ConnectArgs {
     /// The longest wait between reconnection attempts, in milliseconds.
     #[arg(long = "max_wait", default_value_t = 10_000, value_parser = positive::<u64>)]
     pub max_wait: u64,
-    /// Do not print the handshake response's headers.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
     /// Show gzip-compressed messages decompressed.
     #[arg(short = 'g', long)]
     pub gunzip: bool,
@@ -286,9 +301,6 @@ pub struct ChatArgs {
 pub struct RelayArgs {
     #[command(flatten)]
     pub server: ServerOpts,
-    /// Quiet: no per-connection log.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
 }
 
 /// `broadcast_server`.
@@ -313,13 +325,48 @@ pub struct PubsubArgs {
     #[arg(long = "api-token", value_name = "TOKEN")]
     pub api_token: Option<String>,
     /// Clients need a JWT signed with this secret (HS256; exp and sub required), as ?token=.
-    #[arg(long = "jwt-secret", value_name = "SECRET", conflicts_with = "token")]
+    /// Visible to every user in `ps`: prefer --jwt-secret-file or SOCKEYE_JWT_SECRET.
+    #[arg(long = "jwt-secret", value_name = "SECRET", group = "client_auth")]
     pub jwt_secret: Option<String>,
-    /// Clients need this token, as ?token=.
-    #[arg(long, value_name = "TOKEN")]
+    /// As --jwt-secret, the secret read from this file (one trailing newline dropped). Without
+    /// any of these flags, the environment variable SOCKEYE_JWT_SECRET is used if set.
+    #[arg(long = "jwt-secret-file", value_name = "PATH", group = "client_auth")]
+    pub jwt_secret_file: Option<std::path::PathBuf>,
+    /// Clients need a JWT signed with the private half of this public key: a PEM file (RS256 for
+    /// RSA, ES256 for P-256, EdDSA for Ed25519) or a JSON Web Key Set file ({"keys":[…]}, the
+    /// key chosen by the token's kid).
+    #[arg(long = "jwt-public-key", value_name = "PATH", group = "client_auth")]
+    pub jwt_public_key: Option<std::path::PathBuf>,
+    /// Clients need a JWT signed with a key of the JSON Web Key Set at this http:// or https://
+    /// URL (an identity provider's jwks_uri; the key chosen by the token's kid). Fetched at start
+    /// (the node does not start without a usable set), then every --jwks-refresh seconds, and at
+    /// once when a token names an unknown kid (at most once per --jwks-min-refetch seconds). A
+    /// fetch has 5 s, 1 MiB, and must answer 200 (redirects are not followed); a failed one keeps
+    /// the last set, with a warning.
+    #[arg(long = "jwks-url", value_name = "URL", group = "client_auth", value_parser = crate::curl::http_url_text)]
+    pub jwks_url: Option<String>,
+    /// With --jwks-url, seconds between two fetches of the key set.
+    #[arg(long = "jwks-refresh", value_name = "SECS", default_value_t = 300, value_parser = crate::opts::positive::<u64>, requires = "jwks_url")]
+    pub jwks_refresh: u64,
+    /// With --jwks-url, the fewest seconds between two fetches asked for by tokens with an
+    /// unknown kid (forged ones cannot make the node hammer the key server).
+    #[arg(long = "jwks-min-refetch", value_name = "SECS", default_value_t = 30, value_parser = crate::opts::positive::<u64>, requires = "jwks_url")]
+    pub jwks_min_refetch: u64,
+    /// JWTs must have this iss (repeatable: one of them). Default: iss not checked.
+    #[arg(long = "jwt-issuer", value_name = "ISS")]
+    pub jwt_issuers: Vec<String>,
+    /// JWTs must have this aud (repeatable: one of them). Default: aud not checked.
+    #[arg(long = "jwt-audience", value_name = "AUD")]
+    pub jwt_audiences: Vec<String>,
+    /// Clients need this token, as ?token=. Visible to every user in `ps`: prefer --token-file
+    /// or SOCKEYE_TOKEN.
+    #[arg(long, value_name = "TOKEN", group = "client_auth")]
     pub token: Option<String>,
-    /// A topic clients with a token may subscribe to ({claim} placeholders, a trailing *);
-    /// repeatable. Default: user/{sub} and global.
+    /// As --token, read from this file (one trailing newline dropped).
+    #[arg(long = "token-file", value_name = "PATH", group = "client_auth")]
+    pub token_file: Option<std::path::PathBuf>,
+    /// A topic clients with a token may subscribe to, segment by segment: {claim} (a whole
+    /// segment), * (one segment), ** (last: the rest); repeatable. Default: user/{sub} and global.
     #[arg(long = "allow-subscribe", value_name = "RULE")]
     pub allow_subscribe: Vec<String>,
     /// A topic clients with a token may publish on (as --allow-subscribe); repeatable. Default:
@@ -333,6 +380,10 @@ pub struct PubsubArgs {
     /// Origin (not browsers) are not checked. Behind a proxy that rewrites Host, list the site.
     #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = origin)]
     pub allowed_origins: Vec<String>,
+    /// Which pages of other sites may import /client.js (its Access-Control-Allow-Origin): *
+    /// for every page (public code, fetched without credentials), one ORIGIN, or none.
+    #[arg(long = "client-js-cors", value_name = "ORIGIN|*|none", default_value = "*")]
+    pub client_js_cors: String,
     /// Seconds an HTTP/1.1 client has to send a request's head, and an idle keep-alive
     /// connection to start the next one; 0 for no limit (a browser sends its head at once).
     #[arg(long = "header-read-timeout", value_name = "SECS", default_value_t = sockeye_pubsub::web::HEADER_READ_TIMEOUT.as_secs_f64(), value_parser = seconds)]
@@ -364,6 +415,38 @@ pub struct PubsubArgs {
     /// bound.
     #[arg(long = "max-publish-topics", value_name = "N", default_value_t = sockeye_pubsub::web::MAX_PUBLISH_TOPICS)]
     pub max_publish_topics: usize,
+    /// The most topics one socket is subscribed to at once; one more is refused with an error
+    /// frame (each may be a subscription at the backplane's server).
+    #[arg(long = "max-subscriptions", value_name = "N", default_value_t = sockeye_pubsub::SubscriberConfig::default().max_subscriptions, value_parser = positive::<usize>)]
+    pub max_subscriptions: usize,
+    /// The largest publication, in bytes (a socket's frame may add 4 KiB of JSON around it;
+    /// a larger one is closed with 1009, a larger HTTP body answered 413). The default fits
+    /// NATS's default max_payload.
+    #[arg(long = "max-message-size", value_name = "BYTES", default_value_t = sockeye_pubsub::HubConfig::default().max_payload, value_parser = positive::<usize>)]
+    pub max_message_size: usize,
+    /// Bytes queued for one socket that does not read fast enough before it is closed with
+    /// 1008 (a slow reader); one message of any size may always wait.
+    #[arg(long = "max-queued-bytes", value_name = "BYTES", default_value_t = sockeye_pubsub::SubscriberConfig::default().max_queued_bytes, value_parser = positive::<usize>)]
+    pub max_queued_bytes: usize,
+    /// Bytes all sockets' queues may hold together; past it the sockets furthest behind are
+    /// closed first (1013: their clients resume later from history), so that many slow readers
+    /// cannot take the node's memory. Counted in 16 KiB steps.
+    #[arg(long = "max-queued-bytes-total", value_name = "BYTES", default_value_t = sockeye_pubsub::HubConfig::default().max_queued_bytes_total, value_parser = positive::<usize>)]
+    pub max_queued_bytes_total: usize,
+    /// The most topics this node follows at once; a subscription to one more is refused
+    /// (the client retries later or on another node).
+    #[arg(long = "max-topics", value_name = "N", default_value_t = sockeye_pubsub::HubConfig::default().max_topics, value_parser = positive::<usize>)]
+    pub max_topics: usize,
+    /// Publications kept per topic for recovery (with a backplane, it keeps them); 0 for no
+    /// history.
+    #[arg(long = "history-len", value_name = "N", default_value_t = sockeye_pubsub::HistoryConfig::default().max_len)]
+    pub history_len: usize,
+    /// Seconds a publication is kept for recovery.
+    #[arg(long = "history-age", value_name = "SECS", default_value_t = sockeye_pubsub::HistoryConfig::default().max_age.as_secs_f64(), value_parser = seconds)]
+    pub history_age: f64,
+    /// The most messages one GET /history answers with (its limit is capped to it).
+    #[arg(long = "history-limit", value_name = "N", default_value_t = sockeye_pubsub::web::HISTORY_LIMIT, value_parser = positive::<usize>)]
+    pub history_limit: usize,
 }
 
 /// `send`.
@@ -423,9 +506,6 @@ pub struct AutobahnArgs {
     /// Give up when the server does not answer within this many seconds.
     #[arg(long, default_value_t = 10, value_parser = positive::<u64>)]
     pub timeout: u64,
-    /// Quiet: print nothing unless something fails.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
 }
 
 /// `bench`.
@@ -466,9 +546,6 @@ pub struct BenchArgs {
 pub struct EchoServerArgs {
     #[command(flatten)]
     pub server: ServerOpts,
-    /// Quiet: do not log each message.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
     /// Greet each client with a message when it connects.
     #[arg(short = 'g', long)]
     pub greet: bool,
@@ -507,9 +584,6 @@ pub struct PushServerArgs {
     /// The message to push.
     #[arg(long = "send_msg", default_value = "yo")]
     pub send_msg: String,
-    /// Quiet: no per-connection log.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
     /// Do not answer pings.
     #[arg(short = 'p', long = "disable_pong")]
     pub no_pong: bool,

@@ -86,7 +86,7 @@ pub(crate) async fn run(args: ConnectArgs) -> Result<(), Failure> {
                 match event {
                     Event::Connected { response, .. } => {
                         read_input = true;
-                        show_response(&console, &response, args.quiet)?;
+                        show_response(&console, &response, crate::log::quiet())?;
                         if state == State::Disconnected {
                             state = State::Connected;
                         }

@@ -13,6 +13,7 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use sockeye::TransportStream;
 use sockeye::tls::rustls::{self, ClientConfig};
@@ -101,8 +102,13 @@ pub struct CurlArgs {
     pub ciphers: Option<CipherList>,
 }
 
+/// As [`http_url`], kept as text (a flag's `Uri` would make `Command` large).
+pub(crate) fn http_url_text(s: &str) -> Result<String, String> {
+    http_url(s).map(|_| s.to_owned())
+}
+
 /// An http:// or https:// URL with a host.
-fn http_url(s: &str) -> Result<Uri, String> {
+pub(crate) fn http_url(s: &str) -> Result<Uri, String> {
     if !s.contains("://") {
         return Err("no scheme: use http://HOST/… or https://HOST/…".into());
     }
@@ -266,7 +272,7 @@ impl Plan {
                 ciphers: args.ciphers.clone(),
                 built: std::sync::OnceLock::new(),
             },
-            verbose: tracing::enabled!(tracing::Level::INFO),
+            verbose: crate::log::verbose(),
         })
     }
 
@@ -324,41 +330,9 @@ impl Plan {
         method: &Method,
         body: Bytes,
     ) -> Result<Response<Incoming>, Failure> {
-        let https = url.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
+        let limit = Duration::from_secs(args.connect_timeout);
+        let mut sender = connect(url, || self.tls.config(), limit, "--connect-timeout").await?;
         let host = url.host().unwrap_or_default();
-        let bare_host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
-        let connect = async {
-            let tcp = tokio::net::TcpStream::connect((bare_host, port))
-                .await
-                .map_err(|e| Failure::new(format!("cannot connect to {host}:{port}: {e}")))?;
-            let _ = tcp.set_nodelay(true);
-            let stream = if https {
-                let name = rustls::pki_types::ServerName::try_from(bare_host.to_string())
-                    .map_err(|_| Failure::new(format!("{host:?} is not a valid TLS server name")))?;
-                let mut tls = Box::new(
-                    ClientTlsStream::client(tcp, self.tls.config()?, name)
-                        .map_err(|e| Failure::new(format!("{host}:{port}: TLS: {e}")))?,
-                );
-                tls.handshake().await.map_err(|e| tls_failure(host, port, &e))?;
-                TransportStream::ClientTls(tls)
-            } else {
-                TransportStream::Plain(tcp)
-            };
-            hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| Failure::new(format!("{host}:{port}: {e}")))
-        };
-        let (mut sender, connection) =
-            tokio::time::timeout(Duration::from_secs(args.connect_timeout), connect)
-                .await
-                .map_err(|_| {
-                    Failure::new(format!(
-                        "cannot connect to {host}:{port}: no answer within {} s (--connect-timeout)",
-                        args.connect_timeout
-                    ))
-                })??;
-        tokio::spawn(connection);
 
         let target = url.path_and_query().map_or("/", |p| p.as_str());
         let authority = match url.port() {
@@ -515,6 +489,50 @@ impl Decoder {
             self.sink().error(e)
         }
     }
+}
+
+/// A new HTTP/1.1 connection to `url`'s host and port, over TLS (`tls`, asked for only then) for
+/// https://, within `limit` (TCP, TLS and HTTP handshakes; `flag` sets it); its driver is
+/// spawned. Shared by `ws curl` and `pubsub_server --jwks-url`.
+pub(crate) async fn connect(
+    url: &Uri,
+    tls: impl FnOnce() -> Result<Arc<ClientConfig>, Failure>,
+    limit: Duration,
+    flag: &str,
+) -> Result<SendRequest<Full<Bytes>>, Failure> {
+    let https = url.scheme_str().is_some_and(|s| s.eq_ignore_ascii_case("https"));
+    let host = url.host().unwrap_or_default();
+    let bare_host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = url.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let connect = async {
+        let tcp = tokio::net::TcpStream::connect((bare_host, port))
+            .await
+            .map_err(|e| Failure::new(format!("cannot connect to {host}:{port}: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        let stream = if https {
+            let name = rustls::pki_types::ServerName::try_from(bare_host.to_string())
+                .map_err(|_| Failure::new(format!("{host:?} is not a valid TLS server name")))?;
+            let mut tls = Box::new(
+                ClientTlsStream::client(tcp, tls()?, name)
+                    .map_err(|e| Failure::new(format!("{host}:{port}: TLS: {e}")))?,
+            );
+            tls.handshake().await.map_err(|e| tls_failure(host, port, &e))?;
+            TransportStream::ClientTls(tls)
+        } else {
+            TransportStream::Plain(tcp)
+        };
+        hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| Failure::new(format!("{host}:{port}: {e}")))
+    };
+    let (sender, connection) = tokio::time::timeout(limit, connect).await.map_err(|_| {
+        Failure::new(format!(
+            "cannot connect to {host}:{port}: no answer within {} s ({flag})",
+            limit.as_secs_f64()
+        ))
+    })??;
+    tokio::spawn(connection);
+    Ok(sender)
 }
 
 /// The status line and headers, for -I.

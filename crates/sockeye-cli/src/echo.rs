@@ -20,7 +20,7 @@ use crate::tls::bind;
 pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
     let no_pong = args.no_pong;
     let server = bind(&args.server, |c| c.protocol.auto_pong = !no_pong, "echo_server").await?;
-    let (quiet, greet, authorization) = (args.quiet, args.greet, args.authorization);
+    let (quiet, greet, authorization) = (crate::log::quiet(), args.greet, args.authorization);
     let shutdown = server.shutdown_handle();
     let serving = server.serve_requests(move |mut ws, request, peer| {
         // What the session needs of the request is taken here, before its future is made: that

@@ -195,7 +195,7 @@ async fn respond(site: &Site, peer: SocketAddr, request: Request<Incoming>) -> R
             response.status().as_u16()
         );
     } else {
-        tracing::info!(%peer, "{} {} {}", request.method(), request.uri(), response.status().as_u16());
+        tracing::debug!(%peer, "{} {} {}", request.method(), request.uri(), response.status().as_u16());
     }
     response
 }

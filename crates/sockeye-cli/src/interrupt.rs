@@ -42,8 +42,9 @@ pub(crate) fn listen() {
     };
     tokio::spawn(async move {
         signals.next().await;
-        tracing::info!("interrupted: closing");
+        // The request first: nothing after it (a log line) may keep it from being made.
         token().cancel();
+        tracing::info!("interrupted: closing");
         signals.next().await;
         exit_now();
     });

@@ -24,6 +24,8 @@ mod failure;
 mod gzip;
 mod httpd;
 mod interrupt;
+mod jwks;
+mod log;
 mod opts;
 mod output;
 mod pipe;
@@ -108,7 +110,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
             };
         }
     };
-    if let Err(failure) = start_logging(cli.verbose, cli.logfile.as_deref()) {
+    if let Err(failure) = log::start(cli.quiet, cli.verbose, cli.log_format, cli.logfile.as_deref()) {
         errln!("ws: {}", failure.message);
         return ExitCode::from(failure.exit_code);
     }
@@ -138,35 +140,6 @@ pub fn run(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     }
 }
 
-/// `-v`/`-vv` log to stderr; `--logfile` appends the log to a file instead, at `-v`'s level at
-/// least (asking for a log file is asking for a log).
-fn start_logging(verbose: u8, logfile: Option<&std::path::Path>) -> Result<(), Failure> {
-    let level = match (verbose, logfile.is_some()) {
-        (0, false) => return Ok(()),
-        (0 | 1, _) => tracing::Level::INFO,
-        _ => tracing::Level::DEBUG,
-    };
-    match logfile {
-        None => tracing_subscriber::fmt()
-            .with_writer(std::io::stderr)
-            .with_max_level(level)
-            .init(),
-        Some(path) => {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| failure::usage_file("--logfile", path, e))?;
-            tracing_subscriber::fmt()
-                .with_writer(std::sync::Mutex::new(file))
-                .with_ansi(false)
-                .with_max_level(level)
-                .init();
-        }
-    }
-    Ok(())
-}
-
 async fn dispatch(command: Command) -> Result<(), Failure> {
     match command {
         Command::EchoServer(args) => echo::server(args).await,
@@ -176,7 +149,7 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Listen(args) => pipe::listen(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::BroadcastServer(args) => relay::server(args.relay, args.backplane, "broadcast_server").await,
-        Command::PubsubServer(args) => pubsub::server(args).await,
+        Command::PubsubServer(args) => pubsub::server(*args).await,
         Command::Transfer(args) => relay::server(args, None, "transfer").await,
         Command::Send(args) => transfer::send(args).await,
         Command::Receive(args) => transfer::receive(args).await,
@@ -260,6 +233,39 @@ mod tests {
             assert!(examples >= 2, "{}: two examples or more: {after}", sub.get_name());
             assert!(after.contains("Exit codes:"), "{}: {after}", sub.get_name());
         }
+    }
+
+    #[test]
+    fn q_v_and_the_log_format_mean_the_same_in_every_sub_command() {
+        // One global -q and -v, no sub-command's own: `-q` once meant "no per-message log"
+        // in one, "no headers" in another, "nothing unless it fails" in a third.
+        let mut cmd = command();
+        cmd.build();
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            for (short, id) in [('q', "quiet"), ('v', "verbose")] {
+                let args: Vec<_> = sub
+                    .get_arguments()
+                    .filter(|a| a.get_short() == Some(short))
+                    .collect();
+                assert_eq!(args.len(), 1, "{}: -{short}", sub.get_name());
+                assert!(
+                    args[0].get_id() == id && args[0].is_global_set(),
+                    "{}: -{short} is {}",
+                    sub.get_name(),
+                    args[0].get_id()
+                );
+            }
+            assert!(
+                sub.get_arguments().any(|a| a.get_long() == Some("log-format")),
+                "{}",
+                sub.get_name()
+            );
+        }
+        assert!(
+            command()
+                .try_get_matches_from(["ws", "echo_server", "-q", "-v"])
+                .is_err()
+        );
     }
 
     #[test]

@@ -160,12 +160,12 @@ pub(crate) async fn autobahn(args: AutobahnArgs) -> Result<(), Failure> {
         Ok(None) => return Err(not_autobahn(format!("{probe} closed without a case count"))),
     };
     drop(ws);
-    if !args.quiet {
+    if !crate::log::quiet() {
         outln!("{base}: {count} cases")?;
     }
     let config = crate::tls::client_config(&client)?;
     unless_interrupted(sockeye_conformance::run_fuzzingserver_client(&base, &config)).await??;
-    if !args.quiet {
+    if !crate::log::quiet() {
         outln!("{count} cases run; the fuzzingserver has written its report")?;
     }
     Ok(())

@@ -82,9 +82,6 @@ pub struct ProxyServerArgs {
     /// The largest message relayed, in bytes, each way (larger ones close the sender with 1009).
     #[arg(long = "max-message-size", default_value_t = 64 << 20, value_parser = at_least_one)]
     pub max_message_size: usize,
-    /// Quiet: no per-connection log (failures to reach an upstream are still reported).
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
 }
 
 fn at_least_one(s: &str) -> Result<usize, String> {
@@ -252,7 +249,7 @@ pub(crate) async fn server(args: ProxyServerArgs) -> Result<(), Failure> {
     )
     .await?;
     let scheme = if args.server.tls { "https" } else { "http" };
-    let quiet = args.quiet;
+    let quiet = crate::log::quiet();
     let shutdown = server.shutdown_handle();
     let serving = server.serve_requests(move |ws, request, peer| {
         let (routes, upstream) = (Arc::clone(&routes), Arc::clone(&upstream));

@@ -32,7 +32,7 @@ pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
     let no_pong = args.no_pong;
     let server = bind(&args.server, |c| c.protocol.auto_pong = !no_pong, "push_server").await?;
     let message = Message::text(args.send_msg);
-    let quiet = args.quiet;
+    let quiet = crate::log::quiet();
     let shutdown = server.shutdown_handle();
     let serving = server.serve_requests(move |mut ws, request, peer| {
         let message = message.clone();

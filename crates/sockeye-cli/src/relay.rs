@@ -36,14 +36,18 @@ pub(crate) async fn server(
     backplane: Option<String>,
     name: &'static str,
 ) -> Result<(), Failure> {
-    let quiet = args.quiet;
+    let quiet = crate::log::quiet();
     let (hub, max_message) = match &backplane {
         None => {
             let config = HubConfig::default().max_payload(LOCAL_MAX_MESSAGE);
             let hub = Hub::with_backplane(config, |events| InProcess::new(events, HistoryConfig::none()));
             (hub, LOCAL_MAX_MESSAGE)
         }
-        Some(url) => (connect_backplane(url, name).await?, BACKPLANE_MAX_MESSAGE),
+        Some(url) => {
+            let config = HubConfig::default().max_payload(BACKPLANE_MAX_MESSAGE);
+            let hub = connect_backplane(url, name, config, HistoryConfig::default()).await?;
+            (hub, BACKPLANE_MAX_MESSAGE)
+        }
     };
     let server = bind(&args.server, |c| c.protocol.max_message_size = max_message, name).await?;
     let connected = Arc::new(AtomicUsize::new(0));
@@ -109,26 +113,32 @@ fn log_end(addr: SocketAddr, ended: Ended) {
     errln!("{addr}: left");
 }
 
-/// The hub of `ws pubsub_server`: over the backplane at `url`, or in this process with history
-/// (a web client resumes from positions on one node too).
-pub(crate) async fn json_hub(backplane: Option<&str>, name: &str) -> Result<Hub, Failure> {
+/// The hub of `ws pubsub_server`, with `config` and `history`: over the backplane at `url`, or
+/// in this process (a web client resumes from positions on one node too).
+pub(crate) async fn json_hub(
+    backplane: Option<&str>,
+    name: &str,
+    config: HubConfig,
+    history: HistoryConfig,
+) -> Result<Hub, Failure> {
     match backplane {
-        None => {
-            let config = HubConfig::default().max_payload(BACKPLANE_MAX_MESSAGE);
-            Ok(Hub::with_backplane(config, |events| {
-                InProcess::new(events, HistoryConfig::default())
-            }))
-        }
-        Some(url) => connect_backplane(url, name).await,
+        None => Ok(Hub::with_backplane(config, |events| {
+            InProcess::new(events, history)
+        })),
+        Some(url) => connect_backplane(url, name, config, history).await,
     }
 }
 
 /// Connects to the backplane, retrying an unreachable one (it may be starting) until Ctrl-C.
-async fn connect_backplane(url: &str, name: &str) -> Result<Hub, Failure> {
-    let config = HubConfig::default().max_payload(BACKPLANE_MAX_MESSAGE);
+async fn connect_backplane(
+    url: &str,
+    name: &str,
+    config: HubConfig,
+    history: HistoryConfig,
+) -> Result<Hub, Failure> {
     let mut retry = 0;
     loop {
-        match Hub::connect(url, config, HistoryConfig::default()).await {
+        match Hub::connect(url, config, history).await {
             Ok(hub) => {
                 errln!("ws {name}: pub/sub backplane {url} connected");
                 return Ok(hub);

@@ -7,6 +7,9 @@
 
 mod common;
 
+#[path = "../../sockeye-pubsub/tests/support/refusal.rs"]
+mod refusal;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
@@ -133,10 +136,7 @@ async fn ask(addr: SocketAddr, request: String) -> (String, String) {
 }
 
 fn socket_request(addr: SocketAddr, origin: &str) -> String {
-    format!(
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: {origin}\r\n\r\n"
-    )
+    refusal::browser_request(addr, origin)
 }
 
 #[test]
@@ -225,13 +225,24 @@ fn pubsub_server_caps_one_address_without_locking_another_out() {
     );
 }
 
+/// The close code and reason a node closes a socket with right after upgrading it.
+async fn closed_with(addr: SocketAddr, request: String) -> (u16, String) {
+    refusal::close_after_upgrade(addr, &request, Duration::from_secs(10))
+        .await
+        .expect("closed within 10 s")
+}
+
 #[test]
 fn pubsub_server_refuses_pages_of_other_origins_unless_allowed() {
     let node = Node::start(&["-q", "--allowed-origin", "https://app.example"]);
     runtime().block_on(async {
-        let (status, body) = ask(node.addr, socket_request(node.addr, "https://evil.example")).await;
-        assert!(status.starts_with("HTTP/1.1 403"), "{status}");
-        assert!(body.contains("--allowed-origin https://evil.example"), "{body}");
+        // A browser is told why: upgraded, then closed at once with 4004 and the reason.
+        let (code, reason) = closed_with(node.addr, socket_request(node.addr, "https://evil.example")).await;
+        assert_eq!(code, 4004, "{reason}");
+        assert!(
+            reason.starts_with("origin_not_allowed: --allowed-origin https://evil.example"),
+            "{reason}"
+        );
         let (status, _) = ask(node.addr, socket_request(node.addr, "https://app.example")).await;
         assert!(status.starts_with("HTTP/1.1 101"), "{status}");
         let own = format!("http://{}", node.addr);
@@ -262,6 +273,15 @@ fn pubsub_server_help_shows_the_bounds_and_a_node_without_auth_warns() {
         ("--max-connections-per-address", "100"),
         ("--max-publish-rate", "100"),
         ("--max-publish-topics", "100"),
+        ("--max-subscriptions", "100"),
+        ("--max-message-size", "1047552"),
+        ("--max-queued-bytes", "16777216"),
+        ("--max-queued-bytes-total", "1073741824"),
+        ("--max-topics", "100000"),
+        ("--history-len", "1000"),
+        ("--history-age", "300"),
+        ("--history-limit", "1000"),
+        ("--client-js-cors", "*"),
     ] {
         let at = help
             .find(&format!("{flag} <"))
@@ -271,21 +291,11 @@ fn pubsub_server_help_shows_the_bounds_and_a_node_without_auth_warns() {
         assert!(help[at + next..].starts_with(&shown), "{flag}: {help}");
     }
     assert!(help.contains("--allowed-origin <ORIGIN>"), "{help}");
-    // The warning comes before the accept loop: before the log of a first connection.
+    // The warning comes before the accept loop: before its "serving" line.
     for (args, warns) in [(&[][..], true), (&["--token", "t"][..], false)] {
         let node = Node::start(args);
-        let log = runtime().block_on(async {
-            let _tcp = TcpStream::connect(node.addr).await.unwrap();
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-            loop {
-                let log = text(&node.stderr.bytes());
-                if log.contains(": connected") || tokio::time::Instant::now() > deadline {
-                    return log;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        });
-        assert!(log.contains(": connected"), "{log}");
+        let log = logged(&node, "serving");
+        assert!(log.contains("serving"), "{log}");
         let warned = log.contains("warning: no --jwt-secret or --token");
         assert_eq!(warned, warns, "{args:?}: {log}");
     }

@@ -7,8 +7,8 @@ use common::{client_frame, drain, frame};
 use proptest::prelude::*;
 use sockeye_proto::frame::{FrameHeader, OpCode, apply_mask};
 use sockeye_proto::{
-    CloseCode, CloseFrame, CloseState, Config, Connection, DataKind, Error, Message, ProtocolViolation, Role,
-    Transport,
+    CloseCode, CloseFrame, CloseState, Config, Connection, DataKind, Error, Incoming, Message,
+    ProtocolViolation, Role, Transport,
 };
 
 fn server() -> Connection {
@@ -564,4 +564,37 @@ fn queued_auto_replies_count_only_the_engines_pongs() {
     assert_eq!(s.queued_auto_replies(), 0, "written: nothing owed");
     drain(&mut s, &ping).unwrap();
     assert_eq!(s.queued_auto_replies(), 102);
+}
+
+/// `data_delivered` counts what an I/O layer hands the application as data: short messages,
+/// fragmented and large ones, streamed pieces; not pings, pongs or closes.
+#[test]
+fn data_delivered_counts_data_messages_and_pieces_only() {
+    let mut s = server();
+    assert_eq!(s.data_delivered(), 0);
+    let mut input = client_frame(true, 0, OpCode::Text, b"short");
+    input.extend(client_frame(true, 0, OpCode::Ping, b"p"));
+    input.extend(client_frame(true, 0, OpCode::Pong, b"q"));
+    input.extend(client_frame(false, 0, OpCode::Binary, b"frag"));
+    input.extend(client_frame(true, 0, OpCode::Continuation, b"mented"));
+    input.extend(client_frame(true, 0, OpCode::Binary, &[7; 300]));
+    s.receive(&input);
+    let mut kinds = Vec::new();
+    while let Some(m) = s.poll_message().unwrap() {
+        kinds.push((m.is_data(), s.data_delivered()));
+    }
+    assert_eq!(
+        kinds,
+        [(true, 1), (false, 1), (false, 1), (true, 2), (true, 3)],
+        "each data message moves the count by one, control frames not at all"
+    );
+    // Streamed: a message in two pieces counts two.
+    s.receive(&client_frame(false, 0, OpCode::Text, b"one "));
+    assert!(matches!(s.poll_chunk().unwrap(), Some(Incoming::Chunk(_))));
+    s.receive(&client_frame(true, 0, OpCode::Continuation, b"two"));
+    assert!(matches!(s.poll_chunk().unwrap(), Some(Incoming::Chunk(_))));
+    assert_eq!(s.data_delivered(), 5);
+    s.receive(&client_frame(true, 0, OpCode::Close, &close_payload(1000, "")));
+    assert!(matches!(s.poll_message().unwrap(), Some(Message::Close(_))));
+    assert_eq!(s.data_delivered(), 5);
 }

@@ -392,3 +392,77 @@ fn durations_too_long_for_an_instant_mean_never() {
     assert_eq!(client.close_state(), CloseState::Closed);
     assert_eq!(server.close_state(), CloseState::Closed);
 }
+
+/// One step of [`a_deadline_never_stays_due_once_handled`]'s runs.
+#[derive(Debug, Clone)]
+enum Step {
+    Send {
+        client: bool,
+    },
+    Close {
+        client: bool,
+    },
+    Eof {
+        client: bool,
+    },
+    Deliver,
+    /// Moves the clock by this many milliseconds (up to two keepalive intervals).
+    Wait(u64),
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        any::<bool>().prop_map(|client| Step::Send { client }),
+        any::<bool>().prop_map(|client| Step::Close { client }),
+        any::<bool>().prop_map(|client| Step::Eof { client }),
+        Just(Step::Deliver),
+        (0u64..60_000).prop_map(Step::Wait),
+    ]
+}
+
+proptest::proptest! {
+    /// An I/O layer fires the timer, hands the engine the time, and looks again: a deadline
+    /// still due after `handle_timeout(now)` would have it fire forever without waiting (the
+    /// tokio layer's receive loop goes round once more after a timer fired). Whatever happened
+    /// before (traffic, closes from either side, EOF, time passing), each handled deadline moves
+    /// on or goes away.
+    #[test]
+    fn a_deadline_never_stays_due_once_handled(
+        keepalive in proptest::prelude::any::<(bool, bool)>(),
+        steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        let mut p = Pair::new(keepalive.0, keepalive.1);
+        for step in steps {
+            match step {
+                Step::Send { client } => {
+                    let side = if client { &mut p.client } else { &mut p.server };
+                    let _ = side.send(Message::text("x"));
+                }
+                Step::Close { client } => {
+                    let side = if client { &mut p.client } else { &mut p.server };
+                    let _ = side.close(None);
+                }
+                Step::Eof { client } => {
+                    let side = if client { &mut p.client } else { &mut p.server };
+                    side.receive_eof();
+                }
+                Step::Deliver => p.deliver(),
+                Step::Wait(ms) => p.now += Duration::from_millis(ms),
+            }
+            for side in [&mut p.client, &mut p.server] {
+                // One `handle_timeout` handles everything due by then.
+                if side.poll_timeout().is_some_and(|due| due <= p.now) {
+                    side.handle_timeout(p.now);
+                }
+                let due = side.poll_timeout();
+                proptest::prop_assert!(
+                    due.is_none_or(|due| due > p.now),
+                    "still due at {:?} after handling it (transport {:?})",
+                    due.map(|d| d.saturating_duration_since(p.now)),
+                    side.transport()
+                );
+            }
+        }
+    }
+}

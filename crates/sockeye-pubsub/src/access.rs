@@ -1,12 +1,19 @@
 //! Who may subscribe to and publish on which topics: rules written once for the node, with
 //! placeholders filled in from each connection's identity (a token's claims, say).
 //!
-//! A rule is a topic name, with two additions:
-//! - `{name}` is replaced by the connection's value for `name` (`user/{sub}` with `sub = "42"`
-//!   grants `user/42`). A connection without that value is granted nothing by the rule. The value
-//!   is taken literally: a `*` or `{` in it is not a pattern.
-//! - a `*` at the very end grants every topic that starts with what comes before it (`rooms/*`
-//!   grants `rooms/lobby` and `rooms/a/b`; `*` alone grants every topic).
+//! A rule is matched against a topic segment by segment (the parts between `/`):
+//! - a segment of text matches that segment exactly;
+//! - `{name}` (a whole segment) matches the connection's value for `name` (`user/{sub}` with
+//!   `sub = "42"` grants `user/42`). A connection without that value, or whose value is empty
+//!   or contains a `/` (it would span segments), is granted nothing by the rule. The value is
+//!   taken literally: a `*` or `{` in it is not a pattern;
+//! - `*` matches exactly one segment, which is not empty (`rooms/*` grants `rooms/lobby`, not
+//!   `rooms/a/b` nor `rooms/`);
+//! - `**`, as the last segment only, matches one or more segments (`rooms/**` grants
+//!   `rooms/lobby` and `rooms/a/b`, not `rooms`; `**` alone grants every topic).
+//!
+//! A segment may not mix text with a pattern (`user-{sub}`, `a*`): such a rule is refused, so
+//! that no value can reach past its segment (`user/{sub}*` granting `user/42` to `sub = "4"`).
 //!
 //! ```
 //! use sockeye_pubsub::access::AccessRules;
@@ -20,6 +27,7 @@
 //! assert!(alice.may_subscribe(&Topic::new("user/alice")?));
 //! assert!(!alice.may_subscribe(&Topic::new("user/bob")?));
 //! assert!(alice.may_publish(&Topic::new("rooms/lobby")?));
+//! assert!(!alice.may_publish(&Topic::new("rooms/lobby/x")?));
 //! assert!(!alice.may_publish(&Topic::new("global")?));
 //! # Ok::<(), sockeye_pubsub::Error>(())
 //! ```
@@ -41,22 +49,26 @@ pub struct Access {
     publish: Vec<Grant>,
 }
 
+/// A rule's segments, as written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Rule {
-    parts: Vec<Part>,
-    any_suffix: bool,
+    segments: Vec<Segment>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Part {
+enum Segment {
     Text(String),
     Value(String),
+    /// `*`: one non-empty segment.
+    One,
+    /// `**` (last): one or more segments.
+    Rest,
 }
 
+/// A rule with the connection's values filled in: text, `*` and `**` only.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Grant {
-    text: String,
-    any_suffix: bool,
+    segments: Vec<Segment>,
 }
 
 impl AccessRules {
@@ -68,8 +80,7 @@ impl AccessRules {
     /// Every connection may subscribe to and publish on every topic (a node without auth).
     pub fn allow_all() -> AccessRules {
         let all = Rule {
-            parts: Vec::new(),
-            any_suffix: true,
+            segments: vec![Segment::Rest],
         };
         AccessRules {
             subscribe: vec![all.clone()],
@@ -77,8 +88,8 @@ impl AccessRules {
         }
     }
 
-    /// Adds a rule for subscribing. Errors on a malformed rule (an unclosed `{`, an empty or
-    /// invalid placeholder name, a `*` before the end).
+    /// Adds a rule for subscribing. Errors on a malformed rule (an empty rule, a segment that
+    /// mixes text with `{`, `}` or `*`, an invalid placeholder name, `**` before the end).
     pub fn subscribe(mut self, rule: &str) -> Result<AccessRules, Error> {
         self.subscribe.push(Rule::parse(rule)?);
         Ok(self)
@@ -120,69 +131,87 @@ impl Access {
 impl Rule {
     fn parse(rule: &str) -> Result<Rule, Error> {
         let bad = |why: &str| Error::InvalidTopic(format!("access rule {rule:?}: {why}"));
-        let (body, any_suffix) = match rule.strip_suffix('*') {
-            Some(body) => (body, true),
-            None => (rule, false),
-        };
-        if body.contains('*') {
-            return Err(bad("`*` is allowed only at the very end"));
+        if rule.is_empty() {
+            return Err(bad("an empty rule grants nothing; `**` grants every topic"));
         }
-        if !any_suffix && body.is_empty() {
-            return Err(bad("an empty rule grants nothing; `*` grants every topic"));
+        let parts: Vec<&str> = rule.split('/').collect();
+        let last = parts.len() - 1;
+        let mut segments = Vec::with_capacity(parts.len());
+        for (i, part) in parts.into_iter().enumerate() {
+            let segment = match part {
+                "*" => Segment::One,
+                "**" if i == last => Segment::Rest,
+                "**" => {
+                    return Err(bad(
+                        "`**` (the rest of the topic) is allowed only as the last segment",
+                    ));
+                }
+                _ if part.starts_with('{') && part.ends_with('}') && part.len() > 2 => {
+                    let name = &part[1..part.len() - 1];
+                    if !name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                    {
+                        return Err(bad(
+                            "a placeholder is a whole segment `{name}`, the name made of letters, digits, `_` and `-`",
+                        ));
+                    }
+                    Segment::Value(name.to_owned())
+                }
+                _ if part.contains(['{', '}', '*']) => {
+                    return Err(bad(
+                        "`*`, `**` and `{name}` are whole segments (between `/`): write `user/{sub}`, `rooms/*`, `rooms/**`",
+                    ));
+                }
+                _ => Segment::Text(part.to_owned()),
+            };
+            segments.push(segment);
         }
-        let mut parts = Vec::new();
-        let mut rest = body;
-        while let Some(open) = rest.find(['{', '}']) {
-            if rest.as_bytes()[open] == b'}' {
-                return Err(bad("a `}` without its `{`"));
-            }
-            if open > 0 {
-                parts.push(Part::Text(rest[..open].to_owned()));
-            }
-            let after = &rest[open + 1..];
-            let close = after.find('}').ok_or_else(|| bad("a `{` without its `}`"))?;
-            let name = &after[..close];
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
-                return Err(bad(
-                    "a placeholder is `{name}`, the name made of letters, digits, `_` and `-`",
-                ));
-            }
-            parts.push(Part::Value(name.to_owned()));
-            rest = &after[close + 1..];
-        }
-        if !rest.is_empty() {
-            parts.push(Part::Text(rest.to_owned()));
-        }
-        Ok(Rule { parts, any_suffix })
+        Ok(Rule { segments })
     }
 
     fn fill(&self, value: &impl Fn(&str) -> Option<String>) -> Option<Grant> {
-        let mut text = String::new();
-        for part in &self.parts {
-            match part {
-                Part::Text(t) => text.push_str(t),
-                // An empty value would widen `user/{sub}*`-like rules to everyone's topics.
-                Part::Value(name) => text.push_str(&value(name).filter(|v| !v.is_empty())?),
-            }
+        let mut segments = Vec::with_capacity(self.segments.len());
+        for segment in &self.segments {
+            segments.push(match segment {
+                // An empty value would widen `user/{sub}/**`-like rules to everyone's topics,
+                // one with a `/` would reach into other segments.
+                Segment::Value(name) => {
+                    Segment::Text(value(name).filter(|v| !v.is_empty() && !v.contains('/'))?)
+                }
+                other => other.clone(),
+            });
         }
-        Some(Grant {
-            text,
-            any_suffix: self.any_suffix,
-        })
+        Some(Grant { segments })
     }
 }
 
 impl Grant {
     fn matches(&self, topic: &str) -> bool {
-        if self.any_suffix {
-            topic.starts_with(&self.text)
-        } else {
-            topic == self.text
+        let mut parts = topic.split('/');
+        for segment in &self.segments {
+            match segment {
+                // The rest: at least one more segment (it may hold `/`, not be empty as a whole).
+                Segment::Rest => {
+                    return match parts.next() {
+                        None => false,
+                        Some("") => parts.next().is_some(),
+                        Some(_) => true,
+                    };
+                }
+                Segment::One => match parts.next() {
+                    Some(part) if !part.is_empty() => {}
+                    _ => return false,
+                },
+                Segment::Text(text) => match parts.next() {
+                    Some(part) if part == text => {}
+                    _ => return false,
+                },
+                // Filled in by `Rule::fill`; a grant holds none.
+                Segment::Value(_) => return false,
+            }
         }
+        parts.next().is_none()
     }
 }
 
@@ -209,18 +238,52 @@ mod tests {
         let star = rules.grant(values("*"));
         assert!(!star.may_subscribe(&topic("user/42/t1")));
         assert!(star.may_subscribe(&topic("user/*/t1")));
+        let stars = rules.grant(values("**"));
+        assert!(!stars.may_subscribe(&topic("user/42/t1")));
         assert!(!rules.grant(|_| None).may_subscribe(&topic("user//")));
         assert!(!rules.grant(values("")).may_subscribe(&topic("user//t1")));
     }
 
+    /// The issue's abuse: a prefix match let `sub = "4"` reach `user/42`, and a value with `/`
+    /// reach another user's topics.
     #[test]
-    fn a_trailing_star_grants_the_prefix_and_nothing_else() {
-        let access = AccessRules::new().publish("rooms/*").unwrap().grant(|_| None);
-        assert!(access.may_publish(&topic("rooms/lobby")));
-        assert!(access.may_publish(&topic("rooms/a/b")));
-        assert!(!access.may_publish(&topic("room")));
-        assert!(!access.may_subscribe(&topic("rooms/lobby")));
+    fn a_value_never_reaches_past_its_segment() {
+        assert!(AccessRules::new().subscribe("user/{sub}*").is_err());
+        let rules = AccessRules::new().subscribe("user/{sub}/**").unwrap();
+        let sub = |v: &'static str| move |n: &str| (n == "sub").then(|| v.to_owned());
+        let four = rules.grant(sub("4"));
+        assert!(four.may_subscribe(&topic("user/4/inbox")));
+        assert!(!four.may_subscribe(&topic("user/42/inbox")));
+        assert!(!four.may_subscribe(&topic("user/4")));
+        // A value with `/` grants nothing at all, not even its own-looking topics.
+        let slash = rules.grant(sub("42/inbox"));
+        assert!(!slash.may_subscribe(&topic("user/42/inbox/x")));
+        assert!(!slash.may_subscribe(&topic("user/42/inbox")));
+        let exact = AccessRules::new().subscribe("user/{sub}").unwrap();
+        assert!(!exact.grant(sub("42/x")).may_subscribe(&topic("user/42/x")));
+        assert!(!exact.grant(sub("")).may_subscribe(&topic("user/")));
+    }
+
+    #[test]
+    fn a_star_is_one_segment_and_two_stars_the_rest() {
+        let one = AccessRules::new().publish("rooms/*").unwrap().grant(|_| None);
+        assert!(one.may_publish(&topic("rooms/lobby")));
+        assert!(!one.may_publish(&topic("rooms/a/b")));
+        assert!(!one.may_publish(&topic("rooms/")));
+        assert!(!one.may_publish(&topic("rooms")));
+        assert!(!one.may_publish(&topic("roomsx/a")));
+        assert!(!one.may_subscribe(&topic("rooms/lobby")));
+        let rest = AccessRules::new().publish("rooms/**").unwrap().grant(|_| None);
+        assert!(rest.may_publish(&topic("rooms/lobby")));
+        assert!(rest.may_publish(&topic("rooms/a/b")));
+        assert!(!rest.may_publish(&topic("rooms")));
+        assert!(!rest.may_publish(&topic("rooms/")));
+        assert!(!rest.may_publish(&topic("room/a")));
+        let middle = AccessRules::new().publish("a/*/c").unwrap().grant(|_| None);
+        assert!(middle.may_publish(&topic("a/b/c")));
+        assert!(!middle.may_publish(&topic("a/b/x/c")));
         assert!(Access::everything().may_subscribe(&topic("x")));
+        assert!(Access::everything().may_subscribe(&topic("/a//b/")));
         assert!(!AccessRules::new().grant(|_| None).may_publish(&topic("x")));
     }
 
@@ -230,15 +293,29 @@ mod tests {
             "",
             "a*b",
             "*a",
+            "rooms*",
+            "**/a",
             "user/{sub",
             "user/sub}",
             "user/{}",
             "user/{s b}",
             "{a}}",
+            "{a}{b}",
+            "user-{sub}",
+            "user/{sub}*",
+            "***",
         ] {
             assert!(AccessRules::new().subscribe(rule).is_err(), "{rule:?} accepted");
         }
-        for rule in ["*", "a", "user/{sub}", "{a}{b}*", "x/{a-b_1}/y*"] {
+        for rule in [
+            "*",
+            "**",
+            "a",
+            "user/{sub}",
+            "{a}/{b}/**",
+            "x/{a-b_1}/y/*",
+            "/news",
+        ] {
             assert!(AccessRules::new().subscribe(rule).is_ok(), "{rule:?} refused");
         }
     }

@@ -148,6 +148,13 @@ pub struct HubConfig {
     /// cannot make a node hold an unbounded number of them, while one topic per connected user
     /// still fits.
     pub max_topics: usize,
+    /// Bytes every subscriber's queue on the node may hold together; past it the largest
+    /// queues are stopped ([`Error::NodeQueuesFull`](crate::Error::NodeQueuesFull), 1013: the
+    /// client resumes from history), largest first, down to nine tenths of it. Default 1 GiB:
+    /// each queue's own bound ([`SubscriberConfig::max_queued_bytes`], 16 MiB) would let 64 slow
+    /// readers of their own topics reach it, and 1,000 of them hold 16 GiB. Counted in 16 KiB
+    /// steps: a queue under one is not counted.
+    pub max_queued_bytes_total: usize,
 }
 
 impl Default for HubConfig {
@@ -156,6 +163,7 @@ impl Default for HubConfig {
             max_payload: (1 << 20) - 1024,
             max_recovered: 10_000,
             max_topics: 100_000,
+            max_queued_bytes_total: 1 << 30,
         }
     }
 }
@@ -176,6 +184,12 @@ impl HubConfig {
     /// Sets [`max_topics`](Self::max_topics).
     pub fn max_topics(mut self, topics: usize) -> Self {
         self.max_topics = topics;
+        self
+    }
+
+    /// Sets [`max_queued_bytes_total`](Self::max_queued_bytes_total).
+    pub fn max_queued_bytes_total(mut self, bytes: usize) -> Self {
+        self.max_queued_bytes_total = bytes;
         self
     }
 }

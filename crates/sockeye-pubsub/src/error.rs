@@ -44,6 +44,17 @@ pub enum Error {
         /// The bound.
         max: usize,
     },
+    /// The node's subscriber queues together held more than
+    /// [`HubConfig::max_queued_bytes_total`](crate::HubConfig::max_queued_bytes_total), and this
+    /// subscriber's was among the largest: it receives nothing more, so that the others keep
+    /// theirs. Not this caller's fault alone: a WebSocket carrying it should close with 1013 (try
+    /// again later); its client reconnects and resumes from history.
+    NodeQueuesFull {
+        /// Bytes its queue held when it was stopped.
+        queued: usize,
+        /// The node's bound.
+        max: usize,
+    },
     /// A subscriber asked for one topic more than
     /// [`SubscriberConfig::max_subscriptions`](crate::SubscriberConfig) allows. The caller's
     /// fault (a client following too many topics): unsubscribe from one first, or raise the
@@ -111,6 +122,7 @@ impl Error {
     /// - 1009 (message too big): [`PayloadTooLarge`](Error::PayloadTooLarge);
     /// - 1013 (try again later) when the node or its backplane cannot serve it now and a
     ///   reconnect (later, or to another node) may succeed: [`TooManyTopics`](Error::TooManyTopics),
+    ///   [`NodeQueuesFull`](Error::NodeQueuesFull),
     ///   [`Backplane`](Error::Backplane), [`PartlyPublished`](Error::PartlyPublished),
     ///   [`Closed`](Error::Closed), [`InvalidUrl`](Error::InvalidUrl) (a node's own setting).
     pub fn close_code(&self) -> CloseCode {
@@ -122,6 +134,7 @@ impl Error {
             | Error::NotData => CloseCode::POLICY_VIOLATION,
             Error::PayloadTooLarge { .. } => CloseCode::MESSAGE_TOO_BIG,
             Error::TooManyTopics { .. }
+            | Error::NodeQueuesFull { .. }
             | Error::Backplane { .. }
             | Error::PartlyPublished { .. }
             | Error::Closed
@@ -137,6 +150,9 @@ impl Error {
                 "pub/sub backplane unavailable"
             }
             Error::TooSlow { .. } => "too slow: messages were dropped",
+            Error::NodeQueuesFull { .. } => {
+                "too far behind while the node is short of queue memory: resume later"
+            }
             Error::PayloadTooLarge { .. } => "publication too large",
             Error::InvalidTopic(_) => "invalid topic",
             Error::InvalidPosition(_) => "invalid position",
@@ -167,7 +183,7 @@ impl fmt::Display for Error {
             Error::InvalidUrl(why) => write!(f, "invalid backplane URL: {why}"),
             Error::PayloadTooLarge { len, max } => write!(
                 f,
-                "publication of {len} bytes is over the limit of {max} bytes (HubConfig::max_payload)"
+                "publication of {len} bytes is over the limit of {max} bytes (HubConfig::max_payload; ws pubsub_server --max-message-size)"
             ),
             Error::NotData => f.write_str("only text and binary messages can be published"),
             Error::Backplane {
@@ -177,16 +193,22 @@ impl fmt::Display for Error {
             Error::Backplane { what, source: None } => write!(f, "backplane: {what}"),
             Error::TooSlow { queued, max } => write!(
                 f,
-                "subscriber too slow: {queued} bytes queued, over its bound of {max} (SubscriberConfig::max_queued_bytes)"
+                "subscriber too slow: {queued} bytes queued, over its bound of {max} (SubscriberConfig::max_queued_bytes; ws pubsub_server --max-queued-bytes)"
+            ),
+            Error::NodeQueuesFull { queued, max } => write!(
+                f,
+                "subscriber stopped with {queued} bytes queued: the node's queues together passed their bound of {max} bytes (HubConfig::max_queued_bytes_total) and its was among the largest"
             ),
             Error::TooManySubscriptions { max } => write!(
                 f,
-                "a subscriber may follow at most {max} topics (SubscriberConfig::max_subscriptions): \
+                "a subscriber may follow at most {max} topics (SubscriberConfig::max_subscriptions; \
+                 ws pubsub_server --max-subscriptions): \
                  unsubscribe from one first"
             ),
             Error::TooManyTopics { max } => write!(
                 f,
-                "this node already follows its limit of {max} topics (HubConfig::max_topics): \
+                "this node already follows its limit of {max} topics (HubConfig::max_topics; \
+                 ws pubsub_server --max-topics): \
                  try again later or on another node"
             ),
             Error::InvalidPosition(why) => write!(f, "invalid position: {why}"),

@@ -42,6 +42,12 @@
 //!   publications, 5 minutes, expired by a timer without waiting for the next publication) and
 //!   in all ([`HistoryConfig::max_bytes`], 256 MiB, the oldest first); a resume that needed what
 //!   went gets a [`Delivery::Gap`]. Redis and NATS keep history on their servers.
+//! - between the backplane and the hub: the event queue
+//!   ([`EVENT_QUEUE`](backplane::EVENT_QUEUE), 4,096 events); a Redis reader never waits on it
+//!   (its client would buffer without bound) but drops what does not fit and reports the topics
+//!   ([`Event::Missed`](backplane::Event::Missed)), which the hub repairs from history or reports
+//!   as a gap. Repairs from history run 16 at once beside live delivery, with at most 64 MiB of a
+//!   repaired topic's live publications held behind them (past it: dropped, then repaired).
 //!
 //! [`Subscriber::subscribe`] is cancel-safe: dropped before it completes (a timeout, a
 //! `select!`, the connection closing during a slow history read), it leaves nothing behind, and
@@ -67,8 +73,10 @@ mod delivery;
 mod error;
 mod hub;
 pub mod json_protocol;
+mod lock;
 mod protocol;
 mod queue;
+mod queue_budget;
 mod retry;
 pub mod session;
 mod task;

@@ -110,6 +110,15 @@ pub enum Request {
     /// Close the connection with this frame: the client broke the protocol. What it sent
     /// before is published first.
     Close(CloseFrame),
+    /// The connection's credentials were renewed (a fresh token): from now on it expires at
+    /// `expires` (`None`: never), in place of what [`Session::expires`](crate::Session::expires)
+    /// or an earlier refresh set; then send `reply`, in order with the other answers.
+    Refreshed {
+        /// When the connection expires now (wall-clock time, as a token's `exp`).
+        expires: Option<std::time::SystemTime>,
+        /// The protocol's answer.
+        reply: Message,
+    },
 }
 
 impl std::fmt::Debug for Request {
@@ -137,6 +146,11 @@ impl std::fmt::Debug for Request {
             Request::Reply(message) => f.debug_tuple("Reply").field(message).finish(),
             Request::Ignore => f.write_str("Ignore"),
             Request::Close(frame) => f.debug_tuple("Close").field(frame).finish(),
+            Request::Refreshed { expires, reply } => f
+                .debug_struct("Refreshed")
+                .field("expires", expires)
+                .field("reply", reply)
+                .finish(),
         }
     }
 }

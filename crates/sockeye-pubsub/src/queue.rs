@@ -2,7 +2,7 @@
 //! subscription resumes (counted against the bound), released behind what history recovered.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
@@ -10,6 +10,8 @@ use crate::backplane::position::Position;
 use crate::config::{SlowPolicy, SubscriberConfig};
 use crate::delivery::Delivery;
 use crate::error::Error;
+use crate::lock::lock;
+use crate::queue_budget::{QueueBudget, Shed};
 use crate::topic::Topic;
 
 /// One subscriber's deliveries.
@@ -20,6 +22,26 @@ pub(crate) struct Queue {
     pub(crate) notify: Notify,
     /// Told when [`SlowPolicy::Close`] stops the queue.
     stop: Notify,
+    /// The node's bound on all queues together, and this queue's name under it.
+    budget: Option<(Arc<QueueBudget>, u64)>,
+}
+
+/// Why a queue was stopped, reported once.
+#[derive(Debug, Clone, Copy)]
+enum Stopped {
+    /// Past its own bound ([`SlowPolicy::Close`]): `(queued, max)`.
+    OwnBound(usize, usize),
+    /// Among the largest when the node's queues passed their bound: `(queued, node max)`.
+    NodeBound(usize, usize),
+}
+
+impl Stopped {
+    fn error(self) -> Error {
+        match self {
+            Stopped::OwnBound(queued, max) => Error::TooSlow { queued, max },
+            Stopped::NodeBound(queued, max) => Error::NodeQueuesFull { queued, max },
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -35,8 +57,8 @@ pub(crate) struct QueueState {
     /// most one per topic subscribed (a list: empty, unallocated, but for a subscriber that
     /// dropped).
     untold: Vec<(Topic, Option<Position>)>,
-    /// [`SlowPolicy::Close`] fired: `(queued, max)`, reported once.
-    too_slow: Option<(usize, usize)>,
+    /// Stopped, and why: reported once.
+    too_slow: Option<Stopped>,
     pub(crate) stopped: bool,
     /// Only while a subscription resumes (boxed: an idle subscriber holds a pointer's worth).
     resuming: Option<Box<Resuming>>,
@@ -49,7 +71,10 @@ struct Resuming {
     /// with, in their place among them, the live publications dropped meanwhile.
     held: HashMap<Topic, Vec<Held>>,
     /// Topics recovered: the last position queued from history. A live publication at or before
-    /// it that was still on its way from the backplane when the recovery ended is a duplicate.
+    /// it that was still on its way from the backplane when the recovery ended is a duplicate;
+    /// one of another epoch comes from a node that has not yet seen the epoch the subscription
+    /// resumed into (it is behind the subscriber, which left that epoch with a gap); a catch-up
+    /// gap (see [`Queue::push_catch_up`]) resuming at or before it in its epoch is stale.
     seams: HashMap<Topic, Position>,
 }
 
@@ -58,6 +83,8 @@ struct Resuming {
 enum Held {
     /// A live delivery.
     Live(Delivery),
+    /// A catch-up gap of the node's (see [`Queue::push_catch_up`]).
+    CatchUp(Delivery),
     /// [`SlowPolicy::Drop`]: live publications dropped (the queue was full) after the held ones
     /// before it, and the position of the last one dropped. Told, in its place behind the
     /// recovered history, as a gap on the topic, unless the history recovered them all.
@@ -67,7 +94,7 @@ enum Held {
 impl Held {
     fn size(&self) -> usize {
         match self {
-            Held::Live(d) => d.size(),
+            Held::Live(d) | Held::CatchUp(d) => d.size(),
             Held::Dropped(_) => GAP_SIZE,
         }
     }
@@ -112,11 +139,54 @@ impl Queue {
             state: Mutex::default(),
             notify: Notify::new(),
             stop: Notify::new(),
+            budget: None,
+        }
+    }
+
+    /// A queue counted under the node's `budget` as `id` (its subscriber's id).
+    pub(crate) fn counted(config: SubscriberConfig, budget: &Arc<QueueBudget>, id: u64) -> Arc<Queue> {
+        let mut queue = Queue::new(config);
+        queue.budget = Some((Arc::clone(budget), id));
+        let queue = Arc::new(queue);
+        let weak: std::sync::Weak<dyn Shed> = Arc::downgrade(&queue) as std::sync::Weak<dyn Shed>;
+        budget.register(id, weak);
+        queue
+    }
+
+    /// Ends a step that may have changed the queue's size from `before`: counts it under the
+    /// node's budget, and past the node's bound stops the largest queues (this lock released:
+    /// this queue may be one of them).
+    #[inline]
+    fn settle(&self, before: usize, s: MutexGuard<'_, QueueState>) {
+        let after = s.bytes;
+        drop(s);
+        if let Some((budget, _)) = &self.budget
+            && budget.moved(before, after)
+        {
+            budget.shed();
         }
     }
 
     pub(crate) fn push(&self, d: &Delivery) {
         let mut s = lock(&self.state);
+        let before = s.bytes;
+        self.push_unsettled(&mut s, d, false);
+        self.settle(before, s);
+    }
+
+    /// Pushes a catch-up gap of the node's: what the node missed between where its fan-out
+    /// stood and the gap's `resume` (an outage, a new epoch), not a rollback. A subscription that
+    /// resumed at or past that `resume` in its epoch (its seam) already had its own gap and what
+    /// follows: the gap is stale, dropped (a client keeping `resume` would get those
+    /// publications again), and the seam stands, dropping what the node delivers behind it.
+    pub(crate) fn push_catch_up(&self, gap: &Delivery) {
+        let mut s = lock(&self.state);
+        let before = s.bytes;
+        self.push_unsettled(&mut s, gap, true);
+        self.settle(before, s);
+    }
+
+    fn push_unsettled(&self, s: &mut MutexGuard<'_, QueueState>, d: &Delivery, catch_up: bool) {
         if s.stopped {
             return;
         }
@@ -125,11 +195,12 @@ impl Queue {
             match d {
                 Delivery::Message(p) => {
                     if r.held.contains_key(p.topic()) {
-                        self.hold_one(&mut s, p.topic(), d);
+                        self.hold_one(s, p.topic(), d);
                         return;
                     }
                     if let Some(seam) = r.seams.get(p.topic()) {
-                        if p.not_after(seam) {
+                        // A duplicate, or of an epoch the subscription left (see `seams`).
+                        if p.not_after(seam) || p.other_epoch(seam) {
                             return;
                         }
                         r.seams.remove(p.topic());
@@ -140,9 +211,16 @@ impl Queue {
                 // history; a gap after it ends the seam: the backplane went back, and what
                 // follows the gap may reuse positions at or before the seam (a rollback), which
                 // are new publications, not duplicates.
-                Delivery::Gap { topic, .. } => {
+                Delivery::Gap { topic, resume } => {
                     if r.held.contains_key(topic) {
-                        self.hold_one(&mut s, topic, d);
+                        if catch_up {
+                            self.hold_catch_up(s, topic, d);
+                        } else {
+                            self.hold_one(s, topic, d);
+                        }
+                        return;
+                    }
+                    if catch_up && stale(resume.as_ref(), r.seams.get(topic)) {
                         return;
                     }
                     if r.seams.remove(topic).is_some() {
@@ -152,7 +230,7 @@ impl Queue {
                 Delivery::Dropped { .. } => {}
             }
         }
-        self.push_locked(&mut s, d.clone());
+        self.push_locked(s, d.clone());
     }
 
     fn push_locked(&self, s: &mut QueueState, d: Delivery) {
@@ -227,7 +305,7 @@ impl Queue {
             match self.config.slow {
                 SlowPolicy::Drop => {}
                 SlowPolicy::Close => {
-                    s.too_slow = Some((s.bytes + size, self.config.max_queued_bytes));
+                    s.too_slow = Some(Stopped::OwnBound(s.bytes + size, self.config.max_queued_bytes));
                     s.stopped = true;
                     s.items.clear();
                     s.bytes = 0;
@@ -276,6 +354,17 @@ impl Queue {
         }
     }
 
+    /// Holds a catch-up gap for `topic`, being recovered: judged stale or not at the release,
+    /// against the seam the recovery leaves (a gap is never dropped for the bound).
+    fn hold_catch_up(&self, s: &mut QueueState, topic: &Topic, d: &Delivery) {
+        if !matches!(self.admit(s, d), Admit::Yes { .. }) {
+            return;
+        }
+        if let Some(held) = s.resuming.as_mut().and_then(|r| r.held.get_mut(topic)) {
+            held.push(Held::CatchUp(d.clone()));
+        }
+    }
+
     pub(crate) fn hold(&self, topic: &Topic) {
         let mut s = lock(&self.state);
         // Drops untold on the topic come before whatever is held from now.
@@ -311,12 +400,14 @@ impl Queue {
     /// dropped, and its seam.
     pub(crate) fn forget(&self, topic: &Topic) {
         let mut s = lock(&self.state);
+        let before = s.bytes;
         Self::take_held(&mut s, topic);
         s.untold.retain(|(t, _)| t != topic);
         if let Some(r) = s.resuming.as_mut() {
             r.seams.remove(topic);
         }
         s.tidy();
+        self.settle(before, s);
     }
 
     /// Resolves once [`SlowPolicy::Close`] has stopped the queue.
@@ -334,10 +425,10 @@ impl Queue {
 
     /// The error of a stopped queue, without taking it from [`pop`](Self::pop).
     pub(crate) fn too_slow_error(&self) -> Error {
-        let (queued, max) = lock(&self.state)
+        lock(&self.state)
             .too_slow
-            .unwrap_or((0, self.config.max_queued_bytes));
-        Error::TooSlow { queued, max }
+            .unwrap_or(Stopped::OwnBound(0, self.config.max_queued_bytes))
+            .error()
     }
 
     /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
@@ -345,7 +436,19 @@ impl Queue {
     /// for what was dropped meanwhile that the history did not recover.
     pub(crate) fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Position>) {
         let mut s = lock(&self.state);
-        let held = Self::take_held(&mut s, topic);
+        let before = s.bytes;
+        self.release_unsettled(&mut s, topic, recovered, since);
+        self.settle(before, s);
+    }
+
+    fn release_unsettled(
+        &self,
+        s: &mut MutexGuard<'_, QueueState>,
+        topic: &Topic,
+        recovered: Vec<Delivery>,
+        since: Option<Position>,
+    ) {
+        let held = Self::take_held(s, topic);
         s.tidy();
         if s.stopped {
             return;
@@ -357,11 +460,21 @@ impl Queue {
             {
                 seam = Some(position.clone());
             }
-            self.push_locked(&mut s, d);
+            self.push_locked(s, d);
         }
         for h in held {
             let d = match h {
                 Held::Live(d) => d,
+                Held::CatchUp(d) => {
+                    let resume = match &d {
+                        Delivery::Gap { resume, .. } => resume.as_ref(),
+                        _ => None,
+                    };
+                    if stale(resume, seam.as_ref()) {
+                        continue;
+                    }
+                    d
+                }
                 Held::Dropped(resume) => {
                     // The history recovered all of it: nothing to tell (a gap behind the
                     // history would take the client's position back to the drop's).
@@ -373,7 +486,7 @@ impl Queue {
                     // it is still a duplicate).
                     if !recovered {
                         self.push_locked(
-                            &mut s,
+                            s,
                             Delivery::Gap {
                                 topic: topic.clone(),
                                 resume,
@@ -384,7 +497,7 @@ impl Queue {
                 }
             };
             let duplicate = match (&d, &seam) {
-                (Delivery::Message(p), Some(seam)) => p.not_after(seam),
+                (Delivery::Message(p), Some(seam)) => p.not_after(seam) || p.other_epoch(seam),
                 // What follows a gap is new whatever its position (see `push`).
                 (Delivery::Gap { .. }, _) => {
                     seam = None;
@@ -393,7 +506,7 @@ impl Queue {
                 _ => false,
             };
             if !duplicate {
-                self.push_locked(&mut s, d);
+                self.push_locked(s, d);
             }
         }
         if let Some(seam) = seam {
@@ -417,24 +530,29 @@ impl Queue {
 
     pub(crate) fn pop(&self) -> Option<Result<Delivery, Error>> {
         let mut s = lock(&self.state);
-        if let Some((queued, max)) = s.too_slow.take() {
-            return Some(Err(Error::TooSlow { queued, max }));
+        if let Some(stopped) = s.too_slow.take() {
+            return Some(Err(stopped.error()));
         }
         if s.dropped > 0 {
             let count = std::mem::take(&mut s.dropped);
             return Some(Ok(Delivery::Dropped { count }));
         }
+        let before = s.bytes;
         Self::tell_untold(&mut s);
-        let d = s.items.pop_front()?;
-        s.bytes -= d.size();
-        Some(Ok(d))
+        let d = s.items.pop_front();
+        if let Some(d) = &d {
+            s.bytes -= d.size();
+        }
+        self.settle(before, s);
+        d.map(Ok)
     }
 
     pub(crate) fn pop_many(&self, out: &mut Vec<Delivery>, max: usize) -> Result<usize, Error> {
         let mut s = lock(&self.state);
-        if let Some((queued, max)) = s.too_slow.take() {
-            return Err(Error::TooSlow { queued, max });
+        if let Some(stopped) = s.too_slow.take() {
+            return Err(stopped.error());
         }
+        let before = s.bytes;
         let mut n = 0;
         if s.dropped > 0 && n < max {
             let count = std::mem::take(&mut s.dropped);
@@ -448,14 +566,56 @@ impl Queue {
             out.push(d);
             n += 1;
         }
+        self.settle(before, s);
         Ok(n)
     }
 }
 
-/// A lock whose holder cannot leave the data half-updated on panic (every critical section
-/// above is a few pushes and removals), so a poisoned lock is still usable.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The node's bound: a queue stopped for it ends like one past its own bound.
+impl Shed for Queue {
+    fn queued(&self) -> usize {
+        lock(&self.state).bytes
+    }
+
+    fn shed(&self, max: usize) {
+        let mut s = lock(&self.state);
+        if s.stopped {
+            return;
+        }
+        let queued = s.bytes;
+        s.too_slow = Some(Stopped::NodeBound(queued, max));
+        s.stopped = true;
+        s.items.clear();
+        s.bytes = 0;
+        s.resuming = None;
+        drop(s);
+        if let Some((budget, _)) = &self.budget {
+            budget.moved(queued, 0);
+        }
+        self.notify.notify_one();
+        self.stop.notify_waiters();
+    }
+}
+
+/// A queue gone gives back what it held to the node's count.
+impl Drop for Queue {
+    fn drop(&mut self) {
+        if let Some((budget, id)) = &self.budget {
+            let bytes = self
+                .state
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .bytes;
+            budget.moved(bytes, 0);
+            budget.unregister(*id);
+        }
+    }
+}
+
+/// Whether a catch-up gap resuming at `resume` is stale for a subscription whose seam is `seam`:
+/// it resumes at or before the seam, in the seam's epoch.
+fn stale(resume: Option<&Position>, seam: Option<&Position>) -> bool {
+    matches!((resume, seam), (Some(r), Some(s)) if r.epoch == s.epoch && r.offset <= s.offset)
 }
 
 #[cfg(test)]

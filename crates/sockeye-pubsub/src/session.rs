@@ -20,6 +20,7 @@
 //! | publications were missed and cannot be recovered ([`Delivery::Gap`]), with [`OnGap::Close`] or a protocol that has nothing to send for it ([`Relay`]) | 1013, `gap on TOPIC: resume from OFFSET@EPOCH` ([`gap_close`]), after the protocol's own notice if it has one | [`Ended::Gap`] |
 //! | the [`Protocol`] refuses what the client sent ([`Request::Close`]) | its frame | [`Ended::Refused`] |
 //! | the hub stopped (its backplane ended) | 1013 | [`Ended::HubStopped`] |
+//! | its credentials expired ([`Session::expires`]) without a refresh ([`Request::Refreshed`]) | the frame given to [`Session::expires`] (the web face's: 4002 `token_expired`) | [`Ended::Expired`] |
 //!
 //! # Publishing: nothing duplicated, nothing silently dropped
 //!
@@ -101,8 +102,8 @@
 //! # }
 //! ```
 
-use std::pin::pin;
-use std::time::Duration;
+use std::pin::{Pin, pin};
+use std::time::{Duration, SystemTime};
 
 use futures_channel::mpsc;
 use futures_util::{SinkExt, StreamExt};
@@ -275,6 +276,9 @@ pub enum Ended {
     Refused(CloseFrame),
     /// The hub stopped (its backplane ended): nothing more can be delivered; closed with 1013.
     HubStopped,
+    /// The connection's credentials expired without a refresh ([`Session::expires`]): closed
+    /// with the frame given there.
+    Expired,
 }
 
 /// One connection's subscriber, served over its WebSocket by [`run`](Self::run).
@@ -285,6 +289,16 @@ pub struct Session<P = Relay> {
     /// Boxed: `run`'s future holds the session twice (its argument and the moved value), and
     /// the configuration is most of it (~170 bytes), in every connection's task.
     config: Box<SessionConfig>,
+    /// When the connection's credentials expire, and the close that says so: only sessions
+    /// with expiring credentials carry it.
+    expiry: Option<Box<Expiry>>,
+}
+
+/// [`Session::expires`]: when, and how the client is told.
+#[derive(Debug)]
+struct Expiry {
+    at: Option<SystemTime>,
+    close: CloseFrame,
 }
 
 impl<P: Protocol> Session<P> {
@@ -294,7 +308,19 @@ impl<P: Protocol> Session<P> {
             subscriber: hub.subscriber(config.subscriber),
             protocol,
             config: Box::new(config),
+            expiry: None,
         }
+    }
+
+    /// Ends the session at `at` (wall-clock time: a token's `exp`), closing the connection
+    /// with `close`, unless the protocol renews it first ([`Request::Refreshed`], which moves
+    /// or removes the deadline). One timer per session, in its writing half: no task. Without
+    /// this a session does not expire; a [`Request::Refreshed`] with an expiry then closes with
+    /// 1008 when it passes.
+    #[must_use]
+    pub fn expires(mut self, at: SystemTime, close: CloseFrame) -> Self {
+        self.expiry = Some(Box::new(Expiry { at: Some(at), close }));
+        self
     }
 
     /// Subscribes to `topic`, from `resume` if given (see [`Subscriber::subscribe`]). On an
@@ -331,6 +357,7 @@ impl<P: Protocol> Session<P> {
             &mut self.subscriber,
             &self.protocol,
             &self.config,
+            self.expiry.take(),
             ops_rx
         ));
         let (read_end, write_end) = tokio::select! {
@@ -348,6 +375,7 @@ impl<P: Protocol> Session<P> {
             (_, Stop::NotPublished(e)) => Ended::NotPublished(e),
             (_, Stop::Refused(frame)) => Ended::Refused(frame),
             (Some(Stop::HubStopped), _) => Ended::HubStopped,
+            (Some(Stop::Expired), _) => Ended::Expired,
             _ => Ended::Disconnected,
         }
     }
@@ -363,6 +391,8 @@ enum Stop {
     NotPublished(Error),
     Refused(CloseFrame),
     HubStopped,
+    /// The credentials expired.
+    Expired,
 }
 
 /// What the reader hands the writer, which owns the sending half and the subscriber, in the
@@ -380,6 +410,11 @@ enum Op {
     Unsubscribe { topic: Topic, answer: Answer<()> },
     /// Close with this frame (the reader's stop says why).
     Close(CloseFrame),
+    /// Expire at this time from now on (`None`: never), then send the reply.
+    Refreshed {
+        expires: Option<SystemTime>,
+        reply: Message,
+    },
 }
 
 /// Consecutive publications on one topic, published with one `publish_many`, with the answers
@@ -475,6 +510,7 @@ where
                         Request::Subscribe { topic, since, answer } => Op::Subscribe { topic, since, answer },
                         Request::Unsubscribe { topic, answer } => Op::Unsubscribe { topic, answer },
                         Request::Reply(message) => Op::Send(message),
+                        Request::Refreshed { expires, reply } => Op::Refreshed { expires, reply },
                         Request::Close(frame) => {
                             refused = Some(frame);
                             break;
@@ -526,21 +562,35 @@ async fn write<S, P>(
     subscriber: &mut Subscriber,
     protocol: &P,
     config: &SessionConfig,
+    mut expiry: Option<Box<Expiry>>,
     mut ops: mpsc::Receiver<Op>,
 ) -> Stop
 where
     S: AsyncRead + AsyncWrite + Unpin,
     P: Protocol,
 {
+    // Boxed, and only for a session whose credentials expire: an idle session's task carries
+    // a pointer.
+    let mut deadline = expiry.as_ref().and_then(|e| e.at).map(timer);
     let (stop, frame) = loop {
         let next = tokio::select! {
             op = ops.next() => Next::Op(op),
             d = subscriber.recv() => Next::Delivery(d),
+            () = async {
+                match deadline.as_mut() {
+                    Some(sleep) => sleep.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            } => Next::Expired,
         };
         let first = match next {
             // The reader has stopped: its stop says why.
             Next::Op(None) => return Stop::Disconnected,
             Next::Op(Some(Op::Close(frame))) => break (Stop::Disconnected, frame),
+            Next::Expired => {
+                let frame = expiry.take().map_or_else(expired, |e| e.close);
+                break (Stop::Expired, frame);
+            }
             Next::Op(Some(op)) => {
                 // Requests are boxed: their futures (a subscription's recovery, the reply's write)
                 // would otherwise be carried by every idle session's task.
@@ -558,6 +608,21 @@ where
                         Err(e) => answer(Err(&e)),
                     },
                     Op::Close(_) => None,
+                    Op::Refreshed { expires, reply } => {
+                        deadline = expires.map(timer);
+                        match expiry.as_mut() {
+                            Some(e) => e.at = expires,
+                            None => {
+                                expiry = expires.map(|at| {
+                                    Box::new(Expiry {
+                                        at: Some(at),
+                                        close: expired(),
+                                    })
+                                });
+                            }
+                        }
+                        Some(reply)
+                    }
                 };
                 let Some(reply) = reply else { continue };
                 let written = Box::pin(async {
@@ -651,6 +716,23 @@ where
 enum Next {
     Op(Option<Op>),
     Delivery(Option<Result<Delivery, Error>>),
+    /// The credentials expired.
+    Expired,
+}
+
+/// A timer for wall-clock time `at`, on tokio's clock (paused in tests): the time left until it,
+/// from now (none if it passed).
+fn timer(at: SystemTime) -> Pin<Box<tokio::time::Sleep>> {
+    let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+    Box::pin(tokio::time::sleep(left))
+}
+
+/// The close of an expired session that was given no frame of its own.
+fn expired() -> CloseFrame {
+    CloseFrame::new(
+        sockeye::CloseCode::POLICY_VIOLATION,
+        "the connection's credentials expired",
+    )
 }
 
 /// The close of a client too slow to read (the code and reason are [`Error::close_frame`]'s).

@@ -465,3 +465,68 @@ async fn a_redis_cluster_subscriber_follows_its_topic_when_the_slot_moves() {
     }
     assert_eq!(got, (1..=20).collect::<Vec<u64>>());
 }
+
+/// A primary of a Redis Cluster whose host dies without closing its connections (SIGSTOP: it
+/// hangs with them open) while a node only subscribes on its shard: the node must not stay
+/// deaf. Its replica takes over; the node notices, subscribes again where the slot is now,
+/// and its subscriber gets the gap (the promoted replica is a new epoch), then what is
+/// published there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_primary_that_hangs_leaves_no_subscriber_deaf() {
+    let mut cluster = RedisCluster::start();
+    let url = cluster.url();
+    let hubs = nodes([&url, &url]).await;
+    let topic = Topic::new("cluster hang").unwrap();
+    // hubs[0] only subscribes; hubs[1] publishes before the hang only.
+    let key = format!("sockeye:{{{}}}:meta", topic.to_hex());
+    let mut sub = hubs[0].subscriber(SubscriberConfig::default());
+    sub.subscribe(&topic, None).await.unwrap();
+    hubs[1].publish(&topic, "before".into()).await.unwrap();
+    assert_eq!(
+        received(&mut sub, 1).await,
+        in_order(1, 1)
+            .into_iter()
+            .map(|(_, o)| ("before".into(), o))
+            .collect::<Vec<_>>()
+    );
+
+    tokio::task::block_in_place(|| cluster.hang_primary_of(&key));
+    // A publishing node that comes after the failover, listing the live nodes (a new client
+    // waits for every listed node at connect).
+    let live = cluster.live_url();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let publisher = loop {
+        let hub = nodes([&live]).await.swap_remove(0);
+        if hub.publish(&topic, "after".into()).await.is_ok() {
+            break hub;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing published after the failover"
+        );
+    };
+    for i in 0..3 {
+        publisher
+            .publish(&topic, format!("after {i}").into())
+            .await
+            .unwrap();
+    }
+    // The subscribing node: a gap, then what the new primary published.
+    let got = support::deliveries::drain(&mut sub, 5, Duration::from_secs(1), 10).await;
+    let shown: Vec<String> = got
+        .iter()
+        .map(|d| match d {
+            Delivery::Message(m) => format!("{:?}", m.message()),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert!(
+        matches!(got.first(), Some(Delivery::Gap { .. })),
+        "the subscribing node stayed deaf on the hung primary's shard (no gap): {shown:?}"
+    );
+    assert_eq!(
+        support::deliveries::texts(&got),
+        ["after", "after 0", "after 1", "after 2"],
+        "{shown:?}"
+    );
+}

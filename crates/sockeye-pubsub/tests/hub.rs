@@ -677,6 +677,139 @@ async fn a_rollback_right_after_a_resume_delivers_what_follows_the_gap() {
     assert_eq!(shown(&mut resumed).await, ["GAP(3)", "b4@4", "b5@5", "b6@6"]);
 }
 
+/// `scripted(topic, offset, text)` in epoch `epoch`.
+fn scripted_in(epoch: &str, topic: &Topic, offset: u64, text: &str) -> Publication {
+    let mut p = scripted(topic, offset, text);
+    p.position = Some(Position {
+        epoch: epoch.into(),
+        offset,
+    });
+    p
+}
+
+/// After [`after_five`], the backplane restarted into epoch "F" holding f1..f3; another
+/// client resumes from 5@E (its own gap into F, then f1..f3) before the node has seen F.
+async fn resumed_into_f(
+    topic: &Topic,
+) -> (
+    EventSender,
+    std::sync::Arc<std::sync::Mutex<Vec<Publication>>>,
+    Subscriber,
+    Subscriber,
+    Hub,
+) {
+    let (hub, events, history, first) = after_five(topic).await;
+    events
+        .send(Event::Lost {
+            reason: "test".into(),
+        })
+        .await
+        .unwrap();
+    *history.lock().unwrap() = (1..=3)
+        .map(|i| scripted_in("F", topic, i, &format!("f{i}")))
+        .collect();
+    let mut resumed = hub.subscriber(SubscriberConfig::default());
+    let from = Position {
+        epoch: "E".into(),
+        offset: 5,
+    };
+    let recovery = resumed.subscribe(topic, Some(from)).await.unwrap();
+    assert!(matches!(recovery, Recovery::Lost), "{recovery:?}");
+    assert_eq!(shown(&mut resumed).await, ["GAP(0)", "f1@1", "f2@2", "f3@3"]);
+    (events, history, first, resumed, hub)
+}
+
+/// Issue 39, chaos `StaleGap` (Redis seed 461503): a subscriber resumed into a new epoch (its
+/// own gap, then f1..f3); the node noticed the outage afterwards and told every subscriber its
+/// own gap, resuming at 0@F, behind what that subscriber had: a client keeping `resume` got
+/// f1..f3 again (this one did too, the gap having ended its seam). Only the node's live
+/// subscriber is told; what follows is delivered once to both.
+#[tokio::test]
+async fn a_node_that_sees_a_new_epoch_late_does_not_take_a_resumed_subscriber_back() {
+    let topic = Topic::new("stale gap").unwrap();
+    let (events, history, mut first, mut resumed, _hub) = resumed_into_f(&topic).await;
+    events.send(Event::Restored).await.unwrap();
+    assert_eq!(shown(&mut first).await, ["GAP(0)", "f1@1", "f2@2", "f3@3"]);
+    assert_eq!(shown(&mut resumed).await, Vec::<String>::new());
+    let p = scripted_in("F", &topic, 4, "f4");
+    history.lock().unwrap().push(p.clone());
+    events.send(Event::Publication(p)).await.unwrap();
+    assert_eq!(shown(&mut first).await, ["f4@4"]);
+    assert_eq!(shown(&mut resumed).await, ["f4@4"]);
+}
+
+/// Issue 39, chaos `EpochWentBack` (NATS JetStream seed 1796546654): a subscriber resumed into
+/// the backplane's new epoch; the node, which had not seen it yet, then handed it live a
+/// publication under the old epoch (a NATS publication sent across a server restart names the
+/// life it was sent to): a position of an epoch it had left, after the new one's. The node's
+/// live subscriber gets it (it is still in that epoch); the resumed one left it with its gap.
+#[tokio::test]
+async fn a_node_behind_a_resumed_subscriber_does_not_take_it_back_to_an_old_epoch() {
+    let topic = Topic::new("epoch went back").unwrap();
+    let (events, history, mut first, mut resumed, _hub) = resumed_into_f(&topic).await;
+    events
+        .send(Event::Publication(scripted(&topic, 6, "a6")))
+        .await
+        .unwrap();
+    assert_eq!(shown(&mut first).await, ["a6@6"]);
+    assert_eq!(shown(&mut resumed).await, Vec::<String>::new());
+    // The node sees F: its own gap, not told to the resumed subscriber again.
+    let p = scripted_in("F", &topic, 4, "f4");
+    history.lock().unwrap().push(p.clone());
+    events.send(Event::Publication(p)).await.unwrap();
+    assert_eq!(
+        shown(&mut first).await,
+        ["GAP(0)", "f1@1", "f2@2", "f3@3", "f4@4"]
+    );
+    assert_eq!(shown(&mut resumed).await, ["f4@4"]);
+}
+
+/// Issue 39, chaos `EpochWentBack` (NATS JetStream): the node itself moved into the new epoch
+/// (its repair after the outage: a gap, then f1..f3), and only then its live delivery handed it
+/// a publication of the old one (sent across the restart, it names the old life): delivered,
+/// it took every subscriber back to an epoch it had left, then the node's next repair from
+/// there gave them the gap and f1..f3 again. It is covered by the gap that left the epoch; so
+/// is one of an epoch the node never saw ("D": a server life during which the node was cut off)
+/// once the history has gone on from where the node stands.
+#[tokio::test]
+async fn a_publication_of_an_epoch_the_node_left_is_covered_by_its_gap() {
+    let topic = Topic::new("straggler").unwrap();
+    let (_hub, events, history, mut first) = after_five(&topic).await;
+    events
+        .send(Event::Lost {
+            reason: "test".into(),
+        })
+        .await
+        .unwrap();
+    *history.lock().unwrap() = (1..=3)
+        .map(|i| scripted_in("F", &topic, i, &format!("f{i}")))
+        .collect();
+    events.send(Event::Restored).await.unwrap();
+    assert_eq!(shown(&mut first).await, ["GAP(0)", "f1@1", "f2@2", "f3@3"]);
+    events
+        .send(Event::Publication(scripted(&topic, 6, "a6")))
+        .await
+        .unwrap();
+    events
+        .send(Event::Publication(scripted_in("D", &topic, 1, "d1")))
+        .await
+        .unwrap();
+    let p = scripted_in("F", &topic, 4, "f4");
+    history.lock().unwrap().push(p.clone());
+    events.send(Event::Publication(p)).await.unwrap();
+    assert_eq!(shown(&mut first).await, ["f4@4"]);
+    // Another restart ("G"), which the node learns of by the repair a past epoch's publication
+    // started: the gap into G, not the publication after it.
+    *history.lock().unwrap() = (1..=2)
+        .map(|i| scripted_in("G", &topic, i, &format!("g{i}")))
+        .collect();
+    events
+        .send(Event::Publication(scripted_in("C", &topic, 9, "c9")))
+        .await
+        .unwrap();
+    assert_eq!(shown(&mut first).await, ["GAP(0)", "g1@1", "g2@2"]);
+}
+
 /// A hub over a [`Scripted`] backplane whose resumes stall, the sender of its events, and
 /// position 1 of `topic` (m1) in its history.
 fn stalled(topic: &Topic) -> (Hub, EventSender, Scripted, Position) {
@@ -995,4 +1128,213 @@ async fn publish_retry_retries_only_what_was_not_published() {
     assert!(matches!(r, Err(Error::Backplane { .. })), "{r:?}");
     assert_eq!(tries.len(), 5);
     assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+/// Issue 41: each queue's own bound (here 1 MiB) let 1,000 slow readers of their own topics hold
+/// 1,000 × that. The node's bound holds however many there are: the largest queues are stopped
+/// (`NodeQueuesFull`, 1013: resume later), the others keep everything they were sent, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodes_bound_on_all_queues_holds_under_a_thousand_slow_readers() {
+    const MAX: usize = 8 << 20;
+    const READERS: usize = 1_000;
+    let config = HubConfig::default().max_queued_bytes_total(MAX);
+    let hub = Hub::with_backplane(config, |events| InProcess::new(events, HistoryConfig::default()));
+    let mut readers = Vec::new();
+    for i in 0..READERS {
+        let mut s = hub.subscriber(SubscriberConfig::new(1 << 20, SlowPolicy::Close));
+        s.subscribe(&Topic::new(&format!("user/{i}")).unwrap(), None)
+            .await
+            .unwrap();
+        readers.push(s);
+    }
+    // A sentinel on a topic of its own, published last in each round: once it has its message
+    // the fan-out has queued everything before it.
+    let sentinel_topic = Topic::new("sentinel").unwrap();
+    let mut sentinel = hub.subscriber(SubscriberConfig::default());
+    sentinel.subscribe(&sentinel_topic, None).await.unwrap();
+    let payload = Message::binary(vec![7u8; 40_000]);
+    let mut most = 0;
+    for _round in 0..3 {
+        for i in 0..READERS {
+            let topic = Topic::new(&format!("user/{i}")).unwrap();
+            hub.publish(&topic, payload.clone()).await.unwrap();
+        }
+        hub.publish(&sentinel_topic, Message::text("end")).await.unwrap();
+        assert!(matches!(next(&mut sentinel).await, Delivery::Message(_)));
+        most = most.max(hub.queued_bytes());
+        assert!(hub.queued_bytes() <= MAX, "{} over {MAX}", hub.queued_bytes());
+    }
+    // Without the node's bound: 1,000 × 3 × 40 KB = 120 MB queued.
+    let held: usize = readers.iter().map(Subscriber::queued_bytes).sum();
+    assert!(
+        held <= MAX + READERS * 16 * 1024,
+        "{held} bytes held in all (the count leaves out under 16 KiB a queue)"
+    );
+    let (mut stopped, mut whole) = (0, 0);
+    for s in &mut readers {
+        match s.try_recv() {
+            Some(Err(Error::NodeQueuesFull { queued, max })) => {
+                assert_eq!(max, MAX);
+                assert!(queued >= 16 * 1024, "{queued}: only queues counted are stopped");
+                assert!(s.try_recv().is_none(), "nothing after the stop");
+                stopped += 1;
+            }
+            Some(Ok(Delivery::Message(first))) => {
+                // Kept: all three, in order.
+                let mut offsets = vec![first.position().unwrap().offset];
+                while let Some(Ok(Delivery::Message(m))) = s.try_recv() {
+                    offsets.push(m.position().unwrap().offset);
+                }
+                assert_eq!(offsets, [1, 2, 3]);
+                whole += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(stopped + whole, READERS);
+    assert!(
+        stopped > 0 && whole > 0,
+        "{stopped} stopped, {whole} kept everything"
+    );
+    assert!(most > MAX / 2, "the bound was approached: {most}");
+}
+
+/// A backplane the test drives whose history, one per topic (epoch "E", contiguous offsets),
+/// answers each read `delay` late once `slow` is set: a history server far away.
+#[derive(Clone, Default)]
+struct SlowHistory {
+    histories: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Topic, Vec<Publication>>>>,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SlowHistory {
+    fn keep(&self, p: &Publication) {
+        let mut h = self.histories.lock().unwrap();
+        h.entry(p.topic.clone()).or_default().push(p.clone());
+    }
+}
+
+impl Backplane for SlowHistory {
+    fn capabilities(&self) -> Capabilities {
+        Scripted::default().capabilities()
+    }
+
+    fn publish(&self, _: Publication) -> BoxFuture<'_, Result<Option<Position>, Error>> {
+        Box::pin(async { Err(Error::Closed) })
+    }
+
+    fn subscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn unsubscribe(&self, _: &Topic) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn history(
+        &self,
+        topic: &Topic,
+        since: Option<&Position>,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<History, Error>> {
+        let all = self
+            .histories
+            .lock()
+            .unwrap()
+            .get(topic)
+            .cloned()
+            .unwrap_or_default();
+        let since = since.cloned();
+        let slow = self.slow.load(std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move {
+            if slow {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let latest = all.last().and_then(|p| p.position.clone());
+            Ok(match (since, &latest) {
+                (None, _) => History::Complete(all.into_iter().take(limit).collect()),
+                (Some(s), Some(l)) if s.epoch == l.epoch && s.offset <= l.offset => History::Complete(
+                    all.into_iter()
+                        .filter(|p| p.position.as_ref().unwrap().offset > s.offset)
+                        .take(limit)
+                        .collect(),
+                ),
+                (Some(_), _) => History::Lost { latest },
+            })
+        })
+    }
+}
+
+/// Issue 39 1g: after an outage, 200 topics are repaired from a history that takes 50 ms a read.
+/// A live publication on another topic meanwhile is delivered at once, not after the 10 s the
+/// repairs take one after the other; and each repaired topic gets what it missed, then its live
+/// publications, in order, none twice.
+#[tokio::test]
+async fn repairs_after_an_outage_do_not_hold_up_live_delivery() {
+    let backplane = SlowHistory::default();
+    let mut events = None;
+    let hub = Hub::with_backplane(HubConfig::default(), |tx| {
+        events = Some(tx);
+        backplane.clone()
+    });
+    let events = events.unwrap();
+    let mut s = hub.subscriber(SubscriberConfig::default().max_subscriptions(300));
+    let topics: Vec<Topic> = (0..200).map(|i| Topic::new(&format!("t{i}")).unwrap()).collect();
+    for t in &topics {
+        s.subscribe(t, None).await.unwrap();
+        let p = scripted(t, 1, &format!("{t}-1"));
+        backplane.keep(&p);
+        events.send(Event::Publication(p)).await.unwrap();
+    }
+    for _ in &topics {
+        next_text(&mut s).await;
+    }
+    // The outage: every topic gets offset 2, not received live.
+    backplane.slow.store(true, std::sync::atomic::Ordering::SeqCst);
+    events
+        .send(Event::Lost {
+            reason: "test".into(),
+        })
+        .await
+        .unwrap();
+    for t in &topics {
+        backplane.keep(&scripted(t, 2, &format!("{t}-2")));
+    }
+    events.send(Event::Restored).await.unwrap();
+    // Live offset 3 on every repaired topic, while it is repaired (held behind its history).
+    for t in &topics {
+        let p = scripted(t, 3, &format!("{t}-3"));
+        backplane.keep(&p);
+        events.send(Event::Publication(p)).await.unwrap();
+    }
+    // Another topic, followed from now on: its live publication is not held up.
+    let mut other = hub.subscriber(SubscriberConfig::default());
+    let live = Topic::new("live").unwrap();
+    other.subscribe(&live, None).await.unwrap();
+    let started = std::time::Instant::now();
+    events
+        .send(Event::Publication(scripted(&live, 1, "now")))
+        .await
+        .unwrap();
+    assert_eq!(next_text(&mut other).await.0, "now");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "a live publication waited {took:?} behind the repairs (200 × 50 ms one after the other)"
+    );
+    // Every topic: 2 (recovered), then 3 (live, held behind it), once each.
+    let mut seen: std::collections::HashMap<String, Vec<String>> = std::collections::HashMap::new();
+    for _ in 0..400 {
+        let (text, _) = timeout(Duration::from_secs(20), next_text(&mut s)).await.unwrap();
+        let topic = text.split('-').next().unwrap().to_owned();
+        seen.entry(topic).or_default().push(text);
+    }
+    for t in &topics {
+        assert_eq!(
+            seen[&t.to_string()],
+            [format!("{t}-2"), format!("{t}-3")],
+            "topic {t}"
+        );
+    }
+    nothing_more(&mut s).await;
 }

@@ -967,3 +967,100 @@ async fn a_publisher_without_history_is_part_of_the_topics_history() {
     };
     timeout(TEST_TIMEOUT, run).await.expect("in time");
 }
+
+/// Core NATS drops what a subscription's channel cannot take (the client's capacity, 65,536
+/// messages, when the node forwards slower than the server sends) and only says so with a
+/// `SlowConsumer` event: that is a loss, and the node's subscribers must be told of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_nats_dropping_for_a_slow_consumer_is_reported_as_a_gap() {
+    timeout(Duration::from_secs(180), async {
+        let server = BackplaneServer::start(Kind::Nats { jetstream: false });
+        let topic = Topic::new("burst").unwrap();
+        // The node's hub reads its backplane's events through a gate the test holds shut: the
+        // backplane waits on a full event channel, as behind a busy hub.
+        let (tx, mut held) = tokio::sync::mpsc::channel(16);
+        let backplane = nats::connect(&server.url(), HistoryConfig::default(), tx)
+            .await
+            .unwrap();
+        let (to_hub, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+        let (open, opened) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = opened.await;
+            while let Some(e) = held.recv().await {
+                if to_hub.send(e).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let slow = Hub::start(HubConfig::default(), Box::new(backplane), rx);
+        let mut s = slow.subscriber(SubscriberConfig::new(64 << 20, sockeye_pubsub::SlowPolicy::Close));
+        s.subscribe(&topic, None).await.unwrap();
+        let (publisher, _) = node(&server.url(), HistoryConfig::default()).await;
+        const N: usize = 80_000;
+        for batch in 0..N / 1000 {
+            let messages = (0..1000)
+                .map(|i| format!("{}", batch * 1000 + i).into())
+                .collect();
+            publisher.publish_many(&topic, messages).await.unwrap();
+        }
+        // Let the client read all of it (and drop what its channel cannot hold).
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let _ = open.send(());
+        let got = drain(&mut s, 1, Duration::from_secs(3), N + 10).await;
+        let messages = texts(&got);
+        let gaps = got.iter().filter(|d| matches!(d, Delivery::Gap { .. })).count();
+        assert!(
+            messages.len() < N,
+            "the test did not overflow the client's subscription ({} of {N} delivered)",
+            messages.len()
+        );
+        assert!(
+            gaps > 0,
+            "{} of {N} publications delivered, the rest dropped by the client, and no gap",
+            messages.len()
+        );
+        // In order, none twice.
+        let numbers: Vec<usize> = messages.iter().map(|m| m.parse().unwrap()).collect();
+        assert!(numbers.windows(2).all(|w| w[0] < w[1]), "out of order or twice");
+    })
+    .await
+    .unwrap();
+}
+
+/// The JetStream stream is shared by every node: a node configured with a shorter history than
+/// the stream keeps (or connected to fewer servers) must not cut it for the others (issue 39
+/// 1d: each node applied its own limits with `update_stream` at connect and on new topics).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_a_shorter_history_never_shortens_the_shared_stream() {
+    timeout(TEST_TIMEOUT, async {
+        let server = BackplaneServer::start(Kind::Nats { jetstream: true });
+        let topic = Topic::new("kept").unwrap();
+        let (long, _) = node(&server.url(), HistoryConfig::default()).await;
+        let mut s = sub(&long);
+        s.subscribe(&topic, None).await.unwrap();
+        let mut positions = Vec::new();
+        for i in 0..20 {
+            long.publish(&topic, format!("{i}").into()).await.unwrap();
+            positions.push(recv_msg(&mut s).await.1.unwrap());
+        }
+        // Another node, keeping 5, connects and subscribes to another topic.
+        let (short, _) = node(&server.url(), HistoryConfig::new(5, Duration::from_secs(60))).await;
+        sub(&short)
+            .subscribe(&Topic::new("other").unwrap(), None)
+            .await
+            .unwrap();
+        long.publish(&topic, "20".into()).await.unwrap();
+        recv_msg(&mut s).await;
+        // The long node's clients still resume from its whole window.
+        assert_eq!(
+            sub(&long)
+                .subscribe(&topic, Some(positions[0].clone()))
+                .await
+                .unwrap(),
+            Recovery::Recovered { count: 20 },
+            "the shorter node's limits were applied to the shared stream"
+        );
+    })
+    .await
+    .unwrap();
+}

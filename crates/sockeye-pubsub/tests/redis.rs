@@ -1495,3 +1495,40 @@ async fn a_publisher_without_history_never_shortens_the_topics_meta_below_its_hi
     };
     timeout(Duration::from_secs(60), run).await.expect("within 60 s");
 }
+
+/// Issue 39 1g: a hub that takes nothing for a while (behind, or busy) while a burst arrives.
+/// What Redis sends meanwhile must not pile up in this process without bound (the Redis
+/// client's push channel is unbounded): past the event queue, publications are dropped and the
+/// topic is reported, for the hub to repair from history or report as a gap.
+#[tokio::test]
+async fn a_burst_the_hub_does_not_take_is_bounded_and_reported() {
+    let server = BackplaneServer::start(Kind::Redis { persistent: false });
+    const QUEUE: usize = 8;
+    let (tx, mut rx) = mpsc::channel(QUEUE);
+    let redis = Redis::connect(&server.url(), HistoryConfig::default(), tx)
+        .await
+        .unwrap();
+    let topic = Topic::new("burst").unwrap();
+    redis.subscribe(&topic).await.unwrap();
+    let burst: Vec<Publication> = (0..2000).map(|i| publication(&topic, i)).collect();
+    redis.publish_many(burst).await.unwrap();
+    // Time for Redis to send it all while the hub takes nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut buffered = 0;
+    let mut reported = false;
+    while let Ok(Some(event)) = timeout(Duration::from_millis(300), rx.recv()).await {
+        match event {
+            Event::Publication(_) if !reported => buffered += 1,
+            Event::Missed { topics } => {
+                assert_eq!(topics, std::slice::from_ref(&topic));
+                reported = true;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        buffered <= QUEUE,
+        "{buffered} publications were held for a hub that took none (its queue holds {QUEUE})"
+    );
+    assert!(reported, "the publications dropped were not reported");
+}

@@ -190,6 +190,36 @@ async fn the_page_the_client_and_a_plain_get_at_the_root() {
         js.head
     );
     assert!(js.body.contains("export"), "an ES module");
+    // A page of another site may import it (a CORS fetch of public code), by default.
+    assert!(
+        js.head
+            .to_ascii_lowercase()
+            .contains("access-control-allow-origin: *"),
+        "{}",
+        js.head
+    );
+    let (_, one) = node(
+        WebConfig::default()
+            .client_js_cors(Some("https://app.example"))
+            .unwrap(),
+    )
+    .await;
+    let js = http(one, "GET", "/client.js", &[], b"").await;
+    assert!(
+        js.head
+            .to_ascii_lowercase()
+            .contains("access-control-allow-origin: https://app.example"),
+        "{}",
+        js.head
+    );
+    let (_, none) = node(WebConfig::default().client_js_cors(None).unwrap()).await;
+    let js = http(none, "GET", "/client.js", &[], b"").await;
+    assert!(
+        !js.head.to_ascii_lowercase().contains("access-control"),
+        "{}",
+        js.head
+    );
+    assert!(WebConfig::default().client_js_cors(Some("app.example")).is_err());
 
     let demo = http(addr, "GET", "/demo", &[], b"").await;
     assert_eq!(demo.status, 200);
@@ -464,7 +494,7 @@ async fn jwt_clients_get_their_own_topics_and_bad_tokens_get_401() {
 
 #[tokio::test]
 async fn a_shared_token_and_a_callback_that_forbids() {
-    let rules = AccessRules::new().subscribe("*").unwrap().publish("*").unwrap();
+    let rules = AccessRules::new().subscribe("**").unwrap().publish("**").unwrap();
     let (_, addr) = node(WebConfig::default().authorize(auth::shared_token("letmein", rules))).await;
     assert_eq!(upgrade_status(addr, "/").await.status, 401);
     assert_eq!(upgrade_status(addr, "/?token=nope").await.status, 401);
@@ -482,6 +512,64 @@ async fn a_shared_token_and_a_callback_that_forbids() {
     let banned = upgrade_status(addr, "/?token=banned").await;
     assert_eq!((banned.status, banned.code().as_str()), (403, "not_allowed"));
     assert!(banned.body.contains("banned users"));
+}
+
+/// What a browser's socket (it sends `Origin`) is told: upgraded, then closed at once with the
+/// refusal's code and `"<name>: <why>"`; a page sees nothing of an HTTP 401 but 1006.
+async fn browser_refusal(addr: SocketAddr, query: &str) -> (u16, String) {
+    let request = http::Request::builder()
+        .uri(format!("ws://{addr}/{query}"))
+        .header("origin", format!("http://{addr}"))
+        .body(())
+        .unwrap();
+    let (mut ws, _) = sockeye::connect(request).await.expect("upgraded, to be told why");
+    let closed = tokio::time::timeout(Duration::from_secs(10), ws.recv())
+        .await
+        .expect("closed within 10 s");
+    match closed {
+        Some(Ok(sockeye::Message::Close(Some(frame)))) => (frame.code.0, frame.reason.to_string()),
+        other => panic!("a close frame: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_browser_is_told_why_its_socket_is_refused() {
+    let rules = AccessRules::new().subscribe("**").unwrap();
+    let (_, addr) = node(WebConfig::default().authorize(auth::shared_token("letmein", rules))).await;
+    let (code, reason) = browser_refusal(addr, "").await;
+    assert_eq!(code, 4001, "{reason}");
+    assert!(
+        reason.starts_with("unauthorized: this node needs a token"),
+        "{reason}"
+    );
+    let (code, reason) = browser_refusal(addr, "?token=nope").await;
+    assert_eq!(
+        (code, reason.starts_with("unauthorized: ")),
+        (4001, true),
+        "{reason}"
+    );
+
+    let forbid = |token: Option<&str>| match token {
+        Some("banned") => Err(AuthRefused::Forbidden("banned users may not connect".into())),
+        _ => Ok(Access::everything()),
+    };
+    let (_, addr) = node(WebConfig::default().authorize(forbid)).await;
+    let (code, reason) = browser_refusal(addr, "?token=banned").await;
+    assert_eq!(
+        (code, reason.as_str()),
+        (4003, "not_allowed: banned users may not connect")
+    );
+    // The same node keeps a good browser's socket open.
+    let page = http::Request::builder()
+        .uri(format!("ws://{addr}/?token=fine"))
+        .header("origin", format!("http://{addr}"))
+        .body(())
+        .unwrap();
+    let (mut ws, _) = sockeye::connect(page).await.unwrap();
+    assert_eq!(
+        request(&mut ws, json!({"type":"subscribe","topic":"x"})).await["type"],
+        "subscribed"
+    );
 }
 
 /// `name value` lines of the OpenMetrics text, for the samples named `name` (labels kept).

@@ -5,6 +5,9 @@
 #![cfg(feature = "web")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/refusal.rs"]
+mod refusal;
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -185,22 +188,33 @@ async fn upgrade(addr: SocketAddr, origin: Option<&str>) -> (u16, String) {
         .expect("an answer in 10 s")
 }
 
+/// What a browser's socket gets: the close code and reason the node closed it with right after
+/// the upgrade, or `None` when the node kept it open (nothing within 300 ms).
+async fn browser_socket(addr: SocketAddr, origin: &str) -> Option<(u16, String)> {
+    let request = refusal::browser_request(addr, origin);
+    refusal::close_after_upgrade(addr, &request, Duration::from_millis(300)).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_from_another_origin_is_refused_by_default_and_accepted_once_allowed() {
     let (_web, addr) = node(WebConfig::default()).await;
-    let (status, body) = upgrade(addr, Some("https://evil.example")).await;
-    assert_eq!(status, 403, "{body}");
+    // A browser is told why after the upgrade (an HTTP 403 shows the page only 1006).
+    let (code, reason) = browser_socket(addr, "https://evil.example")
+        .await
+        .expect("closed at once");
+    assert_eq!(code, 4004, "{reason}");
     assert!(
-        body.contains(r#""code":"origin_not_allowed""#)
-            && body.contains("--allowed-origin https://evil.example"),
-        "{body}"
+        reason.starts_with("origin_not_allowed: ")
+            && reason.contains("--allowed-origin https://evil.example"),
+        "{reason}"
     );
     // The node's own pages, and clients that are not browsers (no Origin).
+    assert_eq!(browser_socket(addr, &format!("http://{addr}")).await, None);
     assert_eq!(upgrade(addr, Some(&format!("http://{addr}"))).await.0, 101);
     assert_eq!(upgrade(addr, None).await.0, 101);
     // A port of the same host is another origin.
     let other_port = format!("http://127.0.0.1:{}", addr.port() + 1);
-    assert_eq!(upgrade(addr, Some(&other_port)).await.0, 403);
+    assert_eq!(browser_socket(addr, &other_port).await.map(|c| c.0), Some(4004));
     assert!(
         metrics("127.0.0.1", addr)
             .await
@@ -212,7 +226,13 @@ async fn a_page_from_another_origin_is_refused_by_default_and_accepted_once_allo
         .unwrap();
     let (_web, addr) = node(allowed).await;
     assert_eq!(upgrade(addr, Some("https://evil.example")).await.0, 101);
-    assert_eq!(upgrade(addr, Some("https://evil.example:8443")).await.0, 403);
+    assert_eq!(browser_socket(addr, "https://evil.example").await, None);
+    assert_eq!(
+        browser_socket(addr, "https://evil.example:8443")
+            .await
+            .map(|c| c.0),
+        Some(4004)
+    );
     let (_web, addr) = node(WebConfig::default().allowed_origin("*").unwrap()).await;
     assert_eq!(upgrade(addr, Some("null")).await.0, 101);
     assert!(WebConfig::default().allowed_origin("evil.example").is_err());
@@ -221,10 +241,18 @@ async fn a_page_from_another_origin_is_refused_by_default_and_accepted_once_allo
     // `WebConfig::tls` says; cleartext here) a page of `http://` its host, which anyone on the
     // path may rewrite, is refused; one of `https://` is its own. And the reverse in cleartext.
     let (_web, tls) = node(WebConfig::default().tls(true)).await;
-    assert_eq!(upgrade(tls, Some(&format!("http://{tls}"))).await.0, 403);
+    assert_eq!(
+        browser_socket(tls, &format!("http://{tls}")).await.map(|c| c.0),
+        Some(4004)
+    );
     assert_eq!(upgrade(tls, Some(&format!("https://{tls}"))).await.0, 101);
     let (_web, plain) = node(WebConfig::default()).await;
-    assert_eq!(upgrade(plain, Some(&format!("https://{plain}"))).await.0, 403);
+    assert_eq!(
+        browser_socket(plain, &format!("https://{plain}"))
+            .await
+            .map(|c| c.0),
+        Some(4004)
+    );
 }
 
 /// The node's `/metrics` text, asked from `source`.
@@ -411,7 +439,7 @@ async fn a_socket_publishing_too_fast_or_on_too_many_topics_is_refused_and_stays
         match answer["type"].as_str() {
             Some("published") => published += 1,
             _ => {
-                assert_eq!(answer["code"], "unavailable", "{answer}");
+                assert_eq!(answer["code"], "rate_limited", "{answer}");
                 assert!(
                     answer["message"].as_str().unwrap().contains("--max-publish-rate"),
                     "{answer}"
@@ -456,11 +484,26 @@ async fn over_http2_the_origin_is_compared_with_the_authority() {
     };
     let response = open(format!("http://{addr}")).await.expect("the node's own page");
     assert_eq!(response.version(), http::Version::HTTP_2);
-    let refused = open("https://evil.example".to_owned()).await;
-    let error = refused
-        .expect_err("a page of another site over HTTP/2")
-        .to_string();
-    assert!(error.contains("403"), "{error}");
+    // A browser's socket: opened, then closed with the reason (see the HTTP/1.1 test).
+    let request = http::Request::builder()
+        .uri(format!("ws://{addr}/"))
+        .header("origin", "https://evil.example")
+        .body(())
+        .unwrap();
+    let connect = sockeye::connect_with(request, &config);
+    let (mut ws, response) = tokio::time::timeout(Duration::from_secs(10), connect)
+        .await
+        .expect("an answer in 10 s")
+        .expect("upgraded, to be told why");
+    assert_eq!(response.version(), http::Version::HTTP_2);
+    let closed = tokio::time::timeout(Duration::from_secs(10), ws.recv())
+        .await
+        .expect("closed in 10 s");
+    let Some(Ok(sockeye::Message::Close(Some(frame)))) = closed else {
+        panic!("a close frame: {closed:?}")
+    };
+    assert_eq!(frame.code.0, 4004, "{frame:?}");
+    assert!(frame.reason.starts_with("origin_not_allowed: "), "{frame:?}");
 }
 
 /// Review B2: the caps held one place per TCP connection, and a WebSocket over HTTP/2 is a

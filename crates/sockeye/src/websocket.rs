@@ -333,7 +333,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
         self.poll_received(cx)
     }
 
-    /// The receive path of whole messages and of pieces alike.
+    /// The receive path of whole messages and of pieces alike. Inline: the busy case is a
+    /// few tests; the reads and waits are out of line ([`poll_received_io`](Self::poll_received_io)).
+    #[inline(always)]
     fn poll_received<T: Received>(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
         // The busy case: a message already buffered needs no I/O, hence no waker. It takes a unit
         // of the task's budget, as tokio's channels do: under a flood, one read brings thousands
@@ -353,22 +355,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocket<S> {
             take_next::<T>(&mut self.inner.conn)
         };
         if let Some(next) = taken {
-            self.inner.note_delivered(&next);
             if next.as_ref().is_ok_and(T::is_close) {
-                self.inner.note_peer_close(&next);
-                // Send the close reply (and, as a server, close the stream) now, even if the
-                // application stops polling. A failure here ends the stream at the next
-                // receive; the close frame is what the application must see first.
-                let mut io = Context::from_waker(self.wakers.select(Side::Reader, cx.waker()));
-                let _ = self.inner.poll_transport(&mut io);
+                self.answer_peer_close(&next, cx);
             }
             return Poll::Ready(Some(next));
         }
+        self.poll_received_io(cx)
+    }
+
+    /// The peer's close frame is handed over: sends the close reply (and, as a server, closes
+    /// the stream) now, even if the application stops polling. A failure here ends the stream
+    /// at the next receive; the close frame is what the application must see first.
+    #[cold]
+    #[inline(never)]
+    fn answer_peer_close<T: Received>(&mut self, next: &Result<T, Error>, cx: &mut Context<'_>) {
+        self.inner.note_peer_close(next);
+        let mut io = Context::from_waker(self.wakers.select(Side::Reader, cx.waker()));
+        let _ = self.inner.poll_transport(&mut io);
+    }
+
+    /// [`poll_received`](Self::poll_received) with nothing buffered to hand over: reads, or
+    /// waits. Out of line: the busy case above stays small.
+    #[inline(never)]
+    fn poll_received_io<T: Received>(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
         let mut io = Context::from_waker(self.wakers.select(Side::Reader, cx.waker()));
         let result = self.inner.poll_recv(&mut io);
-        if let Poll::Ready(Some(next)) = &result {
-            self.inner.note_delivered(next);
-        }
         if result.is_ready() && self.inner.conn.transport() == Transport::Closed {
             // A sender waiting for room must learn that there will be none.
             self.wakers.wake_writer();

@@ -349,3 +349,72 @@ async fn a_peer_that_vanishes_mid_conversation_is_1006_and_the_wrapper_role_is_k
     assert_eq!(err.close_code(), Some(CloseCode::ABNORMAL));
     assert!(server.recv().await.is_none());
 }
+
+/// A peer that half-closed and reads nothing: every read is EOF, every write waits. Counts the
+/// reads, and panics past a bound (the receive loop spinning on EOF inside one poll never
+/// returns, so no timeout could end the test).
+struct HalfClosedPeer {
+    reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl AsyncRead for HalfClosedPeer {
+    fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, _: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let reads = self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        assert!(
+            reads < 10_000,
+            "read EOF {reads} times: the receive loop spins on it"
+        );
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for HalfClosedPeer {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, _: &[u8]) -> Poll<io::Result<usize>> {
+        Poll::Pending
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Pending
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Pending
+    }
+}
+
+/// The peer's EOF while our writes wait (a pong owed, or the application's own messages): the
+/// connection stops reading, waits for the socket or the close deadline, and ends 1006 at that
+/// deadline. Before the fix the receive loop read EOF again and again inside one poll (found as
+/// an HTTP/2 test that hung: hyper's stream after the client dropped it).
+#[tokio::test]
+async fn eof_while_writes_wait_ends_at_the_close_deadline_without_spinning() {
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let peer = HalfClosedPeer { reads: reads.clone() };
+    // A masked empty ping from the client: the server owes a pong it cannot write.
+    let ping = [0x89, 0x80, 1, 2, 3, 4];
+    let mut server = WebSocket::from_upgraded(peer, Role::Server, &config(), &ping, None);
+    let started = tokio::time::Instant::now();
+    let mut ended = None;
+    for _ in 0..4 {
+        match tokio::time::timeout(Duration::from_secs(5), server.recv()).await {
+            Ok(Some(Ok(m))) => assert!(matches!(m, Message::Ping(_)), "{m:?}"),
+            Ok(Some(Err(e))) => {
+                ended = Some(e);
+                break;
+            }
+            Ok(None) => panic!("ended without an error: the pong was never written"),
+            Err(_) => panic!("still waiting after 5 s: the close deadline did not end it"),
+        }
+    }
+    let err = ended.expect("an error within four receives");
+    assert!(
+        matches!(err, Error::WebSocket(ProtocolError::AbnormalClosure)),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "ended before the close deadline (300 ms): {:?}",
+        started.elapsed()
+    );
+    let reads = reads.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(reads <= 2, "{reads} reads after EOF");
+    assert!(server.recv().await.is_none());
+}

@@ -113,6 +113,16 @@ impl Connection {
         self.sender.transmit().release_if_empty();
     }
 
+    /// How many data messages, or pieces of them ([`poll_chunk`](Self::poll_chunk)), this
+    /// connection has handed out: a count that only grows. An I/O layer compares it between two
+    /// points to learn whether data went to the application in between, at no cost per message
+    /// to itself (sockeye's read buffer is kept through waits only by connections that receive
+    /// data).
+    #[inline]
+    pub fn data_delivered(&self) -> u64 {
+        self.receiver.data_delivered()
+    }
+
     /// How many received bytes are buffered and not yet turned into messages.
     pub fn buffered(&self) -> usize {
         self.receiver.buffered()
@@ -240,8 +250,16 @@ impl Connection {
             .poll_part(streaming, &self.config, &mut self.deflate);
         Ok(match part.map_err(|v| self.fail(v))? {
             None => None,
-            Some(Part::Message(message)) => Some(Incoming::Control(message)),
-            Some(Part::Chunk(chunk)) => Some(Incoming::Chunk(chunk)),
+            Some(Part::Message(message)) => {
+                if message.is_data() {
+                    self.receiver.count_data_delivered();
+                }
+                Some(Incoming::Control(message))
+            }
+            Some(Part::Chunk(chunk)) => {
+                self.receiver.count_data_delivered();
+                Some(Incoming::Chunk(chunk))
+            }
             Some(Part::Ping(payload)) => Some(Incoming::Control(self.on_ping(payload))),
             Some(Part::Close(payload)) => Some(Incoming::Control(self.on_close(payload)?)),
         })

@@ -76,6 +76,8 @@ pub(super) struct Receiver {
     incoming: Option<IncomingFrame>,
     /// The data message the frames belong to.
     message: Assembly,
+    /// Data messages and pieces of them handed out so far (see `Connection::data_delivered`).
+    data_delivered: u64,
 }
 
 impl Receiver {
@@ -86,7 +88,20 @@ impl Receiver {
             read_buf_grown: false,
             incoming: None,
             message: Assembly::default(),
+            data_delivered: 0,
         }
+    }
+
+    /// Data messages and pieces of them handed out so far.
+    #[inline]
+    pub(super) fn data_delivered(&self) -> u64 {
+        self.data_delivered
+    }
+
+    /// A data message or a piece of one goes to the application.
+    #[inline]
+    pub(super) fn count_data_delivered(&mut self) {
+        self.data_delivered += 1;
     }
 
     /// Appends bytes received from the peer.
@@ -202,6 +217,7 @@ impl Receiver {
         self.read_buf.advance(header_len);
         let payload = self.read_buf.split_to(len).freeze();
         self.shrink_read_buf();
+        self.count_data_delivered();
         Some(if first == 0x81 {
             Message::Text(Utf8Bytes::from_validated(payload))
         } else {

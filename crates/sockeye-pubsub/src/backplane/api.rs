@@ -29,6 +29,16 @@ pub enum Event {
     /// received: the hub recovers them from history where there is history, and reports the gap
     /// where there is none.
     Restored,
+    /// Publications on these topics were dropped on their way to the hub: the hub did not take
+    /// them as fast as the backplane's client received them, and the client could not be made to
+    /// wait without buffering them in memory without bound (the Redis client reads its connection
+    /// whatever happens). Sent once the event queue has room again, before anything more of
+    /// those topics; the hub repairs each from history, or reports the gap. Each topic is named
+    /// once per report (the report is bounded by the topics subscribed).
+    Missed {
+        /// The topics whose publications were dropped.
+        topics: Vec<Topic>,
+    },
 }
 
 /// What a backplane can do.
@@ -69,8 +79,11 @@ pub enum History {
 /// - keep each node's publications in the order `publish` was called;
 /// - reconnect by itself after losing its server, restore every subscription, and say so with
 ///   [`Event::Lost`] and [`Event::Restored`];
-/// - wait (not drop) when the event channel is full: the hub is then behind, and the backplane's
-///   server buffers or drops what it sends (a gap, which history repairs).
+/// - hold nothing without bound in this process when the event channel is full (the hub is then
+///   behind): either wait, when its client then stops reading (the server buffers or drops what
+///   it sends, and says so: a gap, which history repairs), or drop what does not fit and report
+///   its topics with [`Event::Missed`] (`backplane/forward.rs`, for a client that keeps reading,
+///   as the Redis client does).
 pub trait Backplane: Send + Sync + 'static {
     /// What it can do.
     fn capabilities(&self) -> Capabilities;

@@ -17,11 +17,14 @@
 
 //!
 //! Files: `api` (the trait and its events), `position` (positions, origins, publications),
-//! `connect` (a backplane by URL), `url` (the servers a URL lists), `in_process`, `redis`,
+//! `connect` (a backplane by URL), `url` (the servers a URL lists), `forward` (publications
+//! from a client that never stops reading to the hub, in bounded memory), `in_process`, `redis`,
 //! `redis_cluster`, `nats`.
 
 pub(crate) mod api;
 pub(crate) mod connect;
+#[cfg(feature = "redis")]
+mod forward;
 pub(crate) mod in_process;
 #[cfg(feature = "nats")]
 pub mod nats;

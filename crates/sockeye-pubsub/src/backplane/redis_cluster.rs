@@ -66,8 +66,18 @@
 //!   client has refreshed its slot map by then). A batch whose reply is lost may have been
 //!   published: [`Error::PartlyPublished`].
 //! - History is read by a script (the meta hash, the Stream and the server's `run_id` at once).
-//! - No PING health check of its own: a node that hangs without closing its connections is
-//!   noticed by the client's response timeout ([`RESPONSE_TIMEOUT`]) on commands only.
+//! - The subscriptions are checked every 5 s, with a PING to every primary the client knows
+//!   (the connections its shard channels are subscribed on). A primary that does not answer
+//!   within [`RESPONSE_TIMEOUT`] (its host died without closing its connections, or it hangs)
+//!   is [`Event::Lost`]; the node then makes the client read the slots again (a read of a
+//!   topic's key sent to each listed node: one that no longer serves the slot answers MOVED,
+//!   and the client rebuilds its slot map and moves its subscriptions), subscribes again to
+//!   every topic, retrying both with backoff until all are subscribed (after the cluster's
+//!   failover, or the primary's return), and says [`Event::Restored`]. Without it a node that
+//!   only subscribes (it sends no command that could time out) stayed deaf on that shard for
+//!   good, with no event and no gap. A primary that hangs for good before its replica takes
+//!   over (`cluster-node-timeout`) keeps the node in `Lost` meanwhile; the hub repairs from
+//!   history once it is restored.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -75,12 +85,16 @@ use std::sync::Arc;
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo, SingleNodeRoutingInfo};
 use redis::{PushInfo, PushKind, RedisError, Script, Value};
 use tokio::sync::{Mutex, mpsc};
 
 use super::api::{Backplane, BoxFuture, Capabilities, Event, EventSender, History, partly_published};
+use super::forward::Forwarder;
 use super::position::{Position, Publication};
-use super::redis::connection::{BACKOFF, CONNECT_TIMEOUT, RESPONSE_TIMEOUT, unsubscribe_within};
+use super::redis::connection::{
+    BACKOFF, CONNECT_TIMEOUT, HEALTH_INTERVAL, RESPONSE_TIMEOUT, answers, unsubscribe_within,
+};
 use super::redis::history::history_from;
 use super::redis::wire::{
     PUBLISH_SCRIPT, channel, decode_message, has_history, meta_key, moved_intact_lua, position_of,
@@ -128,12 +142,15 @@ return {meta, entries, life}
 pub struct RedisCluster {
     shared: Arc<Shared>,
     _reader: AbortOnDrop,
+    _health: AbortOnDrop,
 }
 
 struct Shared {
     conn: ClusterConnection,
     /// `host:port,…`, for messages.
     addrs: String,
+    /// The nodes listed in the URL, asked where a slot is when a primary does not answer.
+    listed: Vec<String>,
     history: HistoryConfig,
     events: EventSender,
     /// The topics subscribed to.
@@ -195,6 +212,7 @@ impl RedisCluster {
         let shared = Arc::new(Shared {
             conn,
             addrs: joined,
+            listed: addrs,
             history,
             events,
             topics: Mutex::default(),
@@ -202,9 +220,11 @@ impl RedisCluster {
             read_history: Script::new(HISTORY_SCRIPT),
         });
         let reader = AbortOnDrop(tokio::spawn(read(Arc::clone(&shared), push_rx)).abort_handle());
+        let health = AbortOnDrop(tokio::spawn(check_health(Arc::downgrade(&shared))).abort_handle());
         Ok(RedisCluster {
             shared,
             _reader: reader,
+            _health: health,
         })
     }
 }
@@ -350,32 +370,86 @@ impl Shared {
         }
     }
 
-    /// Subscribes again to every topic, one channel at a time, until all are.
+    /// Subscribes again to every topic, one channel at a time, until all are. After a failed
+    /// try, the client is made to read the slots again (see [`Shared::refresh_slots`]): a
+    /// channel whose primary hangs is subscribed where its replica took over.
     async fn resubscribe(&self) {
         let mut retry = 0u32;
         loop {
             let topics: Vec<Topic> = self.topics.lock().await.iter().cloned().collect();
-            let mut all = true;
+            let mut failed = None;
             for topic in &topics {
                 if let Err(e) = self.ssubscribe(topic).await {
                     tracing::debug!("pub/sub backplane: resubscribing: {e}");
-                    all = false;
+                    failed = Some(topic);
                     break;
                 }
             }
-            if all {
-                return;
-            }
+            let Some(topic) = failed else { return };
+            self.refresh_slots(topic).await;
             tokio::time::sleep(BACKOFF.random_delay(retry)).await;
             retry = retry.saturating_add(1);
+        }
+    }
+
+    /// Whether every primary the client knows answers a PING (the client's connection to each
+    /// is the one its shard channels are subscribed on).
+    async fn primaries_answer(&self) -> bool {
+        let mut conn = self.conn.clone();
+        let all = RoutingInfo::MultiNode((
+            MultipleNodeRoutingInfo::AllMasters,
+            Some(ResponsePolicy::AllSucceeded),
+        ));
+        answers(conn.route_command(redis::cmd("PING"), all)).await
+    }
+
+    /// Makes the client read the cluster's slots again, which it does by itself only after a
+    /// redirection or a closed connection (not after a timeout): a read of `topic`'s meta key
+    /// sent to each listed node until one answers MOVED (it no longer serves the slot), after
+    /// which the client rebuilds its slot map and moves its shard subscriptions.
+    async fn refresh_slots(&self, topic: &Topic) {
+        let key = meta_key(&topic.to_hex());
+        for addr in &self.listed {
+            let Some((host, port)) = addr
+                .rsplit_once(':')
+                .and_then(|(h, p)| Some((h, p.parse().ok()?)))
+            else {
+                continue;
+            };
+            let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+            let mut read = redis::cmd("EXISTS");
+            read.arg(&key);
+            let mut conn = self.conn.clone();
+            let at = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+            if let Ok(Err(e)) = tokio::time::timeout(RESPONSE_TIMEOUT, conn.route_command(read, at)).await
+                && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Moved)
+            {
+                return;
+            }
         }
     }
 }
 
 /// Forwards the client's pushes: sharded messages to the hub, a lost connection as
 /// [`Event::Lost`], then resubscription and [`Event::Restored`].
+/// The client's push channel is unbounded and its connections are read whatever the hub does:
+/// this never waits on the hub for a publication (what it cannot take is dropped and reported,
+/// see `backplane/forward.rs`).
 async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
-    while let Some(push) = pushes.recv().await {
+    let mut to_hub = Forwarder::new(shared.events.clone(), format!("redis cluster {}", shared.addrs));
+    loop {
+        let push = tokio::select! {
+            push = pushes.recv() => match push {
+                Some(push) => push,
+                None => return,
+            },
+            reported = to_hub.room(), if to_hub.owes() => {
+                if reported.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
         match push.kind {
             PushKind::SMessage => {
                 let [Value::BulkString(ch), Value::BulkString(msg)] = push.data.as_slice() else {
@@ -389,7 +463,7 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
                     );
                     continue;
                 };
-                if shared.events.send(Event::Publication(p)).await.is_err() {
+                if to_hub.publication(p).is_err() {
                     return;
                 }
             }
@@ -416,13 +490,13 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
                     shared.addrs,
                     String::from_utf8_lossy(ch)
                 );
-                if !lost_then_resubscribe(&shared, reason).await {
+                if !lost_then_resubscribe(&shared, &mut to_hub, reason).await {
                     return;
                 }
             }
             PushKind::Disconnection => {
                 let reason = format!("redis cluster {}: a node's connection closed", shared.addrs);
-                if !lost_then_resubscribe(&shared, reason).await {
+                if !lost_then_resubscribe(&shared, &mut to_hub, reason).await {
                     return;
                 }
             }
@@ -431,11 +505,44 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
     }
 }
 
+/// Checks every [`HEALTH_INTERVAL`] that the primaries answer while topics are subscribed; when
+/// one does not, says [`Event::Lost`], subscribes again to every topic (wherever its slot is
+/// served by then) and says [`Event::Restored`]. Ends with the backplane.
+async fn check_health(shared: std::sync::Weak<Shared>) {
+    let mut health = tokio::time::interval(HEALTH_INTERVAL);
+    health.tick().await;
+    loop {
+        health.tick().await;
+        let Some(s) = shared.upgrade() else { return };
+        if s.topics.lock().await.is_empty() || s.primaries_answer().await {
+            continue;
+        }
+        let reason = format!(
+            "redis cluster {}: a primary does not answer PING (its subscriptions may be deaf)",
+            s.addrs
+        );
+        if s.events.send(Event::Lost { reason }).await.is_err() {
+            return;
+        }
+        // Where the slots are now (a replica that took over), for the topics whose
+        // subscriptions went quiet without an error.
+        let any = s.topics.lock().await.iter().next().cloned();
+        if let Some(topic) = any {
+            s.refresh_slots(&topic).await;
+        }
+        s.resubscribe().await;
+        if s.events.send(Event::Restored).await.is_err() {
+            return;
+        }
+        health.reset();
+    }
+}
+
 /// Says [`Event::Lost`], then subscribes again to every topic beside the reading loop (which
 /// goes on forwarding the other shards' messages) and says [`Event::Restored`]. False once the
 /// hub is gone.
-async fn lost_then_resubscribe(shared: &Arc<Shared>, reason: String) -> bool {
-    if shared.events.send(Event::Lost { reason }).await.is_err() {
+async fn lost_then_resubscribe(shared: &Arc<Shared>, to_hub: &mut Forwarder, reason: String) -> bool {
+    if to_hub.send(Event::Lost { reason }).await.is_err() {
         return false;
     }
     let (shared, events) = (Arc::clone(shared), shared.events.clone());

@@ -3,33 +3,36 @@
 //! repaired from history first, a rollback or what history cannot give reported as a
 //! [`Delivery::Gap`] (see "No silent miss" in the [hub's documentation](super)).
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc;
 
+use super::repair::{Held, Outcome, Repairs};
 use super::state::Inner;
-use crate::backplane::api::{Event, History};
+use crate::backplane::api::Event;
 use crate::backplane::position::{Position, Publication};
 use crate::delivery::{Delivery, to_delivery};
-use crate::queue::lock;
+use crate::lock::lock;
 use crate::topic::Topic;
 
-/// Reads the backplane's events and delivers them; ends when the hub is dropped or the backplane
-/// stops.
+/// Reads the backplane's events and delivers them, with the repairs from history under way
+/// beside them (`repair.rs`: a topic's live publications wait behind its repair, no other
+/// topic's do); ends when the hub is dropped or the backplane stops.
 pub(super) async fn fan_out(hub: std::sync::Weak<Inner>, mut events: mpsc::Receiver<Event>) {
-    while let Some(event) = events.recv().await {
-        let Some(inner) = hub.upgrade() else { return };
-        match event {
-            Event::Publication(p) => inner.deliver_live(p).await,
-            Event::Lost { reason } => {
-                inner.backplane_lost.store(true, Ordering::Relaxed);
-                tracing::warn!(
-                    "pub/sub backplane lost: {reason}; publications may be missed until it is back"
-                );
+    let mut repairs = Repairs::default();
+    loop {
+        tokio::select! {
+            event = events.recv() => {
+                let Some(event) = event else { break };
+                let Some(inner) = hub.upgrade() else { return };
+                inner.handle(event, &mut repairs);
+                repairs.start(&inner);
             }
-            Event::Restored => {
-                inner.backplane_lost.store(false, Ordering::Relaxed);
-                inner.repair_all().await
+            Some((topic, outcome)) = repairs.next(), if repairs.busy() => {
+                let Some(inner) = hub.upgrade() else { return };
+                inner.repaired(&topic, outcome, &mut repairs);
+                repairs.start(&inner);
             }
         }
     }
@@ -45,12 +48,96 @@ pub(super) async fn fan_out(hub: std::sync::Weak<Inner>, mut events: mpsc::Recei
 }
 
 impl Inner {
-    /// A live publication: reports a rollback, repairs a jump in contiguous offsets (or a new
-    /// epoch) from history first, drops a duplicate, then fans out.
-    async fn deliver_live(&self, p: Publication) {
-        let (last, jumped) = {
+    fn handle(self: &Arc<Self>, event: Event, repairs: &mut Repairs) {
+        match event {
+            Event::Publication(p) => self.deliver_live(p, repairs),
+            // Once per outage at warn (a backplane may report each failed reconnection), and
+            // its end at info: an operator sees when it went and when it came back.
+            Event::Lost { reason } => {
+                if self.backplane_lost.swap(true, Ordering::Relaxed) {
+                    tracing::debug!("pub/sub backplane still lost: {reason}");
+                } else {
+                    tracing::warn!(
+                        "pub/sub backplane lost: {reason}; publications may be missed until it is back"
+                    );
+                }
+            }
+            // Every topic with subscribers catches up from history or reports its gap.
+            Event::Restored => {
+                if self.backplane_lost.swap(false, Ordering::Relaxed) {
+                    tracing::info!("pub/sub backplane restored: recovering what was missed");
+                }
+                for topic in lock(&self.topics).keys() {
+                    repairs.schedule(topic);
+                }
+            }
+            Event::Missed { topics } => {
+                let known = lock(&self.topics);
+                for topic in topics.iter().filter(|t| known.contains_key(*t)) {
+                    repairs.schedule(topic);
+                }
+            }
+        }
+    }
+
+    /// Delivers what a repair of `topic` found, then what was held for it meanwhile, as if it
+    /// arrived now (which may start another repair, behind which the rest waits again).
+    fn repaired(&self, topic: &Topic, outcome: Outcome, repairs: &mut Repairs) {
+        // The history said which epoch is the backplane's current one: where the node stands
+        // now (it went on from there, or the gap moved the node into it).
+        let current = match &outcome {
+            Outcome::Nothing | Outcome::Recovered(_) => true,
+            Outcome::Gap { resume, moved, .. } => *moved && resume.is_some(),
+        };
+        match outcome {
+            Outcome::Nothing => {}
+            Outcome::Recovered(ps) => {
+                for p in ps {
+                    self.fan(p);
+                }
+            }
+            Outcome::Gap {
+                resume,
+                after,
+                moved,
+                back,
+            } => self.gap(topic, resume, after, moved, back),
+        }
+        for held in repairs.ended(topic) {
+            if repairs.waiting(topic) {
+                repairs.hold(topic, held);
+                continue;
+            }
+            match held {
+                Held::Live(p) => self.deliver_live(p, repairs),
+                Held::Checked(p) if current && self.of_a_past_epoch(&p) => {}
+                Held::Checked(p) => self.fan(p),
+                Held::Again => repairs.schedule(topic),
+            }
+        }
+    }
+
+    /// A live publication: held behind its topic's repair if one is under way; otherwise
+    /// reports a rollback, repairs a jump in contiguous offsets (or a new epoch) from history
+    /// first (holding it behind the repair), drops a duplicate, or fans out.
+    fn deliver_live(&self, p: Publication, repairs: &mut Repairs) {
+        if repairs.waiting(&p.topic) {
+            let topic = p.topic.clone();
+            repairs.hold(&topic, Held::Live(p));
+            return;
+        }
+        let jumped = {
             let mut topics = lock(&self.topics);
             let Some(t) = topics.get_mut(&p.topic) else { return };
+            if let Some(pos) = &p.position
+                && t.past.contains(&pos.epoch)
+            {
+                tracing::debug!(
+                    "pub/sub topic {}: position {pos} of a past epoch: covered by the gap into the current one",
+                    p.topic
+                );
+                return;
+            }
             if let Some(pos) = &p.position {
                 // A backplane hands each publication to a node live once, in order: a position
                 // at or before one it handed live already, in the same epoch, names another
@@ -85,20 +172,49 @@ impl Inner {
                     if pos.offset <= last.offset {
                         return; // already delivered (recovered from history first)
                     }
-                    let jumped =
-                        pos.offset > last.offset + 1 && self.backplane.capabilities().contiguous_offsets;
-                    (Some(last.clone()), jumped)
+                    pos.offset > last.offset + 1 && self.backplane.capabilities().contiguous_offsets
                 }
                 // A new epoch without an outage seen (the server's data was flushed, or an idle
                 // topic's history expired): the end of the old one may have been missed.
-                (Some(last), Some(_)) => (Some(last.clone()), self.backplane.capabilities().history),
-                _ => (t.last.clone(), false),
+                (Some(_), Some(_)) => self.backplane.capabilities().history,
+                _ => false,
             }
         };
         if jumped {
-            self.repair(&p.topic, last).await;
+            let topic = p.topic.clone();
+            repairs.schedule(&topic);
+            repairs.hold(&topic, Held::Checked(p));
+            return;
         }
         self.fan(p);
+    }
+
+    /// Whether `p`, whose epoch differs from where the node stands, is of a past epoch, the
+    /// history having just gone on from where the node stands (its epoch is current): a
+    /// publication still on its way (NATS: one of a life the node has not seen, or sent across a
+    /// server restart, which names the life it was sent to), covered by the gap through which the
+    /// node, or each of its subscribers, came into the current epoch. Delivered, it would take
+    /// them back to an epoch they left, and the node's next repair from there would give them
+    /// the current epoch again.
+    fn of_a_past_epoch(&self, p: &Publication) -> bool {
+        let mut topics = lock(&self.topics);
+        let Some(t) = topics.get_mut(&p.topic) else {
+            return false;
+        };
+        let past = match (&t.last, &p.position) {
+            (Some(last), Some(pos)) if last.epoch != pos.epoch => Some(Arc::clone(&pos.epoch)),
+            _ => None,
+        };
+        if let Some(epoch) = &past {
+            t.passed(epoch);
+            tracing::debug!(
+                "pub/sub topic {}: a publication of a past epoch, at {:?}, after {:?}: covered by its gap",
+                p.topic,
+                p.position,
+                t.last
+            );
+        }
+        past.is_some()
     }
 
     /// Delivers one publication to every subscriber of its topic on this node.
@@ -123,77 +239,13 @@ impl Inner {
         }
     }
 
-    /// After the backplane came back: every topic with subscribers catches up from history or
-    /// reports its gap.
-    async fn repair_all(&self) {
-        let topics: Vec<(Topic, Option<Position>)> = lock(&self.topics)
-            .iter()
-            .map(|(k, t)| (k.clone(), t.last.clone()))
-            .collect();
-        for (topic, last) in topics {
-            self.repair(&topic, last).await;
-        }
-    }
-
-    /// Fetches what `topic` missed after `last` and delivers it; or, when that cannot all be
-    /// recovered, delivers a gap, then whatever the history still holds after it.
-    async fn repair(&self, topic: &Topic, last: Option<Position>) {
-        let max = self.config.max_recovered;
-        if !self.backplane.capabilities().history {
-            self.gap(topic, None, Vec::new(), false);
-            return;
-        }
-        // `last` `None`: nothing published on the topic when this node started following it,
-        // nor delivered since: everything the current epoch published is new to this node.
-        // With contiguous offsets that is from offset 1, checked as from any position (a
-        // history that lost its first publications, trimmed or expired, is a gap, not a
-        // recovery of what is left).
-        let last = match last {
-            None if self.backplane.capabilities().contiguous_offsets => {
-                match self.latest_position(topic).await {
-                    // Nothing published in the current epoch: nothing to repair.
-                    Ok(None) => return,
-                    Ok(Some(latest)) => Some(Position {
-                        epoch: latest.epoch,
-                        offset: 0,
-                    }),
-                    Err(_) => {
-                        self.gap(topic, None, Vec::new(), false);
-                        return;
-                    }
-                }
-            }
-            last => last,
-        };
-        let (resume, after) = match self.backplane.history(topic, last.as_ref(), max).await {
-            Ok(History::Complete(ps)) if ps.len() < max => {
-                for p in ps {
-                    self.fan(p);
-                }
-                return;
-            }
-            Ok(History::Lost { latest }) => self.after_gap(topic, last.as_ref(), latest).await,
-            // Too much missed to deliver: from where the topic stands now.
-            Ok(History::Complete(_)) => match self.latest_position(topic).await {
-                Ok(latest) => (latest, Vec::new()),
-                Err(_) => {
-                    self.gap(topic, None, Vec::new(), false);
-                    return;
-                }
-            },
-            // Unknown: the next outage or jump tries again from the same place.
-            Err(_) => {
-                self.gap(topic, None, Vec::new(), false);
-                return;
-            }
-        };
-        self.gap(topic, resume, after, true);
-    }
-
     /// Delivers a gap on `topic` to every subscriber of this node, then `after` (what the history
     /// holds after `resume`); with `moved`, deliveries go on after `resume` (`None`: from the
-    /// first publication of the current epoch).
-    fn gap(&self, topic: &Topic, resume: Option<Position>, after: Vec<Publication>, moved: bool) {
+    /// first publication of the current epoch). Unless `back` (a rollback, which every
+    /// subscriber is told), the gap catches this node up: a subscriber that resumed at or past
+    /// `resume` in its epoch already had its own gap and what follows, and is not told again
+    /// ([`Queue::push_catch_up`](crate::queue::Queue::push_catch_up)).
+    fn gap(&self, topic: &Topic, resume: Option<Position>, after: Vec<Publication>, moved: bool, back: bool) {
         tracing::warn!("pub/sub topic {topic}: publications were missed and cannot all be recovered");
         {
             let mut topics = lock(&self.topics);
@@ -203,7 +255,11 @@ impl Inner {
                 resume: resume.clone(),
             };
             for q in t.subscribers.values() {
-                q.push(&gap);
+                if back {
+                    q.push(&gap);
+                } else {
+                    q.push_catch_up(&gap);
+                }
             }
             if moved {
                 // A rollback seen in the history: positions up to `resume` may come live again
@@ -214,6 +270,12 @@ impl Inner {
                 {
                     t.live = None;
                 }
+                if let (Some(last), Some(r)) = (&t.last, &resume)
+                    && last.epoch != r.epoch
+                {
+                    let left = Arc::clone(&last.epoch);
+                    t.passed(&left);
+                }
                 t.last = resume;
             }
         }
@@ -221,57 +283,4 @@ impl Inner {
             self.fan(p);
         }
     }
-
-    /// What follows a gap for a reader at `since` that the history answered
-    /// [`History::Lost`] with `latest`: the position to resume from (just before the first
-    /// publication returned) and the publications the history still holds after `since` (every
-    /// one of the current epoch when `since` is of another; none when the backplane went back
-    /// behind `since` in its epoch: a rollback).
-    pub(super) async fn after_gap(
-        &self,
-        topic: &Topic,
-        since: Option<&Position>,
-        latest: Option<Position>,
-    ) -> (Option<Position>, Vec<Publication>) {
-        // Nothing published in the current epoch yet: from its first publication.
-        let Some(latest) = latest else {
-            return (None, Vec::new());
-        };
-        if let Some(since) = since
-            && since.epoch == latest.epoch
-            && since.offset > latest.offset
-        {
-            // The backplane is behind a position it gave: it lost what followed `latest`, and
-            // what it publishes next reuses those positions. From `latest` on.
-            tracing::warn!(
-                "pub/sub topic {topic}: the backplane went back from {since} to {latest}: it lost publications"
-            );
-            return (Some(latest), Vec::new());
-        }
-        let max = self.config.max_recovered;
-        match self.backplane.history(topic, None, max).await {
-            Ok(History::Complete(ps)) if ps.len() < max => {
-                let ps: Vec<Publication> = ps
-                    .into_iter()
-                    .filter(|p| !since.is_some_and(|s| not_after(p, s)))
-                    .collect();
-                let resume = match ps.first().and_then(|p| p.position.as_ref()) {
-                    Some(first) => Position {
-                        epoch: first.epoch.clone(),
-                        offset: first.offset.saturating_sub(1),
-                    },
-                    None => latest,
-                };
-                (Some(resume), ps)
-            }
-            _ => (Some(latest), Vec::new()),
-        }
-    }
-}
-
-/// Whether `p` is at or before `seam` in the same epoch.
-fn not_after(p: &Publication, seam: &Position) -> bool {
-    p.position
-        .as_ref()
-        .is_some_and(|pos| pos.epoch == seam.epoch && pos.offset <= seam.offset)
 }

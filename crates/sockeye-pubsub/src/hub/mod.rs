@@ -26,11 +26,13 @@
 //! and their subscribers' queues, shared by the rest), `publish` (publishing, [`Publisher`]),
 //! `subscribe` ([`Subscriber`]: subscribing, recovery from a position, receiving), `fan_out` (the
 //! backplane's events delivered; jumps, rollbacks and outages repaired from history or reported as
-//! gaps).
+//! gaps), `repair` (those repairs, run beside live delivery with a bound on how many at once, and
+//! the live publications held behind them, bounded).
 
 mod fan_out;
 mod node;
 mod publish;
+mod repair;
 mod state;
 mod subscribe;
 

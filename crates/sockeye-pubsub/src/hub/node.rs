@@ -14,7 +14,8 @@ use crate::backplane::in_process::InProcess;
 use crate::backplane::position::Position;
 use crate::config::{HistoryConfig, HubConfig};
 use crate::error::Error;
-use crate::queue::lock;
+use crate::lock::lock;
+use crate::queue_budget::QueueBudget;
 use crate::task::AbortOnDrop;
 use crate::topic::Topic;
 
@@ -66,6 +67,7 @@ impl Hub {
     pub fn start(config: HubConfig, backplane: Box<dyn Backplane>, events: mpsc::Receiver<Event>) -> Hub {
         let inner = Arc::new(Inner {
             node: rand::random(),
+            queue_budget: QueueBudget::new(config.max_queued_bytes_total),
             config,
             backplane,
             topics: Mutex::default(),
@@ -80,6 +82,12 @@ impl Hub {
             inner,
             _task: Arc::new(AbortOnDrop(task.abort_handle())),
         }
+    }
+
+    /// What every subscriber's queue on this node holds together, as counted against
+    /// [`HubConfig::max_queued_bytes_total`] (in 16 KiB steps: queues under one count nothing).
+    pub fn queued_bytes(&self) -> usize {
+        self.inner.queue_budget.total()
     }
 
     /// Whether the backplane is connected to its server, as far as the hub knows: false from

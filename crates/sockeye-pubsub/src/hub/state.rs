@@ -10,7 +10,9 @@ use crate::backplane::api::{Backplane, History};
 use crate::backplane::position::Position;
 use crate::config::HubConfig;
 use crate::error::Error;
-use crate::queue::{Queue, lock};
+use crate::lock::lock;
+use crate::queue::Queue;
+use crate::queue_budget::QueueBudget;
 use crate::topic::Topic;
 
 /// What a hub's handles, its subscribers and its fan-out task share.
@@ -23,6 +25,8 @@ pub(super) struct Inner {
     /// subscriber leaving and a new one arriving cannot leave the backplane unsubscribed.
     pub(super) subscriptions: tokio::sync::Mutex<()>,
     pub(super) next_subscriber: AtomicU64,
+    /// The bound on every subscriber's queue together ([`HubConfig::max_queued_bytes_total`]).
+    pub(super) queue_budget: Arc<QueueBudget>,
     /// The backplane's event channel ended: nothing more will be delivered.
     pub(super) ended: AtomicBool,
     /// The backplane said it lost its server ([`Event::Lost`]) and has not said it is back.
@@ -49,6 +53,29 @@ pub(super) struct TopicState {
     /// The newest position the backplane handed live: one at or before it in the same epoch is
     /// a rollback (the backplane never hands a publication twice live).
     pub(super) live: Option<Position>,
+    /// Past epochs, newest last, at most [`PAST_EPOCHS`]: the ones this node left for another
+    /// with a gap, and the ones of publications found past (see `Inner::of_a_past_epoch`). A
+    /// live publication of one, still on its way (NATS: one sent across a server restart names
+    /// the life it was sent to), is covered by the gap into the current epoch, not delivered
+    /// under an epoch the subscribers have left. An epoch never comes back.
+    pub(super) past: Vec<Arc<str>>,
+}
+
+/// Past epochs a topic remembers (each more is one history read per publication of it still on
+/// its way, and no more than that).
+pub(super) const PAST_EPOCHS: usize = 4;
+
+impl TopicState {
+    /// Remembers `epoch` as past.
+    pub(super) fn passed(&mut self, epoch: &Arc<str>) {
+        if self.past.contains(epoch) {
+            return;
+        }
+        if self.past.len() >= PAST_EPOCHS {
+            self.past.remove(0);
+        }
+        self.past.push(Arc::clone(epoch));
+    }
 }
 
 impl Inner {

@@ -14,16 +14,18 @@ use crate::backplane::position::{Origin, Position, Recovery};
 use crate::config::SubscriberConfig;
 use crate::delivery::{Delivery, delivery, to_delivery};
 use crate::error::Error;
-use crate::queue::{Queue, lock};
+use crate::lock::lock;
+use crate::queue::Queue;
 use crate::topic::Topic;
 
 impl Hub {
     /// A new subscriber, subscribed to nothing yet.
     pub fn subscriber(&self, config: SubscriberConfig) -> Subscriber {
+        let id = self.inner.next_subscriber.fetch_add(1, Ordering::Relaxed);
         Subscriber {
             hub: self.clone(),
-            id: self.inner.next_subscriber.fetch_add(1, Ordering::Relaxed),
-            queue: Arc::new(Queue::new(config)),
+            id,
+            queue: Queue::counted(config, &self.inner.queue_budget, id),
             topics: Vec::new(),
         }
     }

@@ -66,11 +66,17 @@ pub enum ErrorCode {
     /// ([`HubConfig::max_topics`](crate::HubConfig)): not the client's fault; retry later, or on
     /// another node.
     NodeFull,
+    /// The connection publishes faster than the node allows it (`--max-publish-rate`): nothing
+    /// was published; send it again a little later.
+    RateLimited,
+    /// A refresh's token was refused (not valid, or for another identity): the connection
+    /// stays up until its current token expires.
+    Unauthorized,
 }
 
 impl ErrorCode {
     /// Every code, in the order of the protocol document's table.
-    pub const ALL: [ErrorCode; 9] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::BadJson,
         ErrorCode::UnknownType,
         ErrorCode::BadRequest,
@@ -80,6 +86,8 @@ impl ErrorCode {
         ErrorCode::TooManySubscriptions,
         ErrorCode::Unavailable,
         ErrorCode::NodeFull,
+        ErrorCode::RateLimited,
+        ErrorCode::Unauthorized,
     ];
 
     /// Whether the refused request may succeed when sent again unchanged, later: the condition
@@ -89,14 +97,15 @@ impl ErrorCode {
     /// "retryable" column, which the JavaScript client follows.
     pub fn retryable(self) -> bool {
         match self {
-            ErrorCode::Unavailable | ErrorCode::NodeFull => true,
+            ErrorCode::Unavailable | ErrorCode::NodeFull | ErrorCode::RateLimited => true,
             ErrorCode::BadJson
             | ErrorCode::UnknownType
             | ErrorCode::BadRequest
             | ErrorCode::InvalidTopic
             | ErrorCode::TooLarge
             | ErrorCode::NotAllowed
-            | ErrorCode::TooManySubscriptions => false,
+            | ErrorCode::TooManySubscriptions
+            | ErrorCode::Unauthorized => false,
         }
     }
 
@@ -109,7 +118,7 @@ impl ErrorCode {
             Error::InvalidTopic(_) => ErrorCode::InvalidTopic,
             Error::PayloadTooLarge { .. } => ErrorCode::TooLarge,
             Error::InvalidPosition(_) | Error::NotData => ErrorCode::BadRequest,
-            Error::TooManyTopics { .. } => ErrorCode::NodeFull,
+            Error::TooManyTopics { .. } | Error::NodeQueuesFull { .. } => ErrorCode::NodeFull,
             // The node's own backplane URL: another node, or this one fixed, may serve it.
             Error::Backplane { .. }
             | Error::PartlyPublished { .. }
@@ -133,6 +142,8 @@ impl ErrorCode {
             ErrorCode::TooManySubscriptions => "too_many_subscriptions",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::NodeFull => "node_full",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::Unauthorized => "unauthorized",
         }
     }
 }
@@ -192,6 +203,7 @@ mod tests {
             },
             Error::TooManySubscriptions { max: 1 },
             Error::TooManyTopics { max: 1 },
+            Error::NodeQueuesFull { queued: 1, max: 1 },
             Error::InvalidPosition("x".into()),
             Error::Closed,
             Error::PartlyPublished {

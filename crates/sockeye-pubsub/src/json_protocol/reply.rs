@@ -105,6 +105,19 @@ pub fn dropped(count: u64) -> String {
     format!(r#"{{"type":"dropped","count":{count}}}"#)
 }
 
+/// `{"type":"refreshed","expires":UNIX_SECONDS}`: the answer to a refresh; the connection now
+/// expires at `expires` (`null`: never).
+pub fn refreshed(expires: Option<std::time::SystemTime>, id: Option<&RequestId>) -> String {
+    let mut frame = String::from(r#"{"type":"refreshed","expires":"#);
+    match expires.and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok()) {
+        Some(since) => {
+            let _ = write!(frame, "{}", since.as_secs());
+        }
+        None => frame.push_str("null"),
+    }
+    end(frame, id)
+}
+
 /// `{"type":"error","code":C,"message":M,"id":I}`: a refused request.
 pub fn error(refusal: &Refusal) -> String {
     let mut frame = String::from(r#"{"type":"error","code":""#);

@@ -46,15 +46,23 @@ pub enum Request {
         /// The id to echo.
         id: Option<RequestId>,
     },
+    /// `{"type":"refresh","token":T}`: the connection's token, renewed before it expires.
+    Refresh {
+        /// The new token.
+        token: String,
+        /// The id to echo.
+        id: Option<RequestId>,
+    },
 }
 
 impl Request {
     /// The request's id, if it had one.
     pub fn id(&self) -> Option<&RequestId> {
         match self {
-            Request::Subscribe { id, .. } | Request::Unsubscribe { id, .. } | Request::Publish { id, .. } => {
-                id.as_ref()
-            }
+            Request::Subscribe { id, .. }
+            | Request::Unsubscribe { id, .. }
+            | Request::Publish { id, .. }
+            | Request::Refresh { id, .. } => id.as_ref(),
         }
     }
 }
@@ -90,7 +98,8 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, Refusal> {
         .ok_or_else(|| {
             refuse(
                 ErrorCode::UnknownType,
-                "a request needs a \"type\": \"subscribe\", \"unsubscribe\" or \"publish\"".into(),
+                "a request needs a \"type\": \"subscribe\", \"unsubscribe\", \"publish\" or \"refresh\""
+                    .into(),
             )
         })?;
     let topic = || -> Result<Topic, Refusal> {
@@ -132,10 +141,22 @@ pub fn parse_request(frame: &[u8]) -> Result<Request, Refusal> {
                 id,
             })
         }
+        "refresh" => {
+            let token: String = field("token")
+                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .filter(|t: &String| !t.is_empty())
+                .ok_or_else(|| {
+                    refuse(
+                        ErrorCode::BadRequest,
+                        "a refresh request needs a \"token\" (a non-empty string: the new token)".into(),
+                    )
+                })?;
+            Ok(Request::Refresh { token, id })
+        }
         other => Err(refuse(
             ErrorCode::UnknownType,
             format!(
-                "unknown request type {:?}: send \"subscribe\", \"unsubscribe\" or \"publish\"",
+                "unknown request type {:?}: send \"subscribe\", \"unsubscribe\", \"publish\" or \"refresh\"",
                 truncated(other)
             ),
         )),

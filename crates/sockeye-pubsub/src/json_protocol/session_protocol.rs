@@ -1,6 +1,9 @@
 //! The JSON protocol as a [`Session`](crate::Session) speaks it: each client frame parsed and
 //! checked against the connection's [`Access`], each delivery framed once per node.
 
+use std::sync::Arc;
+use std::time::SystemTime;
+
 use sockeye::{Message, Utf8Bytes};
 
 use super::common::{ErrorCode, Refusal, RequestId};
@@ -30,17 +33,50 @@ use crate::topic::Topic;
 /// # let _ = ended;
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct JsonProtocol {
     access: Access,
     max_payload: usize,
+    refresh: Option<Refresh>,
+}
+
+/// [`JsonProtocol::refresh`]'s check.
+type Refresh = Arc<dyn Fn(&str) -> Result<Option<SystemTime>, String> + Send + Sync>;
+
+impl std::fmt::Debug for JsonProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonProtocol")
+            .field("access", &self.access)
+            .field("max_payload", &self.max_payload)
+            .field("refresh", &self.refresh.is_some())
+            .finish()
+    }
 }
 
 impl JsonProtocol {
     /// A connection with `access`, on a node that takes publications of at most `max_payload`
     /// bytes (its [`HubConfig::max_payload`](crate::HubConfig::max_payload)).
     pub fn new(access: Access, max_payload: usize) -> JsonProtocol {
-        JsonProtocol { access, max_payload }
+        JsonProtocol {
+            access,
+            max_payload,
+            refresh: None,
+        }
+    }
+
+    /// Takes `refresh` requests: `check` gets the new token and answers when the connection
+    /// expires with it (`Ok(None)`: never), or why it is refused (the client gets an `error`
+    /// with `unauthorized` and keeps its current expiry). `check` decides what a token may
+    /// renew: the web face's accepts only one granting the same [`Access`]. Serve it with
+    /// [`Session::expires`](crate::Session::expires). Without this, a refresh is answered
+    /// `refreshed` with `"expires":null`: the connection does not expire.
+    #[must_use]
+    pub fn refresh(
+        mut self,
+        check: impl Fn(&str) -> Result<Option<SystemTime>, String> + Send + Sync + 'static,
+    ) -> JsonProtocol {
+        self.refresh = Some(Arc::new(check));
+        self
     }
 }
 
@@ -107,6 +143,25 @@ impl Protocol for JsonProtocol {
                             Err(e) => reply::error(&refusal(e, id)),
                         }))
                     }),
+                }
+            }
+            ClientRequest::Refresh { token, id } => {
+                let checked = match &self.refresh {
+                    Some(check) => check(&token),
+                    None => Ok(None),
+                };
+                match checked {
+                    Ok(expires) => Request::Refreshed {
+                        expires,
+                        reply: Message::text(reply::refreshed(expires, id.as_ref())),
+                    },
+                    Err(why) => refuse(Refusal::new(
+                        id,
+                        ErrorCode::Unauthorized,
+                        format!(
+                            "the refresh token was refused, the connection keeps its current one until it expires: {why}"
+                        ),
+                    )),
                 }
             }
         }

@@ -328,7 +328,9 @@ async fn authorized_body(shared: &Shared, headers: &HeaderMap, body: Body) -> Re
         refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             "too_large",
-            format!("the body is over this node's limit of {max} bytes (its largest publication)"),
+            format!(
+                "the body is over this node's limit of {max} bytes, its largest publication (HubConfig::max_payload; ws pubsub_server --max-message-size)"
+            ),
         )
     };
     let declared = headers

@@ -1,6 +1,7 @@
 //! Who a WebSocket client is: the `token` of its query string, checked by a callback that
 //! returns what the connection may do ([`Access`]) or refuses it ([`Refused`]: 401 or 403,
-//! before the upgrade). Two checks are provided: [`shared_token`] and [`jwt_hs256`].
+//! before the upgrade). Checks provided: [`shared_token`], [`jwt_hs256`] and, for other
+//! algorithms, keys from PEM or JWKS, `iss` and `aud`, [`Jwt`].
 //!
 //! ```
 //! use sockeye_pubsub::access::AccessRules;
@@ -12,23 +13,15 @@
 //! # Ok::<(), sockeye_pubsub::Error>(())
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::grant::missing;
+pub use super::grant::{Grant, Refused};
+use super::jwt::Jwt;
 use crate::access::{Access, AccessRules};
 
 /// The check of [`WebConfig::authorize`](super::WebConfig::authorize).
-pub(crate) type Authorize = Arc<dyn Fn(Option<&str>) -> Result<Access, Refused> + Send + Sync>;
-
-/// Why a client's connection is refused, with what to tell it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Refused {
-    /// No token, or one that is not valid (a bad signature, expired): 401.
-    Unauthorized(String),
-    /// A valid token that may not connect: 403.
-    Forbidden(String),
-}
+pub(crate) type Authorize = Arc<dyn Fn(Option<&str>) -> Result<Grant, Refused> + Send + Sync>;
 
 /// One token every client shares: a client with it is granted `rules` (without values: a
 /// rule with a `{placeholder}` grants nothing), any other is refused with 401.
@@ -46,28 +39,22 @@ pub fn shared_token(
 }
 
 /// JSON Web Tokens signed with HS256 and `secret` (RFC 7519): the signature, `exp` (required,
-/// no leeway) and `sub` (required) are checked, and `rules` are granted with the token's string
-/// claims as values (`user/{sub}` grants `user/alice` to a token with `"sub":"alice"`).
+/// no leeway; the connection expires with it) and `sub` (required) are checked, and `rules`
+/// are granted with the token's string claims as values (`user/{sub}` grants `user/alice` to a
+/// token with `"sub":"alice"`). For other algorithms, keys, `iss`, `aud`: [`Jwt`].
 pub fn jwt_hs256(
     secret: &[u8],
     rules: AccessRules,
-) -> impl Fn(Option<&str>) -> Result<Access, Refused> + Send + Sync + 'static {
-    use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode};
-    let key = DecodingKey::from_secret(secret);
-    let mut validation = Validation::new(Algorithm::HS256);
-    validation.leeway = 0;
-    validation.set_required_spec_claims(&["exp", "sub"]);
-    move |given| {
-        let token = given.ok_or_else(missing)?;
-        let claims = decode::<HashMap<String, serde_json::Value>>(token, &key, &validation)
-            .map_err(|e| Refused::Unauthorized(format!("the token was refused: {e}")))?
-            .claims;
-        Ok(rules.grant(|name| claims.get(name).and_then(|v| v.as_str()).map(str::to_owned)))
+) -> impl Fn(Option<&str>) -> Result<Grant, Refused> + Send + Sync + 'static {
+    // An empty secret (anyone could sign) cannot be refused here, where nothing fails: every
+    // token is refused instead, saying why; `Jwt::hs256` refuses it at start.
+    let check = Jwt::hs256(secret).map(|jwt| jwt.authorize(rules));
+    move |given| match &check {
+        Ok(check) => check(given),
+        Err(e) => Err(Refused::Unauthorized(format!(
+            "this node cannot check tokens: {e}"
+        ))),
     }
-}
-
-fn missing() -> Refused {
-    Refused::Unauthorized("this node needs a token: connect to /?token=…".into())
 }
 
 /// Compares in time that depends on the lengths only, not on where the bytes differ.

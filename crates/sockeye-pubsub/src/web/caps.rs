@@ -36,10 +36,13 @@ pub enum OverCap {
 impl fmt::Display for OverCap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            OverCap::Node(max) => write!(f, "the node serves {max} connections (max_connections)"),
+            OverCap::Node(max) => write!(
+                f,
+                "the node serves {max} connections (WebConfig::max_connections; ws pubsub_server --max-connections)"
+            ),
             OverCap::Address(max) => write!(
                 f,
-                "the client's address holds {max} connections (max_connections_per_address)"
+                "the client's address holds {max} connections (WebConfig::max_connections_per_address; ws pubsub_server --max-connections-per-address)"
             ),
         }
     }
@@ -87,7 +90,7 @@ impl Gate {
     /// Counts a connection from `peer`, or refuses it if a cap is reached.
     pub(crate) fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Admitted, OverCap> {
         let address = client(peer);
-        let mut counts = crate::queue::lock(&self.counts);
+        let mut counts = crate::lock::lock(&self.counts);
         if counts.total >= self.max_total {
             return Err(OverCap::Node(self.max_total));
         }
@@ -107,7 +110,7 @@ impl Gate {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut counts = crate::queue::lock(&self.gate.counts);
+        let mut counts = crate::lock::lock(&self.gate.counts);
         counts.total = counts.total.saturating_sub(1);
         if let Some(held) = counts.by_address.get_mut(&self.address) {
             *held = held.saturating_sub(1);

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::auth::{Authorize, Refused};
+use super::auth::{Authorize, Grant, Refused};
 use super::origin::{AllowedOrigins, BadOrigin, Origin};
+#[cfg(doc)]
 use crate::access::Access;
 use crate::session::{OnGap, SessionConfig};
 
@@ -26,8 +27,11 @@ pub struct WebConfig {
     pub(crate) max_connections_per_address: usize,
     pub(crate) max_publish_rate: Option<u32>,
     pub(crate) max_publish_topics: Option<usize>,
+    pub(crate) client_js_cors: Option<http::HeaderValue>,
 }
 
+/// [`WebConfig::history_limit`]'s default.
+pub const HISTORY_LIMIT: usize = 1000;
 /// [`WebConfig::header_read_timeout`]'s default.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`WebConfig::idle_timeout`]'s default.
@@ -74,8 +78,8 @@ impl Default for WebConfig {
             session: SessionConfig::default().on_gap(OnGap::Deliver),
             api_token: None,
             authorize: None,
-            history_limit: 1000,
-            socket: sockeye::Config::default(),
+            history_limit: HISTORY_LIMIT,
+            socket: socket_config(),
             header_read_timeout: Some(HEADER_READ_TIMEOUT),
             idle_timeout: Some(IDLE_TIMEOUT),
             origins: AllowedOrigins::default(),
@@ -84,6 +88,7 @@ impl Default for WebConfig {
             max_connections_per_address: MAX_CONNECTIONS_PER_ADDRESS,
             max_publish_rate: Some(MAX_PUBLISH_RATE),
             max_publish_topics: Some(MAX_PUBLISH_TOPICS),
+            client_js_cors: Some(http::HeaderValue::from_static("*")),
         }
     }
 }
@@ -107,17 +112,22 @@ impl WebConfig {
     /// `clients/js` sends; `None` without one), what the connection may do, or refuses it
     /// (401 or 403, before the upgrade). Default: none, every client may do everything. See
     /// [`auth`](super::auth) for a shared token and for JWTs.
-    pub fn authorize(
+    ///
+    /// The callback returns an [`Access`] or a [`Grant`] (an access with an expiry): a socket
+    /// whose grant expires is closed with 4002 (`token_expired`) then, unless the client sends a
+    /// `refresh` request with a token that the callback grants the same access (the same user)
+    /// first; it is answered `refreshed` with the new expiry, or an `error` `unauthorized`.
+    pub fn authorize<G: Into<Grant>>(
         mut self,
-        check: impl Fn(Option<&str>) -> Result<Access, Refused> + Send + Sync + 'static,
+        check: impl Fn(Option<&str>) -> Result<G, Refused> + Send + Sync + 'static,
     ) -> Self {
-        self.authorize = Some(Arc::new(check));
+        self.authorize = Some(Arc::new(move |token| check(token).map(Into::into)));
         self
     }
 
     /// The WebSockets' settings (compression, timeouts, buffers). Its
     /// `protocol.max_message_size` is replaced by what fits the hub's largest publication in a
-    /// frame (a larger frame is closed with 1009). Default: `sockeye::Config::default()`.
+    /// frame (a larger frame is closed with 1009). Default: [`socket_config`].
     pub fn socket(mut self, config: sockeye::Config) -> Self {
         self.socket = config;
         self
@@ -160,7 +170,7 @@ impl WebConfig {
     /// page of another site cannot use the cookies or single sign-on of this one (cross-site
     /// WebSocket hijacking). A request without `Origin` is not from a browser and is not
     /// checked. Behind a proxy that rewrites `Host`, list the site's origin. A refused page's
-    /// socket is answered 403 before the upgrade.
+    /// socket is upgraded and closed with 4004 (`origin_not_allowed`, see `RefusalKind`).
     pub fn allowed_origin(mut self, origin: &str) -> Result<Self, BadOrigin> {
         if origin.trim() == "*" {
             self.origins.any = true;
@@ -168,6 +178,25 @@ impl WebConfig {
             let parsed = Origin::parse(origin).ok_or_else(|| BadOrigin(origin.to_owned()))?;
             self.origins.listed.push(parsed);
         }
+        Ok(self)
+    }
+
+    /// Which pages of other sites may import `/client.js` (its `Access-Control-Allow-Origin`):
+    /// `Some("*")` every page (the default: the script is public code and is fetched without
+    /// credentials, so a page of another site gains nothing it could not download itself),
+    /// `Some(origin)` one (`scheme://host[:port]`), `None` none but the node's own pages (no
+    /// header). Opening a socket is the Origin check's business
+    /// ([`allowed_origin`](Self::allowed_origin)), not this.
+    pub fn client_js_cors(mut self, origin: Option<&str>) -> Result<Self, BadOrigin> {
+        self.client_js_cors = match origin.map(str::trim) {
+            None => None,
+            Some("*") => Some(http::HeaderValue::from_static("*")),
+            Some(origin) => {
+                let bad = || BadOrigin(origin.to_owned());
+                Origin::parse(origin).ok_or_else(bad)?;
+                Some(http::HeaderValue::from_str(origin).map_err(|_| bad())?)
+            }
+        };
         Ok(self)
     }
 
@@ -221,4 +250,19 @@ impl WebConfig {
         self.max_publish_topics = topics.into();
         self
     }
+}
+
+/// A socket's write buffer, past which its session stops taking deliveries from its queue.
+/// Default 64 KiB, not the library's 1 MiB: what a session has moved into its socket is outside
+/// the queue's bounds (its own and the node's, `HubConfig::max_queued_bytes_total`), so with
+/// 1,000 slow readers 1 MiB each was 1 GiB the bounds did not see; the kernel's socket buffer
+/// keeps a fast reader's pipe full all the same. (One message always fits, whatever its size.)
+pub const SOCKET_WRITE_HIGH_WATER: usize = 64 << 10;
+
+/// The web face's default WebSocket settings: `sockeye::Config::default()` with a write buffer
+/// of [`SOCKET_WRITE_HIGH_WATER`]. Start from it to change one setting.
+pub fn socket_config() -> sockeye::Config {
+    sockeye::Config::builder()
+        .write_buffer_high_water(SOCKET_WRITE_HIGH_WATER)
+        .build()
 }

@@ -18,15 +18,51 @@ use crate::hub::Hub;
 
 type Labels = Vec<(&'static str, &'static str)>;
 
+/// Why the node refused a client or one of its requests: the `kind` label of
+/// `sockeye_pubsub_refusals_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RefusedBy {
+    /// A connection over the node's cap (`max_connections`).
+    CapNode,
+    /// A connection over its address's cap (`max_connections_per_address`).
+    CapAddress,
+    /// A socket of a page whose origin is not allowed.
+    Origin,
+    /// A socket refused by the token check (401, 403).
+    Token,
+    /// A publication over the socket's rate (`max_publish_rate`).
+    PublishRate,
+    /// A publication on one topic too many (`max_publish_topics`).
+    PublishTopics,
+    /// A subscription over the socket's bound (`max_subscriptions`).
+    Subscriptions,
+}
+
+impl RefusedBy {
+    fn label(self) -> &'static str {
+        match self {
+            RefusedBy::CapNode => "cap_node",
+            RefusedBy::CapAddress => "cap_address",
+            RefusedBy::Origin => "origin",
+            RefusedBy::Token => "token",
+            RefusedBy::PublishRate => "publish_rate",
+            RefusedBy::PublishTopics => "publish_topics",
+            RefusedBy::Subscriptions => "subscriptions",
+        }
+    }
+}
+
 /// The node's metrics; clones share them.
 #[derive(Clone)]
 pub(crate) struct Metrics {
     registry: Arc<Registry>,
     pub(crate) connections: Gauge,
-    pub(crate) refused_connections: Counter,
-    pub(crate) refused_origins: Counter,
-    pub(crate) refused_publications: Counter,
+    refused_connections: Counter,
+    refused_origins: Counter,
+    refused_publications: Counter,
     capped: Family<Labels, Counter>,
+    refusals: Family<Labels, Counter>,
+    closes: Family<Vec<(&'static str, String)>, Counter>,
     pub(crate) subscriptions: Gauge,
     topics: Gauge,
     publications: Family<Labels, Counter>,
@@ -62,6 +98,16 @@ impl Metrics {
             &mut registry,
             "capped_connections",
             "Connections closed at once because the node (cap=node) or their address (cap=address) held as many as allowed",
+        );
+        let refusals: Family<Labels, Counter> = add(
+            &mut registry,
+            "refusals",
+            "Clients and requests refused, by kind (cap_node, cap_address, origin, token, publish_rate, publish_topics, subscriptions)",
+        );
+        let closes: Family<Vec<(&'static str, String)>, Counter> = add(
+            &mut registry,
+            "closes",
+            "WebSocket sessions ended, by reason (client, shutdown, too_slow, not_published, gap, refused, hub_stopped) and the close code the node sent (none when the client closed first or dropped)",
         );
         let subscriptions: Gauge = add(
             &mut registry,
@@ -112,6 +158,8 @@ impl Metrics {
             refused_origins,
             refused_publications,
             capped,
+            refusals,
+            closes,
             subscriptions,
             topics,
             publications,
@@ -139,9 +187,37 @@ impl Metrics {
         }
     }
 
-    /// A connection refused by a cap: `cap` is `node` or `address`.
-    pub(crate) fn capped(&self, cap: &'static str) {
-        self.capped.get_or_create(&vec![("cap", cap)]).inc();
+    /// A client or a request refused: counted by kind, and in the older counter of its kind.
+    pub(crate) fn refused(&self, kind: RefusedBy) {
+        self.refusals.get_or_create(&vec![("kind", kind.label())]).inc();
+        match kind {
+            RefusedBy::CapNode => {
+                self.capped.get_or_create(&vec![("cap", "node")]).inc();
+            }
+            RefusedBy::CapAddress => {
+                self.capped.get_or_create(&vec![("cap", "address")]).inc();
+            }
+            RefusedBy::Origin => {
+                self.refused_origins.inc();
+            }
+            RefusedBy::Token => {
+                self.refused_connections.inc();
+            }
+            RefusedBy::PublishRate | RefusedBy::PublishTopics => {
+                self.refused_publications.inc();
+            }
+            RefusedBy::Subscriptions => {}
+        }
+    }
+
+    /// A session ended for `reason`, the node having sent `code` (`None`: the client closed
+    /// first or dropped).
+    pub(crate) fn closed(&self, reason: &'static str, code: Option<u16>) {
+        // The node's own codes only (the client's are not seen): a handful of label values.
+        let code = code.map_or_else(|| "none".to_owned(), |c| c.to_string());
+        self.closes
+            .get_or_create(&vec![("reason", reason.to_owned()), ("code", code)])
+            .inc();
     }
 
     pub(crate) fn published_by_http(&self, count: usize) {

@@ -11,6 +11,12 @@
 //! | `POST /publish` | publishes a batch `{"publications":[{"topic":T,"data":D},…]}` (bearer token) |
 //! | `GET /history/<topic>?since=offset@epoch&limit=N` | what the topic's history holds after `since` (bearer token) |
 //! | `/metrics` | Prometheus text format |
+//! | `GET /healthz` | 200 while the node serves |
+//! | `GET /readyz` | 200 while its backplane is connected, else 503 |
+//!
+//! Every error is answered with a JSON body, `{"error":{"code":…,"message":…}}`, axum's own
+//! (405 for a method a path does not take) included. Each WebSocket session logs one line at
+//! info (`tracing`) when it ends; no line is logged per HTTP request.
 //!
 //! ```no_run
 //! use sockeye_pubsub::Hub;
@@ -46,9 +52,11 @@
 //! ([`Web::admit`], for the accept loop), an Origin check of every socket, and a bound on
 //! each socket's publication rate and on the topics it publishes on.
 //!
-//! Files: `config` ([`WebConfig`]), `auth` (who a client is), `origin` (which pages may open
+//! Files: `config` ([`WebConfig`]), `auth` (who a client is), `jwt` (JSON Web Tokens), `grant` (what a check answers), `origin` (which pages may open
 //! sockets), `caps` (the connection caps), `idle` (an idle connection's end), `publish_limit`
-//! (a socket's bounds on publishing), `shared` (what
+//! (a socket's bounds on publishing), `health` (`/healthz`, `/readyz`), `json_errors` (every
+//! error a JSON body), `session_end` (a session's end: its reason, code and log line),
+//! `shared` (what
 //! every request shares), `socket` (the WebSocket at `/`), `api` (the backends' HTTP API),
 //! `metrics`, `query` (a request's query string), `respond` (JSON answers). This file holds
 //! [`Web`]: the router, the connections and the graceful shutdown.
@@ -57,12 +65,19 @@ mod api;
 pub mod auth;
 mod caps;
 mod config;
+mod grant;
+mod health;
 mod idle;
+mod json_errors;
+mod jwks;
+pub mod jwt;
 mod metrics;
 mod origin;
 mod publish_limit;
 mod query;
+mod refusal;
 mod respond;
+mod session_end;
 mod shared;
 mod socket;
 
@@ -82,13 +97,14 @@ use shared::Shared;
 
 use crate::hub::Hub;
 
-pub use auth::Refused as AuthRefused;
+pub use auth::{Grant, Refused as AuthRefused};
 pub use caps::{Admitted, OverCap};
 pub use config::{
-    HEADER_READ_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS, MAX_PUBLISH_RATE,
-    MAX_PUBLISH_TOPICS, WebConfig,
+    HEADER_READ_TIMEOUT, HISTORY_LIMIT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_CONNECTIONS_PER_ADDRESS,
+    MAX_PUBLISH_RATE, MAX_PUBLISH_TOPICS, SOCKET_WRITE_HIGH_WATER, WebConfig, socket_config,
 };
 pub use origin::BadOrigin;
+pub use refusal::RefusalKind;
 
 /// The JavaScript client, served at `/client.js`: `assets/client.js`, a symbolic link to
 /// `clients/js/src/index.js` that `cargo package` stores as a file, so the published crate has it.
@@ -146,7 +162,16 @@ impl Web {
             .route("/", any(socket::serve))
             .route(
                 "/client.js",
-                get(|| async { respond::text("text/javascript; charset=utf-8", CLIENT_JS) }),
+                get(|State(shared): State<Arc<Shared>>| async move {
+                    let mut response = respond::text("text/javascript; charset=utf-8", CLIENT_JS);
+                    // A page of another site imports it as a module: a CORS fetch.
+                    if let Some(allowed) = &shared.config.client_js_cors {
+                        response
+                            .headers_mut()
+                            .insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed.clone());
+                    }
+                    response
+                }),
             )
             .route(
                 "/demo",
@@ -161,7 +186,11 @@ impl Web {
                 "/metrics",
                 get(|State(shared): State<Arc<Shared>>| async move { shared.metrics.scrape(&shared.hub) }),
             )
+            .route("/healthz", get(health::alive))
+            .route("/readyz", get(health::ready))
             .fallback(socket::elsewhere)
+            // Last: over every route and the fallback, so that axum's own answers are JSON too.
+            .layer(axum::middleware::from_fn(json_errors::ensure_json))
             .with_state(Arc::clone(&self.shared))
     }
 

@@ -44,7 +44,7 @@ impl PublishLimit {
         if self.rate.is_none() && self.topics.is_none() {
             return Ok(());
         }
-        let mut state = crate::queue::lock(&self.state);
+        let mut state = crate::lock::lock(&self.state);
         let new_topic = self.topics.is_some() && !state.topics.contains(topic);
         if let Some(max) = self.topics
             && new_topic
@@ -53,7 +53,7 @@ impl PublishLimit {
             return Err((
                 ErrorCode::NotAllowed,
                 format!(
-                    "this connection may publish on {max} topics, and has (max_publish_topics, --max-publish-topics): publish on those, or reconnect"
+                    "this connection may publish on {max} topics, and has (WebConfig::max_publish_topics; ws pubsub_server --max-publish-topics): publish on those, or reconnect"
                 ),
             ));
         }
@@ -65,9 +65,9 @@ impl PublishLimit {
             state.refilled = now;
             if state.tokens < 1.0 {
                 return Err((
-                    ErrorCode::Unavailable,
+                    ErrorCode::RateLimited,
                     format!(
-                        "this connection may publish {rate} times a second (max_publish_rate, --max-publish-rate): nothing was published; retry later"
+                        "this connection may publish {rate} times a second (WebConfig::max_publish_rate; ws pubsub_server --max-publish-rate): nothing was published; retry later"
                     ),
                 ));
             }

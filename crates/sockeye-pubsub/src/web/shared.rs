@@ -8,7 +8,7 @@ use tokio_util::task::TaskTracker;
 
 use super::caps::{Admitted, Gate, OverCap};
 use super::config::WebConfig;
-use super::metrics::Metrics;
+use super::metrics::{Metrics, RefusedBy};
 use crate::hub::Hub;
 
 /// What every request of a node's web face shares.
@@ -34,9 +34,9 @@ impl Shared {
     pub(crate) fn admit(&self, peer: std::net::IpAddr) -> Result<Admitted, OverCap> {
         let admitted = self.gate.admit(peer);
         if let Err(cap) = &admitted {
-            self.metrics.capped(match cap {
-                OverCap::Address(_) => "address",
-                _ => "node",
+            self.metrics.refused(match cap {
+                OverCap::Address(_) => RefusedBy::CapAddress,
+                _ => RefusedBy::CapNode,
             });
         }
         admitted

@@ -10,12 +10,14 @@ use axum::response::{IntoResponse, Response};
 use http::{Method, StatusCode, Version, header};
 use sockeye::upgrade::Upgrade;
 
-use super::auth::Refused;
-use super::caps::Peer;
-use super::metrics::Metrics;
+use super::auth::{Grant, Refused};
+use super::caps::{OverCap, Peer};
+use super::metrics::{Metrics, RefusedBy};
 use super::publish_limit::PublishLimit;
 use super::query::query_param;
+use super::refusal::RefusalKind;
 use super::respond;
+use super::session_end::{self, SessionEnd, Tally};
 use super::shared::Shared;
 use crate::access::Access;
 use crate::backplane::position::{Position, Recovery};
@@ -56,6 +58,8 @@ pub(crate) async fn serve(
         }
         Err(refusal) => return refusal.into_response(),
     };
+    // A browser is told why after the upgrade (see `refusal`): it sends Origin, others rarely.
+    let browser = headers.contains_key(header::ORIGIN);
     // Over HTTP/2 the socket is one stream of its connection, which holds one place under the
     // caps for all its streams: it takes one of its own.
     let mut stream_admitted = None;
@@ -65,31 +69,32 @@ pub(crate) async fn serve(
         match shared.admit(peer) {
             Ok(admitted) => stream_admitted = Some(admitted),
             Err(cap) => {
+                let kind = match cap {
+                    OverCap::Address(_) => RefusalKind::TooManyConnections,
+                    _ => RefusalKind::NodeFull,
+                };
                 let why = format!("{cap}: a WebSocket over HTTP/2 counts as a connection");
-                return respond::error(StatusCode::SERVICE_UNAVAILABLE, "too_many_connections", &why);
+                return refuse(&shared, upgrade, browser, kind, &why);
             }
         }
     }
     if let Err(foreign) = shared.config.origins.check(&headers, &uri, shared.config.tls) {
-        shared.metrics.refused_origins.inc();
+        // What to do first: a close reason is cut at 123 bytes.
         let why = format!(
-            "pages of {} may not open sockets on this node: allow them with --allowed-origin {} (WebConfig::allowed_origin)",
+            "--allowed-origin {} (WebConfig::allowed_origin) lets pages of {} open sockets on this node",
             foreign.0, foreign.0
         );
-        return respond::error(StatusCode::FORBIDDEN, "origin_not_allowed", &why);
+        return refuse(&shared, upgrade, browser, RefusalKind::OriginNotAllowed, &why);
     }
-    let access = match &shared.config.authorize {
-        None => Access::everything(),
+    let grant = match &shared.config.authorize {
+        None => Grant::new(Access::everything()),
         Some(check) => match check(query_param(&uri, "token").as_deref()) {
-            Ok(access) => access,
-            Err(refused) => {
-                shared.metrics.refused_connections.inc();
-                return match refused {
-                    Refused::Unauthorized(why) => {
-                        respond::error(StatusCode::UNAUTHORIZED, "unauthorized", &why)
-                    }
-                    Refused::Forbidden(why) => respond::error(StatusCode::FORBIDDEN, "not_allowed", &why),
-                };
+            Ok(grant) => grant,
+            Err(Refused::Unauthorized(why)) => {
+                return refuse(&shared, upgrade, browser, RefusalKind::Unauthorized, &why);
+            }
+            Err(Refused::Forbidden(why)) => {
+                return refuse(&shared, upgrade, browser, RefusalKind::NotAllowed, &why);
             }
         },
     };
@@ -98,6 +103,7 @@ pub(crate) async fn serve(
     // comes in between still waits for the socket (and sends it 1001). Dropped with the
     // handler, or unused if the switch fails.
     let open = shared.sockets.token();
+    let client = peer.map(|axum::Extension(Peer(ip))| ip);
     upgrade
         .config(shared.socket.clone())
         .on_upgrade(move |mut ws| async move {
@@ -106,18 +112,78 @@ pub(crate) async fn serve(
             let shared = shared_for_socket;
             ws.close_on_shutdown(&shared.shutdown);
             shared.metrics.connected();
+            let started = std::time::Instant::now();
+            let expires = grant.expires;
             let protocol = Counted {
-                json: JsonProtocol::new(access, shared.hub.max_payload()),
+                tally: Arc::default(),
+                json: json_protocol(&shared, grant),
                 metrics: shared.metrics.clone(),
                 subscribed: Arc::default(),
                 limit: PublishLimit::new(shared.config.max_publish_rate, shared.config.max_publish_topics),
             };
             let subscribed = Arc::clone(&protocol.subscribed);
-            let ended = Session::new(&shared.hub, protocol, shared.config.session)
-                .run(ws)
-                .await;
-            let left = crate::queue::lock(&subscribed).len();
+            let tally = Arc::clone(&protocol.tally);
+            let mut session = Session::new(&shared.hub, protocol, shared.config.session);
+            if let Some(at) = expires {
+                session = session.expires(at, expired());
+            }
+            let ended = session.run(ws).await;
+            let left = crate::lock::lock(&subscribed).len();
             shared.metrics.disconnected(left, matches!(ended, Ended::TooSlow));
+            let end = SessionEnd::of(&ended, shared.shutdown.is_shutting_down());
+            shared.metrics.closed(end.reason, end.code);
+            session_end::log(client, started, &tally, end);
+        })
+}
+
+/// The JSON protocol for a connection granted `grant`: it takes a refreshed token that the
+/// node's check grants the same access (the same identity: a token for another user is
+/// refused, not swapped in), and renews the connection's expiry with it.
+fn json_protocol(shared: &Shared, grant: Grant) -> JsonProtocol {
+    let protocol = JsonProtocol::new(grant.access.clone(), shared.hub.max_payload());
+    let Some(check) = shared.config.authorize.clone() else {
+        return protocol;
+    };
+    protocol.refresh(move |token| match check(Some(token)) {
+        Ok(fresh) if fresh.access == grant.access => Ok(fresh.expires),
+        Ok(_) => Err(
+            "it grants other topics than this connection's token (another user?): \
+                      to change who the connection is, reconnect with it"
+                .into(),
+        ),
+        Err(Refused::Unauthorized(why) | Refused::Forbidden(why)) => Err(why),
+    })
+}
+
+/// The close of a socket whose token expired without a refresh: 4002 `token_expired`.
+fn expired() -> sockeye::CloseFrame {
+    RefusalKind::TokenExpired.close_frame(
+        "the token expired; send {\"type\":\"refresh\",\"token\":…} before exp, or reconnect with a fresh token",
+    )
+}
+
+/// Refuses the WebSocket `upgrade` for `kind` and `why`, counted: a browser's (it sent
+/// `Origin`) is upgraded and closed with the kind's code and reason; any other client gets the
+/// HTTP status and JSON error (see `refusal`).
+fn refuse(shared: &Arc<Shared>, upgrade: Upgrade, browser: bool, kind: RefusalKind, why: &str) -> Response {
+    match kind {
+        RefusalKind::OriginNotAllowed => shared.metrics.refused(RefusedBy::Origin),
+        // Counted where the cap refused it (`Shared::admit`).
+        RefusalKind::TooManyConnections | RefusalKind::NodeFull => {}
+        _ => shared.metrics.refused(RefusedBy::Token),
+    }
+    if !browser {
+        return respond::error(kind.status(), kind.name(), why);
+    }
+    let frame = kind.close_frame(why);
+    // Under the shutdown's count like any socket; the close handshake is bounded by the
+    // socket configuration's close timeout.
+    let open = shared.sockets.token();
+    upgrade
+        .config(shared.socket.clone())
+        .on_upgrade(|mut ws| async move {
+            let _open = open;
+            let _ = ws.close(Some(frame)).await;
         })
 }
 
@@ -156,12 +222,17 @@ struct Counted {
     subscribed: Arc<Mutex<HashSet<Topic>>>,
     /// Its bounds on publishing.
     limit: PublishLimit,
+    /// Its messages each way, for its log line.
+    tally: Arc<Tally>,
 }
 
 impl Counted {
     /// The `error` frame refusing the publication `original` (with its id, if it has one).
     fn refuse(&self, original: &sockeye::Message, (code, why): (ErrorCode, String)) -> Request {
-        self.metrics.refused_publications.inc();
+        self.metrics.refused(match code {
+            ErrorCode::RateLimited => RefusedBy::PublishRate,
+            _ => RefusedBy::PublishTopics,
+        });
         let frame: &[u8] = match original {
             sockeye::Message::Text(text) => text.as_str().as_bytes(),
             sockeye::Message::Binary(bytes) => bytes,
@@ -175,6 +246,7 @@ impl Counted {
 
 impl Protocol for Counted {
     fn request(&self, message: sockeye::Message) -> Request {
+        Tally::count(&self.tally.received);
         // A refcount: kept for the id of a publication refused by the bounds.
         let original = message.clone();
         let request = self.json.request(message);
@@ -191,8 +263,11 @@ impl Protocol for Counted {
                     topic,
                     since,
                     answer: Box::new(move |result: Result<Recovery, &Error>| {
-                        if result.is_ok() && crate::queue::lock(&subscribed).insert(t) {
+                        if result.is_ok() && crate::lock::lock(&subscribed).insert(t) {
                             metrics.subscriptions.inc();
+                        }
+                        if let Err(Error::TooManySubscriptions { .. }) = result {
+                            metrics.refused(RefusedBy::Subscriptions);
                         }
                         answer(result)
                     }),
@@ -204,7 +279,7 @@ impl Protocol for Counted {
                 Request::Unsubscribe {
                     topic,
                     answer: Box::new(move |result: Result<(), &Error>| {
-                        if result.is_ok() && crate::queue::lock(&subscribed).remove(&t) {
+                        if result.is_ok() && crate::lock::lock(&subscribed).remove(&t) {
                             metrics.subscriptions.dec();
                         }
                         answer(result)
@@ -233,6 +308,7 @@ impl Protocol for Counted {
     }
 
     fn outgoing<'a>(&self, delivery: &'a Delivery) -> Outgoing<'a> {
+        Tally::count(&self.tally.sent);
         match delivery {
             Delivery::Message(_) => self.metrics.deliveries.inc(),
             Delivery::Gap { .. } => self.metrics.gaps.inc(),

@@ -77,6 +77,8 @@ impl RedisReplicated {
 /// primary that stops answering is failed over in a second or two).
 pub(crate) struct RedisCluster {
     pub(crate) nodes: Vec<BackplaneServer>,
+    /// A node stopped with SIGSTOP (it hangs with its connections open): not asked anything.
+    hung: Option<usize>,
 }
 
 impl RedisCluster {
@@ -111,7 +113,7 @@ impl RedisCluster {
             "redis-cli --cluster create: {text}{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, hung: None };
         cluster.wait_healthy();
         cluster
     }
@@ -123,6 +125,12 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
+        format!("redis+cluster://{}", addrs.join(","))
+    }
+
+    /// `redis+cluster://` with every live node (not a hung one).
+    pub(crate) fn live_url(&self) -> String {
+        let addrs: Vec<String> = self.live().map(|n| format!("127.0.0.1:{}", n.port())).collect();
         format!("redis+cluster://{}", addrs.join(","))
     }
 
@@ -145,7 +153,10 @@ impl RedisCluster {
     }
 
     fn live(&self) -> impl Iterator<Item = &BackplaneServer> {
-        self.nodes.iter().filter(|n| n.is_running())
+        let hung = self.hung.map(|i| self.nodes[i].port());
+        self.nodes
+            .iter()
+            .filter(move |n| n.is_running() && Some(n.port()) != hung)
     }
 
     /// The index in `nodes` of the primary serving `key`'s slot.
@@ -185,12 +196,27 @@ impl RedisCluster {
     pub(crate) fn kill_primary_of(&mut self, key: &str) -> usize {
         let victim = self.primary_of(key);
         self.nodes[victim].kill();
+        self.wait_taken_over(key, victim);
+        victim
+    }
+
+    /// Stops (SIGSTOP) the primary serving `key`, as a host that died without closing its
+    /// connections, and waits until its replica has taken over. Killed when the cluster is
+    /// dropped.
+    pub(crate) fn hang_primary_of(&mut self, key: &str) -> usize {
+        let victim = self.primary_of(key);
+        self.nodes[victim].signal("STOP");
+        self.hung = Some(victim);
+        self.wait_taken_over(key, victim);
+        victim
+    }
+
+    fn wait_taken_over(&self, key: &str, victim: usize) {
         wait_until("a replica takes over", Duration::from_secs(20), || {
             self.live()
                 .all(|n| redis_cli(n.port(), &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
                 && self.serving(key).is_ok_and(|p| p != victim)
         });
-        victim
     }
 
     /// Forgets every live node's command counts (`CONFIG RESETSTAT`).

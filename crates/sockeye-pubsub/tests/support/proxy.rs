@@ -1,10 +1,14 @@
 //! A TCP proxy in front of a server, that a test controls: cut a node off from its backplane
-//! (a partition: every connection through it closed, new ones refused), let it back, or move it
-//! to another server (a virtual address that follows a failover).
+//! (a partition: every connection through it closed, new ones refused), let it back, blackhole
+//! it (nothing forwarded, nothing closed: a route that drops packets), or move it to another
+//! server (a virtual address that follows a failover).
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
 
 /// A TCP proxy in front of the server that can cut a node off (every connection closed, new
 /// ones refused) and let it back, while the server and the other nodes go on.
@@ -13,6 +17,8 @@ pub(crate) struct Proxy {
     /// The server's port: may be changed (a failover behind a fixed address).
     target: Arc<AtomicU16>,
     open: Arc<AtomicBool>,
+    /// False while blackholed: bytes are held, connections stay open.
+    flowing: watch::Sender<bool>,
     conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
     /// Connections let through so far.
     passed: Arc<AtomicUsize>,
@@ -27,6 +33,7 @@ impl Proxy {
         let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
         let target = Arc::new(AtomicU16::new(target));
         let passed = Arc::new(AtomicUsize::new(0));
+        let flowing = watch::Sender::new(true);
         let accept = {
             let (open, conns, target, passed) = (
                 Arc::clone(&open),
@@ -34,9 +41,10 @@ impl Proxy {
                 Arc::clone(&target),
                 Arc::clone(&passed),
             );
+            let flowing = flowing.clone();
             tokio::spawn(async move {
                 loop {
-                    let Ok((mut down, _)) = listener.accept().await else {
+                    let Ok((down, _)) = listener.accept().await else {
                         return;
                     };
                     if !open.load(Ordering::SeqCst) {
@@ -44,9 +52,16 @@ impl Proxy {
                     }
                     let target = target.load(Ordering::SeqCst);
                     passed.fetch_add(1, Ordering::SeqCst);
+                    let flowing = flowing.subscribe();
                     let task = tokio::spawn(async move {
-                        if let Ok(mut up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
-                            let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                        if let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
+                            let (down_r, down_w) = down.into_split();
+                            let (up_r, up_w) = up.into_split();
+                            // Either way ending ends the connection, as a peer's close would.
+                            tokio::select! {
+                                () = forward(down_r, up_w, flowing.clone()) => {}
+                                () = forward(up_r, down_w, flowing) => {}
+                            }
                         }
                     });
                     conns.lock().unwrap().push(task.abort_handle());
@@ -58,10 +73,22 @@ impl Proxy {
             port,
             target,
             open,
+            flowing,
             conns,
             passed,
             accept,
         }
+    }
+
+    /// Stops forwarding without closing anything: what is sent either way is held (as TCP
+    /// retransmits into a dead route) until [`let_through`](Self::let_through).
+    pub(crate) fn blackhole(&self) {
+        self.flowing.send_replace(false);
+    }
+
+    /// Forwards again, what was held first.
+    pub(crate) fn let_through(&self) {
+        self.flowing.send_replace(true);
     }
 
     /// Its port.
@@ -101,6 +128,25 @@ impl Proxy {
         self.target.store(port, Ordering::SeqCst);
         self.reopen();
     }
+}
+
+/// Copies `from` to `to` while `flowing` says so; ends at either's end or error.
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut flowing: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if flowing.wait_for(|f| *f).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 impl Drop for Proxy {

@@ -73,6 +73,9 @@ impl<S> Inner<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
+    /// Inline into its one caller, `WebSocket::poll_received_io`, itself out of line: one call
+    /// per receive that reads or waits, as many as before the split into this file.
+    #[inline(always)]
     pub(super) fn poll_recv<T: Received>(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
         // The caller found nothing buffered: do I/O until a message, the end, or a wait.
         let mut timer_fired = false;
@@ -92,11 +95,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                 Poll::Ready(None) => false,
                 Poll::Pending => true,
             };
-            // Backpressure on input: while the pongs we owe pile up unwritten past the
-            // high-water mark (a peer that sends pings but does not read the pongs), read
-            // nothing more. Not for the application's own output: with a peer that echoes as
-            // it reads, both sides would then wait for each other forever.
-            let filled = if write_blocked && self.conn.queued_auto_replies() >= self.high_water {
+            // While writing is blocked, no read when it cannot help:
+            // - Backpressure on input: while the pongs we owe pile up unwritten past the
+            //   high-water mark (a peer that sends pings but does not read the pongs), read
+            //   nothing more. Not for the application's own output: with a peer that echoes as
+            //   it reads, both sides would then wait for each other forever.
+            // - Finishing (the peer's EOF came, or the closing handshake is done, RFC 6455
+            //   §7.1.1): all that is left is writing out and closing, which the stream's write
+            //   wake-up or the close deadline resumes. A read after EOF is EOF again at once:
+            //   reading here spun inside this one poll for good (a peer that half-closed and
+            //   stopped reading; hyper's HTTP/2 stream after its client dropped it).
+            let filled = if write_blocked
+                && (self.conn.transport() == Transport::Finish
+                    || self.conn.queued_auto_replies() >= self.high_water)
+            {
                 Poll::Pending
             } else {
                 self.read_buffer.poll_fill(&mut self.conn, &mut self.stream, cx)
@@ -143,14 +155,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Inner<S> {
                     return Poll::Pending;
                 }
             }
-        }
-    }
-
-    /// Notes what a receive hands to the application (see `data_delivered`).
-    #[inline]
-    pub(super) fn note_delivered<T: Received>(&mut self, next: &Result<T, Error>) {
-        if next.as_ref().is_ok_and(T::is_data) {
-            self.read_buffer.note_data();
         }
     }
 

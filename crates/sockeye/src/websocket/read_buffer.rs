@@ -3,8 +3,9 @@
 //! it can give up ([`Connection::release_idle_read_buffer`]: the buffer only when empty, a
 //! frame in progress keeping its bytes); everything about *when* is decided here, and the
 //! receive loop only tells this type what happened: a read is due ([`ReadBuffer::poll_fill`]),
-//! data went to the application ([`ReadBuffer::note_data`]), the connection is about to wait for
-//! input ([`ReadBuffer::wait`]), the connection is over ([`ReadBuffer::give_back`]).
+//! the connection is about to wait for input ([`ReadBuffer::wait`]), the connection is over
+//! ([`ReadBuffer::give_back`]). Whether data went to the application in between, it reads from
+//! the engine's count ([`Connection::data_delivered`]) at those moments.
 //!
 //! The rule, whole:
 //!
@@ -70,9 +71,11 @@ pub(super) struct ReadBuffer {
     /// The buffer was made larger than a keeper keeps since it was last given up. Its capacity,
     /// once the frame is split off, no longer shows the allocation behind it.
     grown: bool,
-    /// A data message (or a piece of one) was handed to the application since the buffer was
-    /// last given up: only such a connection takes a keeper's place.
-    data_delivered: bool,
+    /// [`Connection::data_delivered`] when the buffer was last given up: a data message (or a
+    /// piece of one) went to the application since when the engine's count moved on, and only
+    /// such a connection takes a keeper's place. Read at waits, so the receive path pays nothing
+    /// per message for it.
+    delivered_at_give_back: u64,
 }
 
 impl ReadBuffer {
@@ -83,15 +86,8 @@ impl ReadBuffer {
             read_size: read_chunk,
             keeper: None,
             grown: false,
-            data_delivered: false,
+            delivered_at_give_back: 0,
         }
-    }
-
-    /// A data message or a piece of one went to the application: this connection may take a
-    /// keeper's place at its next wait.
-    #[inline]
-    pub(super) fn note_data(&mut self) {
-        self.data_delivered = true;
     }
 
     /// Reads once from `stream` into the engine's buffer, sized as *Sizing* says. Inline: the
@@ -138,7 +134,9 @@ impl ReadBuffer {
         self.read_size = self.read_chunk;
         let buf = conn.read_buffer();
         let frame_in_progress = !buf.is_empty();
-        let keepable = buf.capacity() != 0 && !self.grown && self.data_delivered && !timer_fired;
+        let capacity = buf.capacity();
+        let data_delivered = conn.data_delivered() != self.delivered_at_give_back;
+        let keepable = capacity != 0 && !self.grown && data_delivered && !timer_fired;
         if frame_in_progress || (keepable && (self.keeper.is_some() || self.take_keeper())) {
             conn.release_idle_write_buffer();
         } else {
@@ -151,7 +149,7 @@ impl ReadBuffer {
     /// At a wait, and when the connection ends.
     pub(super) fn give_back(&mut self, conn: &mut Connection) {
         self.keeper = None;
-        self.data_delivered = false;
+        self.delivered_at_give_back = conn.data_delivered();
         let grown = std::mem::take(&mut self.grown);
         conn.release_idle_write_buffer();
         if let Some(buffer) = conn.release_idle_read_buffer(least_room(self.read_chunk))

@@ -10,7 +10,6 @@ use crate::error::Error;
 pub(super) trait Received: Sized {
     fn next(conn: &mut Connection) -> Result<Option<Self>, sockeye_proto::Error>;
     fn is_close(&self) -> bool;
-    fn is_data(&self) -> bool;
     /// The peer's close frame, for a close that carries one.
     fn close_frame(&self) -> Option<&CloseFrame>;
 }
@@ -24,11 +23,6 @@ impl Received for Message {
     #[inline]
     fn is_close(&self) -> bool {
         matches!(self, Message::Close(_))
-    }
-
-    #[inline]
-    fn is_data(&self) -> bool {
-        Message::is_data(self)
     }
 
     fn close_frame(&self) -> Option<&CloseFrame> {
@@ -48,11 +42,6 @@ impl Received for Incoming {
     #[inline]
     fn is_close(&self) -> bool {
         matches!(self, Incoming::Control(Message::Close(_)))
-    }
-
-    #[inline]
-    fn is_data(&self) -> bool {
-        matches!(self, Incoming::Chunk(_))
     }
 
     fn close_frame(&self) -> Option<&CloseFrame> {

@@ -25,6 +25,15 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// JetStream request for its answer.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How often the client PINGs its server (async-nats's default is 60 s): after two unanswered,
+/// it drops the connection and reconnects, which the backplane reports ([`Event::Lost`], then
+/// [`Event::Restored`]). A server that hangs with the connection open (its host died) otherwise
+/// left a core subscriber deaf for minutes.
+///
+/// [`Event::Lost`]: crate::backplane::Event::Lost
+/// [`Event::Restored`]: crate::backplane::Event::Restored
+pub(super) const PING_INTERVAL: Duration = Duration::from_secs(5);
+
 /// The client's reconnection backoff: 100 ms doubling to 2 s, each wait drawn in [d/2, d] so
 /// that the nodes that lost one server do not all come back at the same instant.
 pub(super) const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));

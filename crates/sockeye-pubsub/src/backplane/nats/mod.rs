@@ -6,7 +6,7 @@
 //! # Two modes, chosen at connect
 //!
 //! **With JetStream** (the server runs with `-js`) and a history ([`HistoryConfig::max_len`] >
-//! 0): one stream, `SOCKEYE`, over `sockeye.t.>`, is created (or its limits updated) at connect
+//! 0): one stream, `SOCKEYE`, over `sockeye.t.>`, is created (or its limits raised) at connect
 //! and after every reconnect. It keeps at most `max_len` publications per topic (per subject),
 //! none older than `max_age` (zero: no age limit): that is the recovery window.
 //! - Publications are published through JetStream, and [`Backplane::publish`] returns once the
@@ -72,11 +72,12 @@
 //! one from the start keeps only what follows it, and a resume from its position is a gap
 //! (tests/nats.rs stores such publications, and ones without a header, between a node's). What
 //! remains: such a publication is not recoverable from history by a reader of the current life
-//! (it was delivered live); the current life's publications stored before it are not either (a
-//! reader resuming from before it gets a gap, then what follows it); a live subscriber to which
-//! it arrives together with later ones may get it after them, or one of them twice, each time
-//! after a gap; and if the previous life lost its tail, it may take a sequence that
-//! life gave to a publication it lost, so that one position of the ended life names both; a
+//! (only a node still in the previous life delivers it, live); the current life's publications stored before it are not either (a
+//! reader resuming from before it gets a gap, then what follows it); a node that has moved into
+//! the new life (its repair's gap) drops it live, covered by that gap, and a subscriber that
+//! resumed into the new life does not get it either (the hub: never under an epoch it left);
+//! a node still in the previous life delivers it live before its gap; and if the previous life
+//! lost its tail, it may take a sequence that life gave to a publication it lost, so that one position of the ended life names both; a
 //! resume from it is a gap all the same, and a node that delivered the lost one live reports a
 //! gap at the other (the hub's check of a position given again). Gaps, never a silent miss.
 //! The client records a new server's identity when it reconnects, before it sends anything on
@@ -101,6 +102,25 @@
 //! and its publications are of the current epoch for the nodes with history (before, each was
 //! a gap to them, and missing from a resume across it).
 //!
+//! **A slow node.** The client holds at most 65,536 messages per subscription for the node to
+//! forward; when the node forwards slower than the server sends (its hub behind), the client
+//! drops what does not fit and only emits a `SlowConsumer` event. Core NATS: that loss is
+//! reported as an outage is ([`Event::Lost`], then [`Event::Restored`]: a gap on every topic,
+//! the dropped subscription being unknown by name), once per burst (drops told by events
+//! queued before the `Restored` are covered by its gap). The gap may reach a subscriber before
+//! publications received ahead of the loss (core publications carry no position to place it).
+//! With JetStream the topics' ordered consumers notice the hole in their consumer sequence and
+//! recreate themselves from the last publication delivered: nothing is skipped. Not covered:
+//! the client's own event queue (128) dropping the event when full of others.
+//!
+//! **One stream, many nodes.** The stream is shared by every node, so a node never lowers it:
+//! at connect, after a reconnect and on a new topic, each of its limits (publications per topic,
+//! age, copies) becomes the larger of the stream's and the node's, and a node whose own are lower
+//! says so once, in a warning naming both (before, nodes configured differently, or listing
+//! a cluster's servers differently, flipped the stream between their settings: one cut the
+//! others' history, and a stream brought from 3 copies to 1 lost its quorum and wrote no server
+//! life). Lowering is an operator's act (`nats stream edit SOCKEYE`).
+//!
 //! **Complete histories.** Offsets are stream sequences, not contiguous per topic, so a hole
 //! cannot be seen from the offsets as on Redis. A history from a position is complete because
 //! JetStream drops a topic's publications oldest first (the limits), checked by the publication
@@ -113,7 +133,7 @@
 //! one of them (the client shuffles the list, and learns the others the cluster announces) and
 //! fails over to another when it is lost: an outage as below, short. With JetStream, the stream
 //! is replicated on as many servers as are listed, up to 3 (`num_replicas`; an existing stream
-//! is updated to it): a publication is acknowledged once a majority stored it, so losing any one
+//! with fewer is raised to it, one with more is kept: see "One stream, many nodes"): a publication is acknowledged once a majority stored it, so losing any one
 //! of three servers loses nothing acknowledged, and nodes connected to the others see no gap
 //! (tests/distributed.rs kills one of three during traffic from three nodes). A node whose
 //! connection stays up but whose topic's consumer was on the lost server would wait for the
@@ -191,14 +211,14 @@ mod wire;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{Mutex, mpsc};
 
-use connection::{BACKOFF, CONNECT_TIMEOUT, REQUEST_TIMEOUT, Shared};
+use connection::{BACKOFF, CONNECT_TIMEOUT, PING_INTERVAL, REQUEST_TIMEOUT, Shared};
 use stream::{Js, STREAM, epoch_of, jetstream_unavailable};
 use subscription::supervise;
 use wire::SUBJECT_PREFIX;
@@ -247,6 +267,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
     let options = async_nats::ConnectOptions::new()
         .connection_timeout(CONNECT_TIMEOUT)
         .request_timeout(Some(REQUEST_TIMEOUT))
+        .ping_interval(PING_INTERVAL)
         .reconnect_delay_callback(|attempts| {
             BACKOFF.random_delay(u32::try_from(attempts).unwrap_or(u32::MAX))
         })
@@ -290,6 +311,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
                     config,
                     epoch: std::sync::Mutex::new("".into()),
                     replicas: AtomicUsize::new(1),
+                    told: AtomicBool::new(false),
                 };
                 js.ensure_stream(&server).await?;
                 Some(js)

@@ -225,13 +225,17 @@ impl Shared {
 
 /// Turns the client's connection events into [`Event::Lost`] and [`Event::Restored`], and
 /// restores the consumers when one stalled (its server left the cluster while this node's
-/// connection, to another server, stayed up).
+/// connection, to another server, stayed up) or when the client dropped messages for a slow
+/// consumer (core NATS: see [`dropped`]).
 pub(super) async fn supervise(
     shared: Weak<Shared>,
     mut conn: mpsc::UnboundedReceiver<async_nats::Event>,
     mut stalls: mpsc::UnboundedReceiver<Topic>,
 ) {
     let mut lost = false;
+    // Client events queued before the last `Restored` was sent: a drop they tell of happened
+    // before it, so the gap the hub reported for it covers them.
+    let mut covered = 0usize;
     loop {
         let event = tokio::select! {
             event = conn.recv() => match event {
@@ -240,26 +244,34 @@ pub(super) async fn supervise(
             },
             Some(topic) = stalls.recv() => {
                 let Some(s) = shared.upgrade() else { return };
-                if !lost {
-                    lost = true;
-                    let reason = format!("{}: the consumer of {topic} stalled; restoring", s.server);
-                    if s.events.send(Event::Lost { reason }).await.is_err() {
-                        return;
-                    }
+                let reason = format!("{}: the consumer of {topic} stalled; restoring", s.server);
+                if !report_lost(&s, &mut lost, reason).await {
+                    return;
                 }
                 // Restored as after a reconnection.
                 async_nats::Event::Connected
             }
         };
+        let queued_before_restored = covered > 0;
+        covered = covered.saturating_sub(1);
         let Some(s) = shared.upgrade() else { return };
-        match event {
-            async_nats::Event::Disconnected => {
-                if !lost {
-                    lost = true;
-                    let reason = format!("disconnected from {}; reconnecting", s.server);
-                    if s.events.send(Event::Lost { reason }).await.is_err() {
+        let event = match event {
+            async_nats::Event::SlowConsumer(sid) => match dropped(&s, sid, queued_before_restored) {
+                Some(reason) => {
+                    if !report_lost(&s, &mut lost, reason).await {
                         return;
                     }
+                    async_nats::Event::Connected
+                }
+                None => continue,
+            },
+            event => event,
+        };
+        match event {
+            async_nats::Event::Disconnected => {
+                let reason = format!("disconnected from {}; reconnecting", s.server);
+                if !report_lost(&s, &mut lost, reason).await {
+                    return;
                 }
             }
             async_nats::Event::Connected => {
@@ -276,9 +288,8 @@ pub(super) async fn supervise(
                     .load(std::sync::atomic::Ordering::Relaxed)
                     > 1;
                 if !lost && reconnected && !s.topics.lock().await.is_empty() {
-                    lost = true;
                     let reason = format!("reconnected to {}; restoring", s.server);
-                    if s.events.send(Event::Lost { reason }).await.is_err() {
+                    if !report_lost(&s, &mut lost, reason).await {
                         return;
                     }
                 }
@@ -306,9 +317,52 @@ pub(super) async fn supervise(
                     if s.events.send(Event::Restored).await.is_err() {
                         return;
                     }
+                    covered = conn.len();
                 }
             }
             other => tracing::debug!("{}: {other}", s.server),
         }
     }
+}
+
+/// Sends [`Event::Lost`] unless it was sent already for the outage under way; false once the hub
+/// is gone.
+async fn report_lost(s: &Shared, lost: &mut bool, reason: String) -> bool {
+    if *lost {
+        return true;
+    }
+    *lost = true;
+    s.events.send(Event::Lost { reason }).await.is_ok()
+}
+
+/// The client dropped a message for subscription `sid`, whose channel was full (this node
+/// forwarded slower than the server sent, 65,536 messages behind): the reason to report the
+/// loss, or `None` when nothing is lost or it is reported already.
+///
+/// Core NATS: a publication is gone (the subscription is not known by its `sid`: every topic
+/// is reported, by `Lost` then `Restored`, and the hub tells every subscriber of the gap).
+/// JetStream: the topics' ordered consumers see the hole in their consumer sequence and
+/// recreate themselves from the last stream sequence they delivered (nothing is skipped), and
+/// the backplane's own responder only answers pings (a publication whose ping was dropped fails
+/// and is retried): nothing to report. A drop told by an event queued before the last
+/// `Restored` was sent is covered by the gap that followed it.
+fn dropped(s: &Shared, sid: u64, covered: bool) -> Option<String> {
+    if s.js.is_some() || covered {
+        tracing::debug!(
+            "NATS {}: the client dropped messages of subscription {sid} (a slow consumer): {}",
+            s.server,
+            if covered {
+                "reported already"
+            } else {
+                "the JetStream consumers recover them"
+            }
+        );
+        return None;
+    }
+    tracing::warn!(
+        "NATS {}: the client dropped messages of subscription {sid} (this node forwards slower \
+         than the server sends): publications were lost, reported as a gap",
+        s.server
+    );
+    Some(format!("{}: messages dropped for a slow consumer", s.server))
 }

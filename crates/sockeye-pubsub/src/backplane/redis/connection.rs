@@ -26,6 +26,17 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`Error::Backplane`](crate::Error::Backplane) (and a reconnection on the next one).
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How often a subscription is checked (one server: a PING on the pub/sub connection; a cluster:
+/// a PING to every primary, on the connections its shard channels are subscribed on): a server
+/// that hangs without closing its connections is otherwise never noticed by a node that only
+/// subscribes.
+pub(crate) const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Whether a health check's `ping` answered within [`RESPONSE_TIMEOUT`].
+pub(crate) async fn answers<T>(ping: impl Future<Output = Result<T, RedisError>>) -> bool {
+    matches!(tokio::time::timeout(RESPONSE_TIMEOUT, ping).await, Ok(Ok(_)))
+}
+
 /// Reconnection backoff (one server and a cluster alike): the nominal wait starts at 100 ms and
 /// doubles up to 3 s, each wait drawn in [d/2, d] so that many nodes do not reconnect in step
 /// (50–100 ms first, 1.5–3 s at most).

@@ -60,9 +60,11 @@
 //!   topic starts a new epoch at its first publication there, so what the replica had not
 //!   received (replication is asynchronous) is reported as a gap, never delivered under a reused
 //!   position (tests/distributed.rs: primary killed during traffic from three nodes).
-//! - **Backpressure**: when the hub is behind, the reader waits on the event channel; the Redis
-//!   client keeps reading the connection meanwhile, so what Redis sends then waits in this
-//!   process's memory (not in Redis's output buffer, whose limit would cut the connection).
+//! - **Backpressure**: none reaches Redis: the Redis client reads the connection whatever the
+//!   hub does, into a channel without bound. So the reader never waits on the hub: what the
+//!   event queue ([`EVENT_QUEUE`](crate::backplane::EVENT_QUEUE)) cannot take is dropped, and its
+//!   topics are reported with [`Event::Missed`](crate::backplane::Event::Missed) once there is
+//!   room, for the hub to recover from history or report as a gap.
 //!
 //! # Keys
 //!

@@ -1,35 +1,34 @@
 //! The pub/sub connection: subscribing and unsubscribing topics' channels, and the reader that
-//! forwards messages to the hub, checks the connection with a PING, and on a loss says
+//! forwards messages to the hub (in bounded memory: `backplane/forward.rs`), checks the connection with a PING, and on a loss says
 //! [`Event::Lost`], reconnects with backoff, subscribes again to every topic and says
 //! [`Event::Restored`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::Value;
 use redis::aio::PubSubStream;
 
-use super::connection::{BACKOFF, Commands, RESPONSE_TIMEOUT, Shared, unsubscribe_within};
+use super::connection::{
+    BACKOFF, Commands, HEALTH_INTERVAL, RESPONSE_TIMEOUT, Shared, answers, unsubscribe_within,
+};
 use super::wire::{channel, decode_message, record_history};
 use crate::backplane::api::Event;
+use crate::backplane::forward::Forwarder;
 use crate::error::Error;
 use crate::topic::Topic;
-
-/// How often the pub/sub connection is checked with a PING (a server that hangs without closing
-/// the connection is otherwise never noticed).
-const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The pub/sub reader: forwards messages, and reconnects when the connection drops. Ends when the
 /// hub stops listening (or the backplane is dropped, which aborts it).
 pub(super) async fn read(shared: Arc<Shared>, mut stream: PubSubStream) {
+    let mut to_hub = Forwarder::new(shared.events.clone(), format!("redis {}", shared.addr));
     loop {
         // The old connection goes with its stream.
-        let reason = forward(&shared, stream).await;
+        let reason = forward(&shared, &mut to_hub, stream).await;
         let Some(reason) = reason else { return };
         shared.subs.lock().await.sink = None;
         shared.reset_commands().await;
-        if shared.events.send(Event::Lost { reason }).await.is_err() {
+        if to_hub.send(Event::Lost { reason }).await.is_err() {
             return;
         }
         let mut retry = 0;
@@ -45,7 +44,7 @@ pub(super) async fn read(shared: Arc<Shared>, mut stream: PubSubStream) {
         };
         // A command connection made while Redis was going down may be dead: start afresh.
         shared.reset_commands().await;
-        if shared.events.send(Event::Restored).await.is_err() {
+        if to_hub.send(Event::Restored).await.is_err() {
             return;
         }
     }
@@ -131,15 +130,14 @@ impl Shared {
         let Some(sink) = subs.sink.as_mut() else {
             return false;
         };
-        matches!(
-            tokio::time::timeout(RESPONSE_TIMEOUT, sink.ping::<Value>()).await,
-            Ok(Ok(_))
-        )
+        answers(sink.ping::<Value>()).await
     }
 }
 
-/// Forwards messages until the connection is lost (`Some(reason)`) or the hub stops (`None`).
-async fn forward(shared: &Shared, mut stream: PubSubStream) -> Option<String> {
+/// Forwards messages until the connection is lost (`Some(reason)`) or the hub stops (`None`),
+/// never waiting on the hub: the client buffers what it reads without bound, so what the hub
+/// cannot take is dropped and reported (see `backplane/forward.rs`).
+async fn forward(shared: &Shared, to_hub: &mut Forwarder, mut stream: PubSubStream) -> Option<String> {
     let mut health = tokio::time::interval(HEALTH_INTERVAL);
     health.tick().await;
     loop {
@@ -156,7 +154,12 @@ async fn forward(shared: &Shared, mut stream: PubSubStream) -> Option<String> {
                     );
                     continue;
                 };
-                if shared.events.send(Event::Publication(p)).await.is_err() {
+                if to_hub.publication(p).is_err() {
+                    return None;
+                }
+            }
+            reported = to_hub.room(), if to_hub.owes() => {
+                if reported.is_err() {
                     return None;
                 }
             }

@@ -1,0 +1,108 @@
+//! Issue 39's fault-injection checker, in the manner of Jepsen: a nemesis, clients that record,
+//! a checker that proves. Files (`tests/chaos/`): `history.rs` (what is recorded), `checker.rs`
+//! (the pure checker and its unit tests on hand-made histories), `nemesis.rs` (a seeded
+//! schedule of overlapping faults), `runner.rs` (three hubs over one engine, subscribers and
+//! publishers that record, the nemesis carried out, the heal and the check).
+//!
+//! Engines covered: Redis single (no persistence), NATS JetStream single. Faults: the engine
+//! killed with SIGKILL and restarted, a node's hub crashed and started again (its clients
+//! resume elsewhere), a blackhole between a node and the engine, a node partitioned from the
+//! engine, a subscriber's connection dropped (it resumes at once, while the engine is down if it
+//! is). The fixed seeds below run in the test
+//! command; `bash scripts/chaos.sh ENGINE MINUTES [SEED]` runs random ones for longer.
+//!
+//! Fixed seeds (the test command): Redis 1 and 2, NATS JetStream 1 and 2, 6 s of faults each
+//! (about 10 s a run). A seed fixes the schedule, not the timing: the threads and servers race
+//! as they would, so a seed may pass once and fail another time; a failure prints the seed and,
+//! per violation, the shortest prefix of the history that shows it (its records on that
+//! subscriber, topic and publisher, and the nemesis).
+//!
+//! Long runs: `chaos_long` (ignored by the test command) reads `CHAOS_ENGINE` (`redis`,
+//! `nats-jetstream`), `CHAOS_MINUTES` (runs random seeds until then; `0`: one run) and
+//! `CHAOS_SEED` (that seed only, again and again); `scripts/chaos.sh` sets them.
+#![cfg(all(feature = "redis", feature = "nats"))]
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+mod chaos {
+    pub(crate) mod checker;
+    pub(crate) mod history;
+    pub(crate) mod nemesis;
+    pub(crate) mod runner;
+}
+
+use std::time::{Duration, Instant};
+
+use chaos::checker::Kind;
+use chaos::runner::{Engine, Plan, run};
+
+/// Violations the fixed seeds find in the current code, tolerated there (printed with their
+/// histories) until fixed; `scripts/chaos.sh` fails on them. None: `StaleGap` and
+/// `EpochWentBack` (a node that learnt of a new epoch after a subscriber had resumed into it; a
+/// publication of a past epoch still on its way) are fixed, and fail the fixed seeds again.
+const KNOWN: &[Kind] = &[];
+
+/// Runs `seeds` on `engine`, each with `span` of faults; panics with every failing seed's report.
+async fn seeds(engine: Engine, seeds: &[u64], span: Duration) {
+    let mut failures = Vec::new();
+    for &seed in seeds {
+        match run(&Plan::new(engine, seed, span), KNOWN).await {
+            Ok(summary) => eprintln!("chaos {engine:?} seed {seed}: {summary:?}"),
+            Err(report) => failures.push(report),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_redis_fixed_seeds() {
+    seeds(Engine::Redis, &[1, 2], Duration::from_secs(6)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_nats_jetstream_fixed_seeds() {
+    seeds(Engine::NatsJetStream, &[1, 2], Duration::from_secs(6)).await;
+}
+
+/// `scripts/chaos.sh ENGINE MINUTES [SEED]`: random seeds (or one) on one engine for that long;
+/// fails with the report of every failing seed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long schedules: run by scripts/chaos.sh"]
+async fn chaos_long() {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let engine = var("CHAOS_ENGINE").unwrap_or_else(|| "redis".to_owned());
+    let engine =
+        Engine::parse(&engine).unwrap_or_else(|| panic!("CHAOS_ENGINE={engine}: redis or nats-jetstream"));
+    let minutes: f64 = var("CHAOS_MINUTES").map_or(1.0, |m| m.parse().expect("CHAOS_MINUTES: a number"));
+    let fixed: Option<u64> = var("CHAOS_SEED").map(|s| s.parse().expect("CHAOS_SEED: a number"));
+    let until = Instant::now() + Duration::from_secs_f64(minutes.max(0.0) * 60.0);
+    let mut next = fixed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+    });
+    let (mut runs, mut failures) = (0, Vec::new());
+    loop {
+        let seed = next;
+        match run(&Plan::new(engine, seed, Duration::from_secs(10)), &[]).await {
+            Ok(summary) => eprintln!("chaos {engine:?} seed {seed}: ok, {summary:?}"),
+            Err(report) => {
+                eprintln!("{report}");
+                failures.push(seed);
+            }
+        }
+        runs += 1;
+        if fixed.is_none() {
+            next = chaos::nemesis::Rng::new(seed).next() % 1_000_000;
+        }
+        if Instant::now() >= until {
+            break;
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "chaos {engine:?}: {} of {runs} runs failed, seeds {failures:?} (reports above)",
+        failures.len()
+    );
+}

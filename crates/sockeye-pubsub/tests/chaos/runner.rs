@@ -1,0 +1,519 @@
+//! The system under test and its run: three library hubs over one engine, each through its own
+//! proxy (`support::proxy`) and with its own `HistoryConfig`; Rust `Subscriber`s that record and
+//! resume from their last position after a gap, an error, their node's crash (on another node,
+//! as a client fails over) or a reconnection the nemesis forces (while the engine is down, say); publishers through `Hub::publish` that record every publish and its
+//! acknowledgement; the nemesis carrying out `nemesis::schedule`. Then the heal, a bounded wait
+//! for every subscriber to have what was acknowledged after it, and `checker::check`.
+//!
+//! Every loop is bounded in time: a run takes its span plus at most [`HEAL_BOUND`] and
+//! [`QUIESCENCE_BOUND`] (and the engine's restart, 10 s at most).
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sockeye::Message;
+use sockeye_pubsub::{Delivery, HistoryConfig, Hub, HubConfig, Position, Recovery, SubscriberConfig, Topic};
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep, timeout};
+
+use super::checker::{Kind, Violation, check, report};
+use super::history::{Began, Record, Recorder};
+use super::nemesis::{Fault, Rng, Step, schedule};
+use crate::support::proxy::Proxy;
+use crate::support::servers::{self, BackplaneServer};
+
+/// After the heal, how long the nodes have to be connected to the engine again.
+pub(crate) const HEAL_BOUND: Duration = Duration::from_secs(20);
+/// Once the publishers stop, how long every subscriber has to get every publication
+/// acknowledged after the heal: the bound within which delivery resumes.
+pub(crate) const QUIESCENCE_BOUND: Duration = Duration::from_secs(30);
+/// One publish or subscribe, at most (a blackholed engine answers nothing).
+const CALL_BOUND: Duration = Duration::from_secs(3);
+
+/// The engines a run covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// One redis-server without persistence (a kill loses everything: a new epoch).
+    Redis,
+    /// One nats-server with JetStream (file store: a kill -9 may lose its un-synced tail).
+    NatsJetStream,
+}
+
+impl Engine {
+    pub(crate) fn parse(name: &str) -> Option<Engine> {
+        match name {
+            "redis" => Some(Engine::Redis),
+            "nats-jetstream" => Some(Engine::NatsJetStream),
+            _ => None,
+        }
+    }
+
+    fn kind(self) -> servers::Kind {
+        match self {
+            Engine::Redis => servers::Kind::Redis { persistent: false },
+            Engine::NatsJetStream => servers::Kind::Nats { jetstream: true },
+        }
+    }
+
+    fn scheme(self) -> &'static str {
+        match self {
+            Engine::Redis => "redis",
+            Engine::NatsJetStream => "nats",
+        }
+    }
+}
+
+/// The shape of a run.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    pub(crate) engine: Engine,
+    pub(crate) seed: u64,
+    /// How long faults start for.
+    pub(crate) span: Duration,
+    /// How many faults.
+    pub(crate) faults: usize,
+    /// Traffic before the first fault, and after the heal.
+    pub(crate) calm: Duration,
+    /// Between two publishes of a publisher.
+    pub(crate) pause: Duration,
+}
+
+impl Plan {
+    /// The plan of the fixed and the long runs: `span` of faults, about one every 0.8 s.
+    pub(crate) fn new(engine: Engine, seed: u64, span: Duration) -> Plan {
+        let faults = usize::try_from(span.as_millis() / 800).unwrap_or(1).max(2);
+        Plan {
+            engine,
+            seed,
+            span,
+            faults,
+            calm: Duration::from_millis(1500),
+            pause: Duration::from_millis(25),
+        }
+    }
+}
+
+/// What a run did, for the log.
+#[derive(Debug, Default)]
+pub(crate) struct Summary {
+    pub(crate) records: usize,
+    pub(crate) acked: usize,
+    pub(crate) failed: usize,
+    pub(crate) delivered: usize,
+    pub(crate) gaps: usize,
+    pub(crate) resumes: usize,
+    /// From the publishers' stop (after the heal and `calm` more of traffic) to every
+    /// subscriber having every publication acknowledged since the heal.
+    pub(crate) resumed_in: Duration,
+    pub(crate) took: Duration,
+}
+
+/// The histories each node keeps: different, as nodes of one cluster may be configured.
+fn history_of(node: usize) -> HistoryConfig {
+    match node {
+        0 => HistoryConfig::default(),
+        1 => HistoryConfig::new(500, Duration::from_secs(120)),
+        _ => HistoryConfig::new(250, Duration::from_secs(60)),
+    }
+}
+
+/// A node: a hub (none while crashed) reaching the engine through its proxy.
+struct Node {
+    index: usize,
+    proxy: Proxy,
+    url: String,
+    hub: Mutex<Option<Hub>>,
+    /// Bumped at each crash: its clients drop their connections.
+    crashes: watch::Sender<u64>,
+}
+
+impl Node {
+    fn hub(&self) -> Option<Hub> {
+        self.hub.lock().unwrap().clone()
+    }
+
+    fn crash(&self) {
+        drop(self.hub.lock().unwrap().take());
+        self.crashes.send_modify(|c| *c += 1);
+    }
+
+    /// Starts its hub if it has none; whether it has one.
+    async fn start(&self) -> bool {
+        if self.hub().is_some() {
+            return true;
+        }
+        let connect = Hub::connect(&self.url, HubConfig::default(), history_of(self.index));
+        match timeout(CALL_BOUND, connect).await {
+            Ok(Ok(hub)) => {
+                *self.hub.lock().unwrap() = Some(hub);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// What the tasks share.
+struct World {
+    nodes: Vec<Node>,
+    topics: Vec<Topic>,
+    recorder: Recorder,
+    /// Set when the clients are to stop.
+    stop: watch::Sender<bool>,
+    /// Per subscriber, bumped when the nemesis drops its connection.
+    reconnects: Vec<watch::Sender<u64>>,
+}
+
+/// Runs `plan`: `Ok` with what happened when the checker finds nothing but violations of the
+/// `known` kinds (those are printed, with their histories); otherwise the report of every
+/// violation (the seed, and each one's shortest history).
+pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> {
+    let started = Instant::now();
+    let server = Arc::new(Mutex::new(BackplaneServer::start(plan.engine.kind())));
+    let port = server.lock().unwrap().port();
+    let mut nodes = Vec::new();
+    for index in 0..3 {
+        let proxy = Proxy::start(port).await;
+        let url = proxy.url(plan.engine.scheme());
+        nodes.push(Node {
+            index,
+            proxy,
+            url,
+            hub: Mutex::new(None),
+            crashes: watch::Sender::new(0),
+        });
+    }
+    for node in &nodes {
+        assert!(node.start().await, "node {} does not start", node.index);
+    }
+    let topics = ["a", "b"]
+        .iter()
+        .map(|t| Topic::new(&format!("chaos-{}-{t}", plan.seed)).unwrap())
+        .collect();
+    let world = Arc::new(World {
+        nodes,
+        topics,
+        recorder: Recorder::default(),
+        stop: watch::Sender::new(false),
+        reconnects: (0..3).map(|_| watch::Sender::new(0)).collect(),
+    });
+    let deadline =
+        started + plan.calm * 2 + plan.span + Duration::from_secs(20) + HEAL_BOUND + QUIESCENCE_BOUND;
+    let mut clients = Vec::new();
+    for c in 0..3 {
+        clients.push(tokio::spawn(subscriber(
+            Arc::clone(&world),
+            c,
+            plan.seed,
+            deadline,
+        )));
+    }
+    let (publishing, _) = watch::channel(true);
+    let mut publishers = Vec::new();
+    for p in 0..3 {
+        publishers.push(tokio::spawn(publisher(
+            Arc::clone(&world),
+            p,
+            plan.pause,
+            publishing.subscribe(),
+            deadline,
+        )));
+    }
+
+    sleep(plan.calm).await;
+    nemesis(&world, &server, &schedule(plan.seed, plan.span, plan.faults, 3)).await;
+    heal(&world, &server).await?;
+    sleep(plan.calm).await;
+    publishing.send_replace(false);
+    for p in publishers {
+        p.await.unwrap();
+    }
+    let stopped = Instant::now();
+    // Every subscriber has every publication acknowledged after the heal, within the bound.
+    let quiescence = Instant::now() + QUIESCENCE_BOUND;
+    while !caught_up(&world.recorder.snapshot()) && Instant::now() < quiescence {
+        sleep(Duration::from_millis(100)).await;
+    }
+    let resumed_in = stopped.elapsed();
+    // Whatever else comes (a duplicate, say) is seen before the end.
+    sleep(Duration::from_millis(500)).await;
+    world.stop.send_replace(true);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let history = world.recorder.snapshot();
+    let violations = check(&history);
+    let summary = summarize(&history, resumed_in, started.elapsed());
+    if violations.iter().all(|v| known.contains(&v.kind)) {
+        if !violations.is_empty() {
+            eprintln!(
+                "known, tolerated: {}",
+                failure(plan, &history, &violations, &summary)
+            );
+        }
+        Ok(summary)
+    } else {
+        Err(failure(plan, &history, &violations, &summary))
+    }
+}
+
+/// The report of a failed run.
+fn failure(plan: &Plan, history: &[Record], violations: &[Violation], summary: &Summary) -> String {
+    format!(
+        "chaos {:?} seed {}: {} violations ({summary:?}); reproduce with `bash scripts/chaos.sh {} 0 {}`\n{}",
+        plan.engine,
+        plan.seed,
+        violations.len(),
+        match plan.engine {
+            Engine::Redis => "redis",
+            Engine::NatsJetStream => "nats-jetstream",
+        },
+        plan.seed,
+        report(history, violations, 60)
+    )
+}
+
+fn summarize(history: &[Record], resumed_in: Duration, took: Duration) -> Summary {
+    let mut s = Summary {
+        records: history.len(),
+        resumed_in,
+        took,
+        ..Summary::default()
+    };
+    for r in history {
+        match r {
+            Record::Ack { .. } => s.acked += 1,
+            Record::Fail { .. } => s.failed += 1,
+            Record::Delivery { .. } => s.delivered += 1,
+            Record::Gap { .. } => s.gaps += 1,
+            Record::Subscribe { from: Some(_), .. } => s.resumes += 1,
+            _ => {}
+        }
+    }
+    s
+}
+
+/// Whether every subscriber has every publication acknowledged after the heal (what the
+/// checker would call not resumed, were the run over now).
+fn caught_up(history: &[Record]) -> bool {
+    history.contains(&Record::Healed) && !check(history).iter().any(|v| v.kind == Kind::NotResumed)
+}
+
+/// A client that subscribes to every topic and records what it gets; after a gap (one time in
+/// two), an error, or its node's crash, it drops its connection and resumes every topic from its
+/// last position, on another node after a crash or a failed subscribe.
+async fn subscriber(world: Arc<World>, client: usize, seed: u64, deadline: Instant) {
+    let mut rng = Rng::new(seed ^ (0x5EED_0000 + client as u64));
+    let mut last: HashMap<Topic, Option<Position>> = HashMap::new();
+    let mut node = client % world.nodes.len();
+    let mut stop = world.stop.subscribe();
+    let mut reconnect = world.reconnects[client].subscribe();
+    let rec = &world.recorder;
+    'connect: while !*stop.borrow() && Instant::now() < deadline {
+        let Some(hub) = world.nodes[node].hub() else {
+            node = (node + 1) % world.nodes.len();
+            sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let mut crashes = world.nodes[node].crashes.subscribe();
+        crashes.borrow_and_update();
+        let mut sub = hub.subscriber(SubscriberConfig::default());
+        drop(hub);
+        for topic in &world.topics {
+            let from = last.get(topic).cloned().flatten();
+            rec.record(Record::Subscribe {
+                subscriber: client,
+                topic: topic.to_string(),
+                from: from.clone(),
+            });
+            let began = match timeout(CALL_BOUND, sub.subscribe(topic, from)).await {
+                Ok(Ok(Recovery::Live)) => Began::Live,
+                Ok(Ok(Recovery::Recovered { count })) => Began::Recovered(count),
+                Ok(Ok(Recovery::Lost)) => Began::Lost,
+                Ok(Ok(other)) => Began::Failed(format!("{other:?}")),
+                Ok(Err(e)) => Began::Failed(e.to_string()),
+                Err(_) => Began::Failed("timed out".to_owned()),
+            };
+            let failed = matches!(began, Began::Failed(_));
+            rec.record(Record::Subscribed {
+                subscriber: client,
+                topic: topic.to_string(),
+                began,
+            });
+            if failed {
+                drop(sub);
+                node = (node + 1) % world.nodes.len();
+                sleep(Duration::from_millis(200)).await;
+                continue 'connect;
+            }
+        }
+        loop {
+            tokio::select! {
+                d = sub.recv() => match d {
+                    Some(Ok(Delivery::Message(m))) => {
+                        rec.record(Record::Delivery {
+                            subscriber: client,
+                            topic: m.topic().to_string(),
+                            payload: String::from_utf8_lossy(m.message().as_payload()).into_owned(),
+                            position: m.position().cloned(),
+                        });
+                        last.insert(m.topic().clone(), m.position().cloned());
+                    }
+                    Some(Ok(Delivery::Gap { topic, resume })) => {
+                        rec.record(Record::Gap {
+                            subscriber: client,
+                            topic: topic.to_string(),
+                            resume: resume.clone(),
+                        });
+                        // Without a resume, keep the position held before the gap (its docs).
+                        if resume.is_some() {
+                            last.insert(topic, resume);
+                        }
+                        if rng.below(2) == 0 {
+                            continue 'connect;
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => continue 'connect,
+                },
+                _ = crashes.changed() => {
+                    node = (node + 1) % world.nodes.len();
+                    continue 'connect;
+                }
+                _ = reconnect.changed() => continue 'connect,
+                _ = stop.changed() => break 'connect,
+                () = tokio::time::sleep_until(deadline) => break 'connect,
+            }
+        }
+    }
+}
+
+/// A backend publishing `"p:k"` through its node's `Hub::publish` to each topic in turn, on
+/// another node while its own is down, until `publishing` turns false.
+async fn publisher(
+    world: Arc<World>,
+    publisher: usize,
+    pause: Duration,
+    publishing: watch::Receiver<bool>,
+    deadline: Instant,
+) {
+    let mut node = publisher % world.nodes.len();
+    let mut seq = 0u64;
+    while *publishing.borrow() && Instant::now() < deadline {
+        let Some(hub) = world.nodes[node].hub() else {
+            node = (node + 1) % world.nodes.len();
+            sleep(pause).await;
+            continue;
+        };
+        let topic = &world.topics[usize::try_from(seq).unwrap() % world.topics.len()];
+        let payload = format!("{publisher}:{seq}");
+        world.recorder.record(Record::Invoke {
+            publisher,
+            seq,
+            topic: topic.to_string(),
+            payload: payload.clone(),
+        });
+        let record = match timeout(CALL_BOUND, hub.publish(topic, Message::Text(payload.into()))).await {
+            Ok(Ok(position)) => Record::Ack {
+                publisher,
+                seq,
+                position,
+            },
+            _ => Record::Fail { publisher, seq },
+        };
+        world.recorder.record(record);
+        seq += 1;
+        sleep(pause).await;
+    }
+}
+
+/// Carries out `steps`; overlapping faults on one target count up and down (the engine comes
+/// back when the last fault that took it down ends; nodes are started again at the heal).
+async fn nemesis(world: &World, server: &Arc<Mutex<BackplaneServer>>, steps: &[Step]) {
+    let begin = Instant::now();
+    let mut active: HashMap<Fault, usize> = HashMap::new();
+    for step in steps {
+        tokio::time::sleep_until(begin + step.at).await;
+        let count = active.entry(step.fault).or_default();
+        let (before, after) = (
+            *count,
+            if step.start {
+                *count + 1
+            } else {
+                count.saturating_sub(1)
+            },
+        );
+        *count = after;
+        if (before == 0) == (after == 0) {
+            continue; // already so
+        }
+        world.recorder.record(Record::Nemesis(format!(
+            "{} {:?} at {:?}",
+            if step.start { "start" } else { "end" },
+            step.fault,
+            begin.elapsed()
+        )));
+        apply(world, server, step.fault, step.start).await;
+    }
+}
+
+/// Starts (`start`) or ends a fault.
+async fn apply(world: &World, server: &Arc<Mutex<BackplaneServer>>, fault: Fault, start: bool) {
+    match fault {
+        Fault::EngineDown => {
+            let server = Arc::clone(server);
+            tokio::task::spawn_blocking(move || {
+                let mut s = server.lock().unwrap();
+                if start {
+                    s.kill();
+                } else if !s.is_running() {
+                    s.restart();
+                }
+            })
+            .await
+            .unwrap();
+        }
+        Fault::NodeCrash(n) if start => world.nodes[n].crash(),
+        Fault::NodeCrash(n) => {
+            let _ = world.nodes[n].start().await;
+        }
+        Fault::Blackhole(n) if start => world.nodes[n].proxy.blackhole(),
+        Fault::Blackhole(n) => world.nodes[n].proxy.let_through(),
+        Fault::Partition(n) if start => {
+            world.nodes[n].proxy.cut();
+        }
+        Fault::Partition(n) => world.nodes[n].proxy.reopen(),
+        Fault::Reconnect(c) if start => world.reconnects[c].send_modify(|n| *n += 1),
+        Fault::Reconnect(_) => {}
+    }
+}
+
+/// Ends every fault: the engine up, every proxy forwarding, every node started and connected to
+/// the engine, within [`HEAL_BOUND`]; then records the heal.
+async fn heal(world: &World, server: &Arc<Mutex<BackplaneServer>>) -> Result<(), String> {
+    apply(world, server, Fault::EngineDown, false).await;
+    for node in &world.nodes {
+        node.proxy.let_through();
+        node.proxy.reopen();
+    }
+    let deadline = Instant::now() + HEAL_BOUND;
+    loop {
+        let mut up = true;
+        for node in &world.nodes {
+            up &= node.start().await && node.hub().is_some_and(|h| h.backplane_connected());
+        }
+        if up {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the nodes are not connected to the engine {HEAL_BOUND:?} after the heal"
+            ));
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    world.recorder.record(Record::Healed);
+    Ok(())
+}
