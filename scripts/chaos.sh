@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Issue 39's fault-injection checker on long schedules: random seeds (or SEED again and again) on
 # one engine for MINUTES (0: one run), each with 10 s of overlapping faults (the engine killed,
-# nodes crashed, blackholed, partitioned), then the heal and the check. For any violation it
+# nodes crashed, blackholed, partitioned; snapshots, cut append-only files, failovers, hung
+# primaries, slot migrations, NATS servers killed, as the engine allows), then the heal and the
+# check. CHAOS_HISTORY=FILE writes a failing run's whole history there. For any violation it
 # prints the seed and, per violation, the shortest history that shows it; exits 1 then.
-# Usage: bash scripts/chaos.sh redis|nats-jetstream MINUTES [SEED]
+# Usage: bash scripts/chaos.sh redis|redis-rdb|redis-aof|redis-replicated|redis-cluster|nats|nats-jetstream|nats-cluster MINUTES [SEED]
 # Needs redis-server and nats-server (bash scripts/install-backplanes.sh). The fixed seeds run in
 # the test command (crates/sockeye-pubsub/tests/chaos.rs).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
-  echo "usage: bash scripts/chaos.sh redis|nats-jetstream MINUTES [SEED]" >&2
+  echo "usage: bash scripts/chaos.sh redis|redis-rdb|redis-aof|redis-replicated|redis-cluster|nats|nats-jetstream|nats-cluster MINUTES [SEED]" >&2
   exit 2
 fi
-case "$1" in redis|nats-jetstream) ;; *) echo "engine: redis or nats-jetstream, not $1" >&2; exit 2 ;; esac
+case "$1" in redis|redis-rdb|redis-aof|redis-replicated|redis-cluster|nats|nats-jetstream|nats-cluster) ;; *) echo "engine: one of redis, redis-rdb, redis-aof, redis-replicated, redis-cluster, nats, nats-jetstream, nats-cluster; not $1" >&2; exit 2 ;; esac
 CHAOS_ENGINE="$1" CHAOS_MINUTES="$2" CHAOS_SEED="${3:-}" \
   cargo test --quiet -p sockeye-pubsub --all-features --test chaos chaos_long -- --ignored --nocapture

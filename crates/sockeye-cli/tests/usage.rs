@@ -495,18 +495,23 @@ fn max_messages_is_exact_and_exit_on_eof_is_immediate() {
     );
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert_eq!(ran.out(), "yo\nyo\nyo\n");
-    assert!(ran.took < Duration::from_secs(2), "{:?}", ran.took);
+    // Out after the third, not when the endless push ends (never: the run's 10 s bound). Not a
+    // speed figure: a machine busy with other builds took 2.5 s here.
+    assert!(ran.took < Duration::from_secs(6), "{:?}", ran.took);
     // -E: out as soon as stdin ends, even with a flood still coming.
     let mut p = Proc::client(&["cat", "-E", &push.url("/")]);
     assert!(p.out.wait_len(100, Duration::from_secs(5)), "{}", p.err.text());
     drop(p.stdin.take());
     let closed = Instant::now();
-    let status = p.wait_exit(Duration::from_secs(3));
+    // The flood never ends: exiting at all, and with 0, is the behaviour; the bound only keeps
+    // a failure from hanging the suite.
+    let status = p.wait_exit(Duration::from_secs(6));
     let took = closed.elapsed();
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "{}", p.err.text());
-    assert!(
-        took < Duration::from_secs(1),
-        "-E took {took:?} after stdin ended"
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "-E: not out {took:?} after stdin ended: {}",
+        p.err.text()
     );
 }
 

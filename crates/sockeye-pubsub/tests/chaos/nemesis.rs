@@ -37,8 +37,28 @@ impl Rng {
 /// One fault, on its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Fault {
-    /// The engine killed with SIGKILL (no persistence: its data is gone), restarted at the end.
+    /// The engine killed with SIGKILL (every server of it), restarted at the end: without
+    /// persistence its data is gone; with it, it comes back from its files.
     EngineDown,
+    /// Redis with an append-only file: killed, and restarted at the end with the file's last
+    /// bytes cut (writes acknowledged but never synced: what `appendfsync everysec` may lose).
+    TailLost,
+    /// Redis with snapshots: `SAVE` now; a later [`EngineDown`](Fault::EngineDown) restarts
+    /// from it (an older snapshot: what followed it is lost). Its end does nothing.
+    Snapshot,
+    /// A primary killed and its replica promoted (Redis primary + replica: by hand, as
+    /// Sentinel would, the nodes' address following it; Redis Cluster: the shard of topic
+    /// `n % topics`, by the cluster). The old primary comes back as a replica at the end.
+    Failover(usize),
+    /// Redis Cluster: the primary of topic `n % topics`'s shard stopped (SIGSTOP) with its
+    /// connections open, a blackholed primary; its replica takes over. Continued at the end (a
+    /// replica then).
+    PrimaryHang(usize),
+    /// Redis Cluster: the slot of topic `n % topics` migrated, with its keys, to another
+    /// primary. Its end does nothing.
+    SlotMigration(usize),
+    /// NATS cluster: server `n` killed (SIGKILL), restarted at the end.
+    ServerDown(usize),
     /// A node's hub dropped with its subscribers' connections (a crash), started again at the end.
     NodeCrash(usize),
     /// Between a node and the engine, a proxy that stops forwarding without closing.
@@ -50,6 +70,20 @@ pub(crate) enum Fault {
     Reconnect(usize),
 }
 
+/// A kind of fault an engine can suffer, made into a [`Fault`] on a random target (a node, a
+/// subscriber, a topic or a server: `0..targets`).
+pub(crate) type Menu = &'static [fn(usize) -> Fault];
+
+/// The faults every engine suffers: the engine killed, nodes crashed, blackholed, partitioned,
+/// subscribers reconnecting.
+pub(crate) const COMMON: Menu = &[
+    |_| Fault::EngineDown,
+    Fault::NodeCrash,
+    Fault::Blackhole,
+    Fault::Partition,
+    Fault::Reconnect,
+];
+
 /// A step of the schedule: at `at` after the faults begin, `fault` starts (or ends).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Step {
@@ -58,20 +92,15 @@ pub(crate) struct Step {
     pub(crate) start: bool,
 }
 
-/// `count` faults over `span` on `nodes` nodes (and as many subscribers), each lasting 0.2 to 2.5 s; their steps in time
+/// `count` faults from `menu` over `span` on `targets` targets (3: nodes, subscribers, topics
+/// and servers are taken modulo their number), each lasting 0.2 to 2.5 s; their steps in time
 /// order (a fault may end after `span`: the heal ends every fault anyway).
-pub(crate) fn schedule(seed: u64, span: Duration, count: usize, nodes: usize) -> Vec<Step> {
+pub(crate) fn schedule(seed: u64, span: Duration, count: usize, targets: usize, menu: Menu) -> Vec<Step> {
     let mut rng = Rng::new(seed);
     let mut steps = Vec::new();
     for _ in 0..count {
-        let node = usize::try_from(rng.below(nodes as u64)).unwrap_or(0);
-        let fault = match rng.below(5) {
-            0 => Fault::EngineDown,
-            1 => Fault::NodeCrash(node),
-            2 => Fault::Blackhole(node),
-            3 => Fault::Partition(node),
-            _ => Fault::Reconnect(node),
-        };
+        let target = usize::try_from(rng.below(targets as u64)).unwrap_or(0);
+        let fault = menu[usize::try_from(rng.below(menu.len() as u64)).unwrap_or(0)](target);
         let at = rng.between(Duration::ZERO, span);
         let length = rng.between(Duration::from_millis(200), Duration::from_millis(2500));
         steps.push(Step {
@@ -96,13 +125,13 @@ mod tests {
     #[test]
     fn a_seed_gives_one_schedule_of_overlapping_faults() {
         let span = Duration::from_secs(5);
-        let a = schedule(7, span, 8, 3);
-        assert_eq!(a, schedule(7, span, 8, 3));
-        assert_ne!(a, schedule(8, span, 8, 3));
+        let a = schedule(7, span, 8, 3, COMMON);
+        assert_eq!(a, schedule(7, span, 8, 3, COMMON));
+        assert_ne!(a, schedule(8, span, 8, 3, COMMON));
         assert_eq!(a.len(), 16);
         assert!(a.windows(2).all(|w| w[0].at <= w[1].at));
         // Over a few seeds, every kind of fault, and two at once.
-        let all: Vec<Step> = (0..20).flat_map(|s| schedule(s, span, 8, 3)).collect();
+        let all: Vec<Step> = (0..20).flat_map(|s| schedule(s, span, 8, 3, COMMON)).collect();
         for kind in [
             Fault::EngineDown,
             Fault::NodeCrash(0),

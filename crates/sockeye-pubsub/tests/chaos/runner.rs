@@ -19,10 +19,10 @@ use tokio::sync::watch;
 use tokio::time::{Instant, sleep, timeout};
 
 use super::checker::{Kind, Violation, check, report};
+use super::engines::{Cluster, Engine, Route};
 use super::history::{Began, Record, Recorder};
 use super::nemesis::{Fault, Rng, Step, schedule};
 use crate::support::proxy::Proxy;
-use crate::support::servers::{self, BackplaneServer};
 
 /// After the heal, how long the nodes have to be connected to the engine again.
 pub(crate) const HEAL_BOUND: Duration = Duration::from_secs(20);
@@ -31,39 +31,6 @@ pub(crate) const HEAL_BOUND: Duration = Duration::from_secs(20);
 pub(crate) const QUIESCENCE_BOUND: Duration = Duration::from_secs(30);
 /// One publish or subscribe, at most (a blackholed engine answers nothing).
 const CALL_BOUND: Duration = Duration::from_secs(3);
-
-/// The engines a run covers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Engine {
-    /// One redis-server without persistence (a kill loses everything: a new epoch).
-    Redis,
-    /// One nats-server with JetStream (file store: a kill -9 may lose its un-synced tail).
-    NatsJetStream,
-}
-
-impl Engine {
-    pub(crate) fn parse(name: &str) -> Option<Engine> {
-        match name {
-            "redis" => Some(Engine::Redis),
-            "nats-jetstream" => Some(Engine::NatsJetStream),
-            _ => None,
-        }
-    }
-
-    fn kind(self) -> servers::Kind {
-        match self {
-            Engine::Redis => servers::Kind::Redis { persistent: false },
-            Engine::NatsJetStream => servers::Kind::Nats { jetstream: true },
-        }
-    }
-
-    fn scheme(self) -> &'static str {
-        match self {
-            Engine::Redis => "redis",
-            Engine::NatsJetStream => "nats",
-        }
-    }
-}
 
 /// The shape of a run.
 #[derive(Clone, Debug)]
@@ -119,10 +86,11 @@ fn history_of(node: usize) -> HistoryConfig {
     }
 }
 
-/// A node: a hub (none while crashed) reaching the engine through its proxy.
+/// A node: a hub (none while crashed) reaching the engine through its proxies (one per server;
+/// none where the engine hands out its servers' addresses).
 struct Node {
     index: usize,
-    proxy: Proxy,
+    proxies: Vec<Proxy>,
     url: String,
     hub: Mutex<Option<Hub>>,
     /// Bumped at each crash: its clients drop their connections.
@@ -159,6 +127,8 @@ impl Node {
 struct World {
     nodes: Vec<Node>,
     topics: Vec<Topic>,
+    /// Each topic's Redis key (which names its slot in a Redis Cluster).
+    topic_keys: Vec<String>,
     recorder: Recorder,
     /// Set when the clients are to stop.
     stop: watch::Sender<bool>,
@@ -171,15 +141,29 @@ struct World {
 /// violation (the seed, and each one's shortest history).
 pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> {
     let started = Instant::now();
-    let server = Arc::new(Mutex::new(BackplaneServer::start(plan.engine.kind())));
-    let port = server.lock().unwrap().port();
+    let engine = plan.engine;
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(engine))
+        .await
+        .unwrap();
+    let endpoints = cluster.endpoints();
+    let direct = endpoints.is_empty().then(|| cluster.direct_url());
+    let server = Arc::new(Mutex::new(cluster));
     let mut nodes = Vec::new();
     for index in 0..3 {
-        let proxy = Proxy::start(port).await;
-        let url = proxy.url(plan.engine.scheme());
+        let mut proxies = Vec::new();
+        for &port in &endpoints {
+            proxies.push(Proxy::start(port).await);
+        }
+        let url = direct.clone().unwrap_or_else(|| {
+            let addrs: Vec<String> = proxies
+                .iter()
+                .map(|p| format!("127.0.0.1:{}", p.port()))
+                .collect();
+            format!("{}://{}", engine.scheme(), addrs.join(","))
+        });
         nodes.push(Node {
             index,
-            proxy,
+            proxies,
             url,
             hub: Mutex::new(None),
             crashes: watch::Sender::new(0),
@@ -188,13 +172,18 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
     for node in &nodes {
         assert!(node.start().await, "node {} does not start", node.index);
     }
-    let topics = ["a", "b"]
+    let topics: Vec<Topic> = ["a", "b"]
         .iter()
         .map(|t| Topic::new(&format!("chaos-{}-{t}", plan.seed)).unwrap())
+        .collect();
+    let topic_keys = topics
+        .iter()
+        .map(|t| format!("sockeye:{{{}}}:meta", t.to_hex()))
         .collect();
     let world = Arc::new(World {
         nodes,
         topics,
+        topic_keys,
         recorder: Recorder::default(),
         stop: watch::Sender::new(false),
         reconnects: (0..3).map(|_| watch::Sender::new(0)).collect(),
@@ -223,7 +212,8 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
     }
 
     sleep(plan.calm).await;
-    nemesis(&world, &server, &schedule(plan.seed, plan.span, plan.faults, 3)).await;
+    let steps = schedule(plan.seed, plan.span, plan.faults, 3, engine.menu());
+    nemesis(&world, &server, &steps).await;
     heal(&world, &server).await?;
     sleep(plan.calm).await;
     publishing.send_replace(false);
@@ -259,17 +249,25 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
     }
 }
 
-/// The report of a failed run.
+/// The report of a failed run; with `CHAOS_HISTORY` set, the whole history is written to that
+/// file too.
 fn failure(plan: &Plan, history: &[Record], violations: &[Violation], summary: &Summary) -> String {
+    if let Ok(path) = std::env::var("CHAOS_HISTORY")
+        && !path.is_empty()
+    {
+        let all: Vec<String> = history
+            .iter()
+            .enumerate()
+            .map(|(i, r)| format!("{i:8} {r}"))
+            .collect();
+        let _ = std::fs::write(&path, all.join("\n"));
+    }
     format!(
         "chaos {:?} seed {}: {} violations ({summary:?}); reproduce with `bash scripts/chaos.sh {} 0 {}`\n{}",
         plan.engine,
         plan.seed,
         violations.len(),
-        match plan.engine {
-            Engine::Redis => "redis",
-            Engine::NatsJetStream => "nats-jetstream",
-        },
+        plan.engine.name(),
         plan.seed,
         report(history, violations, 60)
     )
@@ -431,7 +429,7 @@ async fn publisher(
 
 /// Carries out `steps`; overlapping faults on one target count up and down (the engine comes
 /// back when the last fault that took it down ends; nodes are started again at the heal).
-async fn nemesis(world: &World, server: &Arc<Mutex<BackplaneServer>>, steps: &[Step]) {
+async fn nemesis(world: &World, server: &Arc<Mutex<Cluster>>, steps: &[Step]) {
     let begin = Instant::now();
     let mut active: HashMap<Fault, usize> = HashMap::new();
     for step in steps {
@@ -460,43 +458,74 @@ async fn nemesis(world: &World, server: &Arc<Mutex<BackplaneServer>>, steps: &[S
 }
 
 /// Starts (`start`) or ends a fault.
-async fn apply(world: &World, server: &Arc<Mutex<BackplaneServer>>, fault: Fault, start: bool) {
+async fn apply(world: &World, server: &Arc<Mutex<Cluster>>, fault: Fault, start: bool) {
     match fault {
-        Fault::EngineDown => {
-            let server = Arc::clone(server);
-            tokio::task::spawn_blocking(move || {
-                let mut s = server.lock().unwrap();
-                if start {
-                    s.kill();
-                } else if !s.is_running() {
-                    s.restart();
-                }
-            })
-            .await
-            .unwrap();
-        }
         Fault::NodeCrash(n) if start => world.nodes[n].crash(),
         Fault::NodeCrash(n) => {
             let _ = world.nodes[n].start().await;
         }
-        Fault::Blackhole(n) if start => world.nodes[n].proxy.blackhole(),
-        Fault::Blackhole(n) => world.nodes[n].proxy.let_through(),
-        Fault::Partition(n) if start => {
-            world.nodes[n].proxy.cut();
+        Fault::Blackhole(n) => {
+            for p in &world.nodes[n].proxies {
+                if start {
+                    p.blackhole();
+                } else {
+                    p.let_through();
+                }
+            }
         }
-        Fault::Partition(n) => world.nodes[n].proxy.reopen(),
+        Fault::Partition(n) => {
+            for p in &world.nodes[n].proxies {
+                if start {
+                    p.cut();
+                } else {
+                    p.reopen();
+                }
+            }
+        }
         Fault::Reconnect(c) if start => world.reconnects[c].send_modify(|n| *n += 1),
         Fault::Reconnect(_) => {}
+        engine_fault => {
+            let server = Arc::clone(server);
+            let keys = world.topic_keys.clone();
+            let (route, skipped) = tokio::task::spawn_blocking(move || {
+                let mut s = server.lock().unwrap();
+                let route = s.apply(engine_fault, start, &keys);
+                (route, std::mem::take(&mut s.skipped))
+            })
+            .await
+            .unwrap();
+            for what in skipped {
+                world.recorder.record(Record::Nemesis(format!("skipped: {what}")));
+            }
+            retarget(world, route);
+        }
+    }
+}
+
+/// Points every node's proxy at the primary, if it moved.
+fn retarget(world: &World, route: Route) {
+    if let Route::To(port) = route {
+        for node in &world.nodes {
+            for p in &node.proxies {
+                p.retarget(port);
+            }
+        }
     }
 }
 
 /// Ends every fault: the engine up, every proxy forwarding, every node started and connected to
 /// the engine, within [`HEAL_BOUND`]; then records the heal.
-async fn heal(world: &World, server: &Arc<Mutex<BackplaneServer>>) -> Result<(), String> {
-    apply(world, server, Fault::EngineDown, false).await;
+async fn heal(world: &World, server: &Arc<Mutex<Cluster>>) -> Result<(), String> {
+    let (cluster, keys) = (Arc::clone(server), world.topic_keys.clone());
+    let route = tokio::task::spawn_blocking(move || cluster.lock().unwrap().heal(&keys))
+        .await
+        .unwrap();
+    retarget(world, route);
     for node in &world.nodes {
-        node.proxy.let_through();
-        node.proxy.reopen();
+        for p in &node.proxies {
+            p.let_through();
+            p.reopen();
+        }
     }
     let deadline = Instant::now() + HEAL_BOUND;
     loop {

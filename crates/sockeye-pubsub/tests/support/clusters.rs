@@ -372,6 +372,28 @@ impl RedisCluster {
         );
     }
 
+    /// Whether every node runs and none is hung.
+    pub(crate) fn whole(&self) -> bool {
+        self.hung.is_none() && self.nodes.iter().all(BackplaneServer::is_running)
+    }
+
+    /// Starts every killed node again (on its port and directory: it rejoins, a replica if its
+    /// shard failed over meanwhile).
+    pub(crate) fn restart_dead(&mut self) {
+        for n in &mut self.nodes {
+            if !n.is_running() {
+                n.restart();
+            }
+        }
+    }
+
+    /// Continues the hung node (SIGCONT), if one: it rejoins, a replica once failed over.
+    pub(crate) fn unhang(&mut self) {
+        if let Some(i) = self.hung.take() {
+            self.nodes[i].signal("CONT");
+        }
+    }
+
     /// The index of a primary other than node `not`.
     pub(crate) fn other_primary(&self, not: usize) -> usize {
         (0..self.nodes.len())
@@ -406,6 +428,12 @@ pub(crate) struct NatsCluster {
 
 impl NatsCluster {
     pub(crate) fn start() -> NatsCluster {
+        NatsCluster::start_with(&[])
+    }
+
+    /// Starts one with more arguments for every server (`--no_advertise`: the clients are not
+    /// told the others' addresses, and reach only the ones listed, through proxies say).
+    pub(crate) fn start_with(extra: &[&str]) -> NatsCluster {
         let ports = free_ports(6);
         let (routes, monitors) = ports.split_at(3);
         let all_routes: Vec<String> = routes
@@ -427,7 +455,11 @@ impl NatsCluster {
                         &all_routes.join(","),
                         "-m",
                         &monitors[i].to_string(),
-                    ],
+                    ]
+                    .iter()
+                    .copied()
+                    .chain(extra.iter().copied())
+                    .collect::<Vec<&str>>(),
                 )
             })
             .collect();
@@ -435,15 +467,19 @@ impl NatsCluster {
             servers,
             monitors: monitors.to_vec(),
         };
-        // JetStream in a cluster answers once a meta leader is elected and the server is current.
-        for &m in &cluster.monitors {
+        cluster.wait_ready();
+        cluster
+    }
+
+    /// Waits until JetStream answers on every server: a meta leader elected, the server current.
+    pub(crate) fn wait_ready(&self) {
+        for &m in &self.monitors {
             wait_until(
                 "JetStream is ready on every server",
                 Duration::from_secs(30),
                 || http_ok(m, "/healthz"),
             );
         }
-        cluster
     }
 
     /// `nats://` with every server.

@@ -122,11 +122,14 @@ impl Proxy {
     }
 
     /// Sends new connections to another server, and closes the ones to the old (as a virtual
-    /// address moved to a promoted replica).
+    /// address moved to a promoted replica). A cut proxy stays cut.
     pub(crate) fn retarget(&self, port: u16) {
+        let was_open = self.open.load(Ordering::SeqCst);
         self.cut();
         self.target.store(port, Ordering::SeqCst);
-        self.reopen();
+        if was_open {
+            self.reopen();
+        }
     }
 }
 
