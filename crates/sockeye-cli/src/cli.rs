@@ -5,7 +5,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::log::LogFormat;
 use crate::opts::{
-    ClientOpts, PipeOpts, ServerOpts, backplane_url, origin, positive, seconds, websocket_url,
+    ClientOpts, PipeOpts, ServerOpts, backplane_url, copies, origin, positive, seconds, websocket_url,
 };
 
 /// Sockeye's WebSocket tool.
@@ -131,6 +131,7 @@ Exit codes: 0 stopped by Ctrl-C or SIGTERM (every connection closed with 1001), 
   ws pubsub_server --port 8008                                     (then open http://127.0.0.1:8008/demo)
   ws pubsub_server --port 8001 --backplane redis://127.0.0.1:6379     (one node of several)
   ws pubsub_server --port 8002 --backplane nats://127.0.0.1:4222
+  ws pubsub_server --port 8003 --backplane nats://n1:4222,n2:4222,n3:4222 --history-copies 3
   ws pubsub_server -q --tls --cert-file cert.pem --key-file key.pem
   ws pubsub_server --api-token s3cret --jwt-secret-file jwt.key  (backends and clients need tokens)
   ws pubsub_server --token shared --allow-subscribe 'rooms/*' --allow-publish 'rooms/*'
@@ -444,6 +445,14 @@ pub struct PubsubArgs {
     /// Seconds a publication is kept for recovery.
     #[arg(long = "history-age", value_name = "SECS", default_value_t = sockeye_pubsub::HistoryConfig::default().max_age.as_secs_f64(), value_parser = seconds)]
     pub history_age: f64,
+    /// With a NATS backplane: the copies of the JetStream stream that holds the history, 1 to
+    /// 5, each on a server of the cluster (a publication is acknowledged once a majority stored
+    /// it: 3 survive the loss of any one server). Default: one per server --backplane lists, up
+    /// to 3; give every node of a cluster the same. The stream is shared: a node asking for more
+    /// raises it, one asking for fewer keeps it and warns (`nats stream edit SOCKEYE --replicas
+    /// N` lowers it).
+    #[arg(long = "history-copies", value_name = "N", value_parser = copies)]
+    pub history_copies: Option<usize>,
     /// The most messages one GET /history answers with (its limit is capped to it).
     #[arg(long = "history-limit", value_name = "N", default_value_t = sockeye_pubsub::web::HISTORY_LIMIT, value_parser = positive::<usize>)]
     pub history_limit: usize,

@@ -31,6 +31,18 @@ pub(crate) fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The JetStream stream's copies for `--history-copies`: 1 to 5 (NATS's limit).
+pub(crate) fn copies(s: &str) -> Result<usize, String> {
+    let max = sockeye_pubsub::HistoryConfig::MAX_COPIES;
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected 1 to {max}: the servers of the NATS cluster that store each publication \
+             (3 survive the loss of any one)"
+        )),
+    }
+}
+
 /// A page origin for `--allowed-origin`: `scheme://host[:port]`, or `*`.
 pub(crate) fn origin(s: &str) -> Result<String, String> {
     sockeye_pubsub::web::WebConfig::default()

@@ -37,7 +37,7 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
         args.backplane.as_deref(),
         NAME,
         hub_config(&args),
-        history_config(&args),
+        history_config(&args)?,
     )
     .await?;
     let web = Web::new(hub, config);
@@ -200,13 +200,27 @@ fn hub_config(args: &PubsubArgs) -> HubConfig {
         .max_queued_bytes_total(args.max_queued_bytes_total)
 }
 
-/// The flags as the history's settings.
-fn history_config(args: &PubsubArgs) -> HistoryConfig {
+/// The flags as the history's settings; `--history-copies` without a NATS backplane (nothing
+/// would use it) is a usage error.
+fn history_config(args: &PubsubArgs) -> Result<HistoryConfig, Failure> {
     let age = Duration::try_from_secs_f64(args.history_age).unwrap_or(Duration::MAX);
     let mut history = HistoryConfig::default();
     history.max_len = args.history_len;
     history.max_age = age;
-    history
+    if let Some(copies) = args.history_copies {
+        let nats = args
+            .backplane
+            .as_deref()
+            .is_some_and(|url| url.get(..7).is_some_and(|s| s.eq_ignore_ascii_case("nats://")));
+        if !nats {
+            return Err(Failure::usage(
+                "--history-copies applies to a NATS backplane (--backplane nats://…): the copies \
+                 of its JetStream stream",
+            ));
+        }
+        history = history.copies(copies);
+    }
+    Ok(history)
 }
 
 /// The flags as the web face's settings.

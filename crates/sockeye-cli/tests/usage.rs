@@ -239,6 +239,43 @@ fn zeros_non_numbers_and_negative_numbers_are_usage_errors_naming_the_flag() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `--history-copies` (the NATS backplane's JetStream stream's copies) is 1 to 5, and only for
+/// a NATS backplane: refused at start otherwise, before anything listens or connects.
+#[test]
+fn history_copies_are_one_to_five_and_for_nats_only() {
+    let nats = "nats://127.0.0.1:1";
+    let table: Vec<Vec<&str>> = vec![
+        vec!["pubsub_server", "--history-copies", "0", "--backplane", nats],
+        vec!["pubsub_server", "--history-copies", "6", "--backplane", nats],
+        vec!["pubsub_server", "--history-copies", "three", "--backplane", nats],
+        vec!["pubsub_server", "--history-copies", "3", "--port", "0"],
+        vec![
+            "pubsub_server",
+            "--history-copies",
+            "3",
+            "--port",
+            "0",
+            "--backplane",
+            "redis://127.0.0.1:1",
+        ],
+    ];
+    let failures: Vec<String> = table
+        .iter()
+        .filter_map(|args| usage_error(args, "--history-copies"))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let range = run(&table[1], "");
+    assert!(range.stderr.contains("expected 1 to 5"), "{}", range.stderr);
+    let redis = run(&table[4], "");
+    assert!(
+        redis.stderr.contains("applies to a NATS backplane"),
+        "{}",
+        redis.stderr
+    );
+    let help = run(&["pubsub_server", "--help"], "").out();
+    assert!(help.contains("--history-copies <N>"), "{help}");
+}
+
 #[test]
 fn a_negative_number_after_a_space_is_a_usage_error_naming_the_flag() {
     // `--count -1` (as typed, with a space). Observed: clap reads "-1" as an unknown flag and

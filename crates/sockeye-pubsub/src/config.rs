@@ -21,6 +21,27 @@ pub struct HistoryConfig {
     /// unbounded. Redis and NATS keep their history on their servers, bounded there (`maxmemory`,
     /// the JetStream stream's limits), and do not use it.
     pub max_bytes: usize,
+    /// The NATS backplane's (feature `nats`) copies of its JetStream stream (JetStream's
+    /// `num_replicas`), 1 to [`MAX_COPIES`](Self::MAX_COPIES): how many servers of a cluster store
+    /// every publication (a publication is acknowledged once a majority of them stored it: 3
+    /// copies survive the loss of any one server, 5 of any two). Set it with [`copies`](Self::copies).
+    ///
+    /// `None`, the default: one copy per server the backplane's URL lists, up to 3
+    /// (`nats://a,b,c` makes 3, `nats://a` 1). A default only: nodes that list a cluster's
+    /// servers differently then ask for different copies, so give every node of a cluster the
+    /// same explicit value. The stream is shared by every node and never lowered by one: a node
+    /// asking for more copies than the stream has raises it, one asking for fewer keeps it and
+    /// warns (see "One stream, many nodes" in the NATS backplane's docs). A value out of range is
+    /// refused by the NATS backplane's `connect` with [`Error::InvalidConfig`](crate::Error::InvalidConfig);
+    /// more copies than the cluster has JetStream servers is refused by the servers when the
+    /// stream is created or raised ([`Error::Backplane`](crate::Error::Backplane)).
+    ///
+    /// Here rather than in the URL (`nats://a,b,c?copies=3`): the copies are a setting of the
+    /// shared history, next to its other limits ([`max_len`](Self::max_len),
+    /// [`max_age`](Self::max_age)), while the URL only says which servers this node may connect
+    /// to (every backplane URL is hosts and ports alone). The in-process and Redis backplanes
+    /// do not use it.
+    pub copies: Option<usize>,
 }
 
 impl Default for HistoryConfig {
@@ -29,11 +50,15 @@ impl Default for HistoryConfig {
             max_len: 1000,
             max_age: Duration::from_secs(300),
             max_bytes: 256 << 20,
+            copies: None,
         }
     }
 }
 
 impl HistoryConfig {
+    /// The most [`copies`](Self::copies) a JetStream stream may have (NATS's own limit).
+    pub const MAX_COPIES: usize = 5;
+
     /// No history: live fan-out only; a gap cannot be repaired, only reported.
     pub fn none() -> Self {
         HistoryConfig {
@@ -56,6 +81,14 @@ impl HistoryConfig {
     /// Sets [`max_bytes`](Self::max_bytes).
     pub fn max_bytes(mut self, bytes: usize) -> Self {
         self.max_bytes = bytes;
+        self
+    }
+
+    /// Sets [`copies`](Self::copies): the NATS backplane's JetStream stream is stored on
+    /// `copies` servers of the cluster, 1 to [`MAX_COPIES`](Self::MAX_COPIES) (checked when the
+    /// backplane connects).
+    pub fn copies(mut self, copies: usize) -> Self {
+        self.copies = Some(copies);
         self
     }
 }

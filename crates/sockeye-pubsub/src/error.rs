@@ -15,6 +15,10 @@ pub enum Error {
     /// The backplane URL cannot be used: unknown scheme, no host, a feature not compiled in.
     /// The caller's fault; the message says what is accepted.
     InvalidUrl(String),
+    /// A setting cannot be used: a [`HistoryConfig::copies`](crate::HistoryConfig::copies) out
+    /// of range. The caller's fault; the message names the setting, what is accepted and what
+    /// to do.
+    InvalidConfig(String),
     /// A publication over the hub's size limit
     /// ([`HubConfig::max_payload`](crate::HubConfig)). The caller's fault.
     PayloadTooLarge {
@@ -105,6 +109,7 @@ impl Error {
             self,
             Error::InvalidTopic(_)
                 | Error::InvalidUrl(_)
+                | Error::InvalidConfig(_)
                 | Error::PayloadTooLarge { .. }
                 | Error::NotData
                 | Error::TooManySubscriptions { .. }
@@ -124,7 +129,8 @@ impl Error {
     ///   reconnect (later, or to another node) may succeed: [`TooManyTopics`](Error::TooManyTopics),
     ///   [`NodeQueuesFull`](Error::NodeQueuesFull),
     ///   [`Backplane`](Error::Backplane), [`PartlyPublished`](Error::PartlyPublished),
-    ///   [`Closed`](Error::Closed), [`InvalidUrl`](Error::InvalidUrl) (a node's own setting).
+    ///   [`Closed`](Error::Closed), [`InvalidUrl`](Error::InvalidUrl) and
+    ///   [`InvalidConfig`](Error::InvalidConfig) (a node's own setting).
     pub fn close_code(&self) -> CloseCode {
         match self {
             Error::TooSlow { .. }
@@ -138,7 +144,8 @@ impl Error {
             | Error::Backplane { .. }
             | Error::PartlyPublished { .. }
             | Error::Closed
-            | Error::InvalidUrl(_) => CloseCode::TRY_AGAIN_LATER,
+            | Error::InvalidUrl(_)
+            | Error::InvalidConfig(_) => CloseCode::TRY_AGAIN_LATER,
         }
     }
 
@@ -158,7 +165,7 @@ impl Error {
             Error::InvalidPosition(_) => "invalid position",
             Error::TooManySubscriptions { .. } => "too many subscriptions",
             Error::TooManyTopics { .. } => "this node has too many topics: try later or another node",
-            Error::InvalidUrl(_) | Error::NotData => "refused by the pub/sub hub",
+            Error::InvalidUrl(_) | Error::InvalidConfig(_) | Error::NotData => "refused by the pub/sub hub",
         };
         CloseFrame::new(self.close_code(), reason)
     }
@@ -181,6 +188,7 @@ impl fmt::Display for Error {
         match self {
             Error::InvalidTopic(why) => write!(f, "invalid topic: {why}"),
             Error::InvalidUrl(why) => write!(f, "invalid backplane URL: {why}"),
+            Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             Error::PayloadTooLarge { len, max } => write!(
                 f,
                 "publication of {len} bytes is over the limit of {max} bytes (HubConfig::max_payload; ws pubsub_server --max-message-size)"

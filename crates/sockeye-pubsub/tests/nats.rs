@@ -16,6 +16,7 @@ use tokio::time::timeout;
 
 mod support;
 
+use support::clusters::NatsCluster;
 use support::deliveries::{drain, texts};
 use support::servers::{BackplaneServer, Kind};
 
@@ -1060,6 +1061,208 @@ async fn a_node_with_a_shorter_history_never_shortens_the_shared_stream() {
             Recovery::Recovered { count: 20 },
             "the shorter node's limits were applied to the shared stream"
         );
+    })
+    .await
+    .unwrap();
+}
+
+/// A node on a cluster, retried while the cluster settles (JetStream electing the stream's
+/// leader answers errors for a moment).
+async fn cluster_node(url: &str, history: HistoryConfig) -> Hub {
+    let mut tries = 0;
+    loop {
+        let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+        match nats::connect(url, history, tx).await {
+            Ok(nats) => return Hub::start(HubConfig::default(), Box::new(nats), rx),
+            Err(e) if tries < 20 => {
+                tries += 1;
+                eprintln!("{url}: {e}; again");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(e) => panic!("{url}: {e}"),
+        }
+    }
+}
+
+/// The `SOCKEYE` stream's copies, as the server at `url` (one server) reports them.
+async fn stream_copies(url: &str) -> usize {
+    let client = async_nats::connect(url.trim_start_matches("nats://"))
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client);
+    let mut stream = js.get_stream("SOCKEYE").await.unwrap();
+    stream.info().await.unwrap().config.num_replicas
+}
+
+/// What a `tracing` subscriber wrote on this thread (where the test's future, and so each
+/// node's `connect`, runs).
+#[derive(Clone, Default)]
+struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logged {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logged {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+fn capture() -> (Logged, tracing::subscriber::DefaultGuard) {
+    let logged = Logged::default();
+    let writer = logged.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    (logged, tracing::subscriber::set_default(subscriber))
+}
+
+/// The stream's copies are explicit configuration (`HistoryConfig::copies`), and the stream is
+/// shared: in a 3-server cluster, a node asking for 1 copy (or listing one server, whose default
+/// is 1) connecting after one asking for 3 leaves the stream at 3, and says so, naming both and
+/// the command that lowers it (issue 39 1d: the copies came from how many servers each node's
+/// URL listed, and nodes listing differently flipped the stream between 3 copies and 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_asking_for_fewer_copies_keeps_the_streams_and_says_so() {
+    let (logged, _guard) = capture();
+    timeout(TEST_TIMEOUT, async {
+        let cluster = NatsCluster::start();
+        let one = cluster.servers[1].url();
+        // By default, one copy per server listed: a node listing one server makes 1 copy.
+        let _default = cluster_node(&one, HistoryConfig::default()).await;
+        assert_eq!(stream_copies(&one).await, 1, "the default for one server listed");
+        // A node asking for 3 raises it.
+        let three = cluster_node(&cluster.url(), HistoryConfig::default().copies(3)).await;
+        assert_eq!(
+            stream_copies(&one).await,
+            3,
+            "a node asking for more copies raises them"
+        );
+        assert!(
+            logged.text().contains("raising copies from 1 to 3"),
+            "{}",
+            logged.text()
+        );
+        // A node asking for 1, connecting after, and subscribing (a new topic checks the
+        // stream again), keeps it at 3 and says so once.
+        let fewer = cluster_node(&one, HistoryConfig::default().copies(1)).await;
+        let topic = Topic::new("copies").unwrap();
+        let mut s = sub(&fewer);
+        // The stream just grew to 3 copies: its new copies catch up and a leader is elected
+        // (requests time out meanwhile, as after a failover), so retried.
+        let mut tries = 0;
+        while let Err(e) = s.subscribe(&topic, None).await {
+            assert!(tries < 40, "subscribe: {e}");
+            tries += 1;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        publish_when_back(&three, &topic, "kept").await;
+        assert_eq!(recv_msg(&mut s).await.0, "kept");
+        for server in &cluster.servers {
+            assert_eq!(
+                stream_copies(&server.url()).await,
+                3,
+                "lowered by a node asking for 1"
+            );
+        }
+        let log = logged.text();
+        let warned: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.contains("WARN") && l.contains("3 copies (this node: 1, its HistoryConfig::copies)")
+            })
+            .collect();
+        assert_eq!(warned.len(), 1, "one warning, naming both: {log}");
+        assert!(
+            warned[0].contains("nats stream edit SOCKEYE --replicas 1"),
+            "the warning says what lowers it: {log}"
+        );
+        // A node of the default listing one server, connecting now, is told too, and where its
+        // 1 comes from.
+        let _late = cluster_node(&one, HistoryConfig::default()).await;
+        assert_eq!(stream_copies(&one).await, 3);
+        let log = logged.text();
+        assert!(
+            log.contains("3 copies (this node: 1, by default, one per server its URL lists"),
+            "a node of the default says where its 1 comes from: {log}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// An explicit number of copies holds whatever the URL lists: a node given only one server of a
+/// 3-server cluster, with `copies(3)`, creates a stream of 3 copies (before, the copies were the
+/// number of servers listed: 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_copies_replicate_the_stream_whatever_the_url_lists() {
+    timeout(TEST_TIMEOUT, async {
+        let cluster = NatsCluster::start();
+        let one = cluster.servers[0].url();
+        let hub = cluster_node(&one, HistoryConfig::default().copies(3)).await;
+        for server in &cluster.servers {
+            assert_eq!(stream_copies(&server.url()).await, 3);
+        }
+        // Replicated, so no server life in its positions: the stream's epoch alone.
+        let topic = Topic::new("replicated").unwrap();
+        let position = hub.publish(&topic, "one".into()).await.unwrap().unwrap();
+        assert!(
+            position.epoch.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{}",
+            position.epoch
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// Copies out of JetStream's 1 to 5 are refused at connect, before anything is created, with an
+/// error naming the setting and what to give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_out_of_range_are_refused_naming_the_setting() {
+    timeout(TEST_TIMEOUT, async {
+        let server = BackplaneServer::start(Kind::Nats { jetstream: true });
+        for copies in [0, 6, 100] {
+            let history = HistoryConfig::default().copies(copies);
+            let (tx, _rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+            match nats::connect(&server.url(), history, tx).await {
+                Err(e @ Error::InvalidConfig(_)) => {
+                    assert!(e.is_caller_fault());
+                    let said = e.to_string();
+                    for part in [&format!("HistoryConfig::copies is {copies}"), "give 1 to 5"] {
+                        assert!(said.contains(part), "{said}");
+                    }
+                }
+                other => panic!("copies {copies}: {other:?}"),
+            }
+            match Hub::connect(&server.url(), HubConfig::default(), history).await {
+                Err(Error::InvalidConfig(_)) => {}
+                other => panic!("copies {copies}, Hub::connect: {other:?}"),
+            }
+        }
+        // Nothing was created: the stream does not exist.
+        let client = async_nats::connect(server.url().trim_start_matches("nats://"))
+            .await
+            .unwrap();
+        assert!(
+            async_nats::jetstream::new(client)
+                .get_stream("SOCKEYE")
+                .await
+                .is_err()
+        );
+        // 1 to 5 are taken (a single server keeps 1).
+        let (hub, caps) = node(&server.url(), HistoryConfig::default().copies(1)).await;
+        assert!(caps.history);
+        drop(hub);
     })
     .await
     .unwrap();

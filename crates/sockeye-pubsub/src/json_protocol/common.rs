@@ -119,11 +119,13 @@ impl ErrorCode {
             Error::PayloadTooLarge { .. } => ErrorCode::TooLarge,
             Error::InvalidPosition(_) | Error::NotData => ErrorCode::BadRequest,
             Error::TooManyTopics { .. } | Error::NodeQueuesFull { .. } => ErrorCode::NodeFull,
-            // The node's own backplane URL: another node, or this one fixed, may serve it.
+            // The node's own backplane URL or setting: another node, or this one fixed, may
+            // serve it.
             Error::Backplane { .. }
             | Error::PartlyPublished { .. }
             | Error::Closed
-            | Error::InvalidUrl(_) => ErrorCode::Unavailable,
+            | Error::InvalidUrl(_)
+            | Error::InvalidConfig(_) => ErrorCode::Unavailable,
             // Never the answer to a request (the session closes with 1008 first); the client
             // reconnects and resumes, as for an outage.
             Error::TooSlow { .. } => ErrorCode::Unavailable,
@@ -195,6 +197,7 @@ mod tests {
         vec![
             Error::InvalidTopic("x".into()),
             Error::InvalidUrl("x".into()),
+            Error::InvalidConfig("x".into()),
             Error::PayloadTooLarge { len: 2, max: 1 },
             Error::NotData,
             Error::Backplane {

@@ -8,7 +8,8 @@
 //! **With JetStream** (the server runs with `-js`) and a history ([`HistoryConfig::max_len`] >
 //! 0): one stream, `SOCKEYE`, over `sockeye.t.>`, is created (or its limits raised) at connect
 //! and after every reconnect. It keeps at most `max_len` publications per topic (per subject),
-//! none older than `max_age` (zero: no age limit): that is the recovery window.
+//! none older than `max_age` (zero: no age limit): that is the recovery window. In a cluster
+//! it is stored on [`copies`](HistoryConfig::copies) servers ("A NATS cluster").
 //! - Publications are published through JetStream, and [`Backplane::publish`] returns once the
 //!   stream acknowledged (stored) them.
 //! - Their [`Position`]: the offset is the stream sequence (increasing per topic, but not
@@ -115,11 +116,24 @@
 //!
 //! **One stream, many nodes.** The stream is shared by every node, so a node never lowers it:
 //! at connect, after a reconnect and on a new topic, each of its limits (publications per topic,
-//! age, copies) becomes the larger of the stream's and the node's, and a node whose own are lower
-//! says so once, in a warning naming both (before, nodes configured differently, or listing
-//! a cluster's servers differently, flipped the stream between their settings: one cut the
-//! others' history, and a stream brought from 3 copies to 1 lost its quorum and wrote no server
-//! life). Lowering is an operator's act (`nats stream edit SOCKEYE`).
+//! age, copies) becomes the larger of the stream's and the node's. A node asking for more raises
+//! the stream (and logs it); a node whose own are lower keeps the stream's and says so once, in
+//! a warning naming both values and the command that would lower the stream to its own
+//! (`nats stream edit SOCKEYE --replicas N`, with `--max-msgs-per-subject N` and `--max-age D`
+//! for the window). Before, nodes configured differently, or listing a cluster's servers
+//! differently, flipped the stream between their settings: one cut the others' history, and a
+//! stream brought from 3 copies to 1 lost its quorum and wrote no server life. Lowering is an
+//! operator's act.
+//!
+//! **The copies are configuration**: [`HistoryConfig::copies`] (`ws pubsub_server
+//! --history-copies`), 1 to 5 (JetStream's limit; another value is refused at connect with
+//! [`Error::InvalidConfig`]). Unset, a node takes one copy per server its URL lists, up to 3:
+//! a default, with which nodes listing a cluster's servers differently still ask for different
+//! copies (the stream keeps the most, and the others warn), so give every node of a cluster the
+//! same value. It is a history setting rather than a part of the URL (`?copies=3`): the URL
+//! names only the servers this node may connect to, as every backplane URL does, while the
+//! copies, like the stream's other limits ([`HistoryConfig::max_len`], `max_age`), belong to the
+//! history every node shares.
 //!
 //! **Complete histories.** Offsets are stream sequences, not contiguous per topic, so a hole
 //! cannot be seen from the offsets as on Redis. A history from a position is complete because
@@ -129,24 +143,28 @@
 //!
 //! # A NATS cluster
 //!
-//! List the cluster's servers, `nats://HOST:PORT,HOST:PORT,HOST:PORT`. The connection goes to
-//! one of them (the client shuffles the list, and learns the others the cluster announces) and
-//! fails over to another when it is lost: an outage as below, short. With JetStream, the stream
-//! is replicated on as many servers as are listed, up to 3 (`num_replicas`; an existing stream
-//! with fewer is raised to it, one with more is kept: see "One stream, many nodes"): a publication is acknowledged once a majority stored it, so losing any one
-//! of three servers loses nothing acknowledged, and nodes connected to the others see no gap
-//! (tests/distributed.rs kills one of three during traffic from three nodes). A node whose
-//! connection stays up but whose topic's consumer was on the lost server would wait for the
-//! client's heartbeats to notice; instead a topic whose consumer delivered nothing for 3 s
-//! (quiet, or failing every pull) checks that the stream holds nothing after what it delivered,
-//! and if it does, if JetStream does not answer that twice in a row, or if the consumer ends,
-//! every consumer is restored (an [`Event::Lost`], then [`Event::Restored`] once the cluster
-//! has elected its new leaders, seconds, and the hub repairs every topic from history). A
-//! reconnection is restored and reported the same way whether or not its disconnection was
-//! seen (the client drops events when its event queue is full). The epoch is the
-//! stream's creation time, which every server of the cluster reports alike. Listing one server
-//! of a cluster works too, with a stream of one copy (its server's loss is an outage, and the
-//! loss of its store a new epoch).
+//! List the cluster's servers, `nats://HOST:PORT,HOST:PORT,HOST:PORT`. The connection goes to one
+//! of them (the client shuffles the list, and learns the others the cluster announces) and fails
+//! over to another when it is lost: an outage as below, short. With JetStream, the stream is
+//! replicated on [`HistoryConfig::copies`] servers (`num_replicas`; by default as many as are
+//! listed, up to 3; an existing stream with fewer is raised to it, one with more is kept: see "One
+//! stream, many nodes"): a publication is acknowledged once a majority stored it, so with 3 copies
+//! losing any one of three servers loses nothing acknowledged, and nodes connected to the others
+//! see no gap (tests/distributed.rs kills one of three during traffic from three nodes). A node
+//! whose connection stays up but whose topic's consumer was on the lost server would wait for the
+//! client's heartbeats to notice; instead a topic whose consumer delivered nothing for 3 s (quiet,
+//! or failing every pull) checks that the stream holds nothing after what it delivered, and if it
+//! does, if JetStream does not answer that twice in a row, or if the consumer ends, every consumer
+//! is restored (an [`Event::Lost`], then [`Event::Restored`] once the cluster has elected its new
+//! leaders, seconds, and the hub repairs every topic from history). A reconnection is restored and
+//! reported the same way whether or not its disconnection was seen (the client drops events when
+//! its event queue is full). The epoch is the stream's creation time, which every server of the
+//! cluster reports alike. Listing one server of a cluster works too: by default with a stream of
+//! one copy (its server's loss is an outage, and the loss of its store a new epoch), with
+//! [`HistoryConfig::copies`] set as replicated as any (the servers that store are the cluster's,
+//! whichever one the node connects to). More copies than the cluster has JetStream servers up, or
+//! more than 1 on a server outside a cluster, are refused by the servers when the stream is created
+//! or raised ([`Error::Backplane`], saying so).
 //!
 //! **No server life in a cluster.** When the server the node is connected to is in a cluster
 //! (its `INFO` names one), or the stream has more than one copy, publications carry no life:
@@ -158,8 +176,8 @@
 //! above). What is not: a client resuming from a lost position once the stream has grown past
 //! it again is told `Recovered` and given the publications that took those sequences. With
 //! three copies that takes a majority losing its tail at once (three servers crashing together,
-//! with `sync_interval` writes not yet on disk); a stream of one copy in a cluster (one
-//! server of a cluster listed) takes only its server's tail loss.
+//! with `sync_interval` writes not yet on disk); a stream of one copy in a cluster (copies 1, or
+//! unset with one server of a cluster listed) takes only its server's tail loss.
 //!
 //! # Outages
 //!
@@ -219,7 +237,7 @@ use futures_util::StreamExt;
 use tokio::sync::{Mutex, mpsc};
 
 use connection::{BACKOFF, CONNECT_TIMEOUT, PING_INTERVAL, REQUEST_TIMEOUT, Shared};
-use stream::{Js, STREAM, epoch_of, jetstream_unavailable};
+use stream::{Js, STREAM, epoch_of, jetstream_unavailable, stream_failed};
 use subscription::supervise;
 use wire::SUBJECT_PREFIX;
 
@@ -250,12 +268,15 @@ impl fmt::Debug for Nats {
 /// one of a cluster's servers (`nats://HOST:PORT,HOST:PORT,…`: see "A NATS cluster" in the
 /// [module documentation](self)), and starts the backplane, whose events go to `events`.
 ///
-/// Uses JetStream for history when the server has it and `history.max_len > 0` (creating or
-/// updating the stream `SOCKEYE`), core NATS otherwise. Fails with [`Error::InvalidUrl`] for a
-/// URL it cannot use and with [`Error::Backplane`] when the server cannot be reached within 5
-/// seconds (no retry at start: a wrong address should be told, not waited on).
+/// Uses JetStream for history when the server has it and `history.max_len > 0` (creating the
+/// stream `SOCKEYE`, of [`HistoryConfig::copies`] copies, or raising it), core NATS otherwise.
+/// Fails with [`Error::InvalidUrl`] for a URL it cannot use, with [`Error::InvalidConfig`] for
+/// copies out of 1 to 5 (both before connecting), and with [`Error::Backplane`] when the server
+/// cannot be reached within 5 seconds (no retry at start: a wrong address should be told, not
+/// waited on) or refuses the stream.
 pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> Result<Nats, Error> {
     let addrs = parse_url(url)?;
+    let copies = stream::copies(&history, addrs.len())?;
     let server = format!("nats://{}", addrs.join(","));
     let servers = addrs
         .iter()
@@ -297,9 +318,8 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
             max_age: history.max_age,
             storage: jetstream::stream::StorageType::File,
             discard: jetstream::stream::DiscardPolicy::Old,
-            // One copy per server listed, up to 3 (NATS's advice; a quorum of 2 survives the
-            // loss of any one server): listing a cluster's servers replicates the history.
-            num_replicas: addrs.len().clamp(1, 3),
+            // `HistoryConfig::copies`, or one per server listed, up to 3.
+            num_replicas: copies,
             ..Default::default()
         };
         // Creating the stream is the probe: no responders (or a "not enabled" answer) means no
@@ -309,6 +329,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
                 let js = Js {
                     context,
                     config,
+                    copies_set: history.copies.is_some(),
                     epoch: std::sync::Mutex::new("".into()),
                     replicas: AtomicUsize::new(1),
                     told: AtomicBool::new(false),
@@ -320,12 +341,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
                 tracing::info!("{server}: JetStream not available ({e}): core NATS, no history");
                 None
             }
-            Err(e) => {
-                return Err(Error::backplane(
-                    format!("{server}: create JetStream stream {STREAM}"),
-                    e,
-                ));
-            }
+            Err(e) => return Err(stream_failed(&server, "create", copies, e)),
         }
     } else {
         None
