@@ -1,5 +1,5 @@
 //! Ctrl-C is never lost: SIGINT to every long-running sub-command while it is busy (under a
-//! flood, in a reconnect backoff, with stdin open) ends it within 1 s with the documented exit
+//! flood, in a reconnect backoff, with stdin open) ends it within the close timeout (1 s) and some slack, with the documented exit
 //! code (130 for a client, 0 for a server).
 #![allow(clippy::unwrap_used)]
 #![cfg(unix)]
@@ -28,8 +28,11 @@ fn client(args: &[&str]) -> Proc {
 
 /// SIGINTs sent in one run, round-robin over the scenarios.
 const SIGNALS: usize = 100;
-/// The longest a command may take from SIGINT to its exit.
-const LIMIT: Duration = Duration::from_secs(1);
+/// The longest a command may take from SIGINT to its exit: a server waits up to the close
+/// timeout (1 s) for a flooded client's answer to its 1001, plus slack for a machine busy with
+/// the rest of the suite (1 of 100 took 1.36 s there). What it rules out: waiting for the
+/// shutdown timeout (5 s), for the flood's end, or for ever.
+const LIMIT: Duration = Duration::from_secs(2);
 /// Worker threads running scenarios side by side (2 cores: keep it small).
 const WORKERS: usize = 2;
 
