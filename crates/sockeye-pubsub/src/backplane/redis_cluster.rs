@@ -79,7 +79,7 @@
 //!   over (`cluster-node-timeout`) keeps the node in `Lost` meanwhile; the hub repairs from
 //!   history once it is restored.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -435,8 +435,21 @@ impl Shared {
 /// The client's push channel is unbounded and its connections are read whatever the hub does:
 /// this never waits on the hub for a publication (what it cannot take is dropped and reported,
 /// see `backplane/forward.rs`).
+///
+/// A publication the client hands twice is forwarded once. While a channel's subscription moves
+/// (a slot migrated, a primary that hung and came back as a replica), the client can hold it on
+/// two connections for a moment, each receiving the shard's messages (Redis feeds a replica's
+/// sharded subscribers too): issue 39's checker saw every publication twice for about a second,
+/// which the hub took for a rollback (a gap behind what it had delivered, then the same
+/// publications again). A position at or before the last one forwarded for its topic, in the
+/// same epoch, is such a repeat: on Redis the epoch changes whenever positions could be given
+/// to other publications (another server's `run_id`, the meta hash lost), so within an epoch a
+/// shard gives each position once, in order.
 async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
     let mut to_hub = Forwarder::new(shared.events.clone(), format!("redis cluster {}", shared.addrs));
+    // Per topic subscribed, the last position forwarded (an entry goes with its topic's
+    // SUNSUBSCRIBE answer).
+    let mut forwarded: HashMap<Topic, Position> = HashMap::new();
     loop {
         let push = tokio::select! {
             push = pushes.recv() => match push {
@@ -463,6 +476,22 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
                     );
                     continue;
                 };
+                if let Some(pos) = &p.position {
+                    match forwarded.get_mut(&p.topic) {
+                        Some(last) if last.epoch == pos.epoch && pos.offset <= last.offset => {
+                            tracing::debug!(
+                                "pub/sub backplane: redis cluster {}: {} at {pos} again (forwarded up to {last}): a repeat, dropped",
+                                shared.addrs,
+                                p.topic
+                            );
+                            continue;
+                        }
+                        Some(last) => last.clone_from(pos),
+                        None => {
+                            forwarded.insert(p.topic.clone(), pos.clone());
+                        }
+                    }
+                }
                 if to_hub.publication(p).is_err() {
                     return;
                 }
@@ -483,6 +512,8 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
                     .iter()
                     .any(|t| channel(&t.to_hex()).as_bytes() == ch.as_slice());
                 if !wanted {
+                    // This node's own unsubscribe: its topic's last position goes with it.
+                    forwarded.retain(|t, _| channel(&t.to_hex()).as_bytes() != ch.as_slice());
                     continue;
                 }
                 let reason = format!(
