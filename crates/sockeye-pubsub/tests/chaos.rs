@@ -13,8 +13,11 @@
 //! (`nats-jetstream`), a NATS cluster of three with three copies (`nats-cluster`: servers
 //! killed). Faults on every engine: a node's hub crashed and started again (its clients resume
 //! elsewhere), a subscriber's connection dropped (it resumes at once, while the engine is down
-//! if it is); on all but Redis Cluster, the engine killed with SIGKILL and restarted, a
-//! blackhole between a node and the engine, a node partitioned from the engine. The fixed seeds
+//! if it is), a node's hub stalled while a burst is published past what its backplane's client
+//! holds for it (Redis: the event queues, then a reported miss; NATS core: the client's 65,536
+//! per subscription, then a slow-consumer drop); on all but Redis Cluster, the engine killed
+//! with SIGKILL and restarted, a blackhole between a node and the engine, a node partitioned
+//! from the engine. The fixed seeds
 //! below run in the test command; `bash scripts/chaos.sh ENGINE MINUTES [SEED]` runs random
 //! ones for longer.
 //!

@@ -75,6 +75,7 @@ impl Engine {
                 |_| Fault::EngineDown,
                 |_| Fault::Snapshot,
                 |_| Fault::Snapshot,
+                Fault::SlowConsumer,
                 Fault::NodeCrash,
                 Fault::Blackhole,
                 Fault::Partition,
@@ -83,6 +84,7 @@ impl Engine {
             Engine::RedisAof => &[
                 |_| Fault::EngineDown,
                 |_| Fault::TailLost,
+                Fault::SlowConsumer,
                 Fault::NodeCrash,
                 Fault::Blackhole,
                 Fault::Partition,
@@ -92,6 +94,7 @@ impl Engine {
                 |_| Fault::EngineDown,
                 Fault::Failover,
                 Fault::Failover,
+                Fault::SlowConsumer,
                 Fault::NodeCrash,
                 Fault::Blackhole,
                 Fault::Partition,
@@ -103,6 +106,7 @@ impl Engine {
                 Fault::PrimaryHang,
                 Fault::SlotMigration,
                 Fault::SlotMigration,
+                Fault::SlowConsumer,
                 Fault::NodeCrash,
                 Fault::Reconnect,
             ],
@@ -110,11 +114,22 @@ impl Engine {
                 |_| Fault::EngineDown,
                 Fault::ServerDown,
                 Fault::ServerDown,
+                Fault::SlowConsumer,
                 Fault::NodeCrash,
                 Fault::Blackhole,
                 Fault::Partition,
                 Fault::Reconnect,
             ],
+        }
+    }
+
+    /// How many publications a [`Fault::SlowConsumer`] burst sends: past what the client holds
+    /// for a stalled hub (NATS core: 65,536 per subscription and the event queues; Redis: the
+    /// event queues, 4,096 each).
+    pub(crate) fn burst(self) -> usize {
+        match self {
+            Engine::NatsCore => 75_000,
+            _ => 12_000,
         }
     }
 
@@ -283,7 +298,9 @@ impl Cluster {
                     return Route::Same;
                 }
                 let key = key(n);
-                Cluster::tried(&mut self.skipped, "migration", || c.migrate_slot_of(&key, c.other_primary(c.primary_of(&key))));
+                Cluster::tried(&mut self.skipped, "migration", || {
+                    c.migrate_slot_of(&key, c.other_primary(c.primary_of(&key)))
+                });
             }
             (Servers::NatsCluster(c), Fault::EngineDown) => {
                 for s in &mut c.servers {

@@ -59,6 +59,11 @@ pub(crate) enum Fault {
     SlotMigration(usize),
     /// NATS cluster: server `n` killed (SIGKILL), restarted at the end.
     ServerDown(usize),
+    /// Node `n`'s hub takes nothing from its backplane (a hub behind, busy elsewhere) while a
+    /// burst is published through another node, past what the backplane's client holds for it
+    /// (Redis: the event queue, then a reported miss; NATS core: the client's 65,536 per
+    /// subscription, then a slow-consumer drop). Its end lets the hub take again.
+    SlowConsumer(usize),
     /// A node's hub dropped with its subscribers' connections (a crash), started again at the end.
     NodeCrash(usize),
     /// Between a node and the engine, a proxy that stops forwarding without closing.
@@ -74,10 +79,11 @@ pub(crate) enum Fault {
 /// subscriber, a topic or a server: `0..targets`).
 pub(crate) type Menu = &'static [fn(usize) -> Fault];
 
-/// The faults every engine suffers: the engine killed, nodes crashed, blackholed, partitioned,
-/// subscribers reconnecting.
+/// The faults every engine suffers: the engine killed, a burst past a slow node, nodes crashed,
+/// blackholed, partitioned, subscribers reconnecting.
 pub(crate) const COMMON: Menu = &[
     |_| Fault::EngineDown,
+    Fault::SlowConsumer,
     Fault::NodeCrash,
     Fault::Blackhole,
     Fault::Partition,

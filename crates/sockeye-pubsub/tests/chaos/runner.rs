@@ -13,9 +13,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use sockeye::Message;
+use sockeye_pubsub::backplane::{self, EVENT_QUEUE};
 use sockeye_pubsub::{Delivery, HistoryConfig, Hub, HubConfig, Position, Recovery, SubscriberConfig, Topic};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep, timeout};
 
 use super::checker::{Kind, Violation, check, report};
@@ -95,6 +98,8 @@ struct Node {
     hub: Mutex<Option<Hub>>,
     /// Bumped at each crash: its clients drop their connections.
     crashes: watch::Sender<u64>,
+    /// False while its hub takes nothing from its backplane ([`Fault::SlowConsumer`]).
+    gate: watch::Sender<bool>,
 }
 
 impl Node {
@@ -112,14 +117,30 @@ impl Node {
         if self.hub().is_some() {
             return true;
         }
-        let connect = Hub::connect(&self.url, HubConfig::default(), history_of(self.index));
-        match timeout(CALL_BOUND, connect).await {
-            Ok(Ok(hub)) => {
-                *self.hub.lock().unwrap() = Some(hub);
-                true
+        // The backplane's events reach the hub through a gate the nemesis can shut: a hub
+        // behind, which takes nothing while the backplane's client fills up.
+        let (events, mut from_backplane) = mpsc::channel(EVENT_QUEUE);
+        let connect = backplane::connect(&self.url, history_of(self.index), events);
+        let backplane = match timeout(CALL_BOUND, connect).await {
+            Ok(Ok(backplane)) => backplane,
+            _ => return false,
+        };
+        let (to_hub, rx) = mpsc::channel(EVENT_QUEUE);
+        let mut gate = self.gate.subscribe();
+        tokio::spawn(async move {
+            while let Some(event) = from_backplane.recv().await {
+                while !*gate.borrow_and_update() {
+                    if gate.changed().await.is_err() {
+                        return;
+                    }
+                }
+                if to_hub.send(event).await.is_err() {
+                    return;
+                }
             }
-            _ => false,
-        }
+        });
+        *self.hub.lock().unwrap() = Some(Hub::start(HubConfig::default(), backplane, rx));
+        true
     }
 }
 
@@ -134,7 +155,15 @@ struct World {
     stop: watch::Sender<bool>,
     /// Per subscriber, bumped when the nemesis drops its connection.
     reconnects: Vec<watch::Sender<u64>>,
+    engine: Engine,
+    /// The bursts under way ([`Fault::SlowConsumer`]), awaited before the end.
+    bursts: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The burst publisher's next seq.
+    burst_seq: AtomicU64,
 }
+
+/// The burst publisher's number in the history (the steady ones are 0 to 2).
+const BURST: usize = 3;
 
 /// Runs `plan`: `Ok` with what happened when the checker finds nothing but violations of the
 /// `known` kinds (those are printed, with their histories); otherwise the report of every
@@ -167,6 +196,7 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
             url,
             hub: Mutex::new(None),
             crashes: watch::Sender::new(0),
+            gate: watch::Sender::new(true),
         });
     }
     for node in &nodes {
@@ -187,6 +217,9 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
         recorder: Recorder::default(),
         stop: watch::Sender::new(false),
         reconnects: (0..3).map(|_| watch::Sender::new(0)).collect(),
+        engine,
+        bursts: Mutex::default(),
+        burst_seq: AtomicU64::new(0),
     });
     let deadline =
         started + plan.calm * 2 + plan.span + Duration::from_secs(20) + HEAL_BOUND + QUIESCENCE_BOUND;
@@ -219,6 +252,10 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
     publishing.send_replace(false);
     for p in publishers {
         p.await.unwrap();
+    }
+    let bursts = std::mem::take(&mut *world.bursts.lock().unwrap());
+    for b in bursts {
+        b.await.unwrap();
     }
     let stopped = Instant::now();
     // Every subscriber has every publication acknowledged after the heal, within the bound.
@@ -429,7 +466,7 @@ async fn publisher(
 
 /// Carries out `steps`; overlapping faults on one target count up and down (the engine comes
 /// back when the last fault that took it down ends; nodes are started again at the heal).
-async fn nemesis(world: &World, server: &Arc<Mutex<Cluster>>, steps: &[Step]) {
+async fn nemesis(world: &Arc<World>, server: &Arc<Mutex<Cluster>>, steps: &[Step]) {
     let begin = Instant::now();
     let mut active: HashMap<Fault, usize> = HashMap::new();
     for step in steps {
@@ -458,7 +495,7 @@ async fn nemesis(world: &World, server: &Arc<Mutex<Cluster>>, steps: &[Step]) {
 }
 
 /// Starts (`start`) or ends a fault.
-async fn apply(world: &World, server: &Arc<Mutex<Cluster>>, fault: Fault, start: bool) {
+async fn apply(world: &Arc<World>, server: &Arc<Mutex<Cluster>>, fault: Fault, start: bool) {
     match fault {
         Fault::NodeCrash(n) if start => world.nodes[n].crash(),
         Fault::NodeCrash(n) => {
@@ -482,6 +519,22 @@ async fn apply(world: &World, server: &Arc<Mutex<Cluster>>, fault: Fault, start:
                 }
             }
         }
+        Fault::SlowConsumer(n) if start => {
+            world.nodes[n].gate.send_replace(false);
+            let via = (n + 1) % world.nodes.len();
+            match world.nodes[via].hub() {
+                Some(hub) => {
+                    let burst = burst(Arc::clone(world), hub);
+                    world.bursts.lock().unwrap().push(tokio::spawn(burst));
+                }
+                None => world.recorder.record(Record::Nemesis(format!(
+                    "skipped: the burst (node {via} is down)"
+                ))),
+            }
+        }
+        Fault::SlowConsumer(n) => {
+            world.nodes[n].gate.send_replace(true);
+        }
         Fault::Reconnect(c) if start => world.reconnects[c].send_modify(|n| *n += 1),
         Fault::Reconnect(_) => {}
         engine_fault => {
@@ -498,6 +551,54 @@ async fn apply(world: &World, server: &Arc<Mutex<Cluster>>, fault: Fault, start:
                 world.recorder.record(Record::Nemesis(format!("skipped: {what}")));
             }
             retarget(world, route);
+        }
+    }
+}
+
+/// A burst on the first topic through `hub`: [`Engine::burst`] publications in batches of 1,000
+/// (`publish_many`), each recorded; a failed batch is recorded failed whole (it may be partly
+/// published: the checker owes what was delivered anywhere).
+async fn burst(world: Arc<World>, hub: Hub) {
+    let topic = world.topics[0].clone();
+    let total = world.engine.burst();
+    let first = world.burst_seq.fetch_add(total as u64, Ordering::Relaxed);
+    let recorder = &world.recorder;
+    {
+        for start in (0..total).step_by(1000) {
+            let seqs: Vec<u64> = (start..total.min(start + 1000))
+                .map(|i| first + i as u64)
+                .collect();
+            let mut messages = Vec::with_capacity(seqs.len());
+            for &seq in &seqs {
+                let payload = format!("{BURST}:{seq}");
+                recorder.record(Record::Invoke {
+                    publisher: BURST,
+                    seq,
+                    topic: topic.to_string(),
+                    payload: payload.clone(),
+                });
+                messages.push(Message::Text(payload.into()));
+            }
+            match timeout(CALL_BOUND * 3, hub.publish_many(&topic, messages)).await {
+                Ok(Ok(positions)) => {
+                    for (i, &seq) in seqs.iter().enumerate() {
+                        recorder.record(Record::Ack {
+                            publisher: BURST,
+                            seq,
+                            position: positions.get(i).cloned(),
+                        });
+                    }
+                }
+                _ => {
+                    for &seq in &seqs {
+                        recorder.record(Record::Fail {
+                            publisher: BURST,
+                            seq,
+                        });
+                    }
+                    return;
+                }
+            }
         }
     }
 }
@@ -522,6 +623,7 @@ async fn heal(world: &World, server: &Arc<Mutex<Cluster>>) -> Result<(), String>
         .unwrap();
     retarget(world, route);
     for node in &world.nodes {
+        node.gate.send_replace(true);
         for p in &node.proxies {
             p.let_through();
             p.reopen();
