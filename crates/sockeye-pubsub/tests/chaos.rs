@@ -39,6 +39,8 @@ mod chaos {
     pub(crate) mod history;
     pub(crate) mod nemesis;
     pub(crate) mod runner;
+    #[cfg(feature = "web")]
+    pub(crate) mod web;
 }
 
 use std::time::{Duration, Instant};
@@ -62,9 +64,20 @@ fn known(_engine: Engine) -> &'static [Kind] {
 
 /// Runs `seeds` on `engine`, each with `span` of faults; panics with every failing seed's report.
 async fn seeds(engine: Engine, seeds: &[u64], span: Duration) {
+    plans(seeds.iter().map(|&seed| Plan::new(engine, seed, span))).await;
+}
+
+/// [`seeds`] on the web variant.
+#[cfg(feature = "web")]
+async fn web_seeds(engine: Engine, seeds: &[u64], span: Duration) {
+    plans(seeds.iter().map(|&seed| Plan::web(engine, seed, span))).await;
+}
+
+async fn plans(plans: impl Iterator<Item = Plan>) {
     let mut failures = Vec::new();
-    for &seed in seeds {
-        match run(&Plan::new(engine, seed, span), known(engine)).await {
+    for plan in plans {
+        let (engine, seed) = (plan.engine, plan.seed);
+        match run(&plan, known(engine)).await {
             Ok(summary) => eprintln!("chaos {engine:?} seed {seed}: {summary:?}"),
             Err(report) => failures.push(report),
         }
@@ -112,6 +125,18 @@ async fn chaos_nats_cluster_fixed_seeds() {
     seeds(Engine::NatsCluster, &[1, 2], Duration::from_secs(6)).await;
 }
 
+#[cfg(feature = "web")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_web_redis_fixed_seeds() {
+    web_seeds(Engine::Redis, &[1], Duration::from_secs(6)).await;
+}
+
+#[cfg(feature = "web")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_web_nats_jetstream_fixed_seeds() {
+    web_seeds(Engine::NatsJetStream, &[1], Duration::from_secs(6)).await;
+}
+
 /// `scripts/chaos.sh ENGINE MINUTES [SEED]`: random seeds (or one) on one engine for that long;
 /// fails with the report of every failing seed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,10 +151,16 @@ async fn chaos_long() {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let engine = var("CHAOS_ENGINE").unwrap_or_else(|| "redis".to_owned());
-    let engine = Engine::parse(&engine).unwrap_or_else(|| {
+    let name = var("CHAOS_ENGINE").unwrap_or_else(|| "redis".to_owned());
+    // `web-ENGINE`: the web variant.
+    let web = name.starts_with("web-") || var("CHAOS_WEB").is_some_and(|v| v != "0");
+    let engine = name.strip_prefix("web-").unwrap_or(&name);
+    let engine = Engine::parse(engine).unwrap_or_else(|| {
         let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
-        panic!("CHAOS_ENGINE={engine}: one of {}", names.join(", "))
+        panic!(
+            "CHAOS_ENGINE={name}: one of {}, each with web- before it or not",
+            names.join(", ")
+        )
     });
     let minutes: f64 = var("CHAOS_MINUTES").map_or(1.0, |m| m.parse().expect("CHAOS_MINUTES: a number"));
     let fixed: Option<u64> = var("CHAOS_SEED").map(|s| s.parse().expect("CHAOS_SEED: a number"));
@@ -142,8 +173,14 @@ async fn chaos_long() {
     let (mut runs, mut failures) = (0, Vec::new());
     loop {
         let seed = next;
-        match run(&Plan::new(engine, seed, Duration::from_secs(10)), &[]).await {
-            Ok(summary) => eprintln!("chaos {engine:?} seed {seed}: ok, {summary:?}"),
+        let span = Duration::from_secs(10);
+        let plan = if web {
+            Plan::web(engine, seed, span)
+        } else {
+            Plan::new(engine, seed, span)
+        };
+        match run(&plan, &[]).await {
+            Ok(summary) => eprintln!("chaos {} seed {seed}: ok, {summary:?}", plan.name()),
             Err(report) => {
                 eprintln!("{report}");
                 failures.push(seed);
@@ -159,7 +196,7 @@ async fn chaos_long() {
     }
     assert!(
         failures.is_empty(),
-        "chaos {engine:?}: {} of {runs} runs failed, seeds {failures:?} (reports above)",
+        "chaos {name}: {} of {runs} runs failed, seeds {failures:?} (reports above)",
         failures.len()
     );
 }

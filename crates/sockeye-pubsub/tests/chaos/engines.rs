@@ -283,7 +283,9 @@ impl Cluster {
                     return Route::Same;
                 }
                 let key = key(n);
-                Cluster::tried(&mut self.skipped, "migration", || c.migrate_slot_of(&key, c.other_primary(c.primary_of(&key))));
+                Cluster::tried(&mut self.skipped, "migration", || {
+                    c.migrate_slot_of(&key, c.other_primary(c.primary_of(&key)))
+                });
             }
             (Servers::NatsCluster(c), Fault::EngineDown) => {
                 for s in &mut c.servers {
