@@ -24,9 +24,19 @@
 //! per violation, the shortest prefix of the history that shows it (its records on that
 //! subscriber, topic and publisher, and the nemesis).
 //!
+//! The web variant (`chaos/web.rs`, `chaos/web_clients.mjs`): the same, each node also serving
+//! the web face (`sockeye_pubsub::web::Web`, as `ws pubsub_server` configures it) on a port it
+//! keeps across its crashes; subscribers in Node besides the Rust ones (the project's
+//! JavaScript client failing over on its own, and the `ws` package's raw socket speaking the
+//! JSON protocol by hand), publishers on the HTTP API and on the socket besides `Hub::publish`.
+//! Fixed seeds: seed 1 on `redis` and on `nats-jetstream` (about 14 s each, run side by side).
+//! Needs `node` and interop/node's `ws` (`bash interop/install-node.sh`; the test command runs
+//! it). Long runs: `scripts/chaos.sh web-ENGINE MINUTES [SEED]` (or `CHAOS_WEB=1`).
+//!
 //! Long runs: `chaos_long` (ignored by the test command) reads `CHAOS_ENGINE` (an engine's
 //! name above), `CHAOS_MINUTES` (runs random seeds until then; `0`: one run) and
-//! `CHAOS_SEED` (that seed only, again and again); `scripts/chaos.sh` sets them. `CHAOS_LOG=1`
+//! `CHAOS_SEED` (that seed only, again and again), the web variant with `web-` before the
+//! engine's name or `CHAOS_WEB=1`; `scripts/chaos.sh` sets them. `CHAOS_LOG=1`
 //! prints the nodes' log (info and up), `CHAOS_HISTORY=FILE` keeps a failing run's history.
 #![cfg(all(feature = "redis", feature = "nats"))]
 #![allow(clippy::unwrap_used)]
@@ -76,9 +86,8 @@ async fn web_seeds(engine: Engine, seeds: &[u64], span: Duration) {
 async fn plans(plans: impl Iterator<Item = Plan>) {
     let mut failures = Vec::new();
     for plan in plans {
-        let (engine, seed) = (plan.engine, plan.seed);
-        match run(&plan, known(engine)).await {
-            Ok(summary) => eprintln!("chaos {engine:?} seed {seed}: {summary:?}"),
+        match run(&plan, known(plan.engine)).await {
+            Ok(summary) => eprintln!("chaos {} seed {}: {summary:?}", plan.name(), plan.seed),
             Err(report) => failures.push(report),
         }
     }
