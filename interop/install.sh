@@ -27,10 +27,7 @@ if [ ${#need[@]} -gt 0 ]; then
   }
 fi
 
-if [ ! -d node/node_modules/ws ] || [ ! -d node/node_modules/playwright-core ]; then
-  echo "==> npm ci (ws, playwright-core)"
-  (cd node && npm ci --no-audit --no-fund --loglevel=error)
-fi
+bash install-node.sh
 
 VENV="${HOME}/.cache/sockeye/interop-venv"
 if ! "$VENV/bin/python" -c 'import websockets' >/dev/null 2>&1; then

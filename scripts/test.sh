@@ -72,6 +72,8 @@ step "unit, property, doc, loopback, fault and framework tests"
 # The pub/sub backplane tests run real Redis and NATS servers (started and stopped by the tests,
 # on free loopback ports).
 bash scripts/install-backplanes.sh
+# The chaos checker's web variant runs a client of Node's `ws` package (interop/node).
+bash interop/install-node.sh
 # The ws tool's signal tests flood the client under test from a release build (the debug one
 # cannot push fast enough to keep a reader busy); the same build serves interop and Autobahn.
 cargo build --release --quiet -p sockeye-cli

@@ -9,11 +9,15 @@
 //!
 //! - **lost**: an owed publication is not delivered, and no gap on its topic was delivered to the
 //!   subscriber between the last publication of the same publisher it got before it and the
-//!   next one it got after it (or the end);
+//!   next one it got after it (or the end); a failed publish (see reordered), missing at the
+//!   end, when no gap came after it was called;
 //! - **recovered-skipped**: the same, where the subscriber resumed from a position before the
 //!   publication's, in the same epoch, after it was acknowledged, and was told `Recovered`;
 //! - **duplicate**: a payload delivered twice to a subscriber;
-//! - **reordered**: a publisher's publications delivered out of the order it made them;
+//! - **reordered**: a publisher's publications delivered out of the order it made them; a failed
+//!   publish is not ordered: it may take effect at any time after it was called (a node that
+//!   still held it when its client timed out and went on, on another socket or node, publishes
+//!   it when its backplane is back), so it is judged missing only at the end;
 //! - **position-reused**: one position on a topic named two payloads (in acknowledgements or
 //!   deliveries, anyone's);
 //! - **phantom**: a payload delivered that nobody published;
@@ -79,6 +83,14 @@ impl fmt::Display for Violation {
             self.kind, self.topic, self.subscriber, self.publisher, self.prefix, self.detail
         )
     }
+}
+
+/// Which publications of a range [`check`] judges.
+#[derive(Clone, Copy)]
+enum Which {
+    Acked,
+    Failed,
+    All,
 }
 
 /// A publish, as the history tells it.
@@ -209,13 +221,22 @@ pub(crate) fn check(history: &[Record]) -> Vec<Violation> {
             && !s.live_called.iter().any(|&c| c > p.invoked && c <= now)
     };
     // The owed publications of `publisher` on `topic` with a seq in `range`, not delivered.
-    let missing = |s: &Stream, topic: &str, publisher: usize, range: std::ops::Range<u64>, now: usize| {
-        publishes
-            .range((publisher, range.start)..(publisher, range.end))
-            .filter(|(id, p)| p.topic == topic && !s.payloads.contains_key(&p.payload) && owed(s, id, now))
-            .map(|(id, _)| *id)
-            .collect::<Vec<_>>()
-    };
+    // `which`: the acknowledged ones, the failed ones, or both.
+    let missing =
+        |s: &Stream, topic: &str, publisher: usize, range: std::ops::Range<u64>, now: usize, which: Which| {
+            publishes
+                .range((publisher, range.start)..(publisher, range.end))
+                .filter(|(_, p)| match which {
+                    Which::Acked => p.acked.is_some(),
+                    Which::Failed => p.acked.is_none(),
+                    Which::All => true,
+                })
+                .filter(|(id, p)| {
+                    p.topic == topic && !s.payloads.contains_key(&p.payload) && owed(s, id, now)
+                })
+                .map(|(id, _)| *id)
+                .collect::<Vec<_>>()
+        };
     // Judges what `s` misses of `publisher` on `topic` in `range`, at record `now`.
     let judge = |s: &Stream,
                  sub: usize,
@@ -223,10 +244,11 @@ pub(crate) fn check(history: &[Record]) -> Vec<Violation> {
                  publisher: usize,
                  range: std::ops::Range<u64>,
                  now: usize,
+                 which: Which,
                  out: &mut Vec<Violation>| {
         let since = s.last.get(&publisher).map_or(0, |l| l.1);
         let gap = s.gaps.iter().any(|&g| g > since && g <= now);
-        for id in missing(s, topic, publisher, range, now) {
+        for id in missing(s, topic, publisher, range, now, which) {
             let p = &publishes[&id];
             let after_heal = healed.is_some_and(|h| p.invoked > h) && p.acked.is_some();
             let skipped_by = p.position.as_ref().and_then(|pos| {
@@ -243,6 +265,10 @@ pub(crate) fn check(history: &[Record]) -> Vec<Violation> {
                     "acknowledged after every fault healed, never delivered".to_owned(),
                 )
             } else if gap {
+                continue;
+            } else if p.acked.is_none() && s.gaps.iter().any(|&g| g > p.invoked && g <= now) {
+                // A failed publish took effect at some time after it was called: any gap
+                // since then may hold it.
                 continue;
             } else if let Some((at, from)) = skipped_by {
                 (
@@ -409,6 +435,16 @@ pub(crate) fn check(history: &[Record]) -> Vec<Violation> {
                     s.high = Some((p.clone(), at));
                 }
                 let last = s.last.get(&publisher).copied();
+                let failed = publishes
+                    .get(&(publisher, seq))
+                    .is_some_and(|p| p.acked.is_none());
+                if failed && last.is_some_and(|(l, _)| l > seq) {
+                    // A failed publish may take effect at any time after it was called (a
+                    // node that still had it when its client gave up and moved on): not out
+                    // of order.
+                    s.payloads.insert(payload.clone(), at);
+                    continue;
+                }
                 if let Some((l, l_at)) = last.filter(|(l, _)| *l > seq) {
                     out.push(violation(
                         Kind::Reordered,
@@ -419,7 +455,17 @@ pub(crate) fn check(history: &[Record]) -> Vec<Violation> {
                     continue;
                 }
                 let from = last.map_or(0, |(l, _)| l + 1);
-                judge(s, *subscriber, topic, publisher, from..seq, at, &mut out);
+                // Failed publishes before it may still come: judged at the end.
+                judge(
+                    s,
+                    *subscriber,
+                    topic,
+                    publisher,
+                    from..seq,
+                    at,
+                    Which::Acked,
+                    &mut out,
+                );
                 s.payloads.insert(payload.clone(), at);
                 s.last.insert(publisher, (seq, at));
             }
@@ -432,7 +478,18 @@ pub(crate) fn check(history: &[Record]) -> Vec<Violation> {
     for ((sub, topic), s) in &streams {
         for &publisher in &publishers {
             let from = s.last.get(&publisher).map_or(0, |l| l.0 + 1);
-            judge(s, *sub, topic, publisher, from..u64::MAX, end, &mut out);
+            judge(
+                s,
+                *sub,
+                topic,
+                publisher,
+                from..u64::MAX,
+                end,
+                Which::All,
+                &mut out,
+            );
+            // Failed publishes passed by later deliveries, still not delivered.
+            judge(s, *sub, topic, publisher, 0..from, end, Which::Failed, &mut out);
         }
     }
     out.sort_by_key(|v| (v.prefix, v.kind));
@@ -727,6 +784,39 @@ mod tests {
         assert_eq!(h.kinds(), vec![Kind::Lost, Kind::Reordered]);
         let v = check(&h.0);
         assert_eq!(v[1].prefix, h.0.len() - 1);
+    }
+
+    #[test]
+    fn a_failed_publish_may_take_effect_after_later_ones() {
+        // The publisher gave up on 0:0 (a timeout) and went on; the node published it later.
+        let h = H::default()
+            .live(1)
+            .failed(0, 0)
+            .publish(0, 1, at(1))
+            .got(1, "0:1", at(1))
+            .got(1, "0:0", at(2));
+        assert_eq!(h.kinds(), vec![]);
+        // Delivered to another subscriber, never to this one: lost (judged at the end).
+        let h = H::default()
+            .live(1)
+            .live(2)
+            .failed(0, 0)
+            .publish(0, 1, at(1))
+            .got(1, "0:1", at(1))
+            .got(2, "0:1", at(1))
+            .got(2, "0:0", at(2));
+        assert_eq!(h.kinds(), vec![Kind::Lost]);
+        // Unless a gap came after it was called, before or after later deliveries.
+        let h = H::default()
+            .live(1)
+            .live(2)
+            .failed(0, 0)
+            .gap(1, at(1))
+            .publish(0, 1, at(2))
+            .got(1, "0:1", at(2))
+            .got(2, "0:0", at(1))
+            .got(2, "0:1", at(2));
+        assert_eq!(h.kinds(), vec![]);
     }
 
     #[test]

@@ -48,6 +48,10 @@ pub(crate) struct Plan {
     pub(crate) calm: Duration,
     /// Between two publishes of a publisher.
     pub(crate) pause: Duration,
+    /// The web variant (`web.rs`): every node serves the web face too, with subscribers in Node
+    /// (the JavaScript client and the `ws` package's raw socket) and publishers on the HTTP API
+    /// and on the socket besides the Rust ones.
+    pub(crate) web: bool,
 }
 
 impl Plan {
@@ -61,9 +65,28 @@ impl Plan {
             faults,
             calm: Duration::from_millis(1500),
             pause: Duration::from_millis(25),
+            web: false,
         }
     }
+
+    /// [`new`](Self::new)'s plan, on the web variant.
+    pub(crate) fn web(engine: Engine, seed: u64, span: Duration) -> Plan {
+        Plan {
+            web: true,
+            ..Plan::new(engine, seed, span)
+        }
+    }
+
+    /// The engine's name for `scripts/chaos.sh` (`web-` before it on the web variant).
+    pub(crate) fn name(&self) -> String {
+        format!("{}{}", if self.web { "web-" } else { "" }, self.engine.name())
+    }
 }
+
+/// Rust subscribers and publishers (`Hub::publish`) of every run: numbers `0..RUST`. The web
+/// variant's come after them: subscribers `RUST` (the JavaScript client) and `RUST + 1` (the
+/// raw socket), publishers `RUST` (the HTTP API) and `RUST + 1` (the socket).
+const RUST: usize = 3;
 
 /// What a run did, for the log.
 #[derive(Debug, Default)]
@@ -100,6 +123,9 @@ struct Node {
     crashes: watch::Sender<u64>,
     /// False while its hub takes nothing from its backplane ([`Fault::SlowConsumer`]).
     gate: watch::Sender<bool>,
+    /// The web variant's face (its sockets close at a crash; it serves the same port again).
+    #[cfg(feature = "web")]
+    face: Option<super::web::Face>,
 }
 
 impl Node {
@@ -108,6 +134,10 @@ impl Node {
     }
 
     fn crash(&self) {
+        #[cfg(feature = "web")]
+        if let Some(face) = &self.face {
+            face.crash();
+        }
         drop(self.hub.lock().unwrap().take());
         self.crashes.send_modify(|c| *c += 1);
     }
@@ -139,13 +169,18 @@ impl Node {
                 }
             }
         });
-        *self.hub.lock().unwrap() = Some(Hub::start(HubConfig::default(), backplane, rx));
+        let hub = Hub::start(HubConfig::default(), backplane, rx);
+        #[cfg(feature = "web")]
+        if let Some(face) = &self.face {
+            face.serve(hub.clone()).await;
+        }
+        *self.hub.lock().unwrap() = Some(hub);
         true
     }
 }
 
 /// What the tasks share.
-struct World {
+pub(crate) struct World {
     nodes: Vec<Node>,
     topics: Vec<Topic>,
     /// Each topic's Redis key (which names its slot in a Redis Cluster).
@@ -162,8 +197,9 @@ struct World {
     burst_seq: AtomicU64,
 }
 
-/// The burst publisher's number in the history (the steady ones are 0 to 2).
-const BURST: usize = 3;
+/// The burst publisher's number in the history (after the steady ones: the Rust publishers,
+/// and the web variant's HTTP API and socket publishers).
+const BURST: usize = RUST + 2;
 
 /// Runs `plan`: `Ok` with what happened when the checker finds nothing but violations of the
 /// `known` kinds (those are printed, with their histories); otherwise the report of every
@@ -197,6 +233,12 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
             hub: Mutex::new(None),
             crashes: watch::Sender::new(0),
             gate: watch::Sender::new(true),
+            #[cfg(feature = "web")]
+            face: if plan.web {
+                Some(super::web::Face::new().await)
+            } else {
+                None
+            },
         });
     }
     for node in &nodes {
@@ -216,7 +258,7 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
         topic_keys,
         recorder: Recorder::default(),
         stop: watch::Sender::new(false),
-        reconnects: (0..3).map(|_| watch::Sender::new(0)).collect(),
+        reconnects: (0..RUST + 2).map(|_| watch::Sender::new(0)).collect(),
         engine,
         bursts: Mutex::default(),
         burst_seq: AtomicU64::new(0),
@@ -224,7 +266,7 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
     let deadline =
         started + plan.calm * 2 + plan.span + Duration::from_secs(20) + HEAL_BOUND + QUIESCENCE_BOUND;
     let mut clients = Vec::new();
-    for c in 0..3 {
+    for c in 0..RUST {
         clients.push(tokio::spawn(subscriber(
             Arc::clone(&world),
             c,
@@ -234,7 +276,7 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
     }
     let (publishing, _) = watch::channel(true);
     let mut publishers = Vec::new();
-    for p in 0..3 {
+    for p in 0..RUST {
         publishers.push(tokio::spawn(publisher(
             Arc::clone(&world),
             p,
@@ -242,6 +284,9 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
             publishing.subscribe(),
             deadline,
         )));
+    }
+    if plan.web {
+        web_clients(&world, plan, &publishing, deadline, &mut clients, &mut publishers);
     }
 
     sleep(plan.calm).await;
@@ -300,11 +345,11 @@ fn failure(plan: &Plan, history: &[Record], violations: &[Violation], summary: &
         let _ = std::fs::write(&path, all.join("\n"));
     }
     format!(
-        "chaos {:?} seed {}: {} violations ({summary:?}); reproduce with `bash scripts/chaos.sh {} 0 {}`\n{}",
-        plan.engine,
+        "chaos {} seed {}: {} violations ({summary:?}); reproduce with `bash scripts/chaos.sh {} 0 {}`\n{}",
+        plan.name(),
         plan.seed,
         violations.len(),
-        plan.engine.name(),
+        plan.name(),
         plan.seed,
         report(history, violations, 60)
     )
@@ -391,7 +436,7 @@ async fn subscriber(world: Arc<World>, client: usize, seed: u64, deadline: Insta
                         rec.record(Record::Delivery {
                             subscriber: client,
                             topic: m.topic().to_string(),
-                            payload: String::from_utf8_lossy(m.message().as_payload()).into_owned(),
+                            payload: payload_text(&String::from_utf8_lossy(m.message().as_payload())),
                             position: m.position().cloned(),
                         });
                         last.insert(m.topic().clone(), m.position().cloned());
@@ -535,7 +580,12 @@ async fn apply(world: &Arc<World>, server: &Arc<Mutex<Cluster>>, fault: Fault, s
         Fault::SlowConsumer(n) => {
             world.nodes[n].gate.send_replace(true);
         }
-        Fault::Reconnect(c) if start => world.reconnects[c].send_modify(|n| *n += 1),
+        // The Rust subscriber `c`, and the web one of the same rank if there is one.
+        Fault::Reconnect(c) if start => {
+            for r in world.reconnects.iter().skip(c).step_by(RUST) {
+                r.send_modify(|n| *n += 1);
+            }
+        }
         Fault::Reconnect(_) => {}
         engine_fault => {
             let server = Arc::clone(server);
@@ -647,4 +697,78 @@ async fn heal(world: &World, server: &Arc<Mutex<Cluster>>) -> Result<(), String>
     }
     world.recorder.record(Record::Healed);
     Ok(())
+}
+
+/// A publication's data as the checker names it: a JSON string's text (what the web variant's
+/// HTTP and socket publishers send), anything else as it is (`Hub::publish`'s `"p:k"`).
+fn payload_text(raw: &str) -> String {
+    serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw.to_owned())
+}
+
+/// The web variant's clients (`web.rs`): the subscribers in Node and the HTTP and socket
+/// publishers, added to `clients` and `publishers`.
+#[cfg(feature = "web")]
+fn web_clients(
+    world: &Arc<World>,
+    plan: &Plan,
+    publishing: &watch::Sender<bool>,
+    deadline: Instant,
+    clients: &mut Vec<tokio::task::JoinHandle<()>>,
+    publishers: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    use super::web::{Clients, http_publisher, node_subscriber, socket_publisher};
+    let recording = Arc::clone(world);
+    let web = Arc::new(Clients {
+        record: Box::new(move |r| recording.recorder.record(r)),
+        ports: world
+            .nodes
+            .iter()
+            .map(|n| n.face.as_ref().expect("a web node").port())
+            .collect(),
+        topics: world.topics.iter().map(ToString::to_string).collect(),
+        stop: world.stop.subscribe(),
+        reconnects: world.reconnects.iter().map(watch::Sender::subscribe).collect(),
+    });
+    // Each starts on another node.
+    clients.push(tokio::spawn(node_subscriber(
+        Arc::clone(&web),
+        RUST,
+        "js",
+        0,
+        deadline,
+    )));
+    clients.push(tokio::spawn(node_subscriber(
+        Arc::clone(&web),
+        RUST + 1,
+        "raw",
+        1,
+        deadline,
+    )));
+    let pause = plan.pause;
+    publishers.push(tokio::spawn(http_publisher(
+        Arc::clone(&web),
+        RUST,
+        pause,
+        publishing.subscribe(),
+        deadline,
+    )));
+    publishers.push(tokio::spawn(socket_publisher(
+        web,
+        RUST + 1,
+        pause,
+        publishing.subscribe(),
+        deadline,
+    )));
+}
+
+#[cfg(not(feature = "web"))]
+fn web_clients(
+    _: &Arc<World>,
+    _: &Plan,
+    _: &watch::Sender<bool>,
+    _: Instant,
+    _: &mut Vec<tokio::task::JoinHandle<()>>,
+    _: &mut Vec<tokio::task::JoinHandle<()>>,
+) {
+    panic!("the web variant needs the `web` feature");
 }
