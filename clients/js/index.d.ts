@@ -26,6 +26,10 @@ export interface Options {
   initialDelayMs?: number;
   /** The longest wait between reconnects. Default 30,000 ms. */
   maxDelayMs?: number;
+  /** How long a connection attempt may take to open before it is given up and the next node
+   * tried (a node that accepts and never answers; a WebSocket that reports a failed handshake
+   * with an error and no close event). Default 10,000 ms. */
+  connectTimeoutMs?: number;
   /** Failed connection attempts in a row before giving up ("gaveup"). Default Infinity. */
   maxAttempts?: number;
   /** Publications waiting for a connection at most; more reject with "queue_full". Default 1,000. */
@@ -39,7 +43,7 @@ export interface Options {
   onListenerError?: (error: unknown) => void;
 }
 
-export const DEFAULTS: Readonly<Required<Pick<Options, "initialDelayMs" | "maxDelayMs" | "maxAttempts" | "maxQueuedPublishes" | "tokenParam">>>;
+export const DEFAULTS: Readonly<Required<Pick<Options, "initialDelayMs" | "maxDelayMs" | "maxAttempts" | "maxQueuedPublishes" | "tokenParam" | "connectTimeoutMs">>>;
 
 export interface MessageMeta {
   topic: string;

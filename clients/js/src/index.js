@@ -10,6 +10,7 @@ export const DEFAULTS = Object.freeze({
   maxAttempts: Infinity,
   maxQueuedPublishes: 1000,
   tokenParam: "token",
+  connectTimeoutMs: 10_000,
 });
 
 /**
@@ -277,8 +278,22 @@ export class PubSubClient {
       return this.#retry();
     }
     this.socket = socket;
+    // An attempt that never resolves is a failed one: a node that accepts the connection and
+    // never answers the upgrade, or a WebSocket that reports a failed handshake with an error
+    // and no close event (Node 20's: "Received network error or non-101 status code", then
+    // nothing), would otherwise hold the client here for good.
+    const attempt = this.timers.set(() => {
+      if (socket !== this.socket || this.open) return;
+      try {
+        socket.close();
+      } catch {
+        // closing a socket that never opened may throw; it is given up either way
+      }
+      ended({ code: 1006, reason: `no answer within ${this.options.connectTimeoutMs} ms` });
+    }, this.options.connectTimeoutMs);
     socket.onopen = () => {
       if (socket !== this.socket) return;
+      this.timers.clear(attempt);
       this.open = true;
       this.openedAt = this.now();
       this.refreshRetried = false;
@@ -296,8 +311,11 @@ export class PubSubClient {
     socket.onmessage = (event) => {
       if (socket === this.socket) this.#receive(event.data);
     };
-    socket.onclose = (event) => {
+    // The end of this socket, once: its close event, or an error before it opened, or the
+    // attempt's deadline (whichever comes first; the others then find another socket current).
+    const ended = (event) => {
       if (socket !== this.socket) return;
+      this.timers.clear(attempt);
       const wasOpen = this.open;
       this.#dropSocket(
         new PubSubError("outcome_unknown", "the connection dropped before the node answered"),
@@ -340,7 +358,12 @@ export class PubSubClient {
       this.urlIndex += 1; // the next node; the same one again after a round
       this.#retry();
     };
-    socket.onerror = () => {}; // a close event always follows
+    socket.onclose = ended;
+    // After an open socket's error a close event follows; before it opened, some
+    // implementations send none (see `attempt`).
+    socket.onerror = () => {
+      if (!this.open) ended({ code: 1006, reason: "the connection failed" });
+    };
   }
 
   #dropSocket(error) {

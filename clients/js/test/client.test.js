@@ -38,14 +38,19 @@ class FakeSocket {
 function harness(urls = ["ws://a/", "ws://b/"], options = {}) {
   FakeSocket.all = [];
   const timers = [];
+  let timerIds = 0;
   let now = 0;
   const client = connect(urls, {
     WebSocket: FakeSocket,
     setTimeout: (fn, ms) => {
-      timers.push({ fn, ms });
-      return timers.length;
+      const id = ++timerIds;
+      timers.push({ fn, ms, id });
+      return id;
     },
-    clearTimeout: () => {},
+    clearTimeout: (id) => {
+      const at = timers.findIndex((t) => t.id === id);
+      if (at >= 0) timers.splice(at, 1);
+    },
     random: () => 1, // the longest wait of each jitter range
     now: () => now,
     ...options,
@@ -562,4 +567,45 @@ test("a refused refresh is tried once more; then the socket expires (4002) and r
   assert.match(sock.url, /token=/);
   sock.accept();
   assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "news", id: 4, since: { offset: 3, epoch: "e" } }]);
+});
+
+test("a connection that fails with an error and no close event, or never opens, is given up and the next node tried", async () => {
+  const h = harness(["ws://a/", "ws://b/", "ws://c/"], { connectTimeoutMs: 5000 });
+  await tick();
+  h.client.subscribe("t", () => {});
+  // Node 20's WebSocket after a refused upgrade: an error, then no close event, ever.
+  let sock = h.latest();
+  sock.onerror?.({});
+  assert.deepEqual(h.events.at(-1), [
+    "disconnected",
+    { url: "ws://a/", code: 1006, reason: "the connection failed", willRetry: true },
+  ]);
+  // Its attempt's deadline went with it: the one timer left is the reconnect.
+  assert.equal(h.timers.length, 1);
+  await h.fire();
+  // A node that accepts the connection and never answers: given up at the deadline.
+  sock = h.latest();
+  assert.equal(sock.url, "ws://b/");
+  assert.deepEqual(h.timers.map((t) => t.ms), [5000]);
+  await h.fire();
+  assert.equal(sock.closedWith, undefined, "closed (no code: it never opened)");
+  assert.deepEqual(h.events.at(-1), [
+    "disconnected",
+    { url: "ws://b/", code: 1006, reason: "no answer within 5000 ms", willRetry: true },
+  ]);
+  // A close event arriving late for it changes nothing.
+  const before = h.events.length;
+  sock.drop();
+  assert.equal(h.events.length, before);
+  await h.fire();
+  sock = h.latest();
+  assert.equal(sock.url, "ws://c/");
+  sock.accept();
+  assert.deepEqual(sock.take(), [{ type: "subscribe", topic: "t", id: 1 }]);
+  // Open: no deadline left, and an error is followed by its close event, handled once.
+  assert.equal(h.timers.length, 0);
+  sock.onerror?.({});
+  assert.equal(h.events.at(-1)[0], "connected");
+  sock.drop();
+  assert.deepEqual(h.events.at(-1), ["disconnected", { url: "ws://c/", code: 1006, reason: "", willRetry: true }]);
 });
