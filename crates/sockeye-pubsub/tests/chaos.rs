@@ -72,17 +72,13 @@ use chaos::runner::{Plan, run};
 /// publication came twice, and the hub took the repeats for a rollback; the backplane now
 /// forwards a position once, `backplane/redis_cluster.rs`).
 ///
-/// Found by the web variant, open (not on the fixed seeds, so not tolerated here; `chaos.sh`
-/// fails on it): `bash scripts/chaos.sh web-redis 0 723720` (reproduced twice), `Lost` and
-/// `NotResumed` for the JavaScript client (subscriber 3) only. It subscribed live on node 0 and
-/// stayed connected there through `Blackhole(0)` (0.58 to 4.70 s), `EngineDown` (4.70 to 6.36 s)
-/// and `Blackhole(0)` again (5.95 to 6.32 s): node 0 never crashed, so its socket never
-/// dropped. Topic a's deliveries stop when the first blackhole starts, topic b's soon after the
-/// engine is back; no `gap`, no resubscribe, nothing more until the end (30 s past the heal),
-/// while the Rust subscribers and the raw `ws` client, which resubscribe after gaps and errors,
-/// get everything. A node's sessions whose hub lost the engine (blackholed, then restarted)
-/// are not fed again and are not told: the product's side (hub or Redis backplane after a
-/// blackhole), not yet diagnosed further.
+/// Found by the web variant and fixed: `bash scripts/chaos.sh web-redis 0 723720` (on the
+/// fault menu before the slow-consumer burst joined it, which changed every seed's schedule),
+/// `Lost` and `NotResumed` for the JavaScript client only: dropped while the engine was down,
+/// it tried the next node, which refused the upgrade (503, its backplane down); Node 20's
+/// WebSocket reported that with an error and never a close event, and the client waited for
+/// the close for good, silent. It now ends an attempt at an error before the socket opens, or
+/// at `connectTimeoutMs`.
 fn known(_engine: Engine) -> &'static [Kind] {
     &[]
 }
