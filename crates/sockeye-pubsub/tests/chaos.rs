@@ -63,7 +63,16 @@ use chaos::engines::Engine;
 use chaos::runner::{Plan, run};
 
 /// Violations the fixed seeds find in the current code, per engine, tolerated there (printed
-/// with their histories) until fixed; `scripts/chaos.sh` fails on them. None.
+/// with their histories) until fixed; `scripts/chaos.sh` fails on them.
+///
+/// - NATS cluster (3 servers, R3), `Lost`, open: seed 2 (about one run in two). A burst of
+///   12,000 through node 2 while node 1's hub is stalled, with server 1 killed twice around it
+///   and nodes crashing: every subscriber resumed before the burst is acknowledged (positions
+///   137 to 12,136 of the stream) gets none of it and no gap, then what is published after the
+///   heal. NATS positions are stream sequences shared by every topic, so the hub cannot see a
+///   jump within a topic: it relies on the topic's ordered consumer never skipping, which here
+///   it did (recreated past the burst?). Not yet diagnosed; `CHAOS_HISTORY=FILE cargo test -p
+///   sockeye-pubsub --all-features --test chaos chaos_nats_cluster` keeps the history.
 ///
 /// Fixed, and failing the fixed seeds again if they come back: `StaleGap` on one server
 /// (`Queue::push_catch_up`); `EpochWentBack` (a node that learnt of a new epoch after a
@@ -79,8 +88,11 @@ use chaos::runner::{Plan, run};
 /// WebSocket reported that with an error and never a close event, and the client waited for
 /// the close for good, silent. It now ends an attempt at an error before the socket opens, or
 /// at `connectTimeoutMs`.
-fn known(_engine: Engine) -> &'static [Kind] {
-    &[]
+fn known(engine: Engine) -> &'static [Kind] {
+    match engine {
+        Engine::NatsCluster => &[Kind::Lost],
+        _ => &[],
+    }
 }
 
 /// Runs `seeds` on `engine`, each with `span` of faults; panics with every failing seed's report.

@@ -387,7 +387,7 @@ fn follow(replica: &BackplaneServer, primary: &BackplaneServer) {
     let port = primary.port().to_string();
     let reply = redis_cli(replica.port(), &["REPLICAOF", "127.0.0.1", &port]);
     assert!(reply.contains("OK"), "REPLICAOF: {reply:?}");
-    wait_until("the replica syncs", Duration::from_secs(10), || {
+    wait_until("the replica syncs", Duration::from_secs(30), || {
         redis_cli(replica.port(), &["INFO", "replication"]).contains("master_link_status:up")
     });
 }

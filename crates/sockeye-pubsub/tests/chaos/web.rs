@@ -392,6 +392,12 @@ pub(crate) async fn node_subscriber(
         .collect();
     let topics = world.topics.clone();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/chaos/web_clients.mjs");
+    let ws_package = concat!(env!("CARGO_MANIFEST_DIR"), "/../../interop/node/node_modules/ws");
+    assert!(
+        std::path::Path::new(ws_package).is_dir(),
+        "the web variant's `raw` client needs Node's `ws` package: run `bash interop/install-node.sh` \
+         (the test command does)"
+    );
     let mut command = std::process::Command::new("node");
     if node_major() < 22 {
         // Node's own WebSocket (undici's) for the project's client; Node 22 has it by default.
@@ -462,7 +468,7 @@ fn node_major() -> u32 {
         let out = std::process::Command::new("node")
             .arg("--version")
             .output()
-            .expect("node");
+            .expect("the web variant runs its clients in Node: install Node 20 or later");
         let text = String::from_utf8_lossy(&out.stdout);
         text.trim()
             .trim_start_matches('v')
