@@ -19,7 +19,10 @@
 //!   (`<created>.<life>`; below).
 //! - Live delivery is an ordered consumer per subscribed topic (filtered to its subject), which
 //!   starts at the stream's next sequence when the topic is subscribed, detects gaps itself and
-//!   is recreated from the next unseen sequence after a reconnect: nothing stored is skipped.
+//!   is recreated from the next unseen sequence after a reconnect: nothing stored is skipped,
+//!   **except** (a known defect, issue 39's checker) when the topic's limit has dropped that
+//!   sequence meanwhile: the consumer then starts at the oldest publication kept, and the hole
+//!   is not yet reported as a gap.
 //! - [`Backplane::history`] reads the topic from a position with a consumer filtered to it,
 //!   as many as were pending when the call began (the cost is the number returned). It answers
 //!   [`History::Lost`] when the position is of another epoch, or when the publication at that
@@ -111,7 +114,8 @@
 //! queued before the `Restored` are covered by its gap). The gap may reach a subscriber before
 //! publications received ahead of the loss (core publications carry no position to place it).
 //! With JetStream the topics' ordered consumers notice the hole in their consumer sequence and
-//! recreate themselves from the last publication delivered: nothing is skipped. Not covered:
+//! recreate themselves from the last publication delivered: nothing is skipped (unless the
+//! topic's limit dropped it meanwhile: the known defect above). Not covered:
 //! the client's own event queue (128) dropping the event when full of others.
 //!
 //! **One stream, many nodes.** The stream is shared by every node, so a node never lowers it:
