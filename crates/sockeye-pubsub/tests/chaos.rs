@@ -65,27 +65,19 @@ use chaos::runner::{Plan, run};
 /// Violations the fixed seeds find in the current code, per engine, tolerated there (printed
 /// with their histories) until fixed; `scripts/chaos.sh` fails on them.
 ///
-/// - NATS cluster (3 servers, R3), `Lost`, open: seed 2 (about one run in two). A burst of
-///   12,000 through node 2 while node 1's hub is stalled, with server 1 killed twice around it
-///   and nodes crashing: every subscriber resumed before the burst is acknowledged (positions
-///   137 to 12,136 of the stream) gets none of it and no gap, then what is published after the
-///   heal. NATS positions are stream sequences shared by every topic, so the hub cannot see a
-///   jump within a topic: it relies on the topic's ordered consumer never skipping, which here
-///   it did (recreated past the burst?). Not yet diagnosed; `CHAOS_HISTORY=FILE cargo test -p
-///   sockeye-pubsub --all-features --test chaos chaos_nats_cluster` keeps the history.
-///   Diagnosed since: a topic's consumer restored "from the next unseen sequence"
-///   (`ByStartSequence`, `backplane/nats/subscription.rs` `restore_topic`) after the per-topic
-///   limit dropped that sequence starts silently at the oldest publication kept, and the
-///   restored consumer's first deliveries reach the hub before `Restored`, so the repair reads
-///   from past the hole. A resume told `Recovered` from such a node skips the same way
-///   (`RecoveredSkipped`, seen once). Possible on one JetStream server too (a reconnect to the
-///   same server with more than `max_len` publications meanwhile): tolerated there as well.
-/// - NATS core, `Lost`, open: seed 1 once in a fresh CI (212 of a 75,000 burst through the
-///   subscriber's own node, no gap around them). Core NATS reports a slow-consumer drop as an
-///   outage, whose gap may reach a subscriber before publications received ahead of the loss
-///   (the backplane's docs); whether this is that or a drop without a gap is not diagnosed.
+/// None today.
 ///
-/// Fixed, and failing the fixed seeds again if they come back: `StaleGap` on one server
+/// Fixed, and failing the fixed seeds again if they come back: on NATS JetStream (one server
+/// and the R3 cluster, seed 2), `Lost` and `RecoveredSkipped`: a burst of 12,000 skipped with
+/// no gap by subscribers resumed before it. A topic's consumer skips what the stream no longer
+/// holds, and the topic's limit had dropped the burst's start (and the last publication
+/// delivered) while the node was cut off or its hub stalled: the consumer went on at the
+/// oldest kept, silently, and the hub repaired from past the hole (`backplane/nats/follow.rs`
+/// now checks the last delivery still kept when a drop was possible, and reports `Missed`
+/// first). On NATS core (seed 1, once), `Lost`: 212 of a 75,000 burst in no gap: the client
+/// dropped what its full buffer could not take, and the gap reported for it reached the
+/// subscriber ahead of the publications received before the loss (the node now drops at its
+/// event queue, and reports `Missed` in the topic's order). `StaleGap` on one server
 /// (`Queue::push_catch_up`); `EpochWentBack` (a node that learnt of a new epoch after a
 /// subscriber had resumed into it); on Redis Cluster, `StaleGap` and `Duplicate` (seed 1: the
 /// client held a moving channel's subscription on two connections for a moment, every
@@ -99,12 +91,8 @@ use chaos::runner::{Plan, run};
 /// WebSocket reported that with an error and never a close event, and the client waited for
 /// the close for good, silent. It now ends an attempt at an error before the socket opens, or
 /// at `connectTimeoutMs`.
-fn known(engine: Engine) -> &'static [Kind] {
-    match engine {
-        Engine::NatsCluster | Engine::NatsJetStream => &[Kind::Lost, Kind::RecoveredSkipped],
-        Engine::NatsCore => &[Kind::Lost],
-        _ => &[],
-    }
+fn known(_engine: Engine) -> &'static [Kind] {
+    &[]
 }
 
 /// Runs `seeds` on `engine`, each with `span` of faults; panics with every failing seed's report.

@@ -67,6 +67,29 @@ impl Shared {
         (!clustered && !info.server_id.is_empty()).then(|| life::of_server(&info.server_id))
     }
 
+    /// A round trip through the server, to the backplane's own responder: once it is answered,
+    /// the server has processed everything this client sent before it (a server handles a
+    /// connection's messages in order). `Client::flush` only writes the client's buffer to the
+    /// socket. `what` names the operation for the error.
+    pub(super) async fn round_trip(&self, what: &str) -> Result<(), Error> {
+        match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            self.client.request(self.ping.clone(), bytes::Bytes::new()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.failed(format_args!("{what}: server check"), e)),
+            Err(_) => Err(Error::Backplane {
+                what: format!(
+                    "{}: {what}: server check: no answer within {REQUEST_TIMEOUT:?}",
+                    self.server
+                ),
+                source: None,
+            }),
+        }
+    }
+
     /// An error of this backplane's server, saying what failed.
     pub(super) fn failed(
         &self,

@@ -15,6 +15,7 @@ use super::life;
 use super::stream::STREAM;
 use super::wire::{decode, subject};
 use crate::backplane::api::{Event, EventSender};
+use crate::backplane::forward::Forwarder;
 use crate::backplane::position::Position;
 use crate::topic::Topic;
 
@@ -30,6 +31,17 @@ pub(super) const ORDERED_EXPIRES: Duration = Duration::from_secs(4);
 /// stayed up is otherwise noticed only by the client's heartbeats, which did not recover it
 /// within 40 s in tests/distributed.rs.
 const STALL_CHECK: Duration = Duration::from_secs(3);
+
+/// Where a topic's JetStream consumer starts.
+pub(super) enum Start {
+    /// At stream sequence `sequence`. With `last`, the publication at `sequence - 1` is the
+    /// topic's last delivered, stored at that time (Unix nanoseconds): a consumer restored
+    /// after an outage, whose skip past it is checked (see [`forward_js`]).
+    Sequence { sequence: u64, last: Option<i128> },
+    /// At the first publication stored after this time (Unix nanoseconds): after the stream
+    /// went back and gave the topic's sequences to other publications.
+    After(i128),
+}
 
 /// One subscribed topic: the task forwarding its messages to the hub.
 pub(super) struct Follow {
@@ -62,22 +74,52 @@ impl Drop for Follow {
     }
 }
 
-/// Forwards a core subscription's messages to the hub.
+/// Forwards a core subscription's messages to the hub, never waiting on it: what the event
+/// queue cannot take is dropped, and the topic reported [`Event::Missed`] once the queue has
+/// room again, ahead of anything more of it (`backplane/forward.rs`), so the hub's gap sits
+/// exactly where the loss is in the topic's order. (Waiting on the hub let the client's own
+/// buffer for the subscription fill instead; the client then drops what does not fit and only
+/// emits an event, whose gap, reported for every topic by the supervisor, could reach a
+/// subscriber ahead of publications received before the loss: issue 39's checker, NATS core,
+/// seed 1. That remains the backstop should this task fall 65,536 messages behind.)
 pub(super) async fn forward_core(topic: Topic, mut sub: async_nats::Subscriber, events: EventSender) {
-    while let Some(m) = sub.next().await {
-        match decode(&topic, &m.payload, None) {
-            Ok(p) => {
-                if events.send(Event::Publication(p)).await.is_err() {
+    let mut to_hub = Forwarder::new(events, format!("nats {topic}"));
+    loop {
+        tokio::select! {
+            m = sub.next() => {
+                let Some(m) = m else { return };
+                match decode(&topic, &m.payload, None) {
+                    Ok(p) => {
+                        if to_hub.publication(p).is_err() {
+                            return;
+                        }
+                    }
+                    Err(why) => tracing::warn!("NATS: skipped a message on {topic}: {why}"),
+                }
+            }
+            reported = to_hub.room(), if to_hub.owes() => {
+                if reported.is_err() {
                     return;
                 }
             }
-            Err(why) => tracing::warn!("NATS: skipped a message on {topic}: {why}"),
         }
     }
 }
 
 /// Forwards an ordered consumer's messages to the hub, each once (`next` skips what a recreated
 /// consumer delivers again).
+///
+/// A consumer skips what the stream no longer holds: publications of the topic that its limits
+/// dropped before they were delivered (the node lagging, cut off, or its consumer recreated
+/// from a sequence after an outage) are skipped without a sign. So a publication delivered
+/// after such a drop may have been, the last one delivered (`next - 1`) is first checked still
+/// in the stream (limits drop a topic's oldest first: while it is there, none after it was
+/// dropped). If it is gone, or JetStream does not answer, the hub is told [`Event::Missed`]
+/// before the publication, and repairs the topic from history or reports the gap. A drop was
+/// possible when the consumer was (re)created since the last delivery, when the topic held
+/// nearly its limit of publications past this one as it was sent (a drop by the per-topic
+/// limit leaves `max_len` publications after the one dropped, the one sent among them), or
+/// when the last delivery is nearly `max_age` old ([`Limits`]); otherwise nothing is asked.
 ///
 /// A consumer that has delivered nothing new for [`STALL_CHECK`] is checked against the stream
 /// whether it was silent or not: errors and publications delivered again do not put the check
@@ -90,8 +132,8 @@ pub(super) async fn forward_js(
     mut messages: consumer::pull::Ordered,
     (context, stalls): (jetstream::Context, mpsc::UnboundedSender<Topic>),
     created: String,
-    next: Arc<AtomicU64>,
-    stored: Arc<std::sync::Mutex<Option<i128>>>,
+    (next, stored): (Arc<AtomicU64>, Arc<std::sync::Mutex<Option<i128>>>),
+    limits: Limits,
     events: EventSender,
 ) {
     let mut epochs = life::Epochs::new(created);
@@ -99,6 +141,8 @@ pub(super) async fn forward_js(
     let mut check_at = tokio::time::Instant::now() + STALL_CHECK;
     // Checks in a row that JetStream did not answer.
     let mut unanswered = 0;
+    // The consumer was (re)created and has delivered nothing past `next` since.
+    let mut fresh = true;
     loop {
         let m = match tokio::time::timeout_at(check_at, messages.next()).await {
             Ok(Some(Ok(m))) => Some(m),
@@ -135,15 +179,48 @@ pub(super) async fn forward_js(
             check_at = tokio::time::Instant::now() + STALL_CHECK;
             continue;
         };
-        let (seq, time) = match m.info() {
-            Ok(info) => (info.stream_sequence, info.published.unix_timestamp_nanos()),
+        let (seq, time, pending) = match m.info() {
+            Ok(info) => {
+                // A consumer's own sequence starts at 1: the client recreated it.
+                fresh |= info.consumer_sequence == 1;
+                (
+                    info.stream_sequence,
+                    info.published.unix_timestamp_nanos(),
+                    info.pending,
+                )
+            }
             Err(e) => {
                 tracing::warn!("NATS: skipped a message on {topic}: {e}");
                 continue;
             }
         };
-        if seq < next.load(Ordering::Acquire) {
+        let expected = next.load(Ordering::Acquire);
+        if seq < expected {
             continue;
+        }
+        let last = *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let may_have_dropped = std::mem::take(&mut fresh) || limits.near(pending, last);
+        if may_have_dropped
+            && seq > expected
+            && expected >= 2
+            && let Some(last) = last
+            && !still_kept(&context, &topic, expected - 1, last).await
+        {
+            tracing::warn!(
+                "NATS: publication {seq} on {topic} was delivered after the last one delivered \
+                 ({}) left the stream (its limits dropped it, and maybe some after it): \
+                 repaired from history or reported as a gap",
+                expected - 1
+            );
+            if events
+                .send(Event::Missed {
+                    topics: vec![topic.clone()],
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
         }
         // Each publication with the epoch of the life it names: the hub sees a new life as a new
         // epoch, reports the gap and reads the new one from its start.
@@ -162,6 +239,50 @@ pub(super) async fn forward_js(
         *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(time);
         next.store(seq + 1, Ordering::Release);
         check_at = tokio::time::Instant::now() + STALL_CHECK;
+    }
+}
+
+/// The stream's limits as this node asks for them (the stream keeps at least as much: a node
+/// never lowers them), which say when a delivery may have followed a drop.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// Publications kept per topic; `None`: no limit.
+    pub(super) per_topic: Option<u64>,
+    /// How long a publication is kept; `None`: no limit.
+    pub(super) max_age: Option<Duration>,
+}
+
+impl Limits {
+    /// Slack for the clocks of this node and of the server that stored the last delivery.
+    const CLOCK_SLACK: Duration = Duration::from_secs(2);
+
+    /// Whether the limits may have dropped publications after the last delivery (stored at
+    /// `last`, Unix nanoseconds) before one sent with `pending` more behind it: the topic held
+    /// nearly its limit, or the last delivery is nearly `max_age` old.
+    fn near(&self, pending: u64, last: Option<i128>) -> bool {
+        let by_count = self.per_topic.is_some_and(|n| pending.saturating_add(1) >= n);
+        let by_age = match (self.max_age, last) {
+            (Some(age), Some(last)) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as i128);
+                now.saturating_sub(last) + Self::CLOCK_SLACK.as_nanos() as i128 >= age.as_nanos() as i128
+            }
+            _ => false,
+        };
+        by_count || by_age
+    }
+}
+
+/// Whether the stream still holds `topic`'s publication at sequence `seq`, stored at `time`;
+/// false when JetStream does not answer (the caller reports a possible loss).
+async fn still_kept(context: &jetstream::Context, topic: &Topic, seq: u64, time: i128) -> bool {
+    let Ok(stream) = context.get_stream(STREAM).await else {
+        return false;
+    };
+    match stream.get_raw_message(seq).await {
+        Ok(m) => m.subject.as_str() == subject(topic) && m.time.unix_timestamp_nanos() == time,
+        Err(_) => false,
     }
 }
 

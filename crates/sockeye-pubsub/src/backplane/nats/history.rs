@@ -1,6 +1,6 @@
 //! Reading a topic's history from JetStream: which publications are of the current epoch (the
 //! stream's and the server's life), whether the one at a position is still kept, and the read
-//! itself through a consumer filtered to the topic, at most what was pending when it began.
+//! itself through a consumer filtered to the topic, up to its newest publication when it began.
 
 use std::time::Duration;
 
@@ -115,25 +115,26 @@ impl Shared {
             })
             .await
             .map_err(|e| self.failed(format_args!("JetStream history consumer for {topic}"), e))?;
+        // Up to the topic's newest publication when the read began (not the consumer's count of
+        // pending messages: in a cluster that count comes from a replica that may lag the one
+        // that answered `newest`, and a read that stopped there answered complete while missing
+        // the rest). From `since`: at most `limit` messages. From the start: the current epoch's
+        // first publication is known only once every earlier one was read (lives are not
+        // indexed): the topic's whole history, at most `max_len` publications (the stream's
+        // limit per topic).
+        let until = newest.map_or(0, |(seq, _)| seq);
         let pending = usize::try_from(consumer.cached_info().num_pending).unwrap_or(usize::MAX);
-        // From `since`: at most `limit`. From the start: the current epoch's first publication
-        // is known only once every earlier one was read (lives are not indexed): the topic's
-        // whole history, at most `max_len` publications (the stream's limit per topic).
-        let want = if since.is_some() {
-            pending.min(limit)
-        } else {
-            pending
-        };
+        let at_most = if since.is_some() { limit } else { usize::MAX };
         let mut kept = Kept {
             epochs: life::Epochs::new(created),
             current,
             limit,
-            publications: Vec::with_capacity(want.min(limit)),
+            publications: Vec::with_capacity(limit.min(HISTORY_BATCH)),
             foreign: false,
         };
         let read = tokio::time::timeout(
             HISTORY_TIMEOUT,
-            self.read_history(&consumer, topic, want, &mut kept),
+            self.read_history(&consumer, topic, (until, at_most, pending), &mut kept),
         )
         .await;
         let _ = stream.delete_consumer(&consumer.cached_info().name).await;
@@ -199,17 +200,25 @@ impl Shared {
         }
     }
 
-    /// `want` messages from the history consumer, into `kept`.
+    /// Messages from the history consumer, into `kept`, until the one at stream sequence
+    /// `until` (or a later one) is read or `at_most` messages were: a server that stops giving
+    /// messages before is an error, never a short history called complete. `pending`: what
+    /// the consumer said it holds, the size of the first pull (each message then tells what is
+    /// left; a pull asks for no more, since one for more than the server has waits for its
+    /// expiry).
     async fn read_history(
         &self,
         consumer: &consumer::PullConsumer,
         topic: &Topic,
-        want: usize,
+        (until, at_most, mut pending): (u64, usize, usize),
         kept: &mut Kept<'_>,
     ) -> Result<(), Error> {
         let mut seen = 0;
-        while seen < want {
-            let n = (want - seen).min(HISTORY_BATCH);
+        let mut reached = 0;
+        while reached < until && seen < at_most {
+            // Nothing pending yet short of `until`: a replica behind the one that answered
+            // `until`; one message, which comes once it has caught up.
+            let n = (at_most - seen).min(HISTORY_BATCH).min(pending.max(1));
             let mut batch = consumer
                 .batch()
                 .max_messages(n)
@@ -220,11 +229,13 @@ impl Shared {
             let mut got = 0;
             while let Some(m) = batch.next().await {
                 let m = m.map_err(|e| self.failed(format_args!("history of {topic}"), e))?;
-                let seq = m
+                let info = m
                     .info()
-                    .map_err(|e| self.failed(format_args!("history of {topic}: message info"), e))?
-                    .stream_sequence;
+                    .map_err(|e| self.failed(format_args!("history of {topic}: message info"), e))?;
+                let seq = info.stream_sequence;
+                pending = usize::try_from(info.pending).unwrap_or(usize::MAX);
                 got += 1;
+                reached = reached.max(seq);
                 let life = life::of_message(m.message.headers.as_ref());
                 if !kept.of_current(life) {
                     continue;
@@ -243,8 +254,9 @@ impl Shared {
             if got == 0 {
                 return Err(Error::Backplane {
                     what: format!(
-                        "{}: history of {topic}: {} of {want} publications read",
-                        self.server, seen
+                        "{}: history of {topic}: the server gave nothing more after sequence \
+                         {reached} ({seen} messages read), though the topic reached {until}",
+                        self.server
                     ),
                     source: None,
                 });

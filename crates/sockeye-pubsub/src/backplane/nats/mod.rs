@@ -19,10 +19,14 @@
 //!   (`<created>.<life>`; below).
 //! - Live delivery is an ordered consumer per subscribed topic (filtered to its subject), which
 //!   starts at the stream's next sequence when the topic is subscribed, detects gaps itself and
-//!   is recreated from the next unseen sequence after a reconnect: nothing stored is skipped,
-//!   **except** (a known defect, issue 39's checker) when the topic's limit has dropped that
-//!   sequence meanwhile: the consumer then starts at the oldest publication kept, and the hole
-//!   is not yet reported as a gap.
+//!   is recreated from the next unseen sequence after a reconnect: nothing the stream still
+//!   holds is skipped. What its limits dropped before the node delivered it (the node cut off,
+//!   or behind, for longer than the topic's `max_len` publications or its `max_age`) a
+//!   consumer skips without a sign; so whenever such a drop was possible (a consumer
+//!   recreated, the topic near its limit as a publication was sent, the last delivery nearly
+//!   `max_age` old) the last publication delivered is checked still in the stream before the
+//!   next is handed on, and if it is gone the hub repairs the topic from history or reports
+//!   the gap first (issue 39's checker found the skip: a burst of 12,000 missed in silence).
 //! - [`Backplane::history`] reads the topic from a position with a consumer filtered to it,
 //!   as many as were pending when the call began (the cost is the number returned). It answers
 //!   [`History::Lost`] when the position is of another epoch, or when the publication at that
@@ -106,17 +110,18 @@
 //! and its publications are of the current epoch for the nodes with history (before, each was
 //! a gap to them, and missing from a resume across it).
 //!
-//! **A slow node.** The client holds at most 65,536 messages per subscription for the node to
-//! forward; when the node forwards slower than the server sends (its hub behind), the client
-//! drops what does not fit and only emits a `SlowConsumer` event. Core NATS: that loss is
-//! reported as an outage is ([`Event::Lost`], then [`Event::Restored`]: a gap on every topic,
-//! the dropped subscription being unknown by name), once per burst (drops told by events
-//! queued before the `Restored` are covered by its gap). The gap may reach a subscriber before
-//! publications received ahead of the loss (core publications carry no position to place it).
-//! With JetStream the topics' ordered consumers notice the hole in their consumer sequence and
-//! recreate themselves from the last publication delivered: nothing is skipped (unless the
-//! topic's limit dropped it meanwhile: the known defect above). Not covered:
-//! the client's own event queue (128) dropping the event when full of others.
+//! **A slow node.** Core NATS: each topic's task takes what the client receives as fast as it
+//! comes and hands it to the hub without waiting; what the hub's event queue cannot take is
+//! dropped and the topic reported ([`Event::Missed`], ahead of anything more of it), so the
+//! gap sits where the loss is in the topic's order (as on Redis). Behind that, the client holds
+//! at most 65,536 messages per subscription, drops what does not fit and only emits a
+//! `SlowConsumer` event: should a task fall that far behind, the loss is reported as an outage
+//! is ([`Event::Lost`], then [`Event::Restored`]: a gap on every topic, the dropped
+//! subscription being unknown by name), once per burst; that gap may reach a subscriber before
+//! publications received ahead of the loss. With JetStream the topics' ordered consumers notice the hole in their consumer sequence and
+//! recreate themselves from the last publication delivered: nothing is skipped (what the
+//! limits dropped meanwhile is checked for, above). Not covered: the client's own event queue
+//! (128) dropping the event when full of others.
 //!
 //! **One stream, many nodes.** The stream is shared by every node, so a node never lowers it:
 //! at connect, after a reconnect and on a new topic, each of its limits (publications per topic,
@@ -193,7 +198,11 @@
 //! a publication is preceded by a round trip through the server (to a responder of the
 //! backplane's own): a connection that died unnoticed would otherwise buffer the publication and
 //! send it after the reconnect, when the call has failed. A publication not acknowledged
-//! (JetStream) or written (core) within 2 s in all fails the same way. So a failed publication is
+//! (JetStream) or, on core NATS, not followed by a second round trip (the server has taken it:
+//! it handles a connection's messages in order) within 2 s in all fails the same way. A core
+//! subscription is subscribed once a round trip after it is answered, too: from then on, every
+//! publication the server takes reaches it (a flush only writes to the socket; in a cluster,
+//! the other servers learn of a subscription later still, which core NATS does not bound). So a failed publication is
 //! not sent later behind the caller's back, but for a connection lost in the instant between that
 //! round trip and the write. The cost: one round trip more per publication, or per batch with
 //! [`Backplane::publish_many`]: one check, then the whole batch, then its acknowledgements
@@ -216,6 +225,7 @@
 //!
 //! [`Event::Lost`]: crate::backplane::Event::Lost
 //! [`Event::Restored`]: crate::backplane::Event::Restored
+//! [`Event::Missed`]: crate::backplane::Event::Missed
 //!
 //! Files: `connection` (the state and the client's connection), `stream` (the JetStream
 //! stream), `wire` (subjects and the message format), `life` (the server's life in an epoch),
@@ -241,6 +251,7 @@ use futures_util::StreamExt;
 use tokio::sync::{Mutex, mpsc};
 
 use connection::{BACKOFF, CONNECT_TIMEOUT, PING_INTERVAL, REQUEST_TIMEOUT, Shared};
+use follow::Start;
 use stream::{Js, STREAM, epoch_of, jetstream_unavailable, stream_failed};
 use subscription::supervise;
 use wire::SUBJECT_PREFIX;
@@ -437,7 +448,16 @@ impl Backplane for Nats {
                     (epoch_of(&info), info.state.last_sequence + 1)
                 }
             };
-            let follow = s.follow(&topic, epoch, start, None).await?;
+            let follow = s
+                .follow(
+                    &topic,
+                    epoch,
+                    Start::Sequence {
+                        sequence: start,
+                        last: None,
+                    },
+                )
+                .await?;
             topics.insert(topic, follow);
             Ok(())
         })

@@ -6,7 +6,6 @@
 use std::sync::atomic::Ordering;
 
 use async_nats::connection::State;
-use bytes::Bytes;
 
 use super::connection::{REQUEST_TIMEOUT, Shared};
 use super::life;
@@ -60,10 +59,7 @@ impl Shared {
             // A round trip through the server first, once for the batch: a connection that died
             // before the client noticed would otherwise take the batch into its buffer and send
             // it after the reconnect, when this call has long failed.
-            self.client
-                .request(self.ping.clone(), Bytes::new())
-                .await
-                .map_err(|e| self.failed(format_args!("{what}: server check"), e))?;
+            self.round_trip(&what).await?;
             match &self.js {
                 Some(js) => {
                     // The life of the server, read last before sending (after the check above):
@@ -148,7 +144,10 @@ impl Shared {
                         .map_err(|e| self.failed(&what, e))?;
                         sent += 1;
                     }
-                    self.client.flush().await.map_err(|e| self.failed(&what, e))?;
+                    // Published once the server has taken the batch: a round trip after it (a
+                    // flush only wrote it to the socket, where a connection lost then would
+                    // lose it after the caller was told it was published).
+                    self.round_trip(&what).await?;
                     published = sent;
                     // Core NATS gives no positions.
                     Ok(Vec::new())

@@ -12,8 +12,8 @@ use async_nats::connection::State;
 use async_nats::jetstream::{consumer, stream};
 use tokio::sync::mpsc;
 
-use super::connection::{REQUEST_TIMEOUT, Shared};
-use super::follow::{Follow, ORDERED_EXPIRES, forward_core, forward_js};
+use super::connection::Shared;
+use super::follow::{Follow, Limits, ORDERED_EXPIRES, Start, forward_core, forward_js};
 use super::stream::{Js, STREAM, epoch_of};
 use super::wire::subject;
 use crate::backplane::api::Event;
@@ -21,18 +21,15 @@ use crate::error::Error;
 use crate::topic::Topic;
 
 impl Shared {
-    /// Starts delivering `topic`: JetStream from stream sequence `start` of `epoch` (or, with
-    /// `after`, the first publication stored after that time, in Unix nanoseconds), core from now.
-    pub(super) async fn follow(
-        &self,
-        topic: &Topic,
-        epoch: String,
-        start: u64,
-        after: Option<i128>,
-    ) -> Result<Follow, Error> {
+    /// Starts delivering `topic`: JetStream from `start` in `epoch`, core from now.
+    pub(super) async fn follow(&self, topic: &Topic, epoch: String, start: Start) -> Result<Follow, Error> {
         let subject = subject(topic);
-        let next = Arc::new(AtomicU64::new(if after.is_some() { 0 } else { start }));
-        let stored = Arc::new(std::sync::Mutex::new(after));
+        let (first, stored, after) = match start {
+            Start::Sequence { sequence, last } => (sequence, last, None),
+            Start::After(t) => (0, Some(t), Some(t)),
+        };
+        let next = Arc::new(AtomicU64::new(first));
+        let stored = Arc::new(std::sync::Mutex::new(stored));
         let events = self.events.clone();
         let task = match &self.js {
             None => {
@@ -41,11 +38,13 @@ impl Shared {
                     .subscribe(subject)
                     .await
                     .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?;
-                // The server has the subscription once it answered a ping sent after it.
-                tokio::time::timeout(REQUEST_TIMEOUT, self.client.flush())
-                    .await
-                    .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?
-                    .map_err(|e| self.failed(format_args!("subscribe to {topic}"), e))?;
+                // The server has the subscription once it answered a round trip sent after it:
+                // "subscribed" must mean that every publication the server takes from now on is
+                // delivered. (A flush only wrote it out: another node's publication just after
+                // could reach the server first and be missed with no gap, issue 39's checker on
+                // NATS core, seed 1. In a cluster, other servers learn of it later still: core
+                // NATS promises no more there.)
+                self.round_trip(&format!("subscribe to {topic}")).await?;
                 tokio::spawn(forward_core(topic.clone(), sub, events))
             }
             Some(js) => {
@@ -55,7 +54,7 @@ impl Shared {
                             .map_err(|e| self.failed(format_args!("JetStream consumer for {topic}"), e))?,
                     },
                     None => consumer::DeliverPolicy::ByStartSequence {
-                        start_sequence: start.max(1),
+                        start_sequence: first.max(1),
                     },
                 };
                 let config = consumer::pull::OrderedConfig {
@@ -84,8 +83,13 @@ impl Shared {
                     messages,
                     (js.context.clone(), self.stalls.clone()),
                     epoch.clone(),
-                    Arc::clone(&next),
-                    Arc::clone(&stored),
+                    (Arc::clone(&next), Arc::clone(&stored)),
+                    Limits {
+                        per_topic: u64::try_from(js.config.max_messages_per_subject)
+                            .ok()
+                            .filter(|n| *n > 0),
+                        max_age: Some(js.config.max_age).filter(|a| !a.is_zero()),
+                    },
                     events,
                 ))
             }
@@ -144,7 +148,7 @@ impl Shared {
         topic: &Topic,
         follow: &mut Follow,
     ) -> Result<(), Error> {
-        let (start, after) = if follow.epoch == epoch {
+        let start = if follow.epoch == epoch {
             let next = follow.next.load(Ordering::Acquire);
             let stored = *follow
                 .stored
@@ -161,17 +165,28 @@ impl Shared {
                     info.state.last_sequence
                 );
                 match stored {
-                    Some(t) => (0, Some(t)),
-                    None => (info.state.last_sequence + 1, None),
+                    Some(t) => Start::After(t),
+                    None => Start::Sequence {
+                        sequence: info.state.last_sequence + 1,
+                        last: None,
+                    },
                 }
             } else {
-                (next, None)
+                // Checked by the new consumer's task once it skips past `next`: the limits may
+                // drop the topic's publications after `next - 1` before they are delivered.
+                Start::Sequence {
+                    sequence: next,
+                    last: stored,
+                }
             }
         } else {
             // The stream was lost: everything in the new one is new.
-            (1, None)
+            Start::Sequence {
+                sequence: 1,
+                last: None,
+            }
         };
-        *follow = self.follow(topic, epoch.to_owned(), start, after).await?;
+        *follow = self.follow(topic, epoch.to_owned(), start).await?;
         Ok(())
     }
 
