@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 
 use crate::backplane::position::Position;
 use crate::config::{SlowPolicy, SubscriberConfig};
-use crate::delivery::Delivery;
+use crate::delivery::{Delivery, Published};
 use crate::error::Error;
 use crate::lock::lock;
 use crate::queue_budget::{QueueBudget, Shed};
@@ -70,12 +70,49 @@ struct Resuming {
     /// Topics being recovered: their live deliveries wait here until the history is queued,
     /// with, in their place among them, the live publications dropped meanwhile.
     held: HashMap<Topic, Vec<Held>>,
-    /// Topics recovered: the last position queued from history. A live publication at or before
-    /// it that was still on its way from the backplane when the recovery ended is a duplicate;
-    /// one of another epoch comes from a node that has not yet seen the epoch the subscription
-    /// resumed into (it is behind the subscriber, which left that epoch with a gap); a catch-up
-    /// gap (see [`Queue::push_catch_up`]) resuming at or before it in its epoch is stale.
-    seams: HashMap<Topic, Position>,
+    /// Topics recovered: where the recovery left the subscription (see [`Seam`]).
+    seams: HashMap<Topic, Seam>,
+}
+
+/// Where a recovery left a subscription, against which what its node delivers after is checked
+/// until the node has caught up with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Seam {
+    /// The last position queued from history (or the one resumed from). A live publication at
+    /// or before it that was still on its way from the backplane when the recovery ended is a
+    /// duplicate; one of another epoch comes from a node that has not yet seen the epoch the
+    /// subscription resumed into (it is behind the subscriber, which left that epoch with a
+    /// gap); a catch-up gap (see [`Queue::push_catch_up`]) resuming at or before it in its epoch
+    /// is stale. The first publication after it ends the seam.
+    At(Position),
+    /// The subscription was told, with a gap, that this epoch ended and the current one has
+    /// published nothing yet (a Redis replica promoted after a failover, a NATS server's new
+    /// life): a publication of this epoch still coming from a node behind is of an epoch it
+    /// left, and a catch-up gap into nothing (`resume` `None`) or within it is stale. The
+    /// first publication of another epoch ends the seam.
+    Left(std::sync::Arc<str>),
+}
+
+impl Seam {
+    /// Whether the node's publication `p` is one the subscription already has or left behind.
+    fn drops(&self, p: &Published) -> bool {
+        match self {
+            Seam::At(seam) => p.not_after(seam) || p.other_epoch(seam),
+            Seam::Left(epoch) => p.of_epoch(epoch),
+        }
+    }
+
+    /// Whether a catch-up gap of the node's resuming at `resume` tells the subscription nothing
+    /// it was not told: it resumes at or before an `At` seam in its epoch, or into nothing or
+    /// within the epoch a `Left` seam left.
+    fn stale(&self, resume: Option<&Position>) -> bool {
+        match (self, resume) {
+            (Seam::At(s), Some(r)) => r.epoch == s.epoch && r.offset <= s.offset,
+            (Seam::At(_), None) => false,
+            (Seam::Left(_), None) => true,
+            (Seam::Left(epoch), Some(r)) => r.epoch == *epoch,
+        }
+    }
 }
 
 /// What is held for a topic being recovered.
@@ -199,8 +236,8 @@ impl Queue {
                         return;
                     }
                     if let Some(seam) = r.seams.get(p.topic()) {
-                        // A duplicate, or of an epoch the subscription left (see `seams`).
-                        if p.not_after(seam) || p.other_epoch(seam) {
+                        // A duplicate, or of an epoch the subscription left (see `Seam`).
+                        if seam.drops(p) {
                             return;
                         }
                         r.seams.remove(p.topic());
@@ -220,10 +257,15 @@ impl Queue {
                         }
                         return;
                     }
-                    if catch_up && stale(resume.as_ref(), r.seams.get(topic)) {
+                    if catch_up && r.seams.get(topic).is_some_and(|seam| seam.stale(resume.as_ref())) {
                         return;
                     }
-                    if r.seams.remove(topic).is_some() {
+                    // A catch-up gap into nothing known (`resume` `None`: a miss the node cannot
+                    // place, or its epoch ended) leaves the seam standing: what the node still
+                    // delivers behind it is what the subscription has (before, the seam went
+                    // and that backlog came again). Any other gap ends it: what follows may
+                    // reuse positions at or before it (a rollback).
+                    if !(catch_up && resume.is_none()) && r.seams.remove(topic).is_some() {
                         s.tidy();
                     }
                 }
@@ -434,7 +476,7 @@ impl Queue {
     /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
     /// after both `since` and the last recovered one, and in their place among them the gaps
     /// for what was dropped meanwhile that the history did not recover.
-    pub(crate) fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Position>) {
+    pub(crate) fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Seam>) {
         let mut s = lock(&self.state);
         let before = s.bytes;
         self.release_unsettled(&mut s, topic, recovered, since);
@@ -446,7 +488,7 @@ impl Queue {
         s: &mut MutexGuard<'_, QueueState>,
         topic: &Topic,
         recovered: Vec<Delivery>,
-        since: Option<Position>,
+        since: Option<Seam>,
     ) {
         let held = Self::take_held(s, topic);
         s.tidy();
@@ -458,28 +500,28 @@ impl Queue {
             if let Delivery::Message(p) = &d
                 && let Some(position) = p.position()
             {
-                seam = Some(position.clone());
+                seam = Some(Seam::At(position.clone()));
             }
             self.push_locked(s, d);
         }
         for h in held {
-            let d = match h {
-                Held::Live(d) => d,
+            let (d, catch_up) = match h {
+                Held::Live(d) => (d, false),
                 Held::CatchUp(d) => {
                     let resume = match &d {
                         Delivery::Gap { resume, .. } => resume.as_ref(),
                         _ => None,
                     };
-                    if stale(resume, seam.as_ref()) {
+                    if seam.as_ref().is_some_and(|seam| seam.stale(resume)) {
                         continue;
                     }
-                    d
+                    (d, true)
                 }
                 Held::Dropped(resume) => {
                     // The history recovered all of it: nothing to tell (a gap behind the
                     // history would take the client's position back to the drop's).
                     let recovered = match (&resume, &seam) {
-                        (Some(r), Some(seam)) => r.epoch == seam.epoch && r.offset <= seam.offset,
+                        (Some(r), Some(Seam::At(seam))) => r.epoch == seam.epoch && r.offset <= seam.offset,
                         _ => false,
                     };
                     // Not a gap of the backplane's: the seam stands (what follows at or before
@@ -497,10 +539,14 @@ impl Queue {
                 }
             };
             let duplicate = match (&d, &seam) {
-                (Delivery::Message(p), Some(seam)) => p.not_after(seam) || p.other_epoch(seam),
-                // What follows a gap is new whatever its position (see `push`).
-                (Delivery::Gap { .. }, _) => {
-                    seam = None;
+                (Delivery::Message(p), Some(seam)) => seam.drops(p),
+                // What follows a gap is new whatever its position (see `push`), but for a
+                // catch-up gap into nothing known, behind which the seam stands (see
+                // `push_unsettled`).
+                (Delivery::Gap { resume, .. }, _) => {
+                    if !(catch_up && resume.is_none()) {
+                        seam = None;
+                    }
                     false
                 }
                 _ => false,
@@ -612,12 +658,6 @@ impl Drop for Queue {
     }
 }
 
-/// Whether a catch-up gap resuming at `resume` is stale for a subscription whose seam is `seam`:
-/// it resumes at or before the seam, in the seam's epoch.
-fn stale(resume: Option<&Position>, seam: Option<&Position>) -> bool {
-    matches!((resume, seam), (Some(r), Some(s)) if r.epoch == s.epoch && r.offset <= s.offset)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -695,7 +735,7 @@ mod tests {
         let topic = Topic::new("T").unwrap();
         let q = held_then_dropped(&topic);
         let recovered = (51..=53).map(|o| message(&topic, o, 1)).collect();
-        q.release(&topic, recovered, since());
+        q.release(&topic, recovered, since().map(Seam::At));
         let mut want = vec!["DROPPED 10".to_owned()];
         want.extend(offsets(51..=53));
         want.extend(offsets(101..=110));
@@ -713,7 +753,7 @@ mod tests {
         let topic = Topic::new("T").unwrap();
         let q = held_then_dropped(&topic);
         let recovered = (51..=125).map(|o| message(&topic, o, 1)).collect();
-        q.release(&topic, recovered, since());
+        q.release(&topic, recovered, since().map(Seam::At));
         let mut want = vec!["DROPPED 10".to_owned()];
         want.extend(offsets(51..=125));
         assert_eq!(drain(&q), want);

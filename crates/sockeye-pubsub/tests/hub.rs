@@ -1338,3 +1338,117 @@ async fn repairs_after_an_outage_do_not_hold_up_live_delivery() {
     }
     nothing_more(&mut s).await;
 }
+
+/// History for `topic`: offsets `from..=to` of epoch E, kept without being sent live.
+fn stored(backplane: &Scripted, topic: &Topic, offsets: std::ops::RangeInclusive<u64>) {
+    let mut history = backplane.history.lock().unwrap();
+    for i in offsets {
+        history.push(scripted(topic, i, &format!("a{i}")));
+    }
+}
+
+/// Issue 39's checker, redis-replicated (seed 308949): after a failover to a Redis replica the
+/// topic's epoch is over (the promoted server starts a new one at the next publication), so the
+/// node's repair reports a gap into nothing (`resume` `None`). What of the old epoch was still
+/// on its way to the node, or held behind the repair, was then delivered after the gap as if
+/// new: to a subscriber that had resumed past the node through history, the same publications
+/// again. An epoch that ended is never delivered after its gap.
+#[tokio::test]
+async fn an_epoch_that_ended_is_not_delivered_after_its_gap() {
+    let topic = Topic::new("failed over").unwrap();
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    stored(&backplane, &topic, 1..=3);
+    // The node follows the topic from 3; a subscriber resumes past it through history.
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&topic, None).await.unwrap();
+    stored(&backplane, &topic, 4..=10);
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at3 = scripted(&topic, 3, "a3").position.unwrap();
+    assert_eq!(
+        s.subscribe(&topic, Some(at3)).await.unwrap(),
+        Recovery::Recovered { count: 7 }
+    );
+    // The failover: the history has nothing of the current epoch; the node's backlog of the
+    // old one arrives after.
+    backplane.history.lock().unwrap().clear();
+    events.send(Event::Restored).await.unwrap();
+    for i in 5..=10 {
+        events
+            .send(Event::Publication(scripted(&topic, i, &format!("a{i}"))))
+            .await
+            .unwrap();
+    }
+    let mut want: Vec<String> = (4..=10).map(|i| format!("a{i}@{i}")).collect();
+    want.push("GAP(-1)".into());
+    assert_eq!(shown(&mut s).await, want);
+    assert_eq!(shown(&mut a).await, ["GAP(-1)"]);
+}
+
+/// The same seen from a subscriber resuming on a node that has not yet noticed the failover: it
+/// is told its epoch ended (a gap into nothing), and what its node still delivers of that epoch
+/// must not follow the gap (before: 4..10 after it, 4..8 again); the next epoch's first
+/// publication comes.
+#[tokio::test]
+async fn a_subscriber_told_its_epoch_ended_gets_nothing_more_of_it() {
+    let topic = Topic::new("left").unwrap();
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    stored(&backplane, &topic, 1..=3);
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&topic, None).await.unwrap();
+    backplane.history.lock().unwrap().clear();
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at8 = scripted(&topic, 8, "a8").position.unwrap();
+    assert_eq!(s.subscribe(&topic, Some(at8)).await.unwrap(), Recovery::Lost);
+    for i in 4..=10 {
+        events
+            .send(Event::Publication(scripted(&topic, i, &format!("a{i}"))))
+            .await
+            .unwrap();
+    }
+    assert_eq!(shown(&mut s).await, ["GAP(-1)"]);
+    let want: Vec<String> = (4..=10).map(|i| format!("a{i}@{i}")).collect();
+    assert_eq!(shown(&mut a).await, want);
+    // The new epoch's first publication reaches both.
+    let f1 = scripted_in("F", &topic, 1, "f1");
+    backplane.history.lock().unwrap().push(f1.clone());
+    events.send(Event::Publication(f1)).await.unwrap();
+    let got = shown(&mut s).await;
+    assert_eq!(got.last().map(String::as_str), Some("f1@1"), "{got:?}");
+    assert!(got.iter().all(|d| !d.starts_with('a')), "{got:?}");
+}
+
+/// A repair whose history never answers is a gap into nothing known (`resume` `None`, the
+/// node's seam kept): a subscriber that had resumed past the node through history keeps its
+/// own seam behind it too, so the node's backlog is not delivered again (before, that gap
+/// ended the subscriber's seam, and 5..10 came twice).
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_repair_does_not_deliver_the_backlog_again() {
+    let topic = Topic::new("unanswered").unwrap();
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    stored(&backplane, &topic, 1..=3);
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&topic, None).await.unwrap();
+    stored(&backplane, &topic, 4..=10);
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at3 = scripted(&topic, 3, "a3").position.unwrap();
+    assert_eq!(
+        s.subscribe(&topic, Some(at3)).await.unwrap(),
+        Recovery::Recovered { count: 7 }
+    );
+    backplane.stall.store(true, std::sync::atomic::Ordering::SeqCst);
+    events.send(Event::Restored).await.unwrap();
+    // Past the repair's timeout: a gap into nothing known.
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    for i in 4..=10 {
+        events
+            .send(Event::Publication(scripted(&topic, i, &format!("a{i}"))))
+            .await
+            .unwrap();
+    }
+    let mut want: Vec<String> = (4..=10).map(|i| format!("a{i}@{i}")).collect();
+    want.push("GAP(-1)".into());
+    assert_eq!(shown(&mut s).await, want);
+}

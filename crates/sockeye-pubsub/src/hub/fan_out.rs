@@ -217,10 +217,16 @@ impl Inner {
         past.is_some()
     }
 
-    /// Delivers one publication to every subscriber of its topic on this node.
+    /// Delivers one publication to every subscriber of its topic on this node: never one of an
+    /// epoch the node has left (whichever way it came: live, held behind a repair, recovered).
     fn fan(&self, p: Publication) {
         let mut topics = lock(&self.topics);
         let Some(t) = topics.get_mut(&p.topic) else { return };
+        if let Some(pos) = &p.position
+            && t.past.contains(&pos.epoch)
+        {
+            return;
+        }
         if let (Some(last), Some(pos)) = (&t.last, &p.position)
             && last.epoch == pos.epoch
             && pos.offset <= last.offset
@@ -262,6 +268,24 @@ impl Inner {
                 }
             }
             if moved {
+                // Into nothing of the current epoch yet (`resume` `None`: the history has nothing
+                // of it; a Redis replica promoted after a failover, before anyone published on
+                // the topic there): the epochs the node stood in are over. What of them is
+                // still on its way, or held behind this repair, is covered by this gap and
+                // dropped (`fan`): delivered, it would follow the gap as if new, the same
+                // publications again for a subscriber that had resumed past the node (issue
+                // 39's checker, redis-replicated).
+                if resume.is_none() {
+                    let ended: Vec<Arc<str>> = [&t.last, &t.live]
+                        .into_iter()
+                        .flatten()
+                        .map(|p| Arc::clone(&p.epoch))
+                        .collect();
+                    for epoch in &ended {
+                        t.passed(epoch);
+                    }
+                    t.live = None;
+                }
                 // A rollback seen in the history: positions up to `resume` may come live again
                 // (covered by this gap), not as a second rollback.
                 if let (Some(live), Some(r)) = (&t.live, &resume)

@@ -15,7 +15,7 @@ use crate::config::SubscriberConfig;
 use crate::delivery::{Delivery, delivery, to_delivery};
 use crate::error::Error;
 use crate::lock::lock;
-use crate::queue::Queue;
+use crate::queue::{Queue, Seam};
 use crate::topic::Topic;
 
 impl Hub {
@@ -152,7 +152,7 @@ impl Subscriber {
                     .filter_map(|p| delivery(p, &since))
                     .collect();
                 let count = recovered.len();
-                self.queue.release(topic, recovered, Some(since));
+                self.queue.release(topic, recovered, Some(Seam::At(since)));
                 Recovery::Recovered { count }
             }
             History::Lost { latest } => {
@@ -167,7 +167,14 @@ impl Subscriber {
                         .filter(|p| p.origin != own)
                         .filter_map(to_delivery),
                 );
-                self.queue.release(topic, queued, resume);
+                // Into nothing of the current epoch yet: the subscription left `since`'s
+                // epoch, and what its node still delivers of it (a node behind, or one that
+                // has not seen the failover) must not follow the gap.
+                let seam = match resume {
+                    Some(r) => Seam::At(r),
+                    None => Seam::Left(Arc::clone(&since.epoch)),
+                };
+                self.queue.release(topic, queued, Some(seam));
                 Recovery::Lost
             }
             History::Complete(_) => {
@@ -177,7 +184,7 @@ impl Subscriber {
                     topic: topic.clone(),
                     resume: resume.clone(),
                 };
-                self.queue.release(topic, vec![gap], resume);
+                self.queue.release(topic, vec![gap], resume.map(Seam::At));
                 Recovery::Lost
             }
         })
