@@ -85,12 +85,14 @@ pub(crate) enum Seam {
     /// gap); a catch-up gap (see [`Queue::push_catch_up`]) resuming at or before it in its epoch
     /// is stale. The first publication after it ends the seam.
     At(Position),
-    /// The subscription was told, with a gap, that this epoch ended and the current one has
-    /// published nothing yet (a Redis replica promoted after a failover, a NATS server's new
-    /// life): a publication of this epoch still coming from a node behind is of an epoch it
-    /// left, and a catch-up gap into nothing (`resume` `None`) or within it is stale. The
-    /// first publication of another epoch ends the seam.
-    Left(std::sync::Arc<str>),
+    /// The subscription, resuming from this position, was told with a gap that the history
+    /// has nothing of the current epoch (a Redis replica promoted after a failover, before
+    /// anyone published there; on NATS, also a topic whose newest publication is of another
+    /// server life while this one goes on). What its node still delivers of this epoch at or
+    /// before the position is a duplicate (before: delivered after the gap, the same
+    /// publications again); anything else is new and ends the seam. A catch-up gap into
+    /// nothing known, or at or before it, is stale.
+    Left(Position),
 }
 
 impl Seam {
@@ -98,19 +100,18 @@ impl Seam {
     fn drops(&self, p: &Published) -> bool {
         match self {
             Seam::At(seam) => p.not_after(seam) || p.other_epoch(seam),
-            Seam::Left(epoch) => p.of_epoch(epoch),
+            Seam::Left(from) => p.not_after(from),
         }
     }
 
     /// Whether a catch-up gap of the node's resuming at `resume` tells the subscription nothing
-    /// it was not told: it resumes at or before an `At` seam in its epoch, or into nothing or
-    /// within the epoch a `Left` seam left.
+    /// it was not told: it resumes at or before the seam in its epoch, or (a `Left` seam, told
+    /// a gap into nothing already) into nothing known.
     fn stale(&self, resume: Option<&Position>) -> bool {
         match (self, resume) {
-            (Seam::At(s), Some(r)) => r.epoch == s.epoch && r.offset <= s.offset,
+            (Seam::At(s) | Seam::Left(s), Some(r)) => r.epoch == s.epoch && r.offset <= s.offset,
             (Seam::At(_), None) => false,
             (Seam::Left(_), None) => true,
-            (Seam::Left(epoch), Some(r)) => r.epoch == *epoch,
         }
     }
 }

@@ -175,12 +175,22 @@ async fn chaos_web_nats_jetstream_fixed_seeds() {
 #[ignore = "long schedules: run by scripts/chaos.sh"]
 async fn chaos_long() {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if var("CHAOS_LOG").is_some() {
+    if let Some(level) = var("CHAOS_LOG") {
         // The nodes' own account (warnings of gaps, rollbacks, outages) on stderr, to read
-        // beside a history.
-        let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(std::io::stderr)
+        // beside a history; `CHAOS_LOG=debug`: sockeye's debug lines too (each repair's
+        // outcome, each check of a JetStream consumer's skip).
+        use tracing_subscriber::prelude::*;
+        let sockeye = if level == "debug" {
+            tracing::Level::DEBUG
+        } else {
+            tracing::Level::INFO
+        };
+        let filter = tracing_subscriber::filter::Targets::new()
+            .with_default(tracing::Level::INFO)
+            .with_target("sockeye_pubsub", sockeye);
+        let _ = tracing_subscriber::registry()
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(filter)
             .try_init();
     }
     let name = var("CHAOS_ENGINE").unwrap_or_else(|| "redis".to_owned());

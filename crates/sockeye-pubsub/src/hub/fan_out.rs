@@ -83,6 +83,28 @@ impl Inner {
     /// Delivers what a repair of `topic` found, then what was held for it meanwhile, as if it
     /// arrived now (which may start another repair, behind which the rest waits again).
     fn repaired(&self, topic: &Topic, outcome: Outcome, repairs: &mut Repairs) {
+        tracing::debug!(
+            "pub/sub topic {topic}: repaired from {:?}: {}",
+            self.latest(topic),
+            match &outcome {
+                Outcome::Nothing => "nothing missed".to_owned(),
+                Outcome::Recovered(ps) => format!(
+                    "recovered {} ({:?} to {:?})",
+                    ps.len(),
+                    ps.first().and_then(|p| p.position.as_ref()),
+                    ps.last().and_then(|p| p.position.as_ref())
+                ),
+                Outcome::Gap {
+                    resume,
+                    after,
+                    moved,
+                    back,
+                } => format!(
+                    "a gap to {resume:?}, then {} (moved: {moved}, back: {back})",
+                    after.len()
+                ),
+            }
+        );
         // The history said which epoch is the backplane's current one: where the node stands
         // now (it went on from there, or the gap moved the node into it).
         let current = match &outcome {
@@ -218,7 +240,7 @@ impl Inner {
     }
 
     /// Delivers one publication to every subscriber of its topic on this node: never one of an
-    /// epoch the node has left (whichever way it came: live, held behind a repair, recovered).
+    /// epoch the node has left (whichever way it came: live, or held behind a repair).
     fn fan(&self, p: Publication) {
         let mut topics = lock(&self.topics);
         let Some(t) = topics.get_mut(&p.topic) else { return };
@@ -231,6 +253,10 @@ impl Inner {
             && last.epoch == pos.epoch
             && pos.offset <= last.offset
         {
+            tracing::debug!(
+                "pub/sub topic {}: {pos} not after {last}: delivered already",
+                p.topic
+            );
             return;
         }
         if p.position.is_some() {
@@ -268,24 +294,6 @@ impl Inner {
                 }
             }
             if moved {
-                // Into nothing of the current epoch yet (`resume` `None`: the history has nothing
-                // of it; a Redis replica promoted after a failover, before anyone published on
-                // the topic there): the epochs the node stood in are over. What of them is
-                // still on its way, or held behind this repair, is covered by this gap and
-                // dropped (`fan`): delivered, it would follow the gap as if new, the same
-                // publications again for a subscriber that had resumed past the node (issue
-                // 39's checker, redis-replicated).
-                if resume.is_none() {
-                    let ended: Vec<Arc<str>> = [&t.last, &t.live]
-                        .into_iter()
-                        .flatten()
-                        .map(|p| Arc::clone(&p.epoch))
-                        .collect();
-                    for epoch in &ended {
-                        t.passed(epoch);
-                    }
-                    t.live = None;
-                }
                 // A rollback seen in the history: positions up to `resume` may come live again
                 // (covered by this gap), not as a second rollback.
                 if let (Some(live), Some(r)) = (&t.live, &resume)

@@ -167,12 +167,12 @@ impl Subscriber {
                         .filter(|p| p.origin != own)
                         .filter_map(to_delivery),
                 );
-                // Into nothing of the current epoch yet: the subscription left `since`'s
-                // epoch, and what its node still delivers of it (a node behind, or one that
-                // has not seen the failover) must not follow the gap.
+                // Into nothing of the current epoch yet: what its node still delivers up to
+                // `since` (a node behind, or one that has not seen the failover) must not
+                // follow the gap (see `Seam::Left`).
                 let seam = match resume {
                     Some(r) => Seam::At(r),
-                    None => Seam::Left(Arc::clone(&since.epoch)),
+                    None => Seam::Left(since),
                 };
                 self.queue.release(topic, queued, Some(seam));
                 Recovery::Lost

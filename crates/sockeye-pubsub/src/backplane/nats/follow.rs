@@ -199,13 +199,28 @@ pub(super) async fn forward_js(
             continue;
         }
         let last = *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let may_have_dropped = std::mem::take(&mut fresh) || limits.near(pending, last);
-        if may_have_dropped
+        let was_fresh = std::mem::take(&mut fresh);
+        let may_have_dropped = was_fresh || limits.near(pending, last);
+        let skipped_a_drop = may_have_dropped
             && seq > expected
             && expected >= 2
-            && let Some(last) = last
-            && !still_kept(&context, &topic, expected - 1, last).await
-        {
+            && match last {
+                Some(last) => !still_kept(&context, &topic, expected - 1, last).await,
+                None => false,
+            };
+        if seq > expected && may_have_dropped {
+            tracing::debug!(
+                "NATS: {topic}: {seq} after {} (fresh consumer: {was_fresh}, {pending} pending): \
+                 checked, {}",
+                expected.saturating_sub(1),
+                if skipped_a_drop {
+                    "gone: Missed"
+                } else {
+                    "still kept"
+                }
+            );
+        }
+        if skipped_a_drop {
             tracing::warn!(
                 "NATS: publication {seq} on {topic} was delivered after the last one delivered \
                  ({}) left the stream (its limits dropped it, and maybe some after it): \
