@@ -147,6 +147,25 @@ impl Shared {
                 });
             }
         }
+        // From the start: nothing anchors the read, and the topic's limits may have dropped
+        // publications while it went on, which the consumer then skipped: a hole inside what it
+        // returns. The first one returned still kept at the end means none after it was dropped
+        // (oldest first); otherwise the read is no history (issue 39's checker: a burst read
+        // from the start while it went on, a dozen publications missing from the middle of a
+        // repair, delivered without a gap).
+        if since.is_none()
+            && let Some(first) = kept.publications.first().and_then(|p| p.position.clone())
+            && !self.still_kept(&stream, &subject, &first, topic).await?
+        {
+            return Err(Error::Backplane {
+                what: format!(
+                    "{}: history of {topic}: its oldest publications were dropped by the limits \
+                     while it was read (publications faster than the read): not complete",
+                    self.server
+                ),
+                source: None,
+            });
+        }
         if let Some(p) = since {
             // Limits drop a topic's oldest publications first: if the one at `since` (or the
             // one just after it) is still there, none after it was dropped before being read.

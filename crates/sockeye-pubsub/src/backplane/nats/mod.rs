@@ -31,7 +31,9 @@
 //!   as many as were pending when the call began (the cost is the number returned). It answers
 //!   [`History::Lost`] when the position is of another epoch, or when the publication at that
 //!   position is no longer in the stream (dropped by the limits: later ones may be gone too;
-//!   conservative, never silently incomplete).
+//!   conservative, never silently incomplete). A read from the start has no such anchor: if
+//!   the first publication it returns was dropped while it went on (the topic publishing faster
+//!   than it is read), it may have skipped some after it, and it fails (the hub reports the gap).
 //!
 //! **A server's life is part of the epoch.** JetStream may lose the un-synced tail of its
 //! file store (a crash with writes not yet on disk; a store restored from an older copy) and
