@@ -84,6 +84,14 @@ use chaos::runner::{Plan, run};
 /// publication came twice, and the hub took the repeats for a rollback; the backplane now
 /// forwards a position once, `backplane/redis_cluster.rs`).
 ///
+/// Found by random schedules (`scripts/chaos.sh`) and fixed: `redis-replicated`, `Reordered`
+/// and `Duplicate` (seeds 308949, 759318, 15725, 687863): after a failover a repair's or a
+/// resume's gap into nothing ended a resumed subscriber's seam, and the old epoch still on its
+/// way came again (`queue.rs`, `Seam`); `nats`, `Lost` at the start of a run (seed 1): a core
+/// subscription was called live once written, before the server had it (a round trip now);
+/// `nats-jetstream`, `Lost` (seed 16680 and others): a history read from the start returned a
+/// hole where the limits dropped publications while it went on (it now fails instead).
+///
 /// Found by the web variant and fixed: `bash scripts/chaos.sh web-redis 0 723720` (on the
 /// fault menu before the slow-consumer burst joined it, which changed every seed's schedule),
 /// `Lost` and `NotResumed` for the JavaScript client only: dropped while the engine was down,

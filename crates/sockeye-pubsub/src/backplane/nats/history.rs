@@ -149,22 +149,16 @@ impl Shared {
         }
         // From the start: nothing anchors the read, and the topic's limits may have dropped
         // publications while it went on, which the consumer then skipped: a hole inside what it
-        // returns. The first one returned still kept at the end means none after it was dropped
-        // (oldest first); otherwise the read is no history (issue 39's checker: a burst read
-        // from the start while it went on, a dozen publications missing from the middle of a
-        // repair, delivered without a gap).
-        if since.is_none()
-            && let Some(first) = kept.publications.first().and_then(|p| p.position.clone())
-            && !self.still_kept(&stream, &subject, &first, topic).await?
-        {
-            return Err(Error::Backplane {
-                what: format!(
-                    "{}: history of {topic}: its oldest publications were dropped by the limits \
-                     while it was read (publications faster than the read): not complete",
-                    self.server
-                ),
-                source: None,
-            });
+        // returns (issue 39's checker: a burst read from the start while it went on, a dozen
+        // publications missing from the middle of a repair, delivered without a gap). Limits
+        // drop a topic's oldest first, so a publication still kept now had none after it
+        // dropped before now, when the read was over: what follows the oldest one read that
+        // is still kept has no hole. What precedes it is left out (the hub's gap covers it).
+        if since.is_none() {
+            let keep_from = self
+                .first_still_kept(&stream, &subject, &kept.publications, topic)
+                .await?;
+            kept.publications.drain(..keep_from);
         }
         if let Some(p) = since {
             // Limits drop a topic's oldest publications first: if the one at `since` (or the
@@ -178,6 +172,41 @@ impl Shared {
             }
         }
         Ok(History::Complete(kept.publications))
+    }
+
+    /// The index of the oldest of `read` (a topic's publications in order) still in the stream
+    /// (`read.len()` when none is): gone ones are all before kept ones, since limits drop the
+    /// oldest first, so a binary search (a request each step, only when the first is gone).
+    async fn first_still_kept(
+        &self,
+        stream: &stream::Stream,
+        subject: &str,
+        read: &[Publication],
+        topic: &Topic,
+    ) -> Result<usize, Error> {
+        let kept = |i: usize| {
+            let at = read[i].position.clone();
+            async move {
+                match at {
+                    Some(at) => self.still_kept(stream, subject, &at, topic).await,
+                    None => Ok(true),
+                }
+            }
+        };
+        if read.is_empty() || kept(0).await? {
+            return Ok(0);
+        }
+        // `read[lo - 1]` is gone; the answer is in `lo..=hi`.
+        let (mut lo, mut hi) = (1, read.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if kept(mid).await? {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        Ok(lo)
     }
 
     /// [`still_kept`](Self::still_kept), or `at` is just before a kept publication of the topic

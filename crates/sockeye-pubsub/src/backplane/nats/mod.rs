@@ -32,8 +32,9 @@
 //!   [`History::Lost`] when the position is of another epoch, or when the publication at that
 //!   position is no longer in the stream (dropped by the limits: later ones may be gone too;
 //!   conservative, never silently incomplete). A read from the start has no such anchor: if
-//!   the first publication it returns was dropped while it went on (the topic publishing faster
-//!   than it is read), it may have skipped some after it, and it fails (the hub reports the gap).
+//!   the first publications it returns were dropped while it went on (the topic publishing
+//!   faster than it is read), it may have skipped some after them, so it answers from the
+//!   oldest one still kept (found by a binary search), which none after it was dropped before.
 //!
 //! **A server's life is part of the epoch.** JetStream may lose the un-synced tail of its
 //! file store (a crash with writes not yet on disk; a store restored from an older copy) and
