@@ -159,8 +159,11 @@ mkdir -p target/autobahn
 # one, not the larger fragmented ones that repeat the sizes 12.1 and 13.7 run whole. wstest's
 # Python takes ~12 minutes per role for all of sections 12 and 13 and ~5 for this; the whole
 # suite is `conformance/run.sh server|client`, run by hand before a release.
+# (wstest takes a pattern as a regular expression only when it has a `*`; others are case ids.)
 WS_CASES='1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.1.*,13.7.*'
-WS_CASES+=',12.[2-5].[1-8],12.[2-5].10,12.[2-5].1[1-3],13.[1-6].[1-8],13.[1-6].10,13.[1-6].1[1-3]'
+for sub in 12.2 12.3 12.4 12.5 13.1 13.2 13.3 13.4 13.5 13.6; do
+  for n in 1 2 3 4 5 6 7 8 10 11 12 13; do WS_CASES+=",$sub.$n"; done
+done
 autobahn_pair ws --cases "$WS_CASES"
 # WebSockets over HTTP/2 (RFC 8441, h2c), through conformance/h2-bridge.mjs (wstest speaks only
 # HTTP/1.1; the bridge translates the handshake and passes frames unchanged): sections 1-10 whole
