@@ -1347,6 +1347,25 @@ fn stored(backplane: &Scripted, topic: &Topic, offsets: std::ops::RangeInclusive
     }
 }
 
+/// A hub over a [`Scripted`] backplane whose node follows `topic` from offset 3 (subscriber
+/// `a`, live), and a subscriber `s` that resumed from 3 past the node through history (4..=10,
+/// stored but never sent live): the backplane, the hub, its events' sender, `a` and `s`.
+async fn resumed_past_the_node(topic: &Topic) -> (Scripted, Hub, EventSender, Subscriber, Subscriber) {
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    stored(&backplane, topic, 1..=3);
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(topic, None).await.unwrap();
+    stored(&backplane, topic, 4..=10);
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at3 = scripted(topic, 3, "a3").position.unwrap();
+    assert_eq!(
+        s.subscribe(topic, Some(at3)).await.unwrap(),
+        Recovery::Recovered { count: 7 }
+    );
+    (backplane, hub, events, a, s)
+}
+
 /// Issue 39's checker, redis-replicated (seed 308949): after a failover to a Redis replica the
 /// history has nothing of the current epoch (the promoted server starts a new one at the next
 /// publication), so the node's repair reports a gap into nothing (`resume` `None`). That gap
@@ -1356,19 +1375,7 @@ fn stored(backplane: &Scripted, topic: &Topic, offsets: std::ops::RangeInclusive
 #[tokio::test]
 async fn a_gap_into_nothing_does_not_deliver_again_what_a_subscriber_resumed_past() {
     let topic = Topic::new("failed over").unwrap();
-    let backplane = Scripted::default();
-    let (hub, events) = scripted_hub(&backplane);
-    stored(&backplane, &topic, 1..=3);
-    // The node follows the topic from 3; a subscriber resumes past it through history.
-    let mut a = hub.subscriber(SubscriberConfig::default());
-    a.subscribe(&topic, None).await.unwrap();
-    stored(&backplane, &topic, 4..=10);
-    let mut s = hub.subscriber(SubscriberConfig::default());
-    let at3 = scripted(&topic, 3, "a3").position.unwrap();
-    assert_eq!(
-        s.subscribe(&topic, Some(at3)).await.unwrap(),
-        Recovery::Recovered { count: 7 }
-    );
+    let (backplane, _hub, events, mut a, mut s) = resumed_past_the_node(&topic).await;
     // The failover: the history has nothing of the current epoch; the node's backlog of the
     // old one arrives after.
     backplane.history.lock().unwrap().clear();
@@ -1429,18 +1436,7 @@ async fn a_subscriber_resumed_into_nothing_gets_nothing_again() {
 #[tokio::test(start_paused = true)]
 async fn an_unanswered_repair_does_not_deliver_the_backlog_again() {
     let topic = Topic::new("unanswered").unwrap();
-    let backplane = Scripted::default();
-    let (hub, events) = scripted_hub(&backplane);
-    stored(&backplane, &topic, 1..=3);
-    let mut a = hub.subscriber(SubscriberConfig::default());
-    a.subscribe(&topic, None).await.unwrap();
-    stored(&backplane, &topic, 4..=10);
-    let mut s = hub.subscriber(SubscriberConfig::default());
-    let at3 = scripted(&topic, 3, "a3").position.unwrap();
-    assert_eq!(
-        s.subscribe(&topic, Some(at3)).await.unwrap(),
-        Recovery::Recovered { count: 7 }
-    );
+    let (backplane, _hub, events, _a, mut s) = resumed_past_the_node(&topic).await;
     backplane.stall.store(true, std::sync::atomic::Ordering::SeqCst);
     events.send(Event::Restored).await.unwrap();
     // Past the repair's timeout: a gap into nothing known.
