@@ -1347,6 +1347,16 @@ fn stored(backplane: &Scripted, topic: &Topic, offsets: std::ops::RangeInclusive
     }
 }
 
+/// Sends `topic`'s offsets `offsets` (texts `a{i}`) live to the hub, not into its history.
+async fn send_live(events: &EventSender, topic: &Topic, offsets: std::ops::RangeInclusive<u64>) {
+    for i in offsets {
+        events
+            .send(Event::Publication(scripted(topic, i, &format!("a{i}"))))
+            .await
+            .unwrap();
+    }
+}
+
 /// A hub over a [`Scripted`] backplane whose node follows `topic` from offset 3 (subscriber
 /// `a`, live), and a subscriber `s` that resumed from 3 past the node through history (4..=10,
 /// stored but never sent live): the backplane, the hub, its events' sender, `a` and `s`.
@@ -1380,12 +1390,7 @@ async fn a_gap_into_nothing_does_not_deliver_again_what_a_subscriber_resumed_pas
     // old one arrives after.
     backplane.history.lock().unwrap().clear();
     events.send(Event::Restored).await.unwrap();
-    for i in 5..=10 {
-        events
-            .send(Event::Publication(scripted(&topic, i, &format!("a{i}"))))
-            .await
-            .unwrap();
-    }
+    send_live(&events, &topic, 5..=10).await;
     let mut want: Vec<String> = (4..=10).map(|i| format!("a{i}@{i}")).collect();
     want.push("GAP(-1)".into());
     assert_eq!(shown(&mut s).await, want);
@@ -1411,12 +1416,7 @@ async fn a_subscriber_resumed_into_nothing_gets_nothing_again() {
     let mut s = hub.subscriber(SubscriberConfig::default());
     let at8 = scripted(&topic, 8, "a8").position.unwrap();
     assert_eq!(s.subscribe(&topic, Some(at8)).await.unwrap(), Recovery::Lost);
-    for i in 4..=10 {
-        events
-            .send(Event::Publication(scripted(&topic, i, &format!("a{i}"))))
-            .await
-            .unwrap();
-    }
+    send_live(&events, &topic, 4..=10).await;
     assert_eq!(shown(&mut s).await, ["GAP(-1)", "a9@9", "a10@10"]);
     let want: Vec<String> = (4..=10).map(|i| format!("a{i}@{i}")).collect();
     assert_eq!(shown(&mut a).await, want);
@@ -1441,12 +1441,7 @@ async fn an_unanswered_repair_does_not_deliver_the_backlog_again() {
     events.send(Event::Restored).await.unwrap();
     // Past the repair's timeout: a gap into nothing known.
     tokio::time::sleep(Duration::from_secs(31)).await;
-    for i in 4..=10 {
-        events
-            .send(Event::Publication(scripted(&topic, i, &format!("a{i}"))))
-            .await
-            .unwrap();
-    }
+    send_live(&events, &topic, 4..=10).await;
     let mut want: Vec<String> = (4..=10).map(|i| format!("a{i}@{i}")).collect();
     want.push("GAP(-1)".into());
     assert_eq!(shown(&mut s).await, want);
