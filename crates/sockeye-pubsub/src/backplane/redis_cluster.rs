@@ -219,8 +219,8 @@ impl RedisCluster {
             publish: Script::new(PUBLISH_SCRIPT),
             read_history: Script::new(HISTORY_SCRIPT),
         });
-        let reader = AbortOnDrop(tokio::spawn(read(Arc::clone(&shared), push_rx)).abort_handle());
-        let health = AbortOnDrop(tokio::spawn(check_health(Arc::downgrade(&shared))).abort_handle());
+        let reader = AbortOnDrop(crate::task::spawn(read(Arc::clone(&shared), push_rx)).abort_handle());
+        let health = AbortOnDrop(crate::task::spawn(check_health(Arc::downgrade(&shared))).abort_handle());
         Ok(RedisCluster {
             shared,
             _reader: reader,
@@ -577,7 +577,7 @@ async fn lost_then_resubscribe(shared: &Arc<Shared>, to_hub: &mut Forwarder, rea
         return false;
     }
     let (shared, events) = (Arc::clone(shared), shared.events.clone());
-    tokio::spawn(async move {
+    crate::task::spawn(async move {
         shared.resubscribe().await;
         let _ = events.send(Event::Restored).await;
     });

@@ -77,7 +77,7 @@ impl Hub {
             backplane_lost: AtomicBool::new(false),
             last_publish_nanos: AtomicU64::new(0),
         });
-        let task = tokio::spawn(fan_out(Arc::downgrade(&inner), events));
+        let task = crate::task::spawn(fan_out(Arc::downgrade(&inner), events));
         Hub {
             inner,
             _task: Arc::new(AbortOnDrop(task.abort_handle())),

@@ -323,7 +323,7 @@ mod tests {
         let keys = JwtKeys::new(Vec::new());
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = count.clone();
-        let task = tokio::spawn(keys.clone().refresh(Refresh::default(), move || {
+        let task = crate::task::spawn(keys.clone().refresh(Refresh::default(), move || {
             counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async { Err::<Vec<u8>, _>("down".to_string()) }
         }));

@@ -20,6 +20,7 @@ use sockeye_pubsub::backplane::{self, EVENT_QUEUE};
 use sockeye_pubsub::{Delivery, HistoryConfig, Hub, HubConfig, Position, Recovery, SubscriberConfig, Topic};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, sleep, timeout};
+use tracing::Instrument;
 
 use super::checker::{Kind, Violation, check, report};
 use super::engines::{Cluster, Engine, Route};
@@ -150,8 +151,10 @@ impl Node {
         // The backplane's events reach the hub through a gate the nemesis can shut: a hub
         // behind, which takes nothing while the backplane's client fills up.
         let (events, mut from_backplane) = mpsc::channel(EVENT_QUEUE);
+        // Every line of its backplane's and hub's tasks names the node (`CHAOS_LOG`).
+        let span = tracing::info_span!("node", n = self.index);
         let connect = backplane::connect(&self.url, history_of(self.index), events);
-        let backplane = match timeout(CALL_BOUND, connect).await {
+        let backplane = match timeout(CALL_BOUND, connect.instrument(span.clone())).await {
             Ok(Ok(backplane)) => backplane,
             _ => return false,
         };
@@ -169,7 +172,7 @@ impl Node {
                 }
             }
         });
-        let hub = Hub::start(HubConfig::default(), backplane, rx);
+        let hub = span.in_scope(|| Hub::start(HubConfig::default(), backplane, rx));
         #[cfg(feature = "web")]
         if let Some(face) = &self.face {
             face.serve(hub.clone()).await;

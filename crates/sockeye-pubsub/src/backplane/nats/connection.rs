@@ -53,6 +53,9 @@ pub(super) struct Shared {
     /// A topic's task that found its consumer stalled sends the topic here, and ends; the
     /// supervisor then restores every consumer.
     pub(super) stalls: mpsc::UnboundedSender<Topic>,
+    /// The span the backplane was connected in: each topic's task runs in it, whichever
+    /// caller's subscription started it (the lines say which node they are of).
+    pub(super) span: tracing::Span,
 }
 
 impl Shared {

@@ -369,7 +369,7 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
         .subscribe(ping.clone())
         .await
         .map_err(|e| Error::backplane(format!("{server}: subscribe"), e))?;
-    let responder = tokio::spawn({
+    let responder = crate::task::spawn({
         let client = client.clone();
         async move {
             while let Some(m) = pings.next().await {
@@ -387,8 +387,9 @@ pub async fn connect(url: &str, history: HistoryConfig, events: EventSender) -> 
         events,
         topics: Mutex::default(),
         stalls,
+        span: tracing::Span::current(),
     });
-    let supervisor = tokio::spawn(supervise(Arc::downgrade(&shared), conn_rx, stalled));
+    let supervisor = crate::task::spawn(supervise(Arc::downgrade(&shared), conn_rx, stalled));
     Ok(Nats {
         shared,
         _supervisor: AbortOnDrop(supervisor.abort_handle()),

@@ -45,7 +45,7 @@ impl Shared {
                 // NATS core, seed 1. In a cluster, other servers learn of it later still: core
                 // NATS promises no more there.)
                 self.round_trip(&format!("subscribe to {topic}")).await?;
-                tokio::spawn(forward_core(topic.clone(), sub, events))
+                crate::task::spawn_in(&self.span, forward_core(topic.clone(), sub, events))
             }
             Some(js) => {
                 let deliver_policy = match after {
@@ -62,7 +62,8 @@ impl Shared {
                     deliver_policy,
                     // The client's pull requests last this long and ask the server for an idle
                     // heartbeat every half of it; two missed and the client recreates the
-                    // consumer from the last sequence it delivered. Without a bound that is
+                    // consumer from the last sequence it delivered (from the stream's first if
+                    // none: `forward_js` skips what it had). Without a bound that is
                     // 30 s and 15 s: a node whose connection stayed up but whose consumer was
                     // on a cluster server that died got nothing on the topic for 30 s or more
                     // (tests/distributed.rs saw no recovery within 40 s).
@@ -78,20 +79,23 @@ impl Shared {
                     .messages()
                     .await
                     .map_err(|e| self.failed(format_args!("JetStream consumer for {topic}"), e))?;
-                tokio::spawn(forward_js(
-                    topic.clone(),
-                    messages,
-                    (js.context.clone(), self.stalls.clone()),
-                    epoch.clone(),
-                    (Arc::clone(&next), Arc::clone(&stored)),
-                    Limits {
-                        per_topic: u64::try_from(js.config.max_messages_per_subject)
-                            .ok()
-                            .filter(|n| *n > 0),
-                        max_age: Some(js.config.max_age).filter(|a| !a.is_zero()),
-                    },
-                    events,
-                ))
+                crate::task::spawn_in(
+                    &self.span,
+                    forward_js(
+                        topic.clone(),
+                        messages,
+                        (js.context.clone(), self.stalls.clone()),
+                        (epoch.clone(), after),
+                        (Arc::clone(&next), Arc::clone(&stored)),
+                        Limits {
+                            per_topic: u64::try_from(js.config.max_messages_per_subject)
+                                .ok()
+                                .filter(|n| *n > 0),
+                            max_age: Some(js.config.max_age).filter(|a| !a.is_zero()),
+                        },
+                        events,
+                    ),
+                )
             }
         };
         Ok(Follow {
@@ -154,7 +158,11 @@ impl Shared {
                 .stored
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if self.went_back(js, topic, info, next, stored).await? {
+            if let (0, Some(t)) = (next, stored) {
+                // Started after a time, and nothing delivered since: after it again (from
+                // sequence 1, the topic came again from its start).
+                Start::After(t)
+            } else if self.went_back(js, topic, info, next, stored).await? {
                 // The stream lost its tail and gives those sequences again: what it stored
                 // after the last publication delivered is new, whatever its sequence (the
                 // hub reports the gap when it sees a position again).

@@ -191,7 +191,7 @@ impl Redis {
             subs.sink = Some(sink);
             stream
         };
-        let reader = AbortOnDrop(tokio::spawn(read(Arc::clone(&shared), stream)).abort_handle());
+        let reader = AbortOnDrop(crate::task::spawn(read(Arc::clone(&shared), stream)).abort_handle());
         Ok(Redis {
             shared,
             _reader: reader,
