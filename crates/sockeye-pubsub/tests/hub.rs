@@ -1400,6 +1400,35 @@ async fn a_gap_into_nothing_does_not_deliver_again_what_a_subscriber_resumed_pas
     assert_eq!(shown(&mut a).await, want);
 }
 
+/// Issue 39's checker, redis-replicated (seed 502383): a node far behind its backplane (its
+/// hub stalled) repaired ahead of its live backlog from history, then, after a failover, into
+/// nothing (`resume` `None`). Its subscribers live since the start then got the rest of the
+/// node's backlog of the old epoch after the gap: positions they had had from the repair
+/// (`Reordered`: 7,980 after 22,176). What of the old epoch the backplane still hands on, in its
+/// live order, at or before where the node stood when it left the epoch, is what it had; what
+/// follows it is new.
+#[tokio::test]
+async fn a_node_gapped_into_nothing_does_not_deliver_its_backlog_again() {
+    let topic = Topic::new("backlog").unwrap();
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&topic, None).await.unwrap();
+    send_live(&events, &topic, 1..=3).await;
+    // The node lags: the history holds up to 20, and a loss reported repairs it to there.
+    stored(&backplane, &topic, 1..=20);
+    events.send(Event::Restored).await.unwrap();
+    let want: Vec<String> = (1..=20).map(|i| format!("a{i}@{i}")).collect();
+    assert_eq!(shown(&mut a).await, want);
+    // The failover: nothing of the current epoch in the history; then the node's backlog.
+    backplane.history.lock().unwrap().clear();
+    events.send(Event::Restored).await.unwrap();
+    send_live(&events, &topic, 4..=25).await;
+    let mut want = vec!["GAP(-1)".to_owned()];
+    want.extend((21..=25).map(|i| format!("a{i}@{i}")));
+    assert_eq!(shown(&mut a).await, want);
+}
+
 /// The same seen from a subscriber resuming (from 8) on a node that has not yet noticed the
 /// failover: it is told of a gap into nothing, and what its node still delivers up to its
 /// position must not follow the gap (before: 4..10 after it, 4..8 again); what it did not

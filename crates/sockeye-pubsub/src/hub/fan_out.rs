@@ -160,6 +160,11 @@ impl Inner {
                 );
                 return;
             }
+            // Continuing the backplane's live order in its epoch (not a rollback, checked next).
+            let continues_live = match (&t.live, &p.position) {
+                (Some(live), Some(pos)) => live.epoch == pos.epoch && pos.offset > live.offset,
+                _ => false,
+            };
             if let Some(pos) = &p.position {
                 // A backplane hands each publication to a node live once, in order: a position
                 // at or before one it handed live already, in the same epoch, names another
@@ -186,8 +191,21 @@ impl Inner {
                         q.push(&gap);
                     }
                     t.last = Some(before);
+                    t.left = None;
                 }
                 t.live = Some(pos.clone());
+            }
+            if let (Some(left), Some(pos)) = (&t.left, &p.position)
+                && continues_live
+                && t.last.is_none()
+                && left.epoch == pos.epoch
+                && pos.offset <= left.offset
+            {
+                tracing::debug!(
+                    "pub/sub topic {}: {pos} not after {left}, where the node left its epoch: delivered already",
+                    p.topic
+                );
+                return;
             }
             match (&t.last, &p.position) {
                 (Some(last), Some(pos)) if last.epoch == pos.epoch => {
@@ -261,6 +279,7 @@ impl Inner {
         }
         if p.position.is_some() {
             t.last.clone_from(&p.position);
+            t.left = None;
         }
         let skip = (p.origin.node == self.node).then_some(p.origin.publisher);
         let Some(d) = to_delivery(p) else { return };
@@ -307,6 +326,13 @@ impl Inner {
                 {
                     let left = Arc::clone(&last.epoch);
                     t.passed(&left);
+                }
+                // Into nothing: where the node stood bounds what of the epoch it still takes
+                // (a second gap into nothing keeps the first's bound).
+                match (&resume, t.last.take()) {
+                    (None, Some(last)) => t.left = Some(last),
+                    (None, None) => {}
+                    (Some(_), _) => t.left = None,
                 }
                 t.last = resume;
             }

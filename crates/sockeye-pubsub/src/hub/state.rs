@@ -59,6 +59,11 @@ pub(super) struct TopicState {
     /// the life it was sent to), is covered by the gap into the current epoch, not delivered
     /// under an epoch the subscribers have left. An epoch never comes back.
     pub(super) past: Vec<Arc<str>>,
+    /// Where the node stood (`last`) when a gap into nothing (`resume` `None`) left its epoch:
+    /// what of that epoch the backplane still hands on in its live order, at or before it, the
+    /// node had (a repair from history ran ahead of its backlog); dropped. The next publication
+    /// delivered ends it.
+    pub(super) left: Option<Position>,
 }
 
 /// Past epochs a topic remembers (each more is one history read per publication of it still on
