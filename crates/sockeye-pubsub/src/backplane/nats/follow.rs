@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::life;
-use super::stream::STREAM;
+use super::stream::{STREAM, stored_at};
 use super::wire::{decode, subject};
 use crate::backplane::api::{Event, EventSender};
 use crate::backplane::forward::Forwarder;
@@ -213,26 +213,24 @@ pub(super) async fn forward_js(
         }
         let last = *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let was_fresh = std::mem::take(&mut fresh);
-        let may_have_dropped = was_fresh || limits.near(pending, last);
-        let skipped_a_drop = may_have_dropped
-            && seq > expected
-            && expected >= 2
-            && match last {
-                Some(last) => !still_kept(&context, &topic, expected - 1, last).await,
-                None => false,
-            };
-        if seq > expected && may_have_dropped {
+        // A skip past the next sequence (other topics' publications, or a drop), checked when a
+        // drop was possible.
+        let skipped_a_drop = if seq > expected && (was_fresh || limits.near(pending, last)) {
+            let gone = expected >= 2
+                && match last {
+                    Some(last) => !still_kept(&context, &topic, expected - 1, last).await,
+                    None => false,
+                };
             tracing::debug!(
                 "NATS: {topic}: {seq} after {} (fresh consumer: {was_fresh}, {pending} pending): \
                  checked, {}",
                 expected.saturating_sub(1),
-                if skipped_a_drop {
-                    "gone: Missed"
-                } else {
-                    "still kept"
-                }
+                if gone { "gone: Missed" } else { "still kept" }
             );
-        }
+            gone
+        } else {
+            false
+        };
         if skipped_a_drop {
             tracing::warn!(
                 "NATS: publication {seq} on {topic} was delivered after the last one delivered \
@@ -318,9 +316,9 @@ async fn still_kept(context: &jetstream::Context, topic: &Topic, seq: u64, time:
     let Ok(stream) = context.get_stream(STREAM).await else {
         return false;
     };
-    match stream.get_raw_message(seq).await {
-        Ok(m) => m.subject.as_str() == subject(topic) && m.time.unix_timestamp_nanos() == time,
-        Err(_) => false,
+    match stored_at(&stream, seq).await {
+        Ok(Some(m)) => m.subject == subject(topic) && m.time == time,
+        Ok(None) | Err(_) => false,
     }
 }
 

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 
 use super::connection::Shared;
 use super::life;
-use super::stream::{Js, STREAM, epoch_of};
+use super::stream::{Js, STREAM, epoch_of, stored_at};
 use super::wire::{decode, subject};
 use crate::backplane::api::History;
 use crate::backplane::position::{Position, Publication};
@@ -240,10 +240,9 @@ impl Shared {
         at: &Position,
         topic: &Topic,
     ) -> Result<bool, Error> {
-        match stream.get_raw_message(at.offset).await {
-            Ok(m) => Ok(m.subject.as_str() == subject
-                && life::of_message(Some(&m.headers)) == life::split(&at.epoch).1),
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+        match stored_at(stream, at.offset).await {
+            Ok(Some(m)) => Ok(m.subject == subject && m.life.as_deref() == life::split(&at.epoch).1),
+            Ok(None) => Ok(false),
             Err(e) => Err(self.failed(format_args!("history of {topic}: publication {}", at.offset), e)),
         }
     }

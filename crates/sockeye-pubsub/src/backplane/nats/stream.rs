@@ -259,6 +259,35 @@ pub(super) fn jetstream_unavailable(e: &jetstream::context::CreateStreamError) -
     }
 }
 
+/// What a check needs of the message stored at one sequence: the topic's last delivery still
+/// kept (the limits drop a topic's oldest first), the sequence given to another publication (the
+/// stream went back), a history's first publication still there.
+pub(super) struct Stored {
+    /// The subject it was published on (the topic's: [`super::wire::subject`]).
+    pub(super) subject: String,
+    /// When the stream stored it (Unix nanoseconds).
+    pub(super) time: i128,
+    /// The server life its header names ([`super::life`]).
+    pub(super) life: Option<String>,
+}
+
+/// The message the stream holds at `seq`; `Ok(None)` when it holds none there (dropped, deleted
+/// or past the end); an error when JetStream did not answer.
+pub(super) async fn stored_at(
+    stream: &stream::Stream,
+    seq: u64,
+) -> Result<Option<Stored>, stream::RawMessageError> {
+    match stream.get_raw_message(seq).await {
+        Ok(m) => Ok(Some(Stored {
+            life: super::life::of_message(Some(&m.headers)).map(str::to_owned),
+            subject: m.subject.to_string(),
+            time: m.time.unix_timestamp_nanos(),
+        })),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

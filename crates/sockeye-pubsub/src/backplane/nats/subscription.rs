@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::connection::Shared;
 use super::follow::{Follow, Limits, ORDERED_EXPIRES, Start, forward_core, forward_js};
-use super::stream::{Js, STREAM, epoch_of};
+use super::stream::{Js, STREAM, epoch_of, stored_at};
 use super::wire::subject;
 use crate::backplane::api::Event;
 use crate::error::Error;
@@ -238,9 +238,9 @@ impl Shared {
             .get_stream(STREAM)
             .await
             .map_err(|e| self.failed(format_args!("JetStream stream {STREAM} info"), e))?;
-        match stream.get_raw_message(seq).await {
-            Ok(m) => Ok(m.subject.as_str() != subject(topic) || m.time.unix_timestamp_nanos() != stored),
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+        match stored_at(&stream, seq).await {
+            Ok(Some(m)) => Ok(m.subject != subject(topic) || m.time != stored),
+            Ok(None) => Ok(false),
             Err(e) => Err(self.failed(format_args!("{topic}: publication {seq}"), e)),
         }
     }
