@@ -63,10 +63,14 @@ pub enum History {
     /// (none otherwise), so that what is returned follows on from the position before its first.
     Complete(Vec<Publication>),
     /// The position is of another epoch, older than what the history keeps, or followed by a
-    /// hole in it: what was published since cannot all be recovered. `latest` is where the topic stands now, so that
-    /// a subscriber can continue from there.
+    /// hole in it: what was published since cannot all be recovered. `latest` is where the
+    /// topic stands now, so that a subscriber can continue from there.
     Lost {
-        /// The topic's newest position (`None`: nothing published in this epoch).
+        /// The topic's newest position; `None`: nothing known of the current epoch. On Redis
+        /// that is an epoch with no publication yet (a replica just promoted). On NATS it is also
+        /// a topic whose newest publication names another server life than the one the stream
+        /// goes on in (a straggler sent across a restart): the epoch is not over then, and its
+        /// next publication comes as usual.
         latest: Option<Position>,
     },
 }
