@@ -81,6 +81,8 @@ cargo build --release --quiet -p sockeye-cli
 # other test binaries, which cargo runs one after another: its binary is built first and started
 # on its own, and cargo skips its tests (no other test has "chaos" in its name).
 export WS_FLOOD_BIN="$PWD/target/release/ws"
+# The chaos checker's web variant runs that build as its third node (`ws pubsub_server`).
+export CHAOS_WS="$PWD/target/release/ws"
 cargo test --workspace --all-features --no-run --quiet
 CHAOS_BIN=$(cargo test -p sockeye-pubsub --all-features --test chaos --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json, sys

@@ -27,9 +27,11 @@
 //! per violation, the shortest prefix of the history that shows it (its records on that
 //! subscriber, topic and publisher, and the nemesis).
 //!
-//! The web variant (`chaos/web.rs`, `chaos/web_clients.mjs`): the same, each node also serving
-//! the web face (`sockeye_pubsub::web::Web`, as `ws pubsub_server` configures it) on a port it
-//! keeps across its crashes; subscribers in Node besides the Rust ones (the project's
+//! The web variant (`chaos/web.rs`, `chaos/web_clients.mjs`, `chaos/process.rs`): the same, two
+//! nodes also serving the web face (`sockeye_pubsub::web::Web`, as `ws pubsub_server` configures
+//! it) and the third being `ws pubsub_server` itself, a process killed with `kill -9` at its
+//! crashes (`CHAOS_WS`, or the target directory's `ws`), each on a port it keeps across its
+//! crashes; subscribers in Node besides the Rust ones (the project's
 //! JavaScript client failing over on its own, and the `ws` package's raw socket speaking the
 //! JSON protocol by hand), publishers on the HTTP API and on the socket besides `Hub::publish`.
 //! Fixed seeds: 1 and 2 on `redis` and on `nats-jetstream` (11 to 14 s a run; the two engines run side by side).
@@ -51,6 +53,8 @@ mod chaos {
     pub(crate) mod engines;
     pub(crate) mod history;
     pub(crate) mod nemesis;
+    #[cfg(feature = "web")]
+    pub(crate) mod process;
     pub(crate) mod runner;
     #[cfg(feature = "web")]
     pub(crate) mod web;

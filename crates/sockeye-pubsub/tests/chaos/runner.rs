@@ -1,5 +1,6 @@
-//! The system under test and its run: three library hubs over one engine, each through its own
-//! proxy (`support::proxy`) and with its own `HistoryConfig`; Rust `Subscriber`s that record and
+//! The system under test and its run: three library hubs over one engine (on the web variant,
+//! two, and `ws pubsub_server` as the third: `process.rs`), each through its own proxy
+//! (`support::proxy`) and with its own `HistoryConfig`; Rust `Subscriber`s that record and
 //! resume from their last position after a gap, an error, their node's crash (on another node,
 //! as a client fails over) or a reconnection the nemesis forces (while the engine is down, say); publishers through `Hub::publish` that record every publish and its
 //! acknowledgement; the nemesis carrying out `nemesis::schedule`. Then the heal, a bounded wait
@@ -127,6 +128,10 @@ struct Node {
     /// The web variant's face (its sockets close at a crash; it serves the same port again).
     #[cfg(feature = "web")]
     face: Option<super::web::Face>,
+    /// The web variant's last node: `ws pubsub_server` as a process (`process.rs`), with no hub
+    /// here.
+    #[cfg(feature = "web")]
+    process: Option<super::process::Process>,
 }
 
 impl Node {
@@ -134,10 +139,33 @@ impl Node {
         self.hub.lock().unwrap().clone()
     }
 
+    /// Whether it is up with its backplane connected.
+    async fn connected(&self) -> bool {
+        #[cfg(feature = "web")]
+        if let Some(process) = &self.process {
+            return process.ready().await;
+        }
+        self.hub().is_some_and(|h| h.backplane_connected())
+    }
+
+    /// The web variant's port for clients: its face's, or its process's.
+    #[cfg(feature = "web")]
+    fn port(&self) -> u16 {
+        match (&self.face, &self.process) {
+            (Some(face), _) => face.port(),
+            (None, Some(process)) => process.port(),
+            (None, None) => panic!("node {} serves no web clients", self.index),
+        }
+    }
+
     fn crash(&self) {
         #[cfg(feature = "web")]
         if let Some(face) = &self.face {
             face.crash();
+        }
+        #[cfg(feature = "web")]
+        if let Some(process) = &self.process {
+            process.crash();
         }
         drop(self.hub.lock().unwrap().take());
         self.crashes.send_modify(|c| *c += 1);
@@ -145,6 +173,10 @@ impl Node {
 
     /// Starts its hub if it has none; whether it has one.
     async fn start(&self) -> bool {
+        #[cfg(feature = "web")]
+        if let Some(process) = &self.process {
+            return process.start().await;
+        }
         if self.hub().is_some() {
             return true;
         }
@@ -230,6 +262,11 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
                 .collect();
             format!("{}://{}", engine.scheme(), addrs.join(","))
         });
+        #[cfg(feature = "web")]
+        let process = (plan.web && index == 2).then(|| {
+            let history = history_of(index);
+            super::process::Process::new(&url, history.max_len, history.max_age)
+        });
         nodes.push(Node {
             index,
             proxies,
@@ -238,11 +275,13 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
             crashes: watch::Sender::new(0),
             gate: watch::Sender::new(true),
             #[cfg(feature = "web")]
-            face: if plan.web {
+            face: if plan.web && index < 2 {
                 Some(super::web::Face::new().await)
             } else {
                 None
             },
+            #[cfg(feature = "web")]
+            process,
         });
     }
     for node in &nodes {
@@ -715,7 +754,7 @@ async fn heal(world: &World, server: &Arc<Mutex<Cluster>>) -> Result<(), String>
     loop {
         let mut up = true;
         for node in &world.nodes {
-            up &= node.start().await && node.hub().is_some_and(|h| h.backplane_connected());
+            up &= node.start().await && node.connected().await;
         }
         if up {
             break;
@@ -752,21 +791,18 @@ fn web_clients(
     let recording = Arc::clone(world);
     let web = Arc::new(Clients {
         record: Box::new(move |r| recording.recorder.record(r)),
-        ports: world
-            .nodes
-            .iter()
-            .map(|n| n.face.as_ref().expect("a web node").port())
-            .collect(),
+        ports: world.nodes.iter().map(Node::port).collect(),
         topics: world.topics.iter().map(ToString::to_string).collect(),
         stop: world.stop.subscribe(),
         reconnects: world.reconnects.iter().map(watch::Sender::subscribe).collect(),
     });
-    // Each starts on another node.
+    // Each starts on another node: the JavaScript client and the HTTP API's backend on the
+    // last, `ws pubsub_server` (`process.rs`), as a page and a backend use the shipped server.
     clients.push(tokio::spawn(node_subscriber(
         Arc::clone(&web),
         RUST,
         "js",
-        0,
+        2,
         deadline,
     )));
     clients.push(tokio::spawn(node_subscriber(
@@ -779,7 +815,7 @@ fn web_clients(
     let pause = plan.pause;
     publishers.push(tokio::spawn(http_publisher(
         Arc::clone(&web),
-        RUST,
+        (RUST, 2),
         pause,
         publishing.subscribe(),
         deadline,

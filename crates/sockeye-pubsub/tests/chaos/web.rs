@@ -208,16 +208,17 @@ fn going(publishing: &watch::Receiver<bool>, deadline: Instant) -> bool {
     *publishing.borrow() && Instant::now() < deadline
 }
 
-/// A backend publishing `"p:k"` (a JSON string) on the HTTP API of its node, each topic in
-/// turn, on one kept-alive connection; to the next node when the connection fails.
+/// A backend publishing `"p:k"` (a JSON string) on the HTTP API of its node (node `first` at
+/// the start), each topic in turn, on one kept-alive connection; to the next node when the
+/// connection fails.
 pub(crate) async fn http_publisher(
     world: Arc<Clients>,
-    publisher: usize,
+    (publisher, first): (usize, usize),
     pause: Duration,
     publishing: watch::Receiver<bool>,
     deadline: Instant,
 ) {
-    let mut node = publisher % world.ports.len();
+    let mut node = first % world.ports.len();
     let mut seq = 0u64;
     let mut conn: Option<BufReader<TcpStream>> = None;
     while going(&publishing, deadline) {
