@@ -1429,6 +1429,32 @@ async fn a_node_gapped_into_nothing_does_not_deliver_its_backlog_again() {
     assert_eq!(shown(&mut a).await, want);
 }
 
+/// Issue 39's checker, NATS JetStream (seed 942469): a publication of another epoch than the
+/// node's, with no outage seen (on NATS, one sent across a server restart, naming the previous
+/// life), is repaired first; the history knows nothing of a current epoch (the topic's newest
+/// is of another life), so the repair is a gap into nothing. The publication held behind it was
+/// then delivered after the gap, under an epoch the subscribers had left (139 of the old life
+/// after 138 of the new). It is covered by the gap; what follows in the node's epoch comes.
+#[tokio::test]
+async fn a_publication_of_another_epoch_behind_a_gap_into_nothing_is_covered_by_it() {
+    let topic = Topic::new("straggler").unwrap();
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&topic, None).await.unwrap();
+    send_live(&events, &topic, 1..=3).await;
+    // The straggler, of epoch F; the history knows no current epoch.
+    events
+        .send(Event::Publication(scripted_in("F", &topic, 4, "f4")))
+        .await
+        .unwrap();
+    send_live(&events, &topic, 5..=6).await;
+    assert_eq!(
+        shown(&mut a).await,
+        ["a1@1", "a2@2", "a3@3", "GAP(-1)", "a5@5", "a6@6"]
+    );
+}
+
 /// The same seen from a subscriber resuming (from 8) on a node that has not yet noticed the
 /// failover: it is told of a gap into nothing, and what its node still delivers up to its
 /// position must not follow the gap (before: 4..10 after it, 4..8 again); what it did not

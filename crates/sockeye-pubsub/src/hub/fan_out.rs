@@ -111,6 +111,20 @@ impl Inner {
             Outcome::Nothing | Outcome::Recovered(_) => true,
             Outcome::Gap { resume, moved, .. } => *moved && resume.is_some(),
         };
+        // A gap into nothing from where the node stood: the epoch it stood in. A publication
+        // held behind the repair for being of another epoch is not one the history knows as
+        // current either (on NATS, one sent across a server restart, naming the previous life):
+        // covered by that gap, not delivered after it under an epoch its subscribers may have
+        // left (issue 39's checker, NATS JetStream, seed 942469: 139 of the old life after 138
+        // of the new one).
+        let into_nothing_from = match &outcome {
+            Outcome::Gap {
+                resume: None,
+                moved: true,
+                ..
+            } => self.latest(topic).map(|p| p.epoch),
+            _ => None,
+        };
         match outcome {
             Outcome::Nothing => {}
             Outcome::Recovered(ps) => {
@@ -133,6 +147,17 @@ impl Inner {
             match held {
                 Held::Live(p) => self.deliver_live(p, repairs),
                 Held::Checked(p) if current && self.of_a_past_epoch(&p) => {}
+                Held::Checked(p)
+                    if into_nothing_from
+                        .as_ref()
+                        .zip(p.position.as_ref())
+                        .is_some_and(|(from, pos)| pos.epoch != *from) =>
+                {
+                    tracing::debug!(
+                        "pub/sub topic {topic}: {:?}, of another epoch than the node's, after a gap into nothing: covered by it",
+                        p.position
+                    );
+                }
                 Held::Checked(p) => self.fan(p),
                 Held::Again => repairs.schedule(topic),
             }
