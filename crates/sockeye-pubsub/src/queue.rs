@@ -71,7 +71,27 @@ struct Resuming {
     /// with, in their place among them, the live publications dropped meanwhile.
     held: HashMap<Topic, Vec<Held>>,
     /// Topics recovered: where the recovery left the subscription (see [`Seam`]).
-    seams: HashMap<Topic, Seam>,
+    seams: HashMap<Topic, Resumed>,
+}
+
+/// Where a recovery left a subscription ([`Seam`]), and the epoch it left for the seam's, if it
+/// moved into another through a gap: a catch-up gap of the node's resuming in that epoch is
+/// stale (the node is behind, in the epoch the subscription left: issue 39's checker, NATS
+/// JetStream, seed 33666, a gap back to the old life after the new one's publications). A
+/// catch-up gap into any other epoch is the node moving on, and is told.
+#[derive(Debug, Clone)]
+struct Resumed {
+    seam: Seam,
+    left: Option<Arc<str>>,
+}
+
+impl Resumed {
+    fn stale(&self, resume: Option<&Position>) -> bool {
+        self.seam.stale(resume)
+            || resume
+                .zip(self.left.as_ref())
+                .is_some_and(|(r, left)| r.epoch == *left)
+    }
 }
 
 /// Where a recovery left a subscription, against which what its node delivers after is checked
@@ -96,6 +116,12 @@ pub(crate) enum Seam {
 }
 
 impl Seam {
+    fn position(&self) -> &Position {
+        match self {
+            Seam::At(p) | Seam::Left(p) => p,
+        }
+    }
+
     /// Whether the node's publication `p` is one the subscription already has or left behind.
     fn drops(&self, p: &Published) -> bool {
         match self {
@@ -236,9 +262,9 @@ impl Queue {
                         self.hold_one(s, p.topic(), d);
                         return;
                     }
-                    if let Some(seam) = r.seams.get(p.topic()) {
+                    if let Some(resumed) = r.seams.get(p.topic()) {
                         // A duplicate, or of an epoch the subscription left (see `Seam`).
-                        if seam.drops(p) {
+                        if resumed.seam.drops(p) {
                             return;
                         }
                         r.seams.remove(p.topic());
@@ -258,7 +284,11 @@ impl Queue {
                         }
                         return;
                     }
-                    if catch_up && r.seams.get(topic).is_some_and(|seam| seam.stale(resume.as_ref())) {
+                    if catch_up
+                        && r.seams
+                            .get(topic)
+                            .is_some_and(|resumed| resumed.stale(resume.as_ref()))
+                    {
                         return;
                     }
                     // A catch-up gap into nothing known (`resume` `None`: a miss the node cannot
@@ -476,11 +506,19 @@ impl Queue {
 
     /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
     /// after both `since` and the last recovered one, and in their place among them the gaps
-    /// for what was dropped meanwhile that the history did not recover.
-    pub(crate) fn release(&self, topic: &Topic, recovered: Vec<Delivery>, since: Option<Seam>) {
+    /// for what was dropped meanwhile that the history did not recover. `left`: the epoch the
+    /// recovery resumed from, left if what was queued took the subscription into another (see
+    /// [`Resumed`]).
+    pub(crate) fn release(
+        &self,
+        topic: &Topic,
+        recovered: Vec<Delivery>,
+        since: Option<Seam>,
+        left: Option<Arc<str>>,
+    ) {
         let mut s = lock(&self.state);
         let before = s.bytes;
-        self.release_unsettled(&mut s, topic, recovered, since);
+        self.release_unsettled(&mut s, topic, recovered, since, left);
         self.settle(before, s);
     }
 
@@ -490,6 +528,7 @@ impl Queue {
         topic: &Topic,
         recovered: Vec<Delivery>,
         since: Option<Seam>,
+        left: Option<Arc<str>>,
     ) {
         let held = Self::take_held(s, topic);
         s.tidy();
@@ -513,7 +552,14 @@ impl Queue {
                         Delivery::Gap { resume, .. } => resume.as_ref(),
                         _ => None,
                     };
-                    if seam.as_ref().is_some_and(|seam| seam.stale(resume)) {
+                    let stale = seam.as_ref().is_some_and(|seam| {
+                        Resumed {
+                            seam: seam.clone(),
+                            left: left.clone().filter(|l| seam.position().epoch != *l),
+                        }
+                        .stale(resume)
+                    });
+                    if stale {
                         continue;
                     }
                     (d, true)
@@ -557,7 +603,8 @@ impl Queue {
             }
         }
         if let Some(seam) = seam {
-            s.resuming().seams.insert(topic.clone(), seam);
+            let left = left.filter(|l| seam.position().epoch != *l);
+            s.resuming().seams.insert(topic.clone(), Resumed { seam, left });
         }
     }
 
@@ -736,7 +783,7 @@ mod tests {
         let topic = Topic::new("T").unwrap();
         let q = held_then_dropped(&topic);
         let recovered = (51..=53).map(|o| message(&topic, o, 1)).collect();
-        q.release(&topic, recovered, since().map(Seam::At));
+        q.release(&topic, recovered, since().map(Seam::At), None);
         let mut want = vec!["DROPPED 10".to_owned()];
         want.extend(offsets(51..=53));
         want.extend(offsets(101..=110));
@@ -754,7 +801,7 @@ mod tests {
         let topic = Topic::new("T").unwrap();
         let q = held_then_dropped(&topic);
         let recovered = (51..=125).map(|o| message(&topic, o, 1)).collect();
-        q.release(&topic, recovered, since().map(Seam::At));
+        q.release(&topic, recovered, since().map(Seam::At), None);
         let mut want = vec!["DROPPED 10".to_owned()];
         want.extend(offsets(51..=125));
         assert_eq!(drain(&q), want);

@@ -528,12 +528,23 @@ impl Backplane for Scripted {
             let latest = all.last().and_then(|p| p.position.clone());
             Ok(match (since, &latest) {
                 (None, _) => History::Complete(all.into_iter().take(limit).collect()),
-                (Some(s), Some(l)) if s.epoch == l.epoch && s.offset <= l.offset => History::Complete(
-                    all.into_iter()
-                        .filter(|p| p.position.as_ref().unwrap().offset > s.offset)
-                        .take(limit)
-                        .collect(),
-                ),
+                // Complete only when contiguous after `s` (a hole is `Lost`, as the trait says).
+                (Some(s), Some(l))
+                    if s.epoch == l.epoch
+                        && s.offset <= l.offset
+                        && all
+                            .iter()
+                            .filter_map(|p| p.position.as_ref())
+                            .find(|p| p.offset > s.offset)
+                            .is_none_or(|p| p.offset == s.offset + 1) =>
+                {
+                    History::Complete(
+                        all.into_iter()
+                            .filter(|p| p.position.as_ref().unwrap().offset > s.offset)
+                            .take(limit)
+                            .collect(),
+                    )
+                }
                 (Some(_), _) => History::Lost { latest },
             })
         })
@@ -1453,6 +1464,50 @@ async fn a_publication_of_another_epoch_behind_a_gap_into_nothing_is_covered_by_
         shown(&mut a).await,
         ["a1@1", "a2@2", "a3@3", "GAP(-1)", "a5@5", "a6@6"]
     );
+}
+
+/// Issue 39's checker, NATS JetStream (seed 33666): a subscriber resumed from the old epoch
+/// into the current one through history, past its node, which was still behind in the old
+/// epoch. The node's catch-up gap there (resuming in the old epoch) ended the subscriber's seam
+/// as if it moved it on; the node's next gap, into the current epoch behind where the
+/// subscriber stood, then reached it (a stale gap: a client keeping `resume` gets again what it
+/// had), and what followed it again. A catch-up gap in the epoch the subscriber left is stale.
+#[tokio::test]
+async fn a_catch_up_gap_in_the_epoch_a_subscriber_left_does_not_end_its_seam() {
+    let topic = Topic::new("left behind").unwrap();
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&topic, None).await.unwrap();
+    send_live(&events, &topic, 1..=3).await;
+    assert_eq!(shown(&mut a).await, ["a1@1", "a2@2", "a3@3"]);
+    // The current epoch, F, in the history: a subscriber resuming from E:3 moves into it.
+    let current: Vec<Publication> = (1..=5)
+        .map(|i| scripted_in("F", &topic, i, &format!("f{i}")))
+        .collect();
+    *backplane.history.lock().unwrap() = current.clone();
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at3 = scripted(&topic, 3, "a3").position.unwrap();
+    assert_eq!(s.subscribe(&topic, Some(at3)).await.unwrap(), Recovery::Lost);
+    let got = shown(&mut s).await;
+    assert_eq!(got.last().map(String::as_str), Some("f5@5"), "{got:?}");
+    // The node, behind in E, repairs there first (a gap resuming in E: its limits dropped 4 to
+    // 9), then into F.
+    *backplane.history.lock().unwrap() = (10..=12).map(|i| scripted(&topic, i, &format!("a{i}"))).collect();
+    events.send(Event::Restored).await.unwrap();
+    let node = shown(&mut a).await;
+    assert_eq!(node.first().map(String::as_str), Some("GAP(9)"), "{node:?}");
+    *backplane.history.lock().unwrap() = current;
+    events.send(Event::Restored).await.unwrap();
+    let node = shown(&mut a).await;
+    assert_eq!(node.last().map(String::as_str), Some("f5@5"), "{node:?}");
+    // The subscriber had all of it: nothing again.
+    assert_eq!(shown(&mut s).await, Vec::<String>::new());
+    // Then live in F, to both.
+    let f6 = scripted_in("F", &topic, 6, "f6");
+    events.send(Event::Publication(f6)).await.unwrap();
+    assert_eq!(shown(&mut s).await, ["f6@6"]);
+    assert_eq!(shown(&mut a).await, ["f6@6"]);
 }
 
 /// The same seen from a subscriber resuming (from 8) on a node that has not yet noticed the

@@ -152,7 +152,7 @@ impl Subscriber {
                     .filter_map(|p| delivery(p, &since))
                     .collect();
                 let count = recovered.len();
-                self.queue.release(topic, recovered, Some(Seam::At(since)));
+                self.queue.release(topic, recovered, Some(Seam::At(since)), None);
                 Recovery::Recovered { count }
             }
             History::Lost { latest } => {
@@ -170,11 +170,14 @@ impl Subscriber {
                 // Into nothing of the current epoch yet: what its node still delivers up to
                 // `since` (a node behind, or one that has not seen the failover) must not
                 // follow the gap (see `Seam::Left`).
+                // The epoch it resumed from: if the gap and what follows took it into another,
+                // a node's catch-up gap still in this one is stale (see `Queue::release`).
+                let left = Some(Arc::clone(&since.epoch));
                 let seam = match resume {
                     Some(r) => Seam::At(r),
                     None => Seam::Left(since),
                 };
-                self.queue.release(topic, queued, Some(seam));
+                self.queue.release(topic, queued, Some(seam), left);
                 Recovery::Lost
             }
             History::Complete(_) => {
@@ -184,7 +187,7 @@ impl Subscriber {
                     topic: topic.clone(),
                     resume: resume.clone(),
                 };
-                self.queue.release(topic, vec![gap], resume.map(Seam::At));
+                self.queue.release(topic, vec![gap], resume.map(Seam::At), None);
                 Recovery::Lost
             }
         })
