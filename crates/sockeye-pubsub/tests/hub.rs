@@ -462,6 +462,8 @@ async fn a_subscriber_does_not_get_its_own_publications_back_when_it_resumes() {
 struct Scripted {
     history: std::sync::Arc<std::sync::Mutex<Vec<Publication>>>,
     stall: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Held by a test: history reads wait until it lets go.
+    paused: std::sync::Arc<tokio::sync::Mutex<()>>,
     answers: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<Result<(), Error>>>>,
     tries: std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>,
 }
@@ -522,9 +524,12 @@ impl Backplane for Scripted {
         if since.is_some() && limit > 0 && self.stall.load(std::sync::atomic::Ordering::SeqCst) {
             return Box::pin(std::future::pending());
         }
-        let all = self.history.lock().unwrap().clone();
+        let history = std::sync::Arc::clone(&self.history);
+        let paused = std::sync::Arc::clone(&self.paused);
         let since = since.cloned();
         Box::pin(async move {
+            drop(paused.lock().await);
+            let all = history.lock().unwrap().clone();
             let latest = all.last().and_then(|p| p.position.clone());
             Ok(match (since, &latest) {
                 (None, _) => History::Complete(all.into_iter().take(limit).collect()),
@@ -1508,6 +1513,45 @@ async fn a_catch_up_gap_in_the_epoch_a_subscriber_left_does_not_end_its_seam() {
     events.send(Event::Publication(f6)).await.unwrap();
     assert_eq!(shown(&mut s).await, ["f6@6"]);
     assert_eq!(shown(&mut a).await, ["f6@6"]);
+}
+
+/// Issue 39's checker, NATS JetStream (seed 263681): a subscriber resumed into nothing (its
+/// seam `Left` at the position it resumed from) while its node delivered on; what the node
+/// delivered after that position, held during the recovery, did not end the seam (a publication
+/// pushed afterwards would have), so the node's next gap into nothing was judged stale for it:
+/// 141 publications missed with no gap. The first publication after the seam ends it.
+#[tokio::test]
+async fn a_publication_held_during_a_resume_ends_the_seam_it_follows() {
+    let topic = Topic::new("held").unwrap();
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    let mut a = hub.subscriber(SubscriberConfig::default());
+    a.subscribe(&topic, None).await.unwrap();
+    send_live(&events, &topic, 1..=3).await;
+    assert_eq!(shown(&mut a).await, ["a1@1", "a2@2", "a3@3"]);
+    // Nothing of a current epoch in the history; the subscriber's read waits while the node
+    // delivers 4..10.
+    let pause = backplane.paused.lock().await;
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at8 = scripted(&topic, 8, "a8").position.unwrap();
+    let t = topic.clone();
+    let resuming = tokio::spawn(async move {
+        let r = s.subscribe(&t, Some(at8)).await.unwrap();
+        (s, r)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    send_live(&events, &topic, 4..=10).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(pause);
+    let (mut s, r) = resuming.await.unwrap();
+    assert_eq!(r, Recovery::Lost);
+    assert_eq!(shown(&mut s).await, ["GAP(-1)", "a9@9", "a10@10"]);
+    // The node's own gap into nothing reaches it: what comes after 10 may be missing.
+    events.send(Event::Restored).await.unwrap();
+    let mut want: Vec<String> = (4..=10).map(|i| format!("a{i}@{i}")).collect();
+    want.push("GAP(-1)".into());
+    assert_eq!(shown(&mut a).await, want);
+    assert_eq!(shown(&mut s).await, ["GAP(-1)"]);
 }
 
 /// The same seen from a subscriber resuming (from 8) on a node that has not yet noticed the
