@@ -788,15 +788,22 @@ async fn then_live(
     }
 }
 
+/// A JetStream server, a node `a` to publish, a node `b` following `topic` with its subscriber
+/// `live`.
+async fn publisher_and_follower(topic: &Topic) -> (BackplaneServer, Hub, Hub, Subscriber) {
+    let server = BackplaneServer::start(Kind::Nats { jetstream: true });
+    let (a, _) = node(&server.url(), HistoryConfig::default()).await;
+    let (b, _) = node(&server.url(), HistoryConfig::default()).await;
+    let mut live = sub(&b);
+    live.subscribe(topic, None).await.unwrap();
+    (server, a, b, live)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jetstream_losing_its_tail_is_a_gap_then_every_new_publication() {
     timeout(TEST_TIMEOUT, async {
-        let mut server = BackplaneServer::start(Kind::Nats { jetstream: true });
         let topic = Topic::new("rollback js").unwrap();
-        let (a, _) = node(&server.url(), HistoryConfig::default()).await;
-        let (b, _) = node(&server.url(), HistoryConfig::default()).await;
-        let mut live = sub(&b);
-        live.subscribe(&topic, None).await.unwrap();
+        let (mut server, a, b, mut live) = publisher_and_follower(&topic).await;
         let mut named = Named::default();
         let mut problems = Vec::new();
         let mut old = HashMap::new();
@@ -892,12 +899,8 @@ async fn jetstream_losing_its_tail_is_a_gap_then_every_new_publication() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_followed_after_a_rollback_never_gets_its_start_again() {
     timeout(TEST_TIMEOUT, async {
-        let mut server = BackplaneServer::start(Kind::Nats { jetstream: true });
         let topic = Topic::new("after a rollback").unwrap();
-        let (a, _) = node(&server.url(), HistoryConfig::default()).await;
-        let (b, _) = node(&server.url(), HistoryConfig::default()).await;
-        let mut live = sub(&b);
-        live.subscribe(&topic, None).await.unwrap();
+        let (mut server, a, _b, mut live) = publisher_and_follower(&topic).await;
         for i in 1..=10 {
             a.publish(&topic, format!("m{i}").into()).await.unwrap();
         }
