@@ -5,8 +5,8 @@
 //! its `/readyz` answers 200 (its backplane connected). Only the web clients use it: it has no
 //! hub in this process, so the Rust subscribers and publishers go to the other nodes.
 //!
-//! The binary: `CHAOS_WS` if set, else `ws` in the test binary's target directory (the test
-//! command builds it first: `cargo build -p sockeye-cli --bin ws`).
+//! The binary: `CHAOS_WS` if set (the test command and `scripts/chaos.sh` set it to the
+//! release build), else `ws` in the test binary's target directory, debug or release.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -37,19 +37,26 @@ fn binary() -> PathBuf {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("the test binary's path");
-    // target/debug/deps/chaos-… → target/debug/ws
-    let ws = exe
+    // target/debug/deps/chaos-… → target/debug/ws, or else target/release/ws.
+    let profile = exe
         .parent()
         .and_then(|deps| deps.parent())
-        .map(|dir| dir.join("ws"))
         .expect("the target directory");
-    assert!(
-        ws.exists(),
-        "the web variant runs `ws pubsub_server` as a node, and {} is not built: run `cargo build \
-         -p sockeye-cli --bin ws` first, or set CHAOS_WS to a `ws` binary",
-        ws.display()
-    );
-    ws
+    let debug = profile.join("ws");
+    let release = profile.with_file_name("release").join("ws");
+    [&debug, &release]
+        .into_iter()
+        .find(|ws| ws.exists())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "the web variant runs `ws pubsub_server` as a node, and neither {} nor {} is \
+                 built: run `cargo build -p sockeye-cli --bin ws` first, or set CHAOS_WS to a \
+                 `ws` binary",
+                debug.display(),
+                release.display()
+            )
+        })
 }
 
 impl Process {
