@@ -27,6 +27,7 @@ where
 
 /// Spawns `future` in `span`: a task started on behalf of whoever calls (a topic's delivery,
 /// started by a subscriber) but belonging to what the span names (its backplane).
+#[cfg(feature = "nats")]
 pub(crate) fn spawn_in<F>(span: &tracing::Span, future: F) -> tokio::task::JoinHandle<F::Output>
 where
     F: std::future::Future + Send + 'static,
