@@ -69,7 +69,14 @@ use chaos::runner::{Plan, run};
 /// Violations the fixed seeds find in the current code, per engine, tolerated there (printed
 /// with their histories) until fixed; `scripts/chaos.sh` fails on them.
 ///
-/// None today.
+/// NATS JetStream (one server), `StaleGap`, open: a fresh CI's seed 1 (103, once in two runs)
+/// and `scripts/chaos.sh nats-jetstream 30` (seed 358805). A subscriber resumed through its
+/// node's history into the server's current life (told `Recovered`: no epoch left) while the
+/// node itself was still behind after several restarts within seconds; the node's repair then
+/// took an earlier life for current (the life its client recorded, or the topic's newest
+/// publication, named it), and its catch-up gaps there and then behind the subscriber reached
+/// it. Gaps told again, never a publication missed; the fix belongs with the node's view of
+/// the current life (`backplane/nats/history.rs`, `Shared::life`).
 ///
 /// Fixed, and failing the fixed seeds again if they come back: on NATS JetStream (one server
 /// and the R3 cluster, seed 2), `Lost` and `RecoveredSkipped`: a burst of 12,000 skipped with
@@ -103,8 +110,11 @@ use chaos::runner::{Plan, run};
 /// WebSocket reported that with an error and never a close event, and the client waited for
 /// the close for good, silent. It now ends an attempt at an error before the socket opens, or
 /// at `connectTimeoutMs`.
-fn known(_engine: Engine) -> &'static [Kind] {
-    &[]
+fn known(engine: Engine) -> &'static [Kind] {
+    match engine {
+        Engine::NatsJetStream => &[Kind::StaleGap],
+        _ => &[],
+    }
 }
 
 /// Runs `seeds` on `engine`, each with `span` of faults; panics with every failing seed's report.
