@@ -79,7 +79,7 @@ struct Resuming {
 /// stale (the node is behind, in the epoch the subscription left: issue 39's checker, NATS
 /// JetStream, seed 33666, a gap back to the old life after the new one's publications). A
 /// catch-up gap into any other epoch is the node moving on, and is told.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Resumed {
     seam: Seam,
     left: Option<Arc<str>>,
@@ -87,11 +87,18 @@ struct Resumed {
 
 impl Resumed {
     fn stale(&self, resume: Option<&Position>) -> bool {
-        self.seam.stale(resume)
-            || resume
-                .zip(self.left.as_ref())
-                .is_some_and(|(r, left)| r.epoch == *left)
+        stale_for(&self.seam, self.left.as_ref(), resume)
     }
+}
+
+/// Whether a catch-up gap resuming at `resume` is stale for a subscription at `seam` that
+/// resumed from the epoch `left`: stale at the seam, or resuming in `left` once the seam is in
+/// another epoch (the subscription left it; see [`Resumed`]).
+fn stale_for(seam: &Seam, left: Option<&Arc<str>>, resume: Option<&Position>) -> bool {
+    seam.stale(resume)
+        || resume
+            .zip(left)
+            .is_some_and(|(r, left)| r.epoch == *left && seam.position().epoch != *left)
 }
 
 /// Where a recovery left a subscription, against which what its node delivers after is checked
@@ -552,14 +559,10 @@ impl Queue {
                         Delivery::Gap { resume, .. } => resume.as_ref(),
                         _ => None,
                     };
-                    let stale = seam.as_ref().is_some_and(|seam| {
-                        Resumed {
-                            seam: seam.clone(),
-                            left: left.clone().filter(|l| seam.position().epoch != *l),
-                        }
-                        .stale(resume)
-                    });
-                    if stale {
+                    if seam
+                        .as_ref()
+                        .is_some_and(|seam| stale_for(seam, left.as_ref(), resume))
+                    {
                         continue;
                     }
                     (d, true)
@@ -614,7 +617,6 @@ impl Queue {
             }
         }
         if let Some(seam) = seam {
-            let left = left.filter(|l| seam.position().epoch != *l);
             s.resuming().seams.insert(topic.clone(), Resumed { seam, left });
         }
     }

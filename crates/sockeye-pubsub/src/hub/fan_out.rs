@@ -185,11 +185,13 @@ impl Inner {
                 );
                 return;
             }
-            // Continuing the backplane's live order in its epoch (not a rollback, checked next).
-            let continues_live = match (&t.live, &p.position) {
-                (Some(live), Some(pos)) => live.epoch == pos.epoch && pos.offset > live.offset,
-                _ => false,
-            };
+            // Continuing the backplane's live order in its epoch (not a rollback, checked next);
+            // asked only while a gap into nothing bounds the epoch (`left`), not per publication.
+            let continues_live = t.left.is_some()
+                && match (&t.live, &p.position) {
+                    (Some(live), Some(pos)) => live.epoch == pos.epoch && pos.offset > live.offset,
+                    _ => false,
+                };
             if let Some(pos) = &p.position {
                 // A backplane hands each publication to a node live once, in order: a position
                 // at or before one it handed live already, in the same epoch, names another

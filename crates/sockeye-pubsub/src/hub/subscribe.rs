@@ -167,12 +167,12 @@ impl Subscriber {
                         .filter(|p| p.origin != own)
                         .filter_map(to_delivery),
                 );
-                // Into nothing of the current epoch yet: what its node still delivers up to
-                // `since` (a node behind, or one that has not seen the failover) must not
-                // follow the gap (see `Seam::Left`).
                 // The epoch it resumed from: if the gap and what follows took it into another,
                 // a node's catch-up gap still in this one is stale (see `Queue::release`).
                 let left = Some(Arc::clone(&since.epoch));
+                // Into nothing of the current epoch yet: what its node still delivers up to
+                // `since` (a node behind, or one that has not seen the failover) must not
+                // follow the gap (see `Seam::Left`).
                 let seam = match resume {
                     Some(r) => Seam::At(r),
                     None => Seam::Left(since),

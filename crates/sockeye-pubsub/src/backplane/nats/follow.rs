@@ -133,7 +133,7 @@ pub(super) async fn forward_js(
     topic: Topic,
     mut messages: consumer::pull::Ordered,
     (context, stalls): (jetstream::Context, mpsc::UnboundedSender<Topic>),
-    (created, mut after): (String, Option<i128>),
+    created: String,
     (next, stored): (Arc<AtomicU64>, Arc<std::sync::Mutex<Option<i128>>>),
     limits: Limits,
     events: EventSender,
@@ -164,7 +164,14 @@ pub(super) async fn forward_js(
             if tokio::time::Instant::now() < check_at {
                 continue;
             }
-            let verdict = stalled(&context, &topic, next.load(Ordering::Acquire), after).await;
+            let at = next.load(Ordering::Acquire);
+            // Started after a time and nothing delivered yet (`next` 0): that time.
+            let after = if at == 0 {
+                *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+            } else {
+                None
+            };
+            let verdict = stalled(&context, &topic, at, after).await;
             unanswered = if verdict.is_none() { unanswered + 1 } else { 0 };
             // Unknown twice in a row (JetStream does not answer for 6 s while the connection is
             // up): restored too, rather than trusted to be fine.
@@ -200,18 +207,16 @@ pub(super) async fn forward_js(
         if seq < expected {
             continue;
         }
-        // Started after a time ([`Start::After`]): until one is delivered, what was stored at
-        // or before it is not new. (The client recreates a consumer from the last sequence it
-        // yielded, or from the stream's first when it yielded none: a consumer recreated before
-        // its first message gave the topic again from its start, issue 39's checker on a NATS
-        // cluster, seed 378722: "the backplane gave position 4 again".)
-        if let Some(t) = after {
-            if time <= t {
-                continue;
-            }
-            after = None;
-        }
         let last = *stored.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Started after a time ([`Start::After`]: `next` 0, the time in `stored`): until one is
+        // delivered, what was stored at or before it is not new. (The client recreates a
+        // consumer from the last sequence it yielded, or from the stream's first when it yielded
+        // none: a consumer recreated before its first message gave the topic again from its
+        // start, issue 39's checker on a NATS cluster, seed 378722: "the backplane gave position
+        // 4 again".)
+        if expected == 0 && last.is_some_and(|t| time <= t) {
+            continue;
+        }
         let was_fresh = std::mem::take(&mut fresh);
         // A skip past the next sequence (other topics' publications, or a drop), checked when a
         // drop was possible.

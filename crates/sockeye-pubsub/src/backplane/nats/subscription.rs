@@ -85,7 +85,7 @@ impl Shared {
                         topic.clone(),
                         messages,
                         (js.context.clone(), self.stalls.clone()),
-                        (epoch.clone(), after),
+                        epoch.clone(),
                         (Arc::clone(&next), Arc::clone(&stored)),
                         Limits {
                             per_topic: u64::try_from(js.config.max_messages_per_subject)
