@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # conformance/run.sh server|client [--tls | --http2] [--cases '1.*,2.*'] [--no-build]
+# conformance/run.sh server --runtime uring|epoll [--cases ...] [--no-build]
 #
 # Runs the real Autobahn|Testsuite (wstest 25.10.1) against Sockeye and compares every case with
 # conformance/expected.json; exits non-zero on any difference (wstest's own exit code says nothing
@@ -16,11 +17,14 @@
 #   server: wstest -> bridge 127.0.0.1:9004 -> h2c -> sockeye-autobahn-server 127.0.0.1:9005
 #   client: sockeye-autobahn-client --http2 -> h2c -> bridge 127.0.0.1:9013 -> wstest 127.0.0.1:9012
 #   Not combinable with --tls (the bridge speaks h2c only).
+# --runtime uring|epoll: the server is Sockeye's own loop (sockeye-loop) on that interface, on
+# 127.0.0.1:9006 (uring) or 9007 (epoll); report in target/autobahn/servers-loop-<runtime>/.
+# The epoll run is the fallback's, forced (it runs where io_uring is refused).
 # Installs wstest first if needed (conformance/install-wstest.sh, idempotent).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { echo "usage: conformance/run.sh server|client [--tls | --http2] [--cases '1.*,2.*'] [--no-build]  (--tls and --http2 do not combine)" >&2; exit 2; }
+usage() { echo "usage: conformance/run.sh server|client [--tls | --http2 | --runtime uring|epoll] [--cases '1.*,2.*'] [--no-build]  (--tls, --http2 and --runtime do not combine; --runtime is the server role's)" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 ROLE="$1"; shift
 case "$ROLE" in server|client) ;; *) usage ;; esac
@@ -28,17 +32,28 @@ CASES='*'
 BUILD=1
 TLS=0
 HTTP2=0
+RUNTIME=
 while [ $# -gt 0 ]; do
   case "$1" in
     --cases) [ $# -ge 2 ] || usage; CASES="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --tls) TLS=1; shift ;;
     --http2) HTTP2=1; shift ;;
+    --runtime) [ $# -ge 2 ] || usage; RUNTIME="$2"; shift 2 ;;
     *) usage ;;
   esac
 done
 [ "$TLS" = 1 ] && [ "$HTTP2" = 1 ] && usage
-if [ "$HTTP2" = 1 ]; then
+if [ -n "$RUNTIME" ]; then
+  [ "$ROLE" = server ] && [ "$TLS" = 0 ] && [ "$HTTP2" = 0 ] || usage
+  case "$RUNTIME" in
+    uring) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_URING_PORT:-9006}" ;;
+    epoll) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_EPOLL_PORT:-9007}" ;;
+    *) usage ;;
+  esac
+  CLIENT_PORT=unused
+  SCHEME=ws SUFFIX="-loop-$RUNTIME"
+elif [ "$HTTP2" = 1 ]; then
   # SERVER_PORT and CLIENT_PORT are the ports wstest uses (the bridge's in the server role,
   # wstest's own in the client role); TESTEE_PORT and BRIDGE_PORT are the other ends.
   SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_H2_PORT:-9004}"
@@ -113,8 +128,9 @@ if [ "$ROLE" = server ]; then
  "cases": $CASES_JSON, "exclude-cases": [], "exclude-agent-cases": {}}
 JSON
   port_free "$SERVER_PORT"
-  TLSARGS=()
-  [ "$TLS" = 1 ] && TLSARGS=(--tls "$TLSDIR/cert.pem" "$TLSDIR/key.pem")
+  TESTEE_ARGS=()
+  [ "$TLS" = 1 ] && TESTEE_ARGS=(--tls "$TLSDIR/cert.pem" "$TLSDIR/key.pem")
+  [ -n "$RUNTIME" ] && TESTEE_ARGS=(--runtime "$RUNTIME")
   if [ "$HTTP2" = 1 ]; then
     # The testee serves h2c (prior knowledge) on its plain port; wstest talks to the bridge.
     port_free "$TESTEE_PORT"
@@ -125,7 +141,7 @@ JSON
       --target "http://127.0.0.1:$TESTEE_PORT" 2>"$OUT/h2-bridge-server.log" &
     PIDS+=($!)
   else
-    "$BIN/sockeye-autobahn-server" "127.0.0.1:$SERVER_PORT" "${TLSARGS[@]}" 2>"$OUT/testee-server$SUFFIX.log" &
+    "$BIN/sockeye-autobahn-server" "127.0.0.1:$SERVER_PORT" "${TESTEE_ARGS[@]}" 2>"$OUT/testee-server$SUFFIX.log" &
     PIDS+=($!)
   fi
   wait_for_port "$SERVER_PORT" 10

@@ -25,6 +25,19 @@ pub async fn echo<S: AsyncRead + AsyncWrite + Unpin>(mut ws: WebSocket<S>) -> Op
     None
 }
 
+/// The echo of [`echo`] on Sockeye's own loop (`sockeye-autobahn-server --runtime`): data
+/// messages are sent back as they come, written at the end of the loop's turn.
+#[derive(Debug)]
+pub struct LoopEcho;
+
+impl sockeye_loop::Handler for LoopEcho {
+    type Data = ();
+
+    fn message(&mut self, socket: &mut sockeye_loop::Socket<'_, ()>, message: Message) {
+        socket.send(message);
+    }
+}
+
 /// Autobahn's fuzzingserver protocol, as a client: asks `base` for the number of cases, runs each
 /// one (`/runCase?case=N&agent=sockeye`) by echoing, then asks for the report
 /// (`/updateReports?agent=sockeye`). Cases that fail on purpose do not stop the run; a connection

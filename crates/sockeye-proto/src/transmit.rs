@@ -150,6 +150,37 @@ impl Buf for Transmit {
         n
     }
 
+    /// The next `len` bytes as `Bytes`, without a copy when they are (the start of) a shared
+    /// payload: an I/O layer that must hold what it writes until the kernel is done with it
+    /// (io_uring) takes the large payloads this way, and copies only the small frames.
+    fn copy_to_bytes(&mut self, len: usize) -> Bytes {
+        if let Some(Piece::Shared(front)) = self.queued.front_mut()
+            && len <= front.len()
+        {
+            let taken = if len == front.len() {
+                let Some(Piece::Shared(whole)) = self.queued.pop_front() else {
+                    unreachable!()
+                };
+                whole
+            } else {
+                front.split_to(len)
+            };
+            self.len -= len;
+            if self.len == 0 {
+                self.drained();
+            }
+            return taken;
+        }
+        let mut copy = BytesMut::with_capacity(len);
+        while copy.len() < len {
+            let n = self.chunk().len().min(len - copy.len());
+            assert!(n > 0, "copy_to_bytes past the end of the transmit queue");
+            copy.extend_from_slice(&self.chunk()[..n]);
+            self.advance(n);
+        }
+        copy.freeze()
+    }
+
     #[inline]
     fn advance(&mut self, cnt: usize) {
         // The usual case, inline: everything was one batch in `tail`, written at once.
@@ -412,6 +443,29 @@ mod tests {
             .flat_map(|_| frame.iter().copied().chain(payload.iter().copied()))
             .collect();
         assert!(written == expected, "bytes out of order");
+    }
+
+    #[test]
+    fn copy_to_bytes_takes_shared_payloads_without_a_copy_and_copies_the_rest() {
+        let payload = Bytes::from(vec![9u8; 100]);
+        let mut t = Transmit::default();
+        t.tail().extend_from_slice(b"ab");
+        t.commit(2);
+        t.push(payload.clone());
+        t.tail().extend_from_slice(b"c");
+        t.commit(1);
+        assert_eq!(t.copy_to_bytes(2), Bytes::from_static(b"ab"));
+        let first = t.copy_to_bytes(40);
+        assert_eq!(first.as_ptr(), payload.as_ptr(), "a slice of the shared payload");
+        let rest = t.copy_to_bytes(60);
+        assert_eq!(rest.as_ptr(), payload[40..].as_ptr());
+        assert_eq!(t.copy_to_bytes(1), Bytes::from_static(b"c"));
+        assert!(t.is_empty());
+        // Across pieces: copied, in order.
+        t.push(Bytes::from_static(b"xy"));
+        t.tail().extend_from_slice(b"z");
+        t.commit(1);
+        assert_eq!(t.copy_to_bytes(3), Bytes::from_static(b"xyz"));
     }
 
     #[test]

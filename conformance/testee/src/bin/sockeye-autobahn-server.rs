@@ -1,30 +1,60 @@
 //! The echo server that Autobahn's fuzzingclient tests:
-//! `sockeye-autobahn-server [ADDR] [--tls CERT_PEM KEY_PEM]` (default 127.0.0.1:9002, plain ws).
+//! `sockeye-autobahn-server [ADDR] [--tls CERT_PEM KEY_PEM | --runtime uring|epoll|auto]`
+//! (default 127.0.0.1:9002, plain ws, the tokio server; `--runtime`: Sockeye's own loop,
+//! sockeye-loop, on that interface).
 
 use std::process::ExitCode;
 
 use sockeye::tls::ServerTls;
 use sockeye::{Config, Server};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+const USAGE: &str =
+    "usage: sockeye-autobahn-server [ADDR] [--tls CERT_PEM KEY_PEM | --runtime uring|epoll|auto]";
+
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (addr, tls) = match args.as_slice() {
-        [] => ("127.0.0.1:9002", None),
-        [addr] => (addr.as_str(), None),
-        [addr, flag, cert, key] if flag == "--tls" => (addr.as_str(), Some((cert, key))),
+    let (addr, rest) = match args.first() {
+        Some(first) if !first.starts_with("--") => (first.as_str(), &args[1..]),
+        _ => ("127.0.0.1:9002", &args[..]),
+    };
+    let result = match rest {
+        [] => serve_tokio(addr, None),
+        [flag, cert, key] if flag == "--tls" => serve_tokio(addr, Some((cert, key))),
+        [flag, runtime] if flag == "--runtime" => match runtime.parse() {
+            Ok(runtime) => serve_loop(addr, runtime),
+            Err(e) => Err(e),
+        },
         _ => {
-            eprintln!("usage: sockeye-autobahn-server [ADDR] [--tls CERT_PEM KEY_PEM]");
+            eprintln!("{USAGE}");
             return ExitCode::from(2);
         }
     };
-    match serve(addr, tls).await {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sockeye-autobahn-server: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn serve_loop(addr: &str, runtime: sockeye_loop::Runtime) -> Result<(), String> {
+    let server = sockeye_loop::Server::new(Config::default())
+        .threads(1)
+        .runtime(runtime)
+        .listen(addr, || sockeye_conformance::LoopEcho)
+        .map_err(|e| format!("{addr}: {e}"))?;
+    eprintln!(
+        "sockeye-autobahn-server: listening on ws://{} (sockeye-loop, {:?})",
+        server.local_addr(),
+        server.runtime()
+    );
+    server.wait().map_err(|e| e.to_string())
+}
+
+fn serve_tokio(addr: &str, tls: Option<(&String, &String)>) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime.block_on(serve(addr, tls)).map_err(|e| e.to_string())
 }
 
 async fn serve(addr: &str, tls: Option<(&String, &String)>) -> Result<(), sockeye::Error> {

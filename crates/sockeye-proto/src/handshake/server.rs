@@ -269,6 +269,17 @@ pub fn reject_response(error: &HandshakeError) -> Response<String> {
     response
 }
 
+/// The answer to a client beyond a server's connection limit: `503 Service Unavailable`, with
+/// `Retry-After: 1`, so that it tries again rather than hangs.
+pub fn service_unavailable() -> Response<String> {
+    let mut response = Response::new("server at its connection limit; retry later\n".to_string());
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response
+        .headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
 /// Writes a response head and body in HTTP/1.1 wire format. Responses other than 101 get a
 /// `Content-Length` (and a plain-text `Content-Type` if none is set) and `Connection: close`.
 pub fn encode_response<B: ResponseBody>(response: &Response<B>) -> Vec<u8> {

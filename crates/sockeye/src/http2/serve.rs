@@ -18,11 +18,11 @@ use super::settings::server_builder;
 use crate::config::Config;
 use crate::error::{Error, TimeoutCause};
 use crate::head::deadline_in;
-use crate::server::refusal::service_unavailable;
 use crate::shutdown::ShutdownSignal;
 use crate::stats::ServerStats;
 use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
+use sockeye_proto::handshake::service_unavailable;
 
 /// What every stream of a served HTTP/2 connection shares (cloned per stream: the handler need
 /// not be `Sync`).

@@ -11,13 +11,13 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::establish::{Established, establish, first_bytes, sniff_then_upgrade};
-use super::refusal::service_unavailable;
 use crate::config::Config;
 use crate::head::deadline_in;
 use crate::shutdown::{ShutdownHandle, ShutdownSignal};
 use crate::stats::ServerStats;
 use crate::stream::TransportStream;
 use crate::websocket::WebSocket;
+use sockeye_proto::handshake::service_unavailable;
 
 /// A TCP listener that accepts WebSocket connections and hands each to a handler in its own task.
 ///

@@ -1,9 +1,9 @@
 //! The server's refusals of an opening handshake: an invalid request (RFC 6455 §4.2.1, answered
-//! with its status) and a client beyond the connection limit (503). Used by
+//! with its status) and a client beyond the connection limit (503, the engine's
+//! `service_unavailable`, shared with sockeye-loop's server). Used by
 //! [`Server`](crate::Server) and the HTTP/2 server. (The accepting response, with the extensions
 //! negotiated, is the engine's: `ClientHello::accept_with`.)
 
-use http::{HeaderValue, Response};
 use sockeye_proto::HandshakeError;
 use sockeye_proto::handshake::{encode_response, reject_response};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -24,14 +24,4 @@ pub(crate) async fn refuse<S: AsyncWrite + Unpin, T>(
 pub(crate) async fn send_and_close<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) {
     let _ = stream.write_all(bytes).await;
     let _ = stream.shutdown().await;
-}
-
-/// The answer to a client beyond [`Config::max_connections`](crate::Config::max_connections).
-pub(crate) fn service_unavailable() -> Response<String> {
-    let mut response = Response::new("server at its connection limit; retry later\n".to_string());
-    *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
-    response
-        .headers_mut()
-        .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
-    response
 }

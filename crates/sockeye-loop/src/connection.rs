@@ -1,0 +1,342 @@
+//! One connection as both loops drive it, whatever moves its bytes: the HTTP/1.1 upgrade
+//! (RFC 6455 §4.2), then the engine, with the handler called for each event. A loop hands it
+//! bytes, end of input and the time; it hands back bytes to write (the handshake's response,
+//! then the engine's queue) and what to do with the transport (the engine's [`Transport`]).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use http::Response;
+use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
+use sockeye_proto::{CloseCode, CloseFrame, Connection, Message, Transmit, Transport};
+
+use crate::handler::{Closed, Handler, Socket};
+use crate::shared::Shared;
+
+/// A connection of a loop thread.
+#[derive(Debug)]
+pub(crate) struct Conn<D> {
+    peer: SocketAddr,
+    phase: Phase,
+    data: D,
+    /// Bytes to write before the engine's queue: the handshake's response (or refusal).
+    head: Vec<u8>,
+    /// A send crossed the high water mark: `drain` is due once the queue is below it again.
+    backpressured: bool,
+    peer_close: Option<CloseFrame>,
+    /// Why the connection ended badly, for `Handler::close` (the engine's error, or the loop's).
+    error: Option<String>,
+    /// The deadline the loop's timer list holds for this connection, if any (see `timers`).
+    pub(crate) armed: Option<Instant>,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Reading the upgrade request, until the handshake deadline.
+    Handshake { request: BytesMut, deadline: Instant },
+    /// Upgraded: the engine runs the connection.
+    Open(Box<Connection>),
+    /// The request was refused: the refusal in `head` is written, then the transport closed.
+    Refused,
+    /// The transport is closed.
+    Over,
+}
+
+impl<D: Default> Conn<D> {
+    pub(crate) fn new(peer: SocketAddr, now: Instant, shared: &Shared) -> Self {
+        Conn {
+            peer,
+            phase: Phase::Handshake {
+                request: BytesMut::new(),
+                deadline: now + shared.config.handshake_timeout.min(YEARS),
+            },
+            data: D::default(),
+            head: Vec::new(),
+            backpressured: false,
+            peer_close: None,
+            error: None,
+            armed: None,
+        }
+    }
+}
+
+impl<D: Default> Conn<D> {
+    /// What is left of a connection the loop ended, while the kernel finishes with its socket.
+    pub(crate) fn ended() -> Self {
+        Conn {
+            peer: SocketAddr::from(([0, 0, 0, 0], 0)),
+            phase: Phase::Over,
+            data: D::default(),
+            head: Vec::new(),
+            backpressured: false,
+            peer_close: None,
+            error: None,
+            armed: None,
+        }
+    }
+}
+
+impl<D> Conn<D> {
+    /// Bytes from the peer: the upgrade request, or frames for the engine, whose messages go to
+    /// the handler (its replies are queued, not written: the loop writes once per turn).
+    pub(crate) fn input<H: Handler<Data = D>>(&mut self, bytes: &[u8], shared: &Shared, handler: &mut H) {
+        match &mut self.phase {
+            Phase::Handshake { request, .. } => {
+                request.extend_from_slice(bytes);
+                self.handshake(shared, handler);
+            }
+            Phase::Open(engine) => {
+                engine.receive(bytes);
+                self.deliver(shared, handler);
+            }
+            Phase::Refused | Phase::Over => {}
+        }
+    }
+
+    /// The peer closed its side (TCP FIN).
+    pub(crate) fn eof(&mut self) {
+        match &mut self.phase {
+            Phase::Open(engine) => {
+                engine.receive_eof();
+            }
+            Phase::Handshake { .. } => self.phase = Phase::Over,
+            Phase::Refused | Phase::Over => {}
+        }
+    }
+
+    /// The time passed this connection's deadline (see [`deadline`](Self::deadline)).
+    pub(crate) fn timeout(&mut self, now: Instant) {
+        match &mut self.phase {
+            Phase::Open(engine) => engine.handle_timeout(now),
+            Phase::Handshake { deadline, .. } if *deadline <= now => {
+                // A client that dribbles its request (slowloris) is cut off, unanswered.
+                self.error = Some("the opening handshake took longer than the handshake timeout".into());
+                self.phase = Phase::Over;
+            }
+            _ => {}
+        }
+    }
+
+    /// When [`timeout`](Self::timeout) is due next.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Open(engine) => engine.poll_timeout(),
+            Phase::Handshake { deadline, .. } => Some(*deadline),
+            Phase::Refused | Phase::Over => None,
+        }
+    }
+
+    /// The server is shutting down: an open connection starts its closing handshake with 1001,
+    /// one still in its handshake is dropped.
+    pub(crate) fn go_away(&mut self) {
+        match &mut self.phase {
+            Phase::Open(engine) => {
+                let _ = engine.close(Some(CloseFrame::new(
+                    CloseCode::GOING_AWAY,
+                    "server shutting down",
+                )));
+            }
+            Phase::Handshake { .. } => self.phase = Phase::Over,
+            Phase::Refused | Phase::Over => {}
+        }
+    }
+
+    /// What to do with the transport now.
+    pub(crate) fn transport(&self) -> Transport {
+        match &self.phase {
+            Phase::Handshake { .. } => Transport::Open,
+            Phase::Open(engine) => engine.transport(),
+            Phase::Refused => Transport::Finish,
+            Phase::Over => Transport::Abort,
+        }
+    }
+
+    /// Whether anything waits to be written.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.head.is_empty() || matches!(&self.phase, Phase::Open(engine) if engine.transmit_len() > 0)
+    }
+
+    /// How many bytes wait to be written.
+    pub(crate) fn output_len(&self) -> usize {
+        self.head.len()
+            + if let Phase::Open(engine) = &self.phase {
+                engine.transmit_len()
+            } else {
+                0
+            }
+    }
+
+    /// The bytes waiting to be written, in order: the handshake's response, then the engine's
+    /// queue. The loop writes from them and advances them (the head as a `Vec` it drains).
+    pub(crate) fn output(&mut self) -> (&mut Vec<u8>, Option<&mut Transmit>) {
+        let transmit = match &mut self.phase {
+            Phase::Open(engine) => Some(engine.transmit()),
+            _ => None,
+        };
+        (&mut self.head, transmit)
+    }
+
+    /// The loop wrote what it could: `drain` is called if a backlog went below the high water mark,
+    /// and a connection about to wait gives its idle buffers back (to `shared`'s pool of read
+    /// buffers, for the next connection that reads).
+    pub(crate) fn written<H: Handler<Data = D>>(&mut self, shared: &Shared, handler: &mut H) {
+        let Phase::Open(engine) = &mut self.phase else {
+            return;
+        };
+        if self.backpressured && engine.transmit_len() <= shared.config.write_buffer_high_water {
+            self.backpressured = false;
+            let mut socket = Socket {
+                engine,
+                data: &mut self.data,
+                peer: self.peer,
+                high_water: shared.config.write_buffer_high_water,
+                backpressured: &mut self.backpressured,
+            };
+            handler.drain(&mut socket);
+        }
+    }
+
+    /// The connection waits for input: its idle read buffer goes to the loop's pool, its deflate
+    /// states back to theirs after the linger (the engine's timer gives them back).
+    pub(crate) fn idle(&mut self, pool: &mut Vec<BytesMut>, chunk: usize) {
+        if let Phase::Open(engine) = &mut self.phase {
+            engine.linger_deflate();
+            if engine.transmit_len() == 0 {
+                engine.release_idle_write_buffer();
+            }
+            if let Some(buffer) = engine.release_idle_read_buffer(chunk)
+                && pool.len() < POOLED_READ_BUFFERS
+            {
+                pool.push(buffer);
+            }
+        }
+    }
+
+    /// The loop shut down the writing side, as [`Transport::ShutdownWrite`] asked.
+    pub(crate) fn write_shut_down(&mut self) {
+        if let Phase::Open(engine) = &mut self.phase {
+            engine.write_shut_down();
+        }
+    }
+
+    /// The transport is closed (`io_error`: because writing or reading failed): the handler is
+    /// told, and the connection's data handed to it.
+    pub(crate) fn closed<H: Handler<Data = D>>(mut self, io_error: Option<std::io::Error>, handler: &mut H) {
+        let upgraded = match &mut self.phase {
+            Phase::Open(engine) => {
+                engine.transport_closed();
+                if let Some(e) = engine.take_error() {
+                    self.error = Some(e.to_string());
+                }
+                true
+            }
+            _ => false,
+        };
+        if let Some(e) = io_error
+            && self.error.is_none()
+        {
+            self.error = Some(e.to_string());
+        }
+        if upgraded {
+            handler.close(
+                self.data,
+                Closed {
+                    frame: self.peer_close,
+                    error: self.error,
+                    peer: self.peer,
+                },
+            );
+        } else if let Some(error) = self.error {
+            tracing::debug!(peer = %self.peer, "handshake failed: {error}");
+        }
+    }
+
+    /// Reads the upgrade request once whole; answers it (`101`, or a refusal) into `head`.
+    fn handshake<H: Handler<Data = D>>(&mut self, shared: &Shared, handler: &mut H) {
+        let Phase::Handshake { request: buf, .. } = &mut self.phase else {
+            return;
+        };
+        let parsed = parse_request(buf, &shared.config.protocol).and_then(|parsed| match parsed {
+            Some((request, used)) => {
+                ClientHello::from_request(&request).map(|hello| Some((request, used, hello)))
+            }
+            // Incomplete; `parse_request` refuses a head over the size limit already.
+            None => Ok(None),
+        });
+        let (request, used, hello) = match parsed {
+            Ok(Some(parsed)) => parsed,
+            Ok(None) => return,
+            Err(e) => return self.refuse(reject_response(&e), e.to_string()),
+        };
+        let leftover = buf.split_off(used);
+        let (response, extensions) = hello.accept_with(&shared.config.protocol);
+        let response = match handler.upgrade(&request, response) {
+            Ok(response) => response,
+            Err(refusal) => {
+                let why = format!("refused by the application: {}", refusal.status());
+                return self.refuse(refusal, why);
+            }
+        };
+        self.head.extend_from_slice(&encode_response(&response));
+        let mut engine = Box::new(Connection::server(shared.config.protocol.clone()));
+        engine.set_deflate(extensions.kept_by(&response));
+        // The engine's clock starts now (keepalive), with the first input.
+        engine.handle_timeout(Instant::now());
+        self.phase = Phase::Open(engine);
+        let Phase::Open(engine) = &mut self.phase else {
+            unreachable!()
+        };
+        let mut socket = Socket {
+            engine,
+            data: &mut self.data,
+            peer: self.peer,
+            high_water: shared.config.write_buffer_high_water,
+            backpressured: &mut self.backpressured,
+        };
+        handler.open(&mut socket);
+        if !leftover.is_empty() {
+            engine.receive(&leftover);
+            self.deliver(shared, handler);
+        }
+    }
+
+    fn refuse(&mut self, response: Response<String>, why: String) {
+        self.head.extend_from_slice(&encode_response(&response));
+        self.error = Some(why);
+        self.phase = Phase::Refused;
+    }
+
+    /// Hands every whole message received to the handler.
+    fn deliver<H: Handler<Data = D>>(&mut self, shared: &Shared, handler: &mut H) {
+        let Phase::Open(engine) = &mut self.phase else {
+            return;
+        };
+        loop {
+            match engine.poll_message() {
+                Ok(Some(message)) if message.is_data() => {
+                    let mut socket = Socket {
+                        engine,
+                        data: &mut self.data,
+                        peer: self.peer,
+                        high_water: shared.config.write_buffer_high_water,
+                        backpressured: &mut self.backpressured,
+                    };
+                    handler.message(&mut socket, message);
+                }
+                Ok(Some(Message::Close(frame))) => self.peer_close = frame,
+                // Pings are answered by the engine; pongs only prove the peer alive.
+                Ok(Some(_)) => {}
+                // The engine failed the connection and queued its close frame; the error is
+                // kept for `closed`.
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Read buffers a loop keeps for its next reading connection.
+const POOLED_READ_BUFFERS: usize = 8;
+
+/// A deadline past what an `Instant` can hold means never: about 30 years ahead.
+const YEARS: std::time::Duration = std::time::Duration::from_secs(30 * 365 * 24 * 3600);

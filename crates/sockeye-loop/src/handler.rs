@@ -1,0 +1,166 @@
+//! What the application writes: a [`Handler`] per loop thread, called with a [`Socket`] for each
+//! event of each connection (open, message, drain, close), as uWebSockets' behaviours are.
+
+use std::net::SocketAddr;
+
+use http::{Request, Response};
+use sockeye_proto::{CloseFrame, Connection, Message};
+
+/// The application's side of a loop thread. Each thread of a [`Server`](crate::Server) makes its
+/// own handler (so it needs to be neither `Send` nor `Sync`) and calls it on that thread only,
+/// never from two connections at once: no locks.
+///
+/// ```
+/// use sockeye_loop::{Handler, Message, Socket};
+///
+/// /// Echoes text and binary messages, counting them per connection.
+/// struct Echo;
+///
+/// impl Handler for Echo {
+///     type Data = u64;
+///
+///     fn message(&mut self, socket: &mut Socket<'_, u64>, message: Message) {
+///         *socket.data_mut() += 1;
+///         socket.send(message);
+///     }
+/// }
+/// ```
+pub trait Handler: 'static {
+    /// What the application keeps per connection ([`Socket::data_mut`]); made with `Default`
+    /// when the connection opens, dropped when it closes.
+    type Data: Default;
+
+    /// Looks at the upgrade request (path, query, `Origin`, headers, offered subprotocols) and
+    /// returns the `101` response, with headers added, or refuses with any HTTP response. Called
+    /// only for valid upgrade requests: others are refused before (400, 405, 426, 431, 505).
+    /// Default: accept every request.
+    fn upgrade(
+        &mut self,
+        request: &Request<()>,
+        response: Response<()>,
+    ) -> Result<Response<()>, Response<String>> {
+        let _ = request;
+        Ok(response)
+    }
+
+    /// The connection is open: the `101` response is queued. Default: nothing.
+    fn open(&mut self, socket: &mut Socket<'_, Self::Data>) {
+        let _ = socket;
+    }
+
+    /// A text or binary message arrived, whole (pings and pongs are answered by the engine; a
+    /// close frame ends in [`close`](Self::close)).
+    fn message(&mut self, socket: &mut Socket<'_, Self::Data>, message: Message);
+
+    /// What the connection had queued past [`Config::write_buffer_high_water`]
+    /// (sockeye::Config) is written down below it again: sending will not pile up any more.
+    /// Called once after each [`Sent::Backpressure`]. Default: nothing.
+    fn drain(&mut self, socket: &mut Socket<'_, Self::Data>) {
+        let _ = socket;
+    }
+
+    /// The connection is over (the transport is closed); its data is handed back. Default: nothing.
+    fn close(&mut self, data: Self::Data, closed: Closed) {
+        let _ = (data, closed);
+    }
+}
+
+/// How a connection ended, as [`Handler::close`] is told.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Closed {
+    /// The peer's close frame, if it sent one.
+    pub frame: Option<CloseFrame>,
+    /// Why the connection did not end cleanly, if it did not: a protocol violation, 1006 (the
+    /// peer closed the transport without a close frame), a timeout, or an I/O error's text.
+    pub error: Option<String>,
+    /// The peer's address.
+    pub peer: SocketAddr,
+}
+
+/// What [`Socket::send`] did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Sent {
+    /// Queued; it is written at the end of this loop turn, with everything else queued.
+    Queued,
+    /// Queued, but the connection now holds more than the high water mark
+    /// (sockeye::Config::write_buffer_high_water): the peer reads slower than this side sends.
+    /// Stop sending to it until [`Handler::drain`].
+    Backpressure,
+    /// Not sent: the connection is closing or closed.
+    Dropped,
+}
+
+/// One connection, as a handler sees it during a call: send, close, its data, its peer.
+#[derive(Debug)]
+pub struct Socket<'a, D> {
+    pub(crate) engine: &'a mut Connection,
+    pub(crate) data: &'a mut D,
+    pub(crate) peer: SocketAddr,
+    pub(crate) high_water: usize,
+    /// Set when a send crossed the high water mark: the loop calls `drain` once below it.
+    pub(crate) backpressured: &'a mut bool,
+}
+
+impl<D> Socket<'_, D> {
+    /// Queues a message (text, binary, ping, pong; a close frame is [`close`](Self::close)'s).
+    /// Nothing waits: what the peer has not read yet stays queued, and the result says when
+    /// that is more than the high water mark.
+    pub fn send(&mut self, message: impl Into<Message>) -> Sent {
+        if self.engine.send(message.into()).is_err() {
+            return Sent::Dropped;
+        }
+        self.pressure()
+    }
+
+    /// Queues a message encoded once for many connections (a broadcast): the frame's bytes are
+    /// shared, not copied.
+    pub fn send_prepared(&mut self, prepared: &sockeye_proto::PreparedMessage) -> Sent {
+        if self.engine.send_prepared(prepared).is_err() {
+            return Sent::Dropped;
+        }
+        self.pressure()
+    }
+
+    fn pressure(&mut self) -> Sent {
+        if self.engine.transmit_len() > self.high_water {
+            *self.backpressured = true;
+            Sent::Backpressure
+        } else {
+            Sent::Queued
+        }
+    }
+
+    /// Starts the closing handshake (RFC 6455 §7.1.2) with an optional code and reason; the
+    /// connection ends once the peer answers, or after the close timeout.
+    pub fn close(&mut self, frame: Option<CloseFrame>) {
+        // Already closing or closed: nothing more to do.
+        let _ = self.engine.close(frame);
+    }
+
+    /// Bytes queued for this connection and not yet written.
+    pub fn buffered_amount(&self) -> usize {
+        self.engine.transmit_len()
+    }
+
+    /// The application's data for this connection.
+    pub fn data(&self) -> &D {
+        self.data
+    }
+
+    /// The application's data for this connection, to change.
+    pub fn data_mut(&mut self) -> &mut D {
+        self.data
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Whether permessage-deflate was negotiated.
+    pub fn is_compressed(&self) -> bool {
+        self.engine.is_deflate_enabled()
+    }
+}

@@ -1,0 +1,42 @@
+//! What both loops' turns share: how much one connection may read per turn, how many pieces one
+//! vectored write takes, the shutdown's deadline, and the answer to a client over the limit.
+
+use std::io::Write;
+use std::time::Instant;
+
+use sockeye_proto::handshake::{encode_response, service_unavailable};
+
+use crate::shared::Shared;
+
+/// Reads of one connection per loop turn before the others get theirs: a peer that floods
+/// cannot starve the rest of its thread (its input waits in the socket, and TCP's window pushes
+/// back on it).
+pub(crate) const READS_PER_TURN: usize = 4;
+
+/// Pieces of one vectored write (the handshake's response, batched frames, shared payloads).
+pub(crate) const MAX_IOVECS: usize = 64;
+
+/// A loop whose server is shutting down: its listener is closed, its connections were sent
+/// 1001, and it waits for their closing handshakes until `deadline`.
+#[derive(Debug)]
+pub(crate) struct Stopping {
+    pub(crate) deadline: Instant,
+}
+
+impl Stopping {
+    pub(crate) fn new(shared: &Shared) -> Self {
+        Stopping {
+            deadline: Instant::now()
+                + shared
+                    .config
+                    .shutdown_timeout
+                    .min(std::time::Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// Answers a client beyond `max_connections` with 503 and drops it, before it costs a
+/// connection's state: one write into a fresh socket's empty buffer, never waited for.
+pub(crate) fn refuse_busy(stream: &mut impl Write) {
+    let _ = stream.write(&encode_response(&service_unavailable()));
+}
