@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 PEERS = ["tungstenite", "fastwebsockets", "tokio-websockets", "uws", "node", "picows"]
-NAMES = {"raw": "raw TCP", "raw-sf": "raw TCP, whole frame first", "raw-x": "raw TCP + one exchange", "sockeye": "Sockeye", "tungstenite": "tokio-tungstenite",
+NAMES = {"raw": "raw TCP", "raw-sf": "raw TCP, whole frame first", "raw-x": "raw TCP + one exchange", "sockeye": "Sockeye",
+         "sockeye-loop": "Sockeye loop (io_uring)", "sockeye-loop-epoll": "Sockeye loop (epoll)", "tungstenite": "tokio-tungstenite",
          "fastwebsockets": "fastwebsockets", "tokio-websockets": "tokio-websockets", "uws": "uWebSockets",
          "node": "Node ws", "picows": "picows"}
 # scenario: (metric, unit, higher is better)
@@ -76,8 +77,11 @@ def main(path, kind):
             continue
         systems = [s for s in NAMES if any((k[0], k[1], s) in runs for k in keys)]
         out.append(f"\n### {TITLES[scenario]} ({unit}{', higher is better' if higher else ', lower is better'})\n")
-        out.append("| params | " + " | ".join(NAMES[s] for s in systems) + " | Sockeye ÷ best peer | Sockeye ÷ raw TCP |")
-        out.append("|---" * (len(systems) + 3) + "|")
+        # The own loop's ratio beside the tokio server's, when it ran.
+        loop = "sockeye-loop" in systems
+        out.append("| params | " + " | ".join(NAMES[s] for s in systems) + " | Sockeye ÷ best peer | Sockeye ÷ raw TCP |"
+                   + (" loop ÷ best peer |" if loop else ""))
+        out.append("|---" * (len(systems) + 3 + loop) + "|")
         for _, params in keys:
             med = {}
             for s in systems:
@@ -100,7 +104,11 @@ def main(path, kind):
                 if isinstance(med[s], (int, float)) and all(tails):
                     cell += f" ({fmt(statistics.median(tails[0]))} / {fmt(statistics.median(tails[1]))})"
                 cells.append(cell)
-            out.append(f"| {params} | " + " | ".join(cells) + f" | {ratio_peer} | {ratio_raw} |")
+            row = f"| {params} | " + " | ".join(cells) + f" | {ratio_peer} | {ratio_raw} |"
+            if loop:
+                ours_loop = med.get("sockeye-loop")
+                row += f" {ours_loop / best:.2f} |" if isinstance(ours_loop, (int, float)) and ours_loop and best else " — |"
+            out.append(row)
     h2 = [k for k in order if k[0].startswith("h2-")]
     if h2:
         out.append("\n### 10. WebSockets over HTTP/2 (RFC 8441) vs HTTP/1.1, Sockeye client and server on both ends\n")
@@ -175,7 +183,8 @@ def main(path, kind):
             f.write("\n".join(header) + "\n" + text + "\n" + kept)
 
 
-UWS_NAMES = {"uws": "uWebSockets", "sockeye": "Sockeye", "ws-tool": "`ws echo_server`",
+UWS_NAMES = {"uws": "uWebSockets", "sockeye": "Sockeye", "sockeye-loop": "Sockeye loop (io_uring)",
+             "sockeye-loop-epoll": "Sockeye loop (epoll)", "ws-tool": "`ws echo_server`",
              "tokio-websockets": "tokio-websockets", "fastwebsockets": "fastwebsockets", "tungstenite": "tokio-tungstenite"}
 
 
@@ -218,7 +227,7 @@ def cpu_per_message(runs, scenario, keys, systems):
            " over the same samples). The kernel's share moves with the machine's state for every server alike;"
            " \"at equal kernel time\" is (K + user of uWebSockets) ÷ (K + user of the server), K the mean system time"
            " of the two: the ratio the table above converges to when both run in the same state.\n"]
-    ratios = [s for s in ("sockeye", "ws-tool") if s in systems]
+    ratios = [s for s in ("sockeye", "sockeye-loop", "sockeye-loop-epoll", "ws-tool") if s in systems]
     out.append("| connections × payload | " + " | ".join(UWS_NAMES[s] for s in systems) + " | "
                + " | ".join(f"{UWS_NAMES[s]} ÷ uWebSockets at equal kernel time" for s in ratios) + " |")
     out.append("|---" * (len(systems) + len(ratios) + 1) + "|")
@@ -270,7 +279,7 @@ def uws_tables(runs, order):
         out.append(f"Server on CPU 0, the load generator on CPU 1; {how}; in parentheses the server's share of its"
                    " core over those samples (below 90% in bold: the load generator set the pace).\n")
         systems = [s for s in UWS_NAMES if any((scenario, k[1], s) in runs for k in keys)]
-        ratios = [s for s in ("sockeye", "ws-tool") if s in systems]
+        ratios = [s for s in ("sockeye", "sockeye-loop", "sockeye-loop-epoll", "ws-tool") if s in systems]
         out.append(f"| {first} | " + " | ".join(UWS_NAMES[s] for s in systems) + " | "
                    + " | ".join(f"{UWS_NAMES[s]} ÷ uWebSockets" for s in ratios) + " |")
         out.append("|---" * (len(systems) + len(ratios) + 1) + "|")

@@ -186,6 +186,9 @@ raw_flag() { case "$1" in raw | raw-sf) echo --raw ;; esac; }
 # as the WebSocket servers do.
 connect_mode() { [ "$1" = raw ] && echo connect || echo echo; }
 SERVERS="raw sockeye tungstenite fastwebsockets tokio-websockets node picows"
+# Sockeye's own loop (sockeye-loop, issue 40): io_uring, and its epoll fallback forced. ws:// only
+# for now (TLS on the loop is the issue's second step), so not in the wss rows.
+LOOP_SERVERS="sockeye-loop sockeye-loop-epoll"
 # uWS's echo server where it can take part: ws:// echoes and connects (it has no push mode, is
 # built without TLS, and sets TCP_NODELAY itself).
 UWS_ECHO=${UWS_BIN:+uws}
@@ -201,7 +204,7 @@ fi
 if part core; then
 
 section "1. push: server pushes $PUSH_N × \"yo\""
-for s in $SERVERS; do
+for s in $SERVERS $LOOP_SERVERS; do
   start_server "$s" push
   run push-server "$s" "$PUSH_N" "$BIN/loadgen" push "127.0.0.1:$PORT" "$PUSH_N" $(raw_flag "$s")
   stop_server
@@ -215,7 +218,7 @@ run push-client picows "$PUSH_N" "$VENV/bin/python" peers/picows/client.py "127.
 stop_server
 
 section "2, 4, 5. round trip, echo-many, large"
-for s in $SERVERS $UWS_ECHO; do
+for s in $SERVERS $LOOP_SERVERS $UWS_ECHO; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
   raw=$(raw_flag "$s")
@@ -289,7 +292,7 @@ fi
 # comes first, so that the load outlasts them; the load's own msgs/s is recorded beside them.
 if part under-load; then
 section "2. round trip under load (100 connections of echo-many)"
-for s in $SERVERS $UWS_ECHO; do
+for s in $SERVERS $LOOP_SERVERS $UWS_ECHO; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
   raw=$(raw_flag "$s")
@@ -331,7 +334,7 @@ for variant in ws nodelay-off wss; do
     wss) label=", wss"; export BENCH_NODELAY=1 BENCH_TLS="$OUT/tls" ;;
   esac
   section "3. connect over $variant"
-  for s in $SERVERS $([ "$variant" = ws ] && echo "$UWS_ECHO"); do
+  for s in $SERVERS $([ "$variant" = wss ] || echo "$LOOP_SERVERS") $([ "$variant" = ws ] && echo "$UWS_ECHO"); do
     [ "$variant" = nodelay-off ] && [ "$s" = picows ] && continue
     start_server "$s" "$(connect_mode "$s")"
     raw=$(raw_flag "$s")
@@ -392,7 +395,7 @@ memory_with() { # system h2bench idle version conns variant
   stop_server
 }
 section "6. memory: server RSS with $IDLE idle connections (ws:// and wss://), and $DEFLATE_IDLE with permessage-deflate"
-for s in sockeye tungstenite fastwebsockets tokio-websockets node picows; do
+for s in sockeye $LOOP_SERVERS tungstenite fastwebsockets tokio-websockets node picows; do
   memory "$s" echo "$IDLE" "$IDLE idle"
 done
 # The same over TLS 1.3 (each server's TLS library: rustls for the Rust servers, OpenSSL for
@@ -405,7 +408,7 @@ unset BENCH_TLS
 # One compressed message each first, so that compression state exists (it is allocated lazily).
 # Of the peers only Node ws has permessage-deflate.
 export BENCH_DEFLATE=1
-for s in sockeye node; do
+for s in sockeye sockeye-loop node; do
   memory "$s" deflate "$DEFLATE_IDLE" "$DEFLATE_IDLE idle, permessage-deflate"
 done
 # Sockeye's states pooled (the default) or dedicated to each connection (DeflateConfig::pool None).
@@ -566,10 +569,10 @@ else
   lt_samples=$UWS_SAMPLES; [ "$SMOKE" = 1 ] || lt_samples=2
   # Sockeye: the bench's README-style server (Server::serve, current-thread runtime); ws-tool:
   # `ws echo_server`; the peers' echo servers as each documents.
-  LT_SERVERS="uws sockeye ws-tool tokio-websockets fastwebsockets tungstenite"
+  LT_SERVERS="uws sockeye sockeye-loop sockeye-loop-epoll ws-tool tokio-websockets fastwebsockets tungstenite"
   # permessage-deflate: only the systems that have it (Sockeye's server with its default
   # compression config, the ws tool's default, uWS's dedicated compressor and decompressor).
-  LT_DEFLATE_SERVERS="uws sockeye ws-tool"
+  LT_DEFLATE_SERVERS="uws sockeye sockeye-loop ws-tool"
   reversed() { printf '%s\n' $1 | tac | tr '\n' ' '; }
   for round in $(seq "$LT_ROUNDS"); do
     order=$LT_SERVERS deflate_order=$LT_DEFLATE_SERVERS

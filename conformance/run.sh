@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # conformance/run.sh server|client [--tls | --http2] [--cases '1.*,2.*'] [--no-build]
-# conformance/run.sh server --runtime uring|epoll [--cases ...] [--no-build]
+# conformance/run.sh server --runtime uring|epoll|auto [--cases ...] [--no-build]
 #
 # Runs the real Autobahn|Testsuite (wstest 25.10.1) against Sockeye and compares every case with
 # conformance/expected.json; exits non-zero on any difference (wstest's own exit code says nothing
@@ -17,14 +17,15 @@
 #   server: wstest -> bridge 127.0.0.1:9004 -> h2c -> sockeye-autobahn-server 127.0.0.1:9005
 #   client: sockeye-autobahn-client --http2 -> h2c -> bridge 127.0.0.1:9013 -> wstest 127.0.0.1:9012
 #   Not combinable with --tls (the bridge speaks h2c only).
-# --runtime uring|epoll: the server is Sockeye's own loop (sockeye-loop) on that interface, on
-# 127.0.0.1:9006 (uring) or 9007 (epoll); report in target/autobahn/servers-loop-<runtime>/.
-# The epoll run is the fallback's, forced (it runs where io_uring is refused).
+# --runtime uring|epoll|auto: the server is Sockeye's own loop (sockeye-loop) on that interface,
+# on 127.0.0.1:9006 (uring, auto) or 9007 (epoll); report in target/autobahn/servers-loop-<runtime>/.
+# The epoll run is the fallback's, forced (it runs where io_uring is refused); auto is io_uring
+# wherever the kernel allows it (the testee's log says which it got).
 # Installs wstest first if needed (conformance/install-wstest.sh, idempotent).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { echo "usage: conformance/run.sh server|client [--tls | --http2 | --runtime uring|epoll] [--cases '1.*,2.*'] [--no-build]  (--tls, --http2 and --runtime do not combine; --runtime is the server role's)" >&2; exit 2; }
+usage() { echo "usage: conformance/run.sh server|client [--tls | --http2 | --runtime uring|epoll|auto] [--cases '1.*,2.*'] [--no-build]  (--tls, --http2 and --runtime do not combine; --runtime is the server role's)" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 ROLE="$1"; shift
 case "$ROLE" in server|client) ;; *) usage ;; esac
@@ -47,7 +48,7 @@ done
 if [ -n "$RUNTIME" ]; then
   [ "$ROLE" = server ] && [ "$TLS" = 0 ] && [ "$HTTP2" = 0 ] || usage
   case "$RUNTIME" in
-    uring) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_URING_PORT:-9006}" ;;
+    uring | auto) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_URING_PORT:-9006}" ;;
     epoll) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_EPOLL_PORT:-9007}" ;;
     *) usage ;;
   esac

@@ -564,6 +564,27 @@ pub struct EchoServerArgs {
     /// Require this exact Authorization header; other clients are closed with 4001.
     #[arg(long = "http_authorization_header")]
     pub authorization: Option<String>,
+    /// The server loop: `tokio` (a task per connection; TLS, HTTP/2), or Sockeye's own loop,
+    /// a thread per core on `uring` (io_uring), `epoll`, or `auto` (io_uring where the kernel
+    /// allows it, else epoll). The own loop serves ws:// over HTTP/1.1 only, for now.
+    #[arg(long, value_enum, default_value_t = ServerRuntime::Tokio)]
+    pub runtime: ServerRuntime,
+    /// Loop threads of the own loop (default: one per core this process may run on).
+    #[arg(long, value_parser = positive::<usize>)]
+    pub threads: Option<usize>,
+}
+
+/// `--runtime` of the servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServerRuntime {
+    /// tokio, a task per connection.
+    Tokio,
+    /// Sockeye's own loop on io_uring where allowed, else epoll.
+    Auto,
+    /// Sockeye's own loop on io_uring.
+    Uring,
+    /// Sockeye's own loop on epoll.
+    Epoll,
 }
 
 /// `echo_client`.

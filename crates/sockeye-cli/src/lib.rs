@@ -28,6 +28,7 @@ mod jwks;
 mod log;
 mod opts;
 mod output;
+mod own_loop;
 mod pipe;
 mod probe;
 mod proxy_server;

@@ -70,6 +70,56 @@ fn echo_server_and_cat_round_trip() {
     assert_eq!(text(&out.stdout), "binary, uncompressed\n");
 }
 
+/// `ws echo_server --runtime`: the own loop, on each interface, behaves as the tokio server does
+/// (echo, the greeting, 4001 for a wrong Authorization), and refuses --tls clearly.
+#[test]
+fn echo_server_on_the_own_loop_on_every_runtime() {
+    for runtime in ["auto", "epoll", "uring"] {
+        let server = Running::start(&["echo_server", "-q", "--runtime", runtime, "--threads", "2", "-g"]);
+        let out = run(&["cat", &server.url("/")], "hello\nsecond line\n");
+        assert!(out.status.success(), "{runtime}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "Welcome !\nhello\nsecond line\n", "{runtime}");
+        let out = run(&["cat", "-b", "-x", &server.url("/")], "binary, uncompressed\n");
+        // -b: messages are written as they are, without a line of their own.
+        assert_eq!(text(&out.stdout), "Welcome !binary, uncompressed\n", "{runtime}");
+        drop(server);
+        let server = Running::start(&[
+            "echo_server",
+            "-q",
+            "--runtime",
+            runtime,
+            "--http_authorization_header",
+            "Bearer s3cret",
+        ]);
+        let out = run(&["cat", &server.url("/")], "");
+        assert_eq!(out.status.code(), Some(1), "{runtime}");
+        assert!(
+            text(&out.stderr).contains("4001"),
+            "{runtime}: {}",
+            text(&out.stderr)
+        );
+    }
+    let out = run(
+        &[
+            "echo_server",
+            "--runtime",
+            "epoll",
+            "--tls",
+            "--cert-file",
+            "c.pem",
+            "--key-file",
+            "k.pem",
+        ],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--runtime tokio"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn every_server_sub_command_serves_http2_clients() {
     // h2c with prior knowledge on the same port as HTTP/1.1.

@@ -272,7 +272,10 @@ impl<D> Conn<D> {
         let leftover = buf.split_off(used);
         let (response, extensions) = hello.accept_with(&shared.config.protocol);
         let response = match handler.upgrade(&request, response) {
-            Ok(response) => response,
+            Ok((response, data)) => {
+                self.data = data;
+                response
+            }
             Err(refusal) => {
                 let why = format!("refused by the application: {}", refusal.status());
                 return self.refuse(refusal, why);

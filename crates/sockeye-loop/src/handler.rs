@@ -26,21 +26,23 @@ use sockeye_proto::{CloseFrame, Connection, Message};
 /// }
 /// ```
 pub trait Handler: 'static {
-    /// What the application keeps per connection ([`Socket::data_mut`]); made with `Default`
-    /// when the connection opens, dropped when it closes.
+    /// What the application keeps per connection ([`Socket::data_mut`]): made by
+    /// [`upgrade`](Self::upgrade) (by default, with `Default`), handed back to
+    /// [`close`](Self::close).
     type Data: Default;
 
     /// Looks at the upgrade request (path, query, `Origin`, headers, offered subprotocols) and
-    /// returns the `101` response, with headers added, or refuses with any HTTP response. Called
+    /// returns the `101` response, with headers added, and the connection's data (made from the
+    /// request: who the client is, what it asked for), or refuses with any HTTP response. Called
     /// only for valid upgrade requests: others are refused before (400, 405, 426, 431, 505).
-    /// Default: accept every request.
+    /// Default: accept every request, with `Data::default()`.
     fn upgrade(
         &mut self,
         request: &Request<()>,
         response: Response<()>,
-    ) -> Result<Response<()>, Response<String>> {
+    ) -> Result<(Response<()>, Self::Data), Response<String>> {
         let _ = request;
-        Ok(response)
+        Ok((response, Self::Data::default()))
     }
 
     /// The connection is open: the `101` response is queued. Default: nothing.
@@ -52,8 +54,9 @@ pub trait Handler: 'static {
     /// close frame ends in [`close`](Self::close)).
     fn message(&mut self, socket: &mut Socket<'_, Self::Data>, message: Message);
 
-    /// What the connection had queued past [`Config::write_buffer_high_water`]
-    /// (sockeye::Config) is written down below it again: sending will not pile up any more.
+    /// What the connection had queued past
+    /// [`Config::write_buffer_high_water`](sockeye::Config::write_buffer_high_water) is written
+    /// down below it again: sending will not pile up any more.
     /// Called once after each [`Sent::Backpressure`]. Default: nothing.
     fn drain(&mut self, socket: &mut Socket<'_, Self::Data>) {
         let _ = socket;
@@ -85,7 +88,8 @@ pub enum Sent {
     /// Queued; it is written at the end of this loop turn, with everything else queued.
     Queued,
     /// Queued, but the connection now holds more than the high water mark
-    /// (sockeye::Config::write_buffer_high_water): the peer reads slower than this side sends.
+    /// ([`Config::write_buffer_high_water`](sockeye::Config::write_buffer_high_water)): the peer
+    /// reads slower than this side sends.
     /// Stop sending to it until [`Handler::drain`].
     Backpressure,
     /// Not sent: the connection is closing or closed.

@@ -169,9 +169,9 @@ impl Handler for OnlyChat {
         &mut self,
         request: &http::Request<()>,
         response: http::Response<()>,
-    ) -> Result<http::Response<()>, http::Response<String>> {
+    ) -> Result<(http::Response<()>, ()), http::Response<String>> {
         if request.uri().path() == "/chat" {
-            return Ok(response);
+            return Ok((response, ()));
         }
         let mut refusal = http::Response::new("no such endpoint\n".to_string());
         *refusal.status_mut() = http::StatusCode::NOT_FOUND;

@@ -56,11 +56,80 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     let nodelay = nodelay_from_env();
+    if let Some(runtime) = system.strip_prefix("sockeye-loop") {
+        return loop_server(runtime, mode, port.parse()?, n, nodelay);
+    }
     let (system, mode) = (system.clone(), mode.clone());
     Layout::from_env()?.run(port.parse()?, move |listener| {
         let accepting = accept_loop(listener, system.clone(), mode.clone(), n, tls.clone(), nodelay);
         async move { accepting.await.map_err(|e| e.to_string()) }
     })
+}
+
+/// Sockeye's own loop (sockeye-loop): `sockeye-loop` on io_uring where allowed, else epoll;
+/// `sockeye-loop-epoll` forced onto epoll. One loop thread, or N with `BENCH_RUNTIME=reuseport:N`.
+fn loop_server(runtime: &str, mode: &str, port: u16, n: u64, nodelay: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let runtime = match runtime {
+        "" => sockeye_loop::Runtime::Auto,
+        "-epoll" => sockeye_loop::Runtime::Epoll,
+        "-uring" => sockeye_loop::Runtime::Uring,
+        other => return Err(format!("unknown system sockeye-loop{other}").into()),
+    };
+    let threads = match Layout::from_env()? {
+        Layout::Current => 1,
+        Layout::PerCore(n) => n,
+        Layout::Multi(_) => return Err("sockeye-loop has no work-stealing runtime: BENCH_RUNTIME=reuseport:N".into()),
+    };
+    let push = match mode {
+        "echo" | "deflate" => None,
+        "push" => Some(sockeye::Message::text("yo")),
+        "deflate-push" => Some(sockeye::Message::text(sockeye_bench::json_document())),
+        other => return Err(format!("sockeye-loop has no {other} mode").into()),
+    };
+    let config = sockeye_config(mode, nodelay);
+    let server = sockeye_loop::Server::new(config)
+        .threads(threads)
+        .runtime(runtime)
+        .listen(("127.0.0.1", port), move || LoopBench { push: push.clone(), n })?;
+    eprintln!("sockeye-loop on {:?}", server.runtime());
+    println!("ready");
+    server.wait()?;
+    Ok(())
+}
+
+/// The loop's bench handler: echo, or push `n` copies of a message then close, as the tokio
+/// server's modes do (sending again at each drain).
+struct LoopBench {
+    push: Option<sockeye::Message>,
+    n: u64,
+}
+
+impl sockeye_loop::Handler for LoopBench {
+    type Data = u64;
+
+    fn open(&mut self, socket: &mut sockeye_loop::Socket<'_, u64>) {
+        if self.push.is_some() {
+            *socket.data_mut() = self.n;
+            self.drain(socket);
+        }
+    }
+
+    fn message(&mut self, socket: &mut sockeye_loop::Socket<'_, u64>, message: sockeye::Message) {
+        if self.push.is_none() {
+            socket.send(message);
+        }
+    }
+
+    fn drain(&mut self, socket: &mut sockeye_loop::Socket<'_, u64>) {
+        let Some(message) = &self.push else { return };
+        while *socket.data() > 0 {
+            *socket.data_mut() -= 1;
+            if socket.send(message.clone()) != sockeye_loop::Sent::Queued {
+                return;
+            }
+        }
+        socket.close(None);
+    }
 }
 
 /// How the server uses threads (`BENCH_RUNTIME`; the scaling comparison of issue 31 §4).
@@ -223,13 +292,8 @@ async fn serve_one<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     }
 }
 
-async fn sockeye_server(
-    listener: TcpListener,
-    mode: &str,
-    n: u64,
-    tls: Option<sockeye::tls::ServerTls>,
-    nodelay: bool,
-) -> Result<(), Box<dyn std::error::Error>> {
+/// Sockeye's configuration for a mode (the tokio server's and the loop's).
+fn sockeye_config(mode: &str, nodelay: bool) -> sockeye::Config {
     let mut config = sockeye::Config::default();
     if !mode.starts_with("deflate") {
         config.protocol.deflate = None;
@@ -260,6 +324,17 @@ async fn sockeye_server(
     if std::env::var_os("BENCH_KEEPALIVE").is_some_and(|v| v == "0") {
         config.protocol.keepalive_interval = None;
     }
+    config
+}
+
+async fn sockeye_server(
+    listener: TcpListener,
+    mode: &str,
+    n: u64,
+    tls: Option<sockeye::tls::ServerTls>,
+    nodelay: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let config = sockeye_config(mode, nodelay);
     let push = match mode {
         "push" => Some(sockeye::Message::text("yo")),
         "deflate-push" => Some(sockeye::Message::text(sockeye_bench::json_document())),
