@@ -46,6 +46,10 @@ const RING_ENTRIES: u32 = 4096;
 /// Payloads at least this large are sent from their own `Bytes`, not copied into the send buffer.
 const SHARE_FROM: usize = 4096;
 
+/// A connection's send buffer is kept between sends up to this size (a busy connection pays no
+/// allocation per send); a larger one, grown for a burst, is freed once sent.
+const KEEP_COPIED: usize = 16 << 10;
+
 /// What a completion is for: the top byte of its user data (the connection's key below).
 const ACCEPT: u64 = 1 << 56;
 const RECV: u64 = 2 << 56;
@@ -94,9 +98,6 @@ struct Entry<D> {
     /// Its cancellation is asked (input paused).
     cancelling: bool,
     dirty: bool,
-    /// Input is not handed to the engine while its output is past the high water mark; the
-    /// receive is left to end (it is not re-armed) and armed again once written down.
-    paused: bool,
     read_closed: bool,
     /// The connection is over for the application (its handler was told); the entry waits for
     /// its last operations to complete before the descriptor is closed.
@@ -112,6 +113,7 @@ struct Outgoing {
     shared: Vec<Bytes>,
     pieces: Vec<Piece>,
     iovecs: Vec<libc::iovec>,
+    /// The message header the kernel reads (boxed: it must not move while a send is in flight).
     msg: Option<Box<libc::msghdr>>,
     in_flight: bool,
     /// Bytes the kernel took of this send so far, of `total`.
@@ -220,7 +222,9 @@ fn turns<H: Handler>(
                         // SAFETY: the kernel just created this descriptor for us; nothing else
                         // owns it.
                         let stream = unsafe { TcpStream::from_raw_fd(result as RawFd) };
-                        accept(stream, &mut conns, &mut sq, shared);
+                        if listener.is_some() {
+                            accept(stream, &mut conns, &mut sq, shared);
+                        }
                     } else {
                         tracing::debug!("accept failed: {}", io::Error::from_raw_os_error(-result));
                     }
@@ -242,8 +246,10 @@ fn turns<H: Handler>(
                     let mut sink = [0u8; 64];
                     while matches!(wake.read(&mut sink), Ok(n) if n > 0) {}
                     if shared.is_stopping() && stopping.is_none() {
-                        // Dropping the listener closes it; its accept completes with an error.
+                        // The multishot accept holds the listening socket open: cancelled, so
+                        // that no client is accepted while the server stops.
                         listener = None;
+                        sq.push(opcode::AsyncCancel::new(ACCEPT).build().user_data(CANCEL));
                         stopping = Some(Stopping::new(shared));
                         for (key, entry) in conns.iter_mut() {
                             entry.conn.go_away();
@@ -435,7 +441,6 @@ fn accept<D: Default>(
         receiving: true,
         cancelling: false,
         dirty: false,
-        paused: false,
         read_closed: false,
         over: false,
     });
@@ -485,7 +490,6 @@ fn step<H: Handler>(
     // Input stops while output piles up past the high water mark (the peer sends but does not
     // read): the receive is cancelled, and armed again once the output is written down.
     let backlog = entry.conn.output_len() > shared.config.write_buffer_high_water;
-    entry.paused = backlog;
     if backlog && entry.receiving && !entry.cancelling {
         entry.cancelling = true;
         sq.push(
@@ -580,10 +584,11 @@ impl Outgoing {
             });
         }
         // SAFETY: an all-zero msghdr is a valid empty one (no name, no control data).
-        let mut msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        let msg = self
+            .msg
+            .get_or_insert_with(|| Box::new(unsafe { std::mem::zeroed() }));
         msg.msg_iov = self.iovecs.as_mut_ptr();
         msg.msg_iovlen = self.iovecs.len() as _;
-        let msg = self.msg.insert(msg);
         // MSG_NOSIGNAL: a peer gone is an error to report, not SIGPIPE.
         opcode::SendMsg::new(Fd(fd), &**msg as *const libc::msghdr)
             .flags(libc::MSG_NOSIGNAL as u32)
@@ -605,6 +610,10 @@ impl Outgoing {
         self.in_flight = false;
         self.shared.clear();
         self.copied.clear();
+        if self.copied.capacity() > KEEP_COPIED {
+            // A batch of many small frames: not kept for an idle connection.
+            self.copied = Vec::new();
+        }
     }
 }
 
