@@ -79,14 +79,29 @@ impl<D: Default> Conn<D> {
 
 impl<D> Conn<D> {
     /// Bytes from the peer: the upgrade request, or frames for the engine, whose messages go to
-    /// the handler (its replies are queued, not written: the loop writes once per turn).
-    pub(crate) fn input<H: Handler<Data = D>>(&mut self, bytes: &[u8], shared: &Shared, handler: &mut H) {
+    /// the handler (its replies are queued, not written: the loop writes once per turn). A
+    /// connection without a read buffer (it gave its own back when it last waited) takes one
+    /// from the loop's `pool`, rather than allocating.
+    pub(crate) fn input<H: Handler<Data = D>>(
+        &mut self,
+        bytes: &[u8],
+        shared: &Shared,
+        handler: &mut H,
+        pool: &mut Vec<BytesMut>,
+    ) {
         match &mut self.phase {
             Phase::Handshake { request, .. } => {
                 request.extend_from_slice(bytes);
                 self.handshake(shared, handler);
             }
             Phase::Open(engine) => {
+                let buffer = engine.read_buffer();
+                if buffer.capacity() == 0
+                    && let Some(pooled) = pool.pop()
+                {
+                    // Empty, as the engine gave it back: nothing of the stream is in it.
+                    *buffer = pooled;
+                }
                 engine.receive(bytes);
                 self.deliver(shared, handler);
             }

@@ -21,7 +21,7 @@ use crate::connection::Conn;
 use crate::handler::Handler;
 use crate::shared::Shared;
 use crate::timers::Timers;
-use crate::turn::{MAX_IOVECS, READS_PER_TURN, Stopping, refuse_busy};
+use crate::turn::{Lingering, MAX_IOVECS, READS_PER_TURN, Stopping, refuse_busy};
 
 const LISTENER: Token = Token(usize::MAX);
 const WAKE: Token = Token(usize::MAX - 1);
@@ -39,6 +39,8 @@ struct Entry<D> {
     paused: bool,
     /// The peer's FIN was read.
     read_closed: bool,
+    /// The last turn in which input arrived (see `Lingering`).
+    input_turn: u64,
 }
 
 /// Runs one loop thread until the server stops and its connections are closed (or the
@@ -69,7 +71,10 @@ pub(crate) fn run<H: Handler>(
     let mut buf = vec![0u8; shared.config.read_chunk_size.max(4096)];
     let mut pool: Vec<BytesMut> = Vec::new();
     let mut stopping: Option<Stopping> = None;
+    let mut lingering = Lingering::default();
+    let mut turn: u64 = 0;
     loop {
+        turn += 1;
         let now = Instant::now();
         let timeout = if !unread.is_empty() {
             Some(std::time::Duration::ZERO)
@@ -111,8 +116,18 @@ pub(crate) fn run<H: Handler>(
                     if event.is_readable() || event.is_read_closed() {
                         entry.unread = true;
                     }
-                    if entry.unread {
-                        read(entry, key, &mut buf, &shared, &mut handler, &mut unread);
+                    if entry.unread
+                        && read(
+                            entry,
+                            key,
+                            &mut buf,
+                            &shared,
+                            &mut handler,
+                            &mut unread,
+                            &mut pool,
+                        )
+                    {
+                        entry.input_turn = turn;
                     }
                     mark(&mut dirty, entry, key);
                 }
@@ -123,7 +138,17 @@ pub(crate) fn run<H: Handler>(
             if let Some(entry) = conns.get_mut(key)
                 && entry.unread
             {
-                read(entry, key, &mut buf, &shared, &mut handler, &mut unread);
+                if read(
+                    entry,
+                    key,
+                    &mut buf,
+                    &shared,
+                    &mut handler,
+                    &mut unread,
+                    &mut pool,
+                ) {
+                    entry.input_turn = turn;
+                }
                 mark(&mut dirty, entry, key);
             }
         }
@@ -147,7 +172,7 @@ pub(crate) fn run<H: Handler>(
                 entry.paused = false;
                 unread.push(key);
             } else if result.is_ok() && !entry.unread && !entry.conn.has_output() {
-                entry.conn.idle(&mut pool, shared.config.read_chunk_size);
+                lingering.waits(key);
             }
             match result {
                 Ok(true) => {
@@ -159,6 +184,15 @@ pub(crate) fn run<H: Handler>(
                 Err(e) => close(conns.remove(key), &mut poll, Some(e), &shared, &mut handler),
             }
         }
+        lingering.end_turn(|key| {
+            if let Some(entry) = conns.get_mut(key)
+                && entry.input_turn < turn
+                && !entry.unread
+                && !entry.conn.has_output()
+            {
+                entry.conn.idle(&mut pool, shared.config.read_chunk_size);
+            }
+        });
         if let Some(s) = &stopping
             && (conns.is_empty() || Instant::now() >= s.deadline)
         {
@@ -204,6 +238,7 @@ fn accept_all<D: Default>(
                     unread: false,
                     paused: false,
                     read_closed: false,
+                    input_turn: 0,
                 });
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -220,7 +255,7 @@ fn accept_all<D: Default>(
 
 /// Reads a turn's share of a connection's input (edge-triggered: until the socket is dry, or
 /// the share is used, or the connection's output piled up past the high water mark: then it
-/// stops reading until the peer takes it).
+/// stops reading until the peer takes it). Whether any input arrived.
 fn read<H: Handler>(
     entry: &mut Entry<H::Data>,
     key: usize,
@@ -228,29 +263,34 @@ fn read<H: Handler>(
     shared: &Shared,
     handler: &mut H,
     unread: &mut Vec<usize>,
-) {
+    pool: &mut Vec<BytesMut>,
+) -> bool {
+    let mut got = false;
     for _ in 0..READS_PER_TURN {
         if entry.read_closed || !matches!(entry.conn.transport(), Transport::Open | Transport::ShutdownWrite)
         {
             entry.unread = false;
-            return;
+            return got;
         }
         if entry.conn.output_len() > shared.config.write_buffer_high_water {
             // Resumed once written down (see `run`'s writes).
             entry.paused = true;
-            return;
+            return got;
         }
         match entry.stream.read(buf) {
             Ok(0) => {
                 entry.read_closed = true;
                 entry.unread = false;
                 entry.conn.eof();
-                return;
+                return got;
             }
-            Ok(n) => entry.conn.input(&buf[..n], shared, handler),
+            Ok(n) => {
+                got = true;
+                entry.conn.input(&buf[..n], shared, handler, pool)
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 entry.unread = false;
-                return;
+                return got;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => {
@@ -258,11 +298,12 @@ fn read<H: Handler>(
                 entry.read_closed = true;
                 entry.unread = false;
                 entry.conn.eof();
-                return;
+                return got;
             }
         }
     }
     unread.push(key);
+    got
 }
 
 /// Writes what the connection has queued and carries out what its engine asks of the

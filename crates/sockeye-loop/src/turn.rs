@@ -40,3 +40,29 @@ impl Stopping {
 pub(crate) fn refuse_busy(stream: &mut impl Write) {
     let _ = stream.write(&encode_response(&service_unavailable()));
 }
+
+/// Connections that wait for input give their idle buffers back (read buffer, batch buffer,
+/// deflate states: `Conn::idle`) only once they waited through a whole turn: a connection with
+/// input every turn (a load) keeps them instead of freeing and allocating them at every round
+/// trip, an idle one lets them go one turn later.
+#[derive(Debug, Default)]
+pub(crate) struct Lingering {
+    this_turn: Vec<usize>,
+    last_turn: Vec<usize>,
+}
+
+impl Lingering {
+    /// The connection `key` waits for input at the end of this turn.
+    pub(crate) fn waits(&mut self, key: usize) {
+        self.this_turn.push(key);
+    }
+
+    /// At the end of a turn: `each` is called with the connections that waited at the end of
+    /// the turn before (it checks that they had no input since), each once or more.
+    pub(crate) fn end_turn(&mut self, mut each: impl FnMut(usize)) {
+        for key in self.last_turn.drain(..) {
+            each(key);
+        }
+        std::mem::swap(&mut self.this_turn, &mut self.last_turn);
+    }
+}

@@ -32,7 +32,7 @@ use crate::connection::Conn;
 use crate::handler::Handler;
 use crate::shared::Shared;
 use crate::timers::Timers;
-use crate::turn::{MAX_IOVECS, Stopping, refuse_busy};
+use crate::turn::{Lingering, MAX_IOVECS, Stopping, refuse_busy};
 
 /// Provided buffers: how many, and how large. 128 × 32 KiB = 4 MiB per thread, touched only
 /// as the kernel fills them; a buffer is back in the ring within the turn that received it.
@@ -99,6 +99,8 @@ struct Entry<D> {
     cancelling: bool,
     dirty: bool,
     read_closed: bool,
+    /// The last turn in which input arrived (see `Lingering`).
+    input_turn: u64,
     /// The connection is over for the application (its handler was told); the entry waits for
     /// its last operations to complete before the descriptor is closed.
     over: bool,
@@ -172,6 +174,8 @@ fn turns<H: Handler>(
     let mut completions: Vec<(u64, i32, u32)> = Vec::with_capacity(1024);
     let mut pool: Vec<BytesMut> = Vec::new();
     let mut stopping: Option<Stopping> = None;
+    let mut lingering = Lingering::default();
+    let mut turn: u64 = 0;
     let mut sq = Submissions::default();
     // Whether the multishot accept is armed (it is not once the listener is closed and its
     // accept ended).
@@ -191,6 +195,7 @@ fn turns<H: Handler>(
             .user_data(WAKE),
     );
     loop {
+        turn += 1;
         // Submit the turn's operations, and wait for a completion or the next deadline.
         let now = Instant::now();
         let deadline = [timers.next(), stopping.as_ref().map(|s| s.deadline)]
@@ -269,8 +274,9 @@ fn turns<H: Handler>(
                     let Some(entry) = conns.get_mut(key) else { continue };
                     if let Some(bid) = cqueue::buffer_select(flags) {
                         if result > 0 && !entry.over {
+                            entry.input_turn = turn;
                             let bytes = buffers.get(bid, result as usize);
-                            entry.conn.input(bytes, shared, handler);
+                            entry.conn.input(bytes, shared, handler, &mut pool);
                         }
                         buffers.recycle(bid);
                     }
@@ -322,7 +328,7 @@ fn turns<H: Handler>(
             let Some(entry) = conns.get_mut(key) else { continue };
             entry.dirty = false;
             if !entry.over {
-                step(entry, key, &mut sq, shared, handler, &mut pool);
+                step(entry, key, &mut sq, shared, handler, &mut lingering);
                 let deadline = entry.conn.deadline();
                 timers.arm(key, &mut entry.conn.armed, deadline);
             }
@@ -331,6 +337,16 @@ fn turns<H: Handler>(
                 conns.remove(key);
             }
         }
+        lingering.end_turn(|key| {
+            if let Some(entry) = conns.get_mut(key)
+                && entry.input_turn < turn
+                && !entry.over
+                && !entry.send.in_flight
+                && !entry.conn.has_output()
+            {
+                entry.conn.idle(&mut pool, shared.config.read_chunk_size);
+            }
+        });
         if let Some(s) = &stopping
             && (conns.is_empty() || Instant::now() >= s.deadline)
         {
@@ -441,6 +457,7 @@ fn accept<D: Default>(
         receiving: true,
         cancelling: false,
         dirty: false,
+        input_turn: 0,
         read_closed: false,
         over: false,
     });
@@ -454,14 +471,14 @@ fn recv_entry(fd: RawFd, key: usize) -> squeue::Entry {
 }
 
 /// After a turn's input for this connection: its send, what its engine asks of the transport,
-/// its receive armed again if it ended, its idle buffers given back.
+/// its receive armed again if it ended; waiting, it is one for `Lingering`.
 fn step<H: Handler>(
     entry: &mut Entry<H::Data>,
     key: usize,
     sq: &mut Submissions,
     shared: &Shared,
     handler: &mut H,
-    pool: &mut Vec<BytesMut>,
+    lingering: &mut Lingering,
 ) {
     if matches!(entry.conn.transport(), Transport::Abort | Transport::Closed) {
         return end(entry, None, shared, handler);
@@ -503,7 +520,7 @@ fn step<H: Handler>(
         sq.push(recv_entry(entry.stream.as_raw_fd(), key));
     }
     if !entry.send.in_flight && !entry.conn.has_output() {
-        entry.conn.idle(pool, shared.config.read_chunk_size);
+        lingering.waits(key);
     }
 }
 
