@@ -45,28 +45,24 @@ enum Phase {
 
 impl<D: Default> Conn<D> {
     pub(crate) fn new(peer: SocketAddr, now: Instant, shared: &Shared) -> Self {
-        Conn {
+        Self::in_phase(
             peer,
-            phase: Phase::Handshake {
+            Phase::Handshake {
                 request: BytesMut::new(),
                 deadline: now + shared.config.handshake_timeout.min(YEARS),
             },
-            data: D::default(),
-            head: Vec::new(),
-            backpressured: false,
-            peer_close: None,
-            error: None,
-            armed: None,
-        }
+        )
     }
-}
 
-impl<D: Default> Conn<D> {
     /// What is left of a connection the loop ended, while the kernel finishes with its socket.
     pub(crate) fn ended() -> Self {
+        Self::in_phase(SocketAddr::from(([0, 0, 0, 0], 0)), Phase::Over)
+    }
+
+    fn in_phase(peer: SocketAddr, phase: Phase) -> Self {
         Conn {
-            peer: SocketAddr::from(([0, 0, 0, 0], 0)),
-            phase: Phase::Over,
+            peer,
+            phase,
             data: D::default(),
             head: Vec::new(),
             backpressured: false,
@@ -201,13 +197,7 @@ impl<D> Conn<D> {
         };
         if self.backpressured && engine.transmit_len() <= shared.config.write_buffer_high_water {
             self.backpressured = false;
-            let mut socket = Socket {
-                engine,
-                data: &mut self.data,
-                peer: self.peer,
-                high_water: shared.config.write_buffer_high_water,
-                backpressured: &mut self.backpressured,
-            };
+            let mut socket = socket(engine, &mut self.data, &mut self.backpressured, self.peer, shared);
             handler.drain(&mut socket);
         }
     }
@@ -226,6 +216,17 @@ impl<D> Conn<D> {
                 pool.push(buffer);
             }
         }
+    }
+
+    /// The deadline `at`, armed for this connection in the loop's timers, passed: `true` if it is
+    /// still this connection's (not one it armed before an earlier one), and the engine was told.
+    pub(crate) fn fire(&mut self, at: Instant, now: Instant) -> bool {
+        if self.armed != Some(at) {
+            return false;
+        }
+        self.armed = None;
+        self.timeout(now);
+        true
     }
 
     /// The loop shut down the writing side, as [`Transport::ShutdownWrite`] asked.
@@ -305,13 +306,7 @@ impl<D> Conn<D> {
         let Phase::Open(engine) = &mut self.phase else {
             unreachable!()
         };
-        let mut socket = Socket {
-            engine,
-            data: &mut self.data,
-            peer: self.peer,
-            high_water: shared.config.write_buffer_high_water,
-            backpressured: &mut self.backpressured,
-        };
+        let mut socket = socket(engine, &mut self.data, &mut self.backpressured, self.peer, shared);
         handler.open(&mut socket);
         if !leftover.is_empty() {
             engine.receive(&leftover);
@@ -333,13 +328,8 @@ impl<D> Conn<D> {
         loop {
             match engine.poll_message() {
                 Ok(Some(message)) if message.is_data() => {
-                    let mut socket = Socket {
-                        engine,
-                        data: &mut self.data,
-                        peer: self.peer,
-                        high_water: shared.config.write_buffer_high_water,
-                        backpressured: &mut self.backpressured,
-                    };
+                    let mut socket =
+                        socket(engine, &mut self.data, &mut self.backpressured, self.peer, shared);
                     handler.message(&mut socket, message);
                 }
                 Ok(Some(Message::Close(frame))) => self.peer_close = frame,
@@ -350,6 +340,23 @@ impl<D> Conn<D> {
                 Ok(None) | Err(_) => return,
             }
         }
+    }
+}
+
+/// The handler's view of a connection, for one call.
+fn socket<'a, D>(
+    engine: &'a mut Connection,
+    data: &'a mut D,
+    backpressured: &'a mut bool,
+    peer: SocketAddr,
+    shared: &Shared,
+) -> Socket<'a, D> {
+    Socket {
+        engine,
+        data,
+        peer,
+        high_water: shared.config.write_buffer_high_water,
+        backpressured,
     }
 }
 

@@ -155,10 +155,8 @@ pub(crate) fn run<H: Handler>(
         let now = Instant::now();
         while let Some((key, at)) = timers.pop_due(now) {
             if let Some(entry) = conns.get_mut(key)
-                && entry.conn.armed == Some(at)
+                && entry.conn.fire(at, now)
             {
-                entry.conn.armed = None;
-                entry.conn.timeout(now);
                 mark(&mut dirty, entry, key);
             }
         }
