@@ -43,7 +43,11 @@ pub(crate) async fn echo_server(args: EchoServerArgs) -> Result<(), Failure> {
             greet,
             authorization: authorization.clone(),
         })
-        .map_err(|e| Failure::new(format!("cannot listen on {host}:{}: {e}", opts.port)))?;
+        .map_err(|e| match e.kind() {
+            // io_uring refused here: the error says why and what to use.
+            std::io::ErrorKind::Unsupported => Failure::new(e.to_string()),
+            _ => Failure::new(format!("cannot listen on {host}:{}: {e}", opts.port)),
+        })?;
     if let Some(pidfile) = &opts.pidfile {
         write_pidfile(pidfile)?;
     }

@@ -168,8 +168,10 @@ fn resolve(runtime: Runtime) -> io::Result<Runtime> {
             }
         }),
         Runtime::Uring => crate::uring::probe().map(|()| Runtime::Uring).map_err(|e| {
+            // `Unsupported` whatever the cause (EPERM from seccomp or the sysctl, ENOSYS, an old
+            // kernel): the caller can tell it from a failed bind.
             io::Error::new(
-                e.kind(),
+                io::ErrorKind::Unsupported,
                 format!(
                     "io_uring is unavailable here ({e}); seccomp (Docker's default profile) or \
                      kernel.io_uring_disabled refuse it: use the epoll runtime"
