@@ -45,11 +45,13 @@ enum Scenario {
     Autoroute,
     ConnectInBackoff,
     EchoServerUnderBinaryFlood,
+    /// The same on Sockeye's own loop (`--runtime auto`): its threads, not tokio's tasks.
+    OwnLoopEchoServerUnderBinaryFlood,
     PushServer,
     BroadcastServer,
 }
 
-const SCENARIOS: [Scenario; 9] = [
+const SCENARIOS: [Scenario; 10] = [
     Scenario::EchoClientMute,
     Scenario::CatNoClose,
     Scenario::CatOpenStdin,
@@ -57,6 +59,7 @@ const SCENARIOS: [Scenario; 9] = [
     Scenario::Autoroute,
     Scenario::ConnectInBackoff,
     Scenario::EchoServerUnderBinaryFlood,
+    Scenario::OwnLoopEchoServerUnderBinaryFlood,
     Scenario::PushServer,
     Scenario::BroadcastServer,
 ];
@@ -203,8 +206,12 @@ fn server_sample(scenario: Scenario) -> Sample {
     let note;
     let mut problem = None;
     let (took, code) = match scenario {
-        Scenario::EchoServerUnderBinaryFlood => {
-            let mut server = Server::start_flood(&["echo_server", "-q"]);
+        Scenario::EchoServerUnderBinaryFlood | Scenario::OwnLoopEchoServerUnderBinaryFlood => {
+            let args: &[&str] = match scenario {
+                Scenario::EchoServerUnderBinaryFlood => &["echo_server", "-q"],
+                _ => &["echo_server", "-q", "--runtime", "auto"],
+            };
+            let mut server = Server::start_flood(args);
             let mut c = client(&["cat", "-b", &server.url("/")]);
             flood_stdin(c.stdin.take().unwrap());
             assert!(
@@ -301,6 +308,7 @@ fn sigint_ends_every_long_running_command_within_one_second() {
                     let scenario = chosen[i % chosen.len()];
                     let sample = match scenario {
                         Scenario::EchoServerUnderBinaryFlood
+                        | Scenario::OwnLoopEchoServerUnderBinaryFlood
                         | Scenario::PushServer
                         | Scenario::BroadcastServer => server_sample(scenario),
                         _ => client_sample(scenario, &push),
@@ -327,7 +335,10 @@ fn sigint_ends_every_long_running_command_within_one_second() {
             .collect();
         eprintln!("{scenario:?}: {} {notes:?}", distribution(&mut times));
         let expected = match scenario {
-            Scenario::EchoServerUnderBinaryFlood | Scenario::PushServer | Scenario::BroadcastServer => 0,
+            Scenario::EchoServerUnderBinaryFlood
+            | Scenario::OwnLoopEchoServerUnderBinaryFlood
+            | Scenario::PushServer
+            | Scenario::BroadcastServer => 0,
             _ => 130,
         };
         for s in mine {
