@@ -165,7 +165,7 @@ impl<D> Conn<D> {
 
     /// Whether anything waits to be written.
     pub(crate) fn has_output(&self) -> bool {
-        !self.head.is_empty() || matches!(&self.phase, Phase::Open(engine) if engine.transmit_len() > 0)
+        self.output_len() > 0
     }
 
     /// How many bytes wait to be written.
@@ -188,9 +188,8 @@ impl<D> Conn<D> {
         (&mut self.head, transmit)
     }
 
-    /// The loop wrote what it could: `drain` is called if a backlog went below the high water mark,
-    /// and a connection about to wait gives its idle buffers back (to `shared`'s pool of read
-    /// buffers, for the next connection that reads).
+    /// The loop wrote what it could: `drain` is called if a backlog went below the high water
+    /// mark.
     pub(crate) fn written<H: Handler<Data = D>>(&mut self, shared: &Shared, handler: &mut H) {
         let Phase::Open(engine) = &mut self.phase else {
             return;
@@ -229,10 +228,24 @@ impl<D> Conn<D> {
         true
     }
 
-    /// The loop shut down the writing side, as [`Transport::ShutdownWrite`] asked.
-    pub(crate) fn write_shut_down(&mut self) {
-        if let Phase::Open(engine) = &mut self.phase {
-            engine.write_shut_down();
+    /// Everything queued is written: carries out what the engine asks of the transport, with
+    /// `shutdown_write` shutting down its writing side. `false`: close the transport now.
+    pub(crate) fn carry_out(&mut self, shutdown_write: impl FnOnce()) -> bool {
+        match self.transport() {
+            Transport::ShutdownWrite => {
+                // Reading goes on until the peer's FIN (closing with unread input would reset
+                // the connection, and could destroy the close frame in flight).
+                shutdown_write();
+                if let Phase::Open(engine) = &mut self.phase {
+                    engine.write_shut_down();
+                }
+                true
+            }
+            Transport::Finish | Transport::Abort | Transport::Closed => {
+                shutdown_write();
+                false
+            }
+            _ => true,
         }
     }
 

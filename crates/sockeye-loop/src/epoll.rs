@@ -21,9 +21,13 @@ use crate::connection::Conn;
 use crate::handler::Handler;
 use crate::shared::Shared;
 use crate::timers::Timers;
-use crate::turn::{Lingering, MAX_IOVECS, READS_PER_TURN, Stopping, refuse_busy};
+use crate::turn::{Lingering, MAX_IOVECS, READS_PER_TURN, Stopping, drain_wake, next_wake, refuse_busy};
 
 const LISTENER: Token = Token(usize::MAX);
+
+/// Write rounds of one connection per turn (each a vectored write, then `drain`), before the
+/// others get theirs.
+const WRITES_PER_TURN: usize = 4;
 const WAKE: Token = Token(usize::MAX - 1);
 
 struct Entry<D> {
@@ -39,6 +43,8 @@ struct Entry<D> {
     paused: bool,
     /// The peer's FIN was read.
     read_closed: bool,
+    /// Its socket still takes bytes and more is queued (see `flush`): written again next turn.
+    rewrite: bool,
     /// The last turn in which input arrived (see `Lingering`).
     input_turn: u64,
 }
@@ -57,7 +63,6 @@ pub(crate) fn run<H: Handler>(
         poll.registry().register(l, LISTENER, Interest::READABLE)?;
     }
     let mut wake = wake;
-    set_nonblocking_pipe(&wake)?;
     {
         use std::os::fd::AsRawFd;
         poll.registry()
@@ -68,6 +73,7 @@ pub(crate) fn run<H: Handler>(
     let mut timers = Timers::default();
     let mut dirty: Vec<usize> = Vec::new();
     let mut unread: Vec<usize> = Vec::new();
+    let mut rewrite: Vec<usize> = Vec::new();
     let mut buf = vec![0u8; shared.config.read_chunk_size.max(4096)];
     let mut pool: Vec<BytesMut> = Vec::new();
     let mut stopping: Option<Stopping> = None;
@@ -76,14 +82,10 @@ pub(crate) fn run<H: Handler>(
     loop {
         turn += 1;
         let now = Instant::now();
-        let timeout = if !unread.is_empty() {
+        let timeout = if !unread.is_empty() || !rewrite.is_empty() {
             Some(std::time::Duration::ZERO)
         } else {
-            [timers.next(), stopping.as_ref().map(|s| s.deadline)]
-                .into_iter()
-                .flatten()
-                .min()
-                .map(|at| at.saturating_duration_since(now))
+            next_wake(&timers, stopping.as_ref()).map(|at| at.saturating_duration_since(now))
         };
         if let Err(e) = poll.poll(&mut events, timeout)
             && e.kind() != io::ErrorKind::Interrupted
@@ -98,8 +100,7 @@ pub(crate) fn run<H: Handler>(
                     }
                 }
                 WAKE => {
-                    let mut sink = [0u8; 64];
-                    while matches!(wake.read(&mut sink), Ok(n) if n > 0) {}
+                    drain_wake(&mut wake);
                     if shared.is_stopping() && stopping.is_none() {
                         if let Some(mut l) = listener.take() {
                             let _ = poll.registry().deregister(&mut l);
@@ -113,27 +114,22 @@ pub(crate) fn run<H: Handler>(
                 }
                 Token(key) => {
                     let Some(entry) = conns.get_mut(key) else { continue };
-                    if event.is_readable() || event.is_read_closed() {
+                    // Read below, with the connections that had input left from the last turn
+                    // (already queued, as is one paused at the high water mark until resumed).
+                    if (event.is_readable() || event.is_read_closed()) && !entry.unread {
                         entry.unread = true;
-                    }
-                    if entry.unread
-                        && read(
-                            entry,
-                            key,
-                            &mut buf,
-                            &shared,
-                            &mut handler,
-                            &mut unread,
-                            &mut pool,
-                        )
-                    {
-                        entry.input_turn = turn;
+                        unread.push(key);
                     }
                     mark(&mut dirty, entry, key);
                 }
             }
         }
-        // Connections with input left from the last turn: each reads its share again.
+        for key in rewrite.drain(..) {
+            if let Some(entry) = conns.get_mut(key) {
+                mark(&mut dirty, entry, key);
+            }
+        }
+        // Each connection with input reads its share (what is left waits for the next turn).
         for key in std::mem::take(&mut unread) {
             if let Some(entry) = conns.get_mut(key)
                 && entry.unread
@@ -166,6 +162,9 @@ pub(crate) fn run<H: Handler>(
             entry.dirty = false;
             let result = flush(entry, &shared, &mut handler);
             let entry = &mut conns[key];
+            if std::mem::take(&mut entry.rewrite) {
+                rewrite.push(key);
+            }
             if entry.paused && entry.conn.output_len() <= shared.config.write_buffer_high_water {
                 entry.paused = false;
                 unread.push(key);
@@ -236,6 +235,7 @@ fn accept_all<D: Default>(
                     unread: false,
                     paused: false,
                     read_closed: false,
+                    rewrite: false,
                     input_turn: 0,
                 });
             }
@@ -311,26 +311,29 @@ fn flush<H: Handler>(entry: &mut Entry<H::Data>, shared: &Shared, handler: &mut 
     if matches!(transport, Transport::Abort | Transport::Closed) {
         return Ok(false);
     }
-    let done = write_out(entry)?;
+    let mut done = write_out(entry)?;
     entry.conn.written(shared, handler);
+    // `drain` may have queued more while the socket still takes bytes. Readiness is
+    // edge-triggered: no writable event comes for that, so it is written now, a few rounds a turn
+    // at most (then the connection is written again next turn: `rewrite`).
+    let mut rounds = 1;
+    while done && entry.conn.has_output() {
+        if rounds == WRITES_PER_TURN {
+            entry.rewrite = true;
+            return Ok(true);
+        }
+        done = write_out(entry)?;
+        entry.conn.written(shared, handler);
+        rounds += 1;
+    }
     if !done {
         // The socket's buffer is full: the next writable event comes back here.
         return Ok(true);
     }
-    match entry.conn.transport() {
-        Transport::ShutdownWrite => {
-            // Reading goes on until the peer's FIN (closing with unread input would reset the
-            // connection, and could destroy the close frame in flight).
-            let _ = entry.stream.shutdown(std::net::Shutdown::Write);
-            entry.conn.write_shut_down();
-            Ok(true)
-        }
-        Transport::Finish | Transport::Abort | Transport::Closed => {
-            let _ = entry.stream.shutdown(std::net::Shutdown::Write);
-            Ok(false)
-        }
-        _ => Ok(true),
-    }
+    let stream = &entry.stream;
+    Ok(entry.conn.carry_out(|| {
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+    }))
 }
 
 /// Writes the head and the engine's queue with vectored writes until all is written (`true`) or
@@ -391,11 +394,4 @@ fn is_transient_accept_error(e: &io::Error) -> bool {
                 | libc::EINTR
         )
     )
-}
-
-fn set_nonblocking_pipe(pipe: &std::io::PipeReader) -> io::Result<()> {
-    use std::os::fd::AsFd;
-    let fd = pipe.as_fd().try_clone_to_owned()?;
-    let socket = socket2::SockRef::from(&fd);
-    socket.set_nonblocking(true)
 }

@@ -121,6 +121,9 @@ impl Server {
         let mut wakers = Vec::with_capacity(listeners.len());
         for (n, listener) in listeners.into_iter().enumerate() {
             let (wake_reader, wake_writer) = std::io::pipe()?;
+            // The loop empties it without blocking (the flag is on the pipe, shared by both ends'
+            // descriptors of the reading side).
+            socket2::SockRef::from(&wake_reader).set_nonblocking(true)?;
             wakers.push(wake_writer);
             let shared = shared.clone();
             let make_handler = make_handler.clone();

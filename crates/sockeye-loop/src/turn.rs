@@ -1,12 +1,13 @@
 //! What both loops' turns share: how much one connection may read per turn, how many pieces one
 //! vectored write takes, the shutdown's deadline, and the answer to a client over the limit.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::time::Instant;
 
 use sockeye_proto::handshake::{encode_response, service_unavailable};
 
 use crate::shared::Shared;
+use crate::timers::Timers;
 
 /// Reads of one connection per loop turn before the others get theirs: a peer that floods
 /// cannot starve the rest of its thread (its input waits in the socket, and TCP's window pushes
@@ -33,6 +34,21 @@ impl Stopping {
                     .min(std::time::Duration::from_secs(3600)),
         }
     }
+}
+
+/// When a loop must wake at the latest: its connections' next deadline, or the end of its
+/// shutdown.
+pub(crate) fn next_wake(timers: &Timers, stopping: Option<&Stopping>) -> Option<Instant> {
+    [timers.next(), stopping.map(|s| s.deadline)]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// The thread's wake-up pipe (made non-blocking by the server): empties it.
+pub(crate) fn drain_wake(wake: &mut std::io::PipeReader) {
+    let mut sink = [0u8; 64];
+    while matches!(wake.read(&mut sink), Ok(n) if n > 0) {}
 }
 
 /// Answers a client beyond `max_connections` with 503 and drops it, before it costs a

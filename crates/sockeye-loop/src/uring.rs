@@ -15,7 +15,7 @@
 //! later, buffers it reads later, the buffer ring it shares), each with its `SAFETY:` comment.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
-use std::io::{self, Read};
+use std::io;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::sync::Arc;
@@ -32,7 +32,7 @@ use crate::connection::Conn;
 use crate::handler::Handler;
 use crate::shared::Shared;
 use crate::timers::Timers;
-use crate::turn::{Lingering, MAX_IOVECS, Stopping, refuse_busy};
+use crate::turn::{Lingering, MAX_IOVECS, Stopping, drain_wake, next_wake, refuse_busy};
 
 /// Provided buffers: how many, and how large. 128 × 32 KiB = 4 MiB per thread, touched only
 /// as the kernel fills them; a buffer is back in the ring within the turn that received it.
@@ -166,7 +166,6 @@ fn turns<H: Handler>(
     handler: &mut H,
 ) -> io::Result<()> {
     let Kernel { ring, buffers } = kernel;
-    set_nonblocking(wake)?;
     let mut listener = Some(listener);
     let mut conns: Slab<Entry<H::Data>> = Slab::new();
     let mut timers = Timers::default();
@@ -181,44 +180,14 @@ fn turns<H: Handler>(
     // accept ended).
     let mut accepting = true;
     if let Some(l) = &listener {
-        sq.push(
-            opcode::AcceptMulti::new(Fd(l.as_raw_fd()))
-                .flags(libc::SOCK_CLOEXEC)
-                .build()
-                .user_data(ACCEPT),
-        );
+        sq.push(accept_entry(l));
     }
-    sq.push(
-        opcode::PollAdd::new(Fd(wake.as_raw_fd()), libc::POLLIN as u32)
-            .multi(true)
-            .build()
-            .user_data(WAKE),
-    );
+    sq.push(wake_entry(wake));
     loop {
         turn += 1;
         // Submit the turn's operations, and wait for a completion or the next deadline.
-        let now = Instant::now();
-        let deadline = [timers.next(), stopping.as_ref().map(|s| s.deadline)]
-            .into_iter()
-            .flatten()
-            .min();
         sq.flush(ring)?;
-        let waited = match deadline {
-            Some(at) => {
-                let wait = at.saturating_duration_since(now);
-                let ts = Timespec::new().sec(wait.as_secs()).nsec(wait.subsec_nanos());
-                let args = SubmitArgs::new().timespec(&ts);
-                ring.submitter().submit_with_args(1, &args)
-            }
-            None => ring.submitter().submit_and_wait(1),
-        };
-        match waited {
-            Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
-            Err(e) => return Err(e),
-        }
-        completions.clear();
-        completions.extend(ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+        wait(ring, next_wake(&timers, stopping.as_ref()), &mut completions)?;
         for &(user_data, result, flags) in &completions {
             let key = (user_data & !KIND) as usize;
             match user_data & KIND {
@@ -238,18 +207,12 @@ fn turns<H: Handler>(
                         if let Some(l) = &listener {
                             // The multishot accept ended (out of descriptors, say): armed again.
                             accepting = true;
-                            sq.push(
-                                opcode::AcceptMulti::new(Fd(l.as_raw_fd()))
-                                    .flags(libc::SOCK_CLOEXEC)
-                                    .build()
-                                    .user_data(ACCEPT),
-                            );
+                            sq.push(accept_entry(l));
                         }
                     }
                 }
                 WAKE => {
-                    let mut sink = [0u8; 64];
-                    while matches!(wake.read(&mut sink), Ok(n) if n > 0) {}
+                    drain_wake(wake);
                     if shared.is_stopping() && stopping.is_none() {
                         // The multishot accept holds the listening socket open: cancelled, so
                         // that no client is accepted while the server stops.
@@ -262,12 +225,7 @@ fn turns<H: Handler>(
                         }
                     }
                     if !cqueue::more(flags) {
-                        sq.push(
-                            opcode::PollAdd::new(Fd(wake.as_raw_fd()), libc::POLLIN as u32)
-                                .multi(true)
-                                .build()
-                                .user_data(WAKE),
-                        );
+                        sq.push(wake_entry(wake));
                     }
                 }
                 RECV => {
@@ -383,23 +341,12 @@ fn settle<D>(
             .sum::<usize>();
     let until = Instant::now() + std::time::Duration::from_secs(1);
     while waiting > 0 {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if Instant::now() >= until {
             return Err(io::Error::other(
                 "operations still in flight a second after their cancellation",
             ));
         }
-        let ts = Timespec::new().sec(left.as_secs()).nsec(left.subsec_nanos());
-        match ring
-            .submitter()
-            .submit_with_args(1, &SubmitArgs::new().timespec(&ts))
-        {
-            Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
-            Err(e) => return Err(e),
-        }
-        completions.clear();
-        completions.extend(ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+        wait(ring, Some(until), completions)?;
         for &(user_data, _, flags) in completions.iter() {
             if user_data & KIND == CANCEL || cqueue::more(flags) {
                 continue;
@@ -462,6 +409,49 @@ fn accept<D: Default>(
     sq.push(recv_entry(fd, key));
 }
 
+/// Submits what is queued and waits for a completion, or until `until`; then takes every
+/// completion (user data, result, flags) into `completions`.
+fn wait(
+    ring: &mut IoUring,
+    until: Option<Instant>,
+    completions: &mut Vec<(u64, i32, u32)>,
+) -> io::Result<()> {
+    let waited = match until {
+        Some(at) => {
+            let wait = at.saturating_duration_since(Instant::now());
+            let ts = Timespec::new().sec(wait.as_secs()).nsec(wait.subsec_nanos());
+            ring.submitter()
+                .submit_with_args(1, &SubmitArgs::new().timespec(&ts))
+        }
+        None => ring.submitter().submit_and_wait(1),
+    };
+    match waited {
+        Ok(_) => {}
+        // The time passed, a signal, or completions to take first: none is an error.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
+        Err(e) => return Err(e),
+    }
+    completions.clear();
+    completions.extend(ring.completion().map(|c| (c.user_data(), c.result(), c.flags())));
+    Ok(())
+}
+
+/// The multishot accept on the thread's listener.
+fn accept_entry(listener: &TcpListener) -> squeue::Entry {
+    opcode::AcceptMulti::new(Fd(listener.as_raw_fd()))
+        .flags(libc::SOCK_CLOEXEC)
+        .build()
+        .user_data(ACCEPT)
+}
+
+/// The multishot poll on the thread's wake-up pipe.
+fn wake_entry(wake: &std::io::PipeReader) -> squeue::Entry {
+    opcode::PollAdd::new(Fd(wake.as_raw_fd()), libc::POLLIN as u32)
+        .multi(true)
+        .build()
+        .user_data(WAKE)
+}
+
 fn recv_entry(fd: RawFd, key: usize) -> squeue::Entry {
     opcode::RecvMulti::new(Fd(fd), BUFFER_GROUP)
         .build()
@@ -487,18 +477,11 @@ fn step<H: Handler>(
             entry.send.fill(&mut entry.conn);
             sq.push(entry.send.entry(entry.stream.as_raw_fd(), key));
         } else {
-            match entry.conn.transport() {
-                Transport::ShutdownWrite => {
-                    // Reading goes on until the peer's FIN: closing with unread input would
-                    // reset the connection and could destroy the close frame in flight.
-                    let _ = entry.stream.shutdown(std::net::Shutdown::Write);
-                    entry.conn.write_shut_down();
-                }
-                Transport::Finish | Transport::Abort | Transport::Closed => {
-                    let _ = entry.stream.shutdown(std::net::Shutdown::Write);
-                    return end(entry, None, shared, handler);
-                }
-                _ => {}
+            let stream = &entry.stream;
+            if !entry.conn.carry_out(|| {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }) {
+                return end(entry, None, shared, handler);
             }
         }
     }
@@ -760,10 +743,4 @@ impl Drop for BufRing {
             dealloc(self.memory, self.memory_layout);
         }
     }
-}
-
-fn set_nonblocking(pipe: &std::io::PipeReader) -> io::Result<()> {
-    use std::os::fd::AsFd;
-    let fd = pipe.as_fd().try_clone_to_owned()?;
-    socket2::SockRef::from(&fd).set_nonblocking(true)
 }
