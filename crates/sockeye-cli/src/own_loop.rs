@@ -9,7 +9,7 @@ use crate::cli::{EchoServerArgs, ServerRuntime};
 use crate::failure::Failure;
 use crate::interrupt;
 use crate::output::errln;
-use crate::tls::{server_config, write_pidfile};
+use crate::tls::{listen_host, server_config, write_pidfile};
 
 /// `ws echo_server --runtime auto|uring|epoll`.
 pub(crate) async fn echo_server(args: EchoServerArgs) -> Result<(), Failure> {
@@ -27,11 +27,7 @@ pub(crate) async fn echo_server(args: EchoServerArgs) -> Result<(), Failure> {
     let (mut config, _) = server_config(opts)?;
     config.shutdown_timeout = interrupt::CLOSE_GRACE;
     config.protocol.auto_pong = !args.no_pong;
-    let host = if opts.ipv6 && opts.host == "127.0.0.1" {
-        "::1"
-    } else {
-        opts.host.as_str()
-    };
+    let host = listen_host(opts);
     let mut server = sockeye_loop::Server::new(config).runtime(runtime);
     if let Some(threads) = args.threads {
         server = server.threads(threads);

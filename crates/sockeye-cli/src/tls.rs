@@ -123,13 +123,18 @@ pub(crate) async fn bind(
     Ok(server)
 }
 
-/// The TCP listener for `--host`/`--port` (`-6`: the IPv6 loopback).
-pub(crate) async fn listen(opts: &ServerOpts) -> Result<tokio::net::TcpListener, Failure> {
-    let host = if opts.ipv6 && opts.host == "127.0.0.1" {
+/// The host of `--host`, or the IPv6 loopback for `-6` with the default host.
+pub(crate) fn listen_host(opts: &ServerOpts) -> &str {
+    if opts.ipv6 && opts.host == "127.0.0.1" {
         "::1"
     } else {
         opts.host.as_str()
-    };
+    }
+}
+
+/// The TCP listener for `--host`/`--port` (`-6`: the IPv6 loopback).
+pub(crate) async fn listen(opts: &ServerOpts) -> Result<tokio::net::TcpListener, Failure> {
+    let host = listen_host(opts);
     tokio::net::TcpListener::bind((host, opts.port))
         .await
         .map_err(|e| Failure::new(format!("cannot listen on {host}:{}: {e}", opts.port)))
