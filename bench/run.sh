@@ -186,8 +186,7 @@ raw_flag() { case "$1" in raw | raw-sf) echo --raw ;; esac; }
 # as the WebSocket servers do.
 connect_mode() { [ "$1" = raw ] && echo connect || echo echo; }
 SERVERS="raw sockeye tungstenite fastwebsockets tokio-websockets node picows"
-# Sockeye's own loop (sockeye-loop, issue 40): io_uring, and its epoll fallback forced. ws:// only
-# for now (TLS on the loop is the issue's second step), so not in the wss rows.
+# Sockeye's own loop (sockeye-loop, issue 40): io_uring, and its epoll fallback forced.
 LOOP_SERVERS="sockeye-loop sockeye-loop-epoll"
 # uWS's echo server where it can take part: ws:// echoes and connects (it has no push mode, is
 # built without TLS, and sets TCP_NODELAY itself).
@@ -253,7 +252,7 @@ fi # part core (sections 1, 2, 4, 5)
 if part wss; then
 section "4, 5 over wss: echo-many, large"
 export BENCH_TLS="$OUT/tls"
-for s in $SERVERS; do
+for s in $SERVERS $LOOP_SERVERS; do
   start_server "$s" echo
   addr=127.0.0.1:$PORT
   raw=$(raw_flag "$s")
@@ -334,7 +333,7 @@ for variant in ws nodelay-off wss; do
     wss) label=", wss"; export BENCH_NODELAY=1 BENCH_TLS="$OUT/tls" ;;
   esac
   section "3. connect over $variant"
-  for s in $SERVERS $([ "$variant" = wss ] || echo "$LOOP_SERVERS") $([ "$variant" = ws ] && echo "$UWS_ECHO"); do
+  for s in $SERVERS $LOOP_SERVERS $([ "$variant" = ws ] && echo "$UWS_ECHO"); do
     [ "$variant" = nodelay-off ] && [ "$s" = picows ] && continue
     start_server "$s" "$(connect_mode "$s")"
     raw=$(raw_flag "$s")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # conformance/run.sh server|client [--tls | --http2] [--cases '1.*,2.*'] [--no-build]
-# conformance/run.sh server --runtime uring|epoll|auto [--cases ...] [--no-build]
+# conformance/run.sh server --runtime uring|epoll|auto [--tls] [--cases ...] [--no-build]
 #
 # Runs the real Autobahn|Testsuite (wstest 25.10.1) against Sockeye and compares every case with
 # conformance/expected.json; exits non-zero on any difference (wstest's own exit code says nothing
@@ -19,13 +19,14 @@
 #   Not combinable with --tls (the bridge speaks h2c only).
 # --runtime uring|epoll|auto: the server is Sockeye's own loop (sockeye-loop) on that interface,
 # on 127.0.0.1:9006 (uring, auto) or 9007 (epoll); report in target/autobahn/servers-loop-<runtime>/.
+#   With --tls, wss:// on 9008 (uring, auto) or 9010 (epoll); report in servers-loop-<runtime>-tls/.
 # The epoll run is the fallback's, forced (it runs where io_uring is refused); auto is io_uring
 # wherever the kernel allows it (the testee's log says which it got).
 # Installs wstest first if needed (conformance/install-wstest.sh, idempotent).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { echo "usage: conformance/run.sh server|client [--tls | --http2 | --runtime uring|epoll|auto] [--cases '1.*,2.*'] [--no-build]  (--tls, --http2 and --runtime do not combine; --runtime is the server role's)" >&2; exit 2; }
+usage() { echo "usage: conformance/run.sh server|client [--tls | --http2 | --runtime uring|epoll|auto [--tls]] [--cases '1.*,2.*'] [--no-build]  (--http2 combines with neither; --runtime is the server role's)" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 ROLE="$1"; shift
 case "$ROLE" in server|client) ;; *) usage ;; esac
@@ -46,14 +47,17 @@ while [ $# -gt 0 ]; do
 done
 [ "$TLS" = 1 ] && [ "$HTTP2" = 1 ] && usage
 if [ -n "$RUNTIME" ]; then
-  [ "$ROLE" = server ] && [ "$TLS" = 0 ] && [ "$HTTP2" = 0 ] || usage
-  case "$RUNTIME" in
-    uring | auto) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_URING_PORT:-9006}" ;;
-    epoll) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_EPOLL_PORT:-9007}" ;;
+  [ "$ROLE" = server ] && [ "$HTTP2" = 0 ] || usage
+  case "$RUNTIME-$TLS" in
+    uring-0 | auto-0) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_URING_PORT:-9006}" ;;
+    epoll-0) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_EPOLL_PORT:-9007}" ;;
+    uring-1 | auto-1) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_URING_TLS_PORT:-9008}" ;;
+    epoll-1) SERVER_PORT="${SOCKEYE_AUTOBAHN_SERVER_EPOLL_TLS_PORT:-9010}" ;;
     *) usage ;;
   esac
   CLIENT_PORT=unused
   SCHEME=ws SUFFIX="-loop-$RUNTIME"
+  [ "$TLS" = 1 ] && SCHEME=wss SUFFIX="-loop-$RUNTIME-tls"
 elif [ "$HTTP2" = 1 ]; then
   # SERVER_PORT and CLIENT_PORT are the ports wstest uses (the bridge's in the server role,
   # wstest's own in the client role); TESTEE_PORT and BRIDGE_PORT are the other ends.
@@ -87,7 +91,7 @@ fi
 # The case list as JSON: '1.*,2.*' -> ["1.*", "2.*"].
 CASES_JSON="$(python3 -c 'import json,sys; print(json.dumps([c.strip() for c in sys.argv[1].split(",") if c.strip()]))' "$CASES")"
 mkdir -p "$OUT"
-TLSDIR="$OUT/tls-$ROLE"
+TLSDIR="$OUT/tls-$ROLE$SUFFIX"
 if [ "$TLS" = 1 ]; then
   # A CA for the run and a leaf it signs: WebPKI (rustls) refuses a self-signed CA certificate
   # as a server's end-entity certificate, as browsers do.
@@ -130,8 +134,8 @@ if [ "$ROLE" = server ]; then
 JSON
   port_free "$SERVER_PORT"
   TESTEE_ARGS=()
-  [ "$TLS" = 1 ] && TESTEE_ARGS=(--tls "$TLSDIR/cert.pem" "$TLSDIR/key.pem")
   [ -n "$RUNTIME" ] && TESTEE_ARGS=(--runtime "$RUNTIME")
+  [ "$TLS" = 1 ] && TESTEE_ARGS+=(--tls "$TLSDIR/cert.pem" "$TLSDIR/key.pem")
   if [ "$HTTP2" = 1 ]; then
     # The testee serves h2c (prior knowledge) on its plain port; wstest talks to the bridge.
     port_free "$TESTEE_PORT"
@@ -155,7 +159,7 @@ else
   # wstest's fuzzingserver reads key and cert only from the spec (its -k/-c flags are ignored
   # in this mode); the paths are relative to its working directory.
   KEYCERT=
-  [ "$TLS" = 1 ] && KEYCERT="\"key\": \"tls-$ROLE/key.pem\", \"cert\": \"tls-$ROLE/cert.pem\","
+  [ "$TLS" = 1 ] && KEYCERT="\"key\": \"tls-$ROLE$SUFFIX/key.pem\", \"cert\": \"tls-$ROLE$SUFFIX/cert.pem\","
   cat >"$OUT/fuzzingserver$SUFFIX.json" <<JSON
 {"url": "$SCHEME://127.0.0.1:$CLIENT_PORT", $KEYCERT "options": {"failByDrop": false}, "outdir": "./clients$SUFFIX",
  "cases": $CASES_JSON, "exclude-cases": [], "exclude-agent-cases": {}}

@@ -564,9 +564,9 @@ pub struct EchoServerArgs {
     /// Require this exact Authorization header; other clients are closed with 4001.
     #[arg(long = "http_authorization_header")]
     pub authorization: Option<String>,
-    /// The server loop: `tokio` (a task per connection; TLS, HTTP/2), or Sockeye's own loop,
+    /// The server loop: `tokio` (a task per connection; HTTP/2 too), or Sockeye's own loop,
     /// a thread per core on `uring` (io_uring), `epoll`, or `auto` (io_uring where the kernel
-    /// allows it, else epoll). The own loop serves ws:// over HTTP/1.1 only, for now.
+    /// allows it, else epoll). The own loop serves ws:// and wss:// over HTTP/1.1 only.
     #[arg(long, value_enum, default_value_t = ServerRuntime::Tokio)]
     pub runtime: ServerRuntime,
     /// Loop threads of the own loop (default: one per core this process may run on).

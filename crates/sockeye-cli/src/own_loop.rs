@@ -14,23 +14,22 @@ use crate::tls::{listen_host, server_config, write_pidfile};
 /// `ws echo_server --runtime auto|uring|epoll`.
 pub(crate) async fn echo_server(args: EchoServerArgs) -> Result<(), Failure> {
     let opts = &args.server;
-    if opts.tls {
-        return Err(Failure::new(
-            "--tls: the own loop serves ws:// only for now; use --runtime tokio for wss://",
-        ));
-    }
     let runtime = match args.runtime {
         ServerRuntime::Uring => Runtime::Uring,
         ServerRuntime::Epoll => Runtime::Epoll,
         _ => Runtime::Auto,
     };
-    let (mut config, _) = server_config(opts)?;
+    let (mut config, acceptor) = server_config(opts)?;
     config.shutdown_timeout = interrupt::CLOSE_GRACE;
     config.protocol.auto_pong = !args.no_pong;
     let host = listen_host(opts);
     let mut server = sockeye_loop::Server::new(config).runtime(runtime);
     if let Some(threads) = args.threads {
         server = server.threads(threads);
+    }
+    let scheme = if acceptor.is_some() { "wss" } else { "ws" };
+    if let Some(acceptor) = &acceptor {
+        server = server.tls(acceptor);
     }
     let (quiet, greet, authorization) = (crate::log::quiet(), args.greet, args.authorization.clone());
     let listening = server
@@ -48,14 +47,14 @@ pub(crate) async fn echo_server(args: EchoServerArgs) -> Result<(), Failure> {
         write_pidfile(pidfile)?;
     }
     errln!(
-        "ws echo_server: listening on ws://{} (own loop, {})",
+        "ws echo_server: listening on {scheme}://{} (own loop, {})",
         listening.local_addr(),
         match listening.runtime() {
             Runtime::Uring => "io_uring",
             _ => "epoll",
         }
     );
-    let stop = listening.stop_handle();
+    let stop = listening.handle();
     let mut serving = tokio::task::spawn_blocking(move || listening.wait());
     tokio::select! {
         ended = &mut serving => return ended.map_err(|e| Failure::new(e.to_string()))?.map_err(Failure::from),

@@ -71,7 +71,7 @@ fn echo_server_and_cat_round_trip() {
 }
 
 /// `ws echo_server --runtime`: the own loop, on each interface, behaves as the tokio server does
-/// (echo, the greeting, 4001 for a wrong Authorization), and refuses --tls clearly.
+/// (echo, the greeting, 4001 for a wrong Authorization, wss:// with --tls).
 #[test]
 fn echo_server_on_the_own_loop_on_every_runtime() {
     for runtime in ["auto", "epoll", "uring"] {
@@ -99,25 +99,31 @@ fn echo_server_on_the_own_loop_on_every_runtime() {
             text(&out.stderr)
         );
     }
-    let out = run(
-        &[
+    // wss:// on the own loop: the tokio server's certificate options.
+    let (cert_file, key_file) = self_signed("ws-cli-loop-tls");
+    let (cert_path, key_path) = (cert_file.to_str().unwrap(), key_file.to_str().unwrap());
+    for runtime in ["auto", "epoll"] {
+        let server = Running::start(&[
             "echo_server",
+            "-q",
             "--runtime",
-            "epoll",
+            runtime,
             "--tls",
             "--cert-file",
-            "c.pem",
+            cert_path,
             "--key-file",
-            "k.pem",
-        ],
-        "",
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains("--runtime tokio"),
-        "{}",
-        text(&out.stderr)
-    );
+            key_path,
+        ]);
+        let url = server.url("/").replace("ws://", "wss://");
+        let out = run(&["cat", "--ca-file", cert_path, &url], "over tls\n");
+        assert!(out.status.success(), "{runtime}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "over tls\n", "{runtime}");
+        // Without the CA the client refuses the certificate, and the loop goes on serving.
+        let out = run(&["cat", &url], "x\n");
+        assert_eq!(out.status.code(), Some(1), "{runtime}");
+        let out = run(&["cat", "--ca-file", cert_path, &url], "still\n");
+        assert_eq!(text(&out.stdout), "still\n", "{runtime}: {}", text(&out.stderr));
+    }
 }
 
 #[test]

@@ -1,27 +1,40 @@
-//! One connection as both loops drive it, whatever moves its bytes: the HTTP/1.1 upgrade
-//! (RFC 6455 §4.2), then the engine, with the handler called for each event. A loop hands it
-//! bytes, end of input and the time; it hands back bytes to write (the handshake's response,
-//! then the engine's queue) and what to do with the transport (the engine's [`Transport`]).
+//! One connection as both loops drive it, whatever moves its bytes: TLS if the server has it
+//! (`tls`), the HTTP/1.1 upgrade (RFC 6455 §4.2), then the engine, with the handler called for
+//! each event. A loop hands it bytes, end of input and the time; it hands back bytes to write
+//! (the handshake's response, then the engine's queue, sealed into records under TLS) and what
+//! to do with the transport (the engine's [`Transport`]).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
 use http::Response;
 use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
-use sockeye_proto::{CloseCode, CloseFrame, Connection, Message, Transmit, Transport};
+use sockeye_proto::{CloseCode, CloseFrame, Connection, Message, PreparedMessage, Transmit, Transport};
 
 use crate::handler::{Closed, Handler, Socket};
 use crate::shared::Shared;
+#[cfg(feature = "tls")]
+use crate::tls::Tls;
+use crate::topics::{self, SocketId};
 
 /// A connection of a loop thread.
 #[derive(Debug)]
 pub(crate) struct Conn<D> {
+    id: SocketId,
     peer: SocketAddr,
+    /// The topics it is subscribed to (in its thread's table too).
+    subscriptions: Vec<Arc<str>>,
     phase: Phase,
     data: D,
     /// Bytes to write before the engine's queue: the handshake's response (or refusal).
     head: Vec<u8>,
+    /// `wss://`: what is read is decrypted, and what is written sealed, here.
+    #[cfg(feature = "tls")]
+    tls: Option<Box<Tls>>,
+    /// TLS failed: only its alert is written, then the transport is closed.
+    broken: bool,
     /// A send crossed the high water mark: `drain` is due once the queue is below it again.
     backpressured: bool,
     peer_close: Option<CloseFrame>,
@@ -44,27 +57,47 @@ enum Phase {
 }
 
 impl<D: Default> Conn<D> {
-    pub(crate) fn new(peer: SocketAddr, now: Instant, shared: &Shared) -> Self {
-        Self::in_phase(
+    /// A connection just accepted into slot `key` of its loop. The TLS handshake, if any, and
+    /// the upgrade must be done by `handshake_timeout`.
+    pub(crate) fn new(key: usize, peer: SocketAddr, now: Instant, shared: &Shared) -> Self {
+        #[allow(unused_mut)]
+        let mut conn = Self::in_phase(
+            topics::with(|t| t.new_id(key)),
             peer,
             Phase::Handshake {
                 request: BytesMut::new(),
                 deadline: now + shared.config.handshake_timeout.min(YEARS),
             },
-        )
+        );
+        #[cfg(feature = "tls")]
+        if let Some(config) = &shared.tls {
+            match Tls::new(config) {
+                Ok(tls) => conn.tls = Some(Box::new(tls)),
+                Err(e) => {
+                    conn.error = Some(format!("TLS: {e}"));
+                    conn.phase = Phase::Over;
+                }
+            }
+        }
+        conn
     }
 
     /// What is left of a connection the loop ended, while the kernel finishes with its socket.
-    pub(crate) fn ended() -> Self {
-        Self::in_phase(SocketAddr::from(([0, 0, 0, 0], 0)), Phase::Over)
+    pub(crate) fn ended(id: SocketId) -> Self {
+        Self::in_phase(id, SocketAddr::from(([0, 0, 0, 0], 0)), Phase::Over)
     }
 
-    fn in_phase(peer: SocketAddr, phase: Phase) -> Self {
+    fn in_phase(id: SocketId, peer: SocketAddr, phase: Phase) -> Self {
         Conn {
+            id,
             peer,
+            subscriptions: Vec::new(),
             phase,
             data: D::default(),
             head: Vec::new(),
+            #[cfg(feature = "tls")]
+            tls: None,
+            broken: false,
             backpressured: false,
             peer_close: None,
             error: None,
@@ -74,11 +107,49 @@ impl<D: Default> Conn<D> {
 }
 
 impl<D> Conn<D> {
-    /// Bytes from the peer: the upgrade request, or frames for the engine, whose messages go to
-    /// the handler (its replies are queued, not written: the loop writes once per turn). A
-    /// connection without a read buffer (it gave its own back when it last waited) takes one
-    /// from the loop's `pool`, rather than allocating.
+    /// Bytes from the peer: under TLS, records, decrypted into what follows; the upgrade
+    /// request, or frames for the engine, whose messages go to the handler (its replies are
+    /// queued, not written: the loop writes once per turn).
     pub(crate) fn input<H: Handler<Data = D>>(
+        &mut self,
+        bytes: &[u8],
+        shared: &Shared,
+        handler: &mut H,
+        pool: &mut Vec<BytesMut>,
+    ) {
+        #[cfg(feature = "tls")]
+        if let Some(mut tls) = self.tls.take() {
+            if !self.broken {
+                let received =
+                    tls.receive(bytes, &mut |plain| self.input_plain(plain, shared, handler, pool));
+                match received {
+                    Err(e) => self.tls_failed(&mut tls, e),
+                    // close_notify: the end of the peer's data, as a FIN is without TLS.
+                    Ok(()) if tls.peer_closed() => self.eof(),
+                    Ok(()) => {}
+                }
+            }
+            self.tls = Some(tls);
+            return;
+        }
+        self.input_plain(bytes, shared, handler, pool);
+    }
+
+    /// TLS failed (a bad record, a refused handshake): its alert is written, then the transport
+    /// closed; the engine, if the connection was upgraded, learns that the transport closed.
+    #[cfg(feature = "tls")]
+    fn tls_failed(&mut self, tls: &mut Tls, e: std::io::Error) {
+        tls.give_up();
+        self.broken = true;
+        if self.error.is_none() {
+            self.error = Some(format!("TLS: {e}"));
+        }
+    }
+
+    /// Plaintext from the peer (see [`input`](Self::input)). A connection without a read buffer
+    /// (it gave its own back when it last waited) takes one from the loop's `pool`, rather than
+    /// allocating.
+    fn input_plain<H: Handler<Data = D>>(
         &mut self,
         bytes: &[u8],
         shared: &Shared,
@@ -155,6 +226,9 @@ impl<D> Conn<D> {
 
     /// What to do with the transport now.
     pub(crate) fn transport(&self) -> Transport {
+        if self.broken {
+            return Transport::Finish;
+        }
         match &self.phase {
             Phase::Handshake { .. } => Transport::Open,
             Phase::Open(engine) => engine.transport(),
@@ -163,13 +237,25 @@ impl<D> Conn<D> {
         }
     }
 
-    /// Whether anything waits to be written.
+    /// Whether anything waits to be written (under TLS, close_notify before the transport's
+    /// writing side is shut down too).
     pub(crate) fn has_output(&self) -> bool {
-        self.output_len() > 0
+        self.output_len() > 0 || self.owes_close_notify()
     }
 
-    /// How many bytes wait to be written.
+    /// How many bytes wait to be written (under TLS, plaintext not yet sealed counts as its
+    /// length).
     pub(crate) fn output_len(&self) -> usize {
+        let plain = self.plain_len();
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return tls.sealed.len() + if self.broken { 0 } else { plain };
+        }
+        plain
+    }
+
+    /// The handshake's response and the engine's queue, before any TLS.
+    fn plain_len(&self) -> usize {
         self.head.len()
             + if let Phase::Open(engine) = &self.phase {
                 engine.transmit_len()
@@ -179,13 +265,60 @@ impl<D> Conn<D> {
     }
 
     /// The bytes waiting to be written, in order: the handshake's response, then the engine's
-    /// queue. The loop writes from them and advances them (the head as a `Vec` it drains).
+    /// queue (under TLS, the records sealed from them, a part at a time). The loop writes from
+    /// them and advances them (the head as a `Vec` it drains).
     pub(crate) fn output(&mut self) -> (&mut Vec<u8>, Option<&mut Transmit>) {
+        #[cfg(feature = "tls")]
+        if let Some(mut tls) = self.tls.take() {
+            self.seal(&mut tls);
+            let tls = self.tls.insert(tls);
+            return (&mut tls.sealed, None);
+        }
         let transmit = match &mut self.phase {
             Phase::Open(engine) => Some(engine.transmit()),
             _ => None,
         };
         (&mut self.head, transmit)
+    }
+
+    /// Seals what is queued into TLS records, once the TLS handshake is over; close_notify
+    /// after the last of it when the engine is done with the transport.
+    #[cfg(feature = "tls")]
+    fn seal(&mut self, tls: &mut Tls) {
+        if self.broken || tls.is_handshaking() {
+            return;
+        }
+        let transmit = match &mut self.phase {
+            Phase::Open(engine) => Some(engine.transmit()),
+            _ => None,
+        };
+        if let Err(e) = tls.seal(&mut self.head, transmit) {
+            return self.tls_failed(tls, e);
+        }
+        if self.owes_close_notify_with(tls) {
+            tls.close_notify();
+        }
+    }
+
+    /// Whether close_notify is due and not yet queued (see `owes_close_notify_with`).
+    fn owes_close_notify(&self) -> bool {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.tls {
+            return self.owes_close_notify_with(tls);
+        }
+        false
+    }
+
+    /// Under TLS, a transport the engine is done writing to (the closing handshake's end, a
+    /// refusal written) gets close_notify first, so that the peer can tell the end from a
+    /// truncation (RFC 8446 §6.1).
+    #[cfg(feature = "tls")]
+    fn owes_close_notify_with(&self, tls: &Tls) -> bool {
+        !self.broken
+            && tls.owes_close_notify()
+            && !tls.is_handshaking()
+            && self.plain_len() == 0
+            && matches!(self.transport(), Transport::ShutdownWrite | Transport::Finish)
     }
 
     /// The loop wrote what it could: `drain` is called if a backlog went below the high water
@@ -196,7 +329,15 @@ impl<D> Conn<D> {
         };
         if self.backpressured && engine.transmit_len() <= shared.config.write_buffer_high_water {
             self.backpressured = false;
-            let mut socket = socket(engine, &mut self.data, &mut self.backpressured, self.peer, shared);
+            let mut socket = socket(
+                engine,
+                &mut self.data,
+                &mut self.backpressured,
+                &mut self.subscriptions,
+                self.id,
+                self.peer,
+                shared,
+            );
             handler.drain(&mut socket);
         }
     }
@@ -204,6 +345,10 @@ impl<D> Conn<D> {
     /// The connection waits for input: its idle read buffer goes to the loop's pool, its deflate
     /// states back to theirs after the linger (the engine's timer gives them back).
     pub(crate) fn idle(&mut self, pool: &mut Vec<BytesMut>, chunk: usize) {
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &mut self.tls {
+            tls.idle();
+        }
         if let Phase::Open(engine) = &mut self.phase {
             engine.linger_deflate();
             if engine.transmit_len() == 0 {
@@ -214,6 +359,46 @@ impl<D> Conn<D> {
             {
                 pool.push(buffer);
             }
+        }
+    }
+
+    /// Its id (what a `ServerHandle` sends to).
+    pub(crate) fn id(&self) -> SocketId {
+        self.id
+    }
+
+    /// A publication to a topic it is subscribed to. A subscriber that lets more than
+    /// `max_backlog` bytes pile up (it does not read) is closed with 1008, rather than held in
+    /// memory without end.
+    pub(crate) fn publication(&mut self, message: &PreparedMessage, shared: &Shared) {
+        if let Phase::Open(engine) = &mut self.phase
+            && engine.send_prepared(message).is_ok()
+        {
+            self.check_backlog(shared);
+        }
+    }
+
+    /// A message sent through a `ServerHandle` (from outside the loop), held to the same bound.
+    pub(crate) fn send_from_outside(&mut self, message: Message, shared: &Shared) {
+        if let Phase::Open(engine) = &mut self.phase
+            && engine.send(message).is_ok()
+        {
+            self.check_backlog(shared);
+        }
+    }
+
+    fn check_backlog(&mut self, shared: &Shared) {
+        if let Phase::Open(engine) = &mut self.phase
+            && engine.transmit_len() > shared.max_backlog
+        {
+            self.error = Some(format!(
+                "closed: more than {} bytes queued and not read (the server's max_backlog)",
+                shared.max_backlog
+            ));
+            let _ = engine.close(Some(CloseFrame::new(
+                CloseCode::POLICY_VIOLATION,
+                "too slow: the backlog limit was reached",
+            )));
         }
     }
 
@@ -252,10 +437,22 @@ impl<D> Conn<D> {
     /// The transport is closed (`io_error`: because writing or reading failed): the handler is
     /// told, and the connection's data handed to it.
     pub(crate) fn closed<H: Handler<Data = D>>(mut self, io_error: Option<std::io::Error>, handler: &mut H) {
+        // Out of its thread's topics before its slot can be taken by another connection.
+        if !self.subscriptions.is_empty() {
+            let key = self.id.key;
+            topics::with(|t| {
+                for topic in &self.subscriptions {
+                    t.unsubscribe(topic, key);
+                }
+            });
+        }
         let upgraded = match &mut self.phase {
             Phase::Open(engine) => {
                 engine.transport_closed();
-                if let Some(e) = engine.take_error() {
+                // The first cause stays (a backlog or TLS failure, before the timeout it led to).
+                if let Some(e) = engine.take_error()
+                    && self.error.is_none()
+                {
                     self.error = Some(e.to_string());
                 }
                 true
@@ -319,7 +516,15 @@ impl<D> Conn<D> {
         let Phase::Open(engine) = &mut self.phase else {
             unreachable!()
         };
-        let mut socket = socket(engine, &mut self.data, &mut self.backpressured, self.peer, shared);
+        let mut socket = socket(
+            engine,
+            &mut self.data,
+            &mut self.backpressured,
+            &mut self.subscriptions,
+            self.id,
+            self.peer,
+            shared,
+        );
         handler.open(&mut socket);
         if !leftover.is_empty() {
             engine.receive(&leftover);
@@ -341,8 +546,15 @@ impl<D> Conn<D> {
         loop {
             match engine.poll_message() {
                 Ok(Some(message)) if message.is_data() => {
-                    let mut socket =
-                        socket(engine, &mut self.data, &mut self.backpressured, self.peer, shared);
+                    let mut socket = socket(
+                        engine,
+                        &mut self.data,
+                        &mut self.backpressured,
+                        &mut self.subscriptions,
+                        self.id,
+                        self.peer,
+                        shared,
+                    );
                     handler.message(&mut socket, message);
                 }
                 Ok(Some(Message::Close(frame))) => self.peer_close = frame,
@@ -361,15 +573,19 @@ fn socket<'a, D>(
     engine: &'a mut Connection,
     data: &'a mut D,
     backpressured: &'a mut bool,
+    subscriptions: &'a mut Vec<Arc<str>>,
+    id: SocketId,
     peer: SocketAddr,
-    shared: &Shared,
+    shared: &'a Shared,
 ) -> Socket<'a, D> {
     Socket {
         engine,
         data,
+        id,
         peer,
-        high_water: shared.config.write_buffer_high_water,
+        shared,
         backpressured,
+        subscriptions,
     }
 }
 

@@ -21,7 +21,7 @@ use crate::connection::Conn;
 use crate::handler::Handler;
 use crate::shared::Shared;
 use crate::timers::Timers;
-use crate::turn::{Lingering, MAX_IOVECS, READS_PER_TURN, Stopping, drain_wake, next_wake, refuse_busy};
+use crate::turn::{Lingering, MAX_IOVECS, READS_PER_TURN, Stopping, deliver, next_wake, refuse_busy, woken};
 
 const LISTENER: Token = Token(usize::MAX);
 
@@ -100,7 +100,7 @@ pub(crate) fn run<H: Handler>(
                     }
                 }
                 WAKE => {
-                    drain_wake(&mut wake);
+                    woken(&mut wake, &shared);
                     if shared.is_stopping() && stopping.is_none() {
                         if let Some(mut l) = listener.take() {
                             let _ = poll.registry().deregister(&mut l);
@@ -156,6 +156,13 @@ pub(crate) fn run<H: Handler>(
                 mark(&mut dirty, entry, key);
             }
         }
+        // Publications and sends from this turn's handlers and from elsewhere.
+        deliver(&shared, |key, f| {
+            if let Some(entry) = conns.get_mut(key) {
+                f(&mut entry.conn);
+                mark(&mut dirty, entry, key);
+            }
+        });
         // Writes, and what the engines ask of their transports.
         for key in dirty.drain(..) {
             let Some(entry) = conns.get_mut(key) else { continue };
@@ -223,13 +230,11 @@ fn accept_all<D: Default>(
                 }
                 let _ = stream.set_nodelay(shared.config.tcp_nodelay);
                 let slot = conns.vacant_entry();
-                poll.registry().register(
-                    &mut stream,
-                    Token(slot.key()),
-                    Interest::READABLE | Interest::WRITABLE,
-                )?;
+                let key = slot.key();
+                poll.registry()
+                    .register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE)?;
                 slot.insert(Entry {
-                    conn: Conn::new(peer, Instant::now(), shared),
+                    conn: Conn::new(key, peer, Instant::now(), shared),
                     stream,
                     dirty: false,
                     unread: false,

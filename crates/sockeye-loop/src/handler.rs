@@ -2,9 +2,13 @@
 //! event of each connection (open, message, drain, close), as uWebSockets' behaviours are.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use http::{Request, Response};
 use sockeye_proto::{CloseFrame, Connection, Message};
+
+use crate::shared::Shared;
+use crate::topics::{self, MAX_TOPICS_PER_SOCKET, Mail, PublishError, SocketId};
 
 /// The application's side of a loop thread. Each thread of a [`Server`](crate::Server) makes its
 /// own handler (so it needs to be neither `Send` nor `Sync`) and calls it on that thread only,
@@ -96,15 +100,18 @@ pub enum Sent {
     Dropped,
 }
 
-/// One connection, as a handler sees it during a call: send, close, its data, its peer.
+/// One connection, as a handler sees it during a call: send, close, topics, its data, its peer.
 #[derive(Debug)]
 pub struct Socket<'a, D> {
     pub(crate) engine: &'a mut Connection,
     pub(crate) data: &'a mut D,
+    pub(crate) id: SocketId,
     pub(crate) peer: SocketAddr,
-    pub(crate) high_water: usize,
+    pub(crate) shared: &'a Shared,
     /// Set when a send crossed the high water mark: the loop calls `drain` once below it.
     pub(crate) backpressured: &'a mut bool,
+    /// The topics it is subscribed to.
+    pub(crate) subscriptions: &'a mut Vec<Arc<str>>,
 }
 
 impl<D> Socket<'_, D> {
@@ -128,7 +135,7 @@ impl<D> Socket<'_, D> {
     }
 
     fn pressure(&mut self) -> Sent {
-        if self.engine.transmit_len() > self.high_water {
+        if self.engine.transmit_len() > self.shared.config.write_buffer_high_water {
             *self.backpressured = true;
             Sent::Backpressure
         } else {
@@ -166,5 +173,80 @@ impl<D> Socket<'_, D> {
     /// Whether permessage-deflate was negotiated.
     pub fn is_compressed(&self) -> bool {
         self.engine.is_deflate_enabled()
+    }
+
+    /// Its id: what [`ServerHandle::send`](crate::ServerHandle::send) takes to send to it from outside the loop (a tokio
+    /// task, another thread). Never the id of another connection, even one in the same slot
+    /// later.
+    pub fn id(&self) -> SocketId {
+        self.id
+    }
+
+    /// Subscribes it to `topic`: every publication to the topic, from any thread, is sent to
+    /// it. `false` if it was subscribed already, or the name is empty or over 256 bytes, or it
+    /// is subscribed to 1,024 topics already.
+    pub fn subscribe(&mut self, topic: &str) -> bool {
+        if self.is_subscribed(topic) || self.subscriptions.len() >= MAX_TOPICS_PER_SOCKET {
+            return false;
+        }
+        let Ok(topic) = topics::topic_name(topic) else {
+            return false;
+        };
+        let key = self.id.key;
+        topics::with(|t| t.subscribe(&topic, key));
+        self.subscriptions.push(topic);
+        true
+    }
+
+    /// Unsubscribes it from `topic`; `false` if it was not subscribed.
+    pub fn unsubscribe(&mut self, topic: &str) -> bool {
+        let Some(at) = self.subscriptions.iter().position(|t| &**t == topic) else {
+            return false;
+        };
+        self.subscriptions.swap_remove(at);
+        let key = self.id.key;
+        topics::with(|t| t.unsubscribe(topic, key));
+        true
+    }
+
+    /// Whether it is subscribed to `topic`.
+    pub fn is_subscribed(&self, topic: &str) -> bool {
+        self.subscriptions.iter().any(|t| &**t == topic)
+    }
+
+    /// The topics it is subscribed to.
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.subscriptions.iter().map(|t| &**t)
+    }
+
+    /// Publishes a text or binary message to `topic`: every subscriber on every thread gets it,
+    /// except this connection (as uWebSockets' `ws.publish`; [`ServerHandle::publish`](crate::ServerHandle::publish) includes
+    /// every subscriber). Encoded once for all of them. It goes out with this loop turn's
+    /// writes on this thread, and with the next turn of the others.
+    ///
+    /// A subscriber that does not read is closed with 1008 once more than the server's
+    /// [`max_backlog`](crate::Server::max_backlog) waits for it, rather than kept without end.
+    pub fn publish(&mut self, topic: &str, message: impl Into<Message>) -> Result<(), PublishError> {
+        if self.shared.is_stopping() {
+            return Err(PublishError::Stopped);
+        }
+        let topic = topics::topic_name(topic)?;
+        let message = topics::prepare(message.into())?;
+        let except = Some(self.id);
+        let others = topics::post_everywhere(
+            &self.shared.inboxes,
+            Some(self.id.thread),
+            &topic,
+            &message,
+            except,
+        );
+        topics::with(|t| {
+            t.queue(Mail::Publish {
+                topic,
+                message,
+                except,
+            })
+        });
+        others
     }
 }

@@ -48,11 +48,15 @@ mod listener;
 mod server;
 mod shared;
 mod timers;
+#[cfg(feature = "tls")]
+mod tls;
+mod topics;
 mod turn;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod uring;
 
 pub use handler::{Closed, Handler, Sent, Socket};
-pub use server::{Listening, Runtime, Server, StopHandle};
+pub use server::{DEFAULT_MAX_BACKLOG, Listening, Runtime, Server, ServerHandle};
 pub use sockeye_proto::{CloseCode, CloseFrame, Message};
+pub use topics::{INBOX_LIMIT, MAX_TOPIC_LEN, MAX_TOPICS_PER_SOCKET, PublishError, SocketId};

@@ -1,14 +1,17 @@
 //! Starting a server: one thread per loop, each with its own listener on the address
 //! (`SO_REUSEPORT`), its own handler and its own ring (or epoll instance); stopping it.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use sockeye_proto::Message;
+
 use crate::handler::Handler;
 use crate::listener::reuseport_listener;
 use crate::shared::Shared;
+use crate::topics::{self, Inbox, Mail, PublishError, SocketId};
 
 /// Which system interface a loop thread waits on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +63,13 @@ pub struct Server {
     config: sockeye::Config,
     threads: usize,
     runtime: Runtime,
+    max_backlog: usize,
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<sockeye::tls::rustls::ServerConfig>>,
 }
+
+/// The default of [`Server::max_backlog`]: 16 MiB.
+pub const DEFAULT_MAX_BACKLOG: usize = 16 << 20;
 
 impl Server {
     /// A server with this configuration (limits, keepalive, permessage-deflate, close and
@@ -72,7 +81,45 @@ impl Server {
             config,
             threads,
             runtime: Runtime::Auto,
+            max_backlog: DEFAULT_MAX_BACKLOG,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
+    }
+
+    /// How many bytes may wait for one connection before a publication to it (or a
+    /// [`ServerHandle::send`]) closes it with 1008 instead of queueing more: a subscriber that
+    /// does not read is dropped, not buffered without end. Default [`DEFAULT_MAX_BACKLOG`]
+    /// (16 MiB). Its own handler's [`Socket::send`](crate::Socket::send) is not cut off: it
+    /// reports backpressure past the high water mark, and the handler decides.
+    pub fn max_backlog(mut self, bytes: usize) -> Self {
+        self.max_backlog = bytes;
+        self
+    }
+
+    /// Serves `wss://`: every connection runs TLS with `acceptor`'s config first (for instance
+    /// [`ServerTls::acceptor`](sockeye::tls::ServerTls::acceptor), whose certificate can be
+    /// reloaded while serving). ALPN offers `http/1.1` only, and 0-RTT data is refused (see
+    /// [`ServerTlsSession::config`](sockeye::tls::ServerTlsSession::config)). The TLS handshake
+    /// counts against `handshake_timeout` with the upgrade.
+    ///
+    /// ```no_run
+    /// # use sockeye_loop::{Handler, Message, Server, Socket};
+    /// # struct Echo;
+    /// # impl Handler for Echo {
+    /// #     type Data = ();
+    /// #     fn message(&mut self, socket: &mut Socket<'_, ()>, message: Message) { socket.send(message); }
+    /// # }
+    /// let tls = sockeye::tls::ServerTls::from_pem_files("cert.pem", "key.pem")?;
+    /// let server = Server::new(sockeye::Config::default())
+    ///     .tls(&tls.acceptor())
+    ///     .listen("0.0.0.0:443", || Echo)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, acceptor: &sockeye::tls::TlsAcceptor) -> Self {
+        self.tls = Some(sockeye::tls::ServerTlsSession::config(acceptor));
+        self
     }
 
     /// How many loop threads (at least 1). Default: one per available core.
@@ -115,32 +162,52 @@ impl Server {
             addr = listener.local_addr()?;
             listeners.push(listener);
         }
-        let shared = Arc::new(Shared::new(self.config));
-        let make_handler = Arc::new(make_handler);
-        let mut threads = Vec::with_capacity(listeners.len());
-        let mut wakers = Vec::with_capacity(listeners.len());
-        for (n, listener) in listeners.into_iter().enumerate() {
+        let mut wake_readers = Vec::with_capacity(listeners.len());
+        let mut inboxes = Vec::with_capacity(listeners.len());
+        for _ in &listeners {
             let (wake_reader, wake_writer) = std::io::pipe()?;
             // The loop empties it without blocking (the flag is on the pipe, shared by both ends'
             // descriptors of the reading side).
             socket2::SockRef::from(&wake_reader).set_nonblocking(true)?;
-            wakers.push(wake_writer);
-            let shared = shared.clone();
+            wake_readers.push(wake_reader);
+            inboxes.push(Inbox::new(wake_writer));
+        }
+        #[allow(unused_mut)]
+        let mut shared = Shared::new(self.config, self.max_backlog, inboxes);
+        #[cfg(feature = "tls")]
+        {
+            shared.tls = self.tls;
+        }
+        let shared = Arc::new(shared);
+        let make_handler = Arc::new(make_handler);
+        let mut threads = Vec::with_capacity(listeners.len());
+        for (n, (listener, wake_reader)) in listeners.into_iter().zip(wake_readers).enumerate() {
+            let thread_shared = shared.clone();
             let make_handler = make_handler.clone();
-            let thread = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("sockeye-loop-{n}"))
                 .spawn(move || {
+                    topics::Topics::start(n as u32);
                     let handler = make_handler();
-                    run_loop(runtime, listener, wake_reader, shared, handler)
-                })?;
-            threads.push(thread);
+                    run_loop(runtime, listener, wake_reader, thread_shared, handler)
+                });
+            match spawned {
+                Ok(thread) => threads.push(thread),
+                Err(e) => {
+                    // The threads started so far stop, rather than serve without the others.
+                    shared.stop();
+                    for thread in threads {
+                        let _ = thread.join();
+                    }
+                    return Err(e);
+                }
+            }
         }
         Ok(Listening {
             local_addr: addr,
             runtime,
             shared,
             threads,
-            wakers: wakers.into(),
         })
     }
 }
@@ -197,25 +264,78 @@ pub struct Listening {
     runtime: Runtime,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<io::Result<()>>>,
-    wakers: Arc<[std::io::PipeWriter]>,
 }
 
-/// Stops a [`Listening`] server from anywhere (a signal handler's thread, a tokio task): see
-/// [`Listening::shutdown`].
+/// The server, from anywhere (a tokio task, another thread, a signal handler's thread): publish
+/// to topics, send to one connection, stop. Cheap to clone; nothing waits: each call queues for
+/// the loop threads and wakes them.
+///
+/// ```no_run
+/// # use sockeye_loop::{Handler, Message, Server, Socket};
+/// # struct Chat;
+/// # impl Handler for Chat {
+/// #     type Data = ();
+/// #     fn open(&mut self, socket: &mut Socket<'_, ()>) { socket.subscribe("news"); }
+/// #     fn message(&mut self, _: &mut Socket<'_, ()>, _: Message) {}
+/// # }
+/// let server = Server::new(sockeye::Config::default()).listen("127.0.0.1:9001", || Chat)?;
+/// let handle = server.handle();
+/// std::thread::spawn(move || {
+///     // From async code the same: nothing here awaits.
+///     let _ = handle.publish("news", "the loop says hello");
+/// });
+/// server.wait()?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone)]
-pub struct StopHandle {
+pub struct ServerHandle {
     shared: Arc<Shared>,
-    wakers: Arc<[std::io::PipeWriter]>,
 }
 
-impl StopHandle {
+impl ServerHandle {
+    /// Publishes a text or binary message to `topic`: every subscriber on every thread gets it,
+    /// encoded once, with its thread's next turn. Err: see [`PublishError`] (with
+    /// `Overloaded`, the threads whose inbox had room still deliver it).
+    pub fn publish(&self, topic: &str, message: impl Into<Message>) -> Result<(), PublishError> {
+        if self.shared.is_stopping() {
+            return Err(PublishError::Stopped);
+        }
+        let topic = topics::topic_name(topic)?;
+        let message = topics::prepare(message.into())?;
+        topics::post_everywhere(&self.shared.inboxes, None, &topic, &message, None)
+    }
+
+    /// Sends a text or binary message to the connection `to` ([`Socket::id`](crate::Socket::id)),
+    /// with its thread's next turn. Ok also when that connection has closed meanwhile (the
+    /// message is dropped there: a connection can close at any time).
+    pub fn send(&self, to: SocketId, message: impl Into<Message>) -> Result<(), PublishError> {
+        if self.shared.is_stopping() {
+            return Err(PublishError::Stopped);
+        }
+        let message = message.into();
+        if !message.is_data() {
+            return Err(PublishError::NotData);
+        }
+        let inbox = self
+            .shared
+            .inboxes
+            .get(to.thread as usize)
+            .ok_or(PublishError::Stopped)?;
+        if inbox.post(Mail::Send { to, message }) {
+            Ok(())
+        } else {
+            Err(PublishError::Overloaded)
+        }
+    }
+
     /// Starts the shutdown [`Listening::shutdown`] describes, without waiting for it.
     pub fn stop(&self) {
         self.shared.stop();
-        for mut waker in self.wakers.iter() {
-            // A full pipe already holds a wake-up.
-            let _ = waker.write(&[1]);
-        }
+    }
+
+    /// Connections open now, handshakes included, on every thread.
+    pub fn connections(&self) -> usize {
+        self.shared.connections()
     }
 }
 
@@ -239,19 +359,18 @@ impl Listening {
     /// closing handshakes up to the configured `shutdown_timeout` (then drops the rest), and
     /// returns once every loop thread is done.
     pub fn shutdown(self) -> io::Result<()> {
-        self.stop_handle().stop();
+        self.shared.stop();
         self.wait()
     }
 
-    /// A handle that stops the server from another thread.
-    pub fn stop_handle(&self) -> StopHandle {
-        StopHandle {
+    /// A handle to publish, send and stop from anywhere (see [`ServerHandle`]).
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
             shared: self.shared.clone(),
-            wakers: self.wakers.clone(),
         }
     }
 
-    /// Blocks until every loop thread is done: after a [`StopHandle::stop`], or when a loop
+    /// Blocks until every loop thread is done: after a [`ServerHandle::stop`], or when a loop
     /// fails (its error is returned).
     pub fn wait(self) -> io::Result<()> {
         let mut result = Ok(());

@@ -1,13 +1,16 @@
 //! What both loops' turns share: how much one connection may read per turn, how many pieces one
-//! vectored write takes, the shutdown's deadline, and the answer to a client over the limit.
+//! vectored write takes, the shutdown's deadline, the wake-up and the deliveries of topics, and
+//! the answer to a client over the limit.
 
 use std::io::{Read, Write};
 use std::time::Instant;
 
 use sockeye_proto::handshake::{encode_response, service_unavailable};
 
+use crate::connection::Conn;
 use crate::shared::Shared;
 use crate::timers::Timers;
+use crate::topics::{self, Mail};
 
 /// Reads of one connection per loop turn before the others get theirs: a peer that floods
 /// cannot starve the rest of its thread (its input waits in the socket, and TCP's window pushes
@@ -36,19 +39,63 @@ impl Stopping {
     }
 }
 
-/// When a loop must wake at the latest: its connections' next deadline, or the end of its
-/// shutdown.
+/// When a loop must wake at the latest: at once if publications wait to be delivered (made by
+/// handlers after this turn's deliveries), else its connections' next deadline, or the end of
+/// its shutdown.
 pub(crate) fn next_wake(timers: &Timers, stopping: Option<&Stopping>) -> Option<Instant> {
+    if topics::with(|t| t.has_queued()) {
+        return Some(Instant::now());
+    }
     [timers.next(), stopping.map(|s| s.deadline)]
         .into_iter()
         .flatten()
         .min()
 }
 
-/// The thread's wake-up pipe (made non-blocking by the server): empties it.
-pub(crate) fn drain_wake(wake: &mut std::io::PipeReader) {
+/// The thread was woken (a stop, or mail in its inbox): the wake-up pipe (made non-blocking by
+/// the server) is emptied, then the inbox taken, in that order (mail posted after the emptying
+/// writes to the pipe again, so none waits unseen).
+pub(crate) fn woken(wake: &mut std::io::PipeReader, shared: &Shared) {
     let mut sink = [0u8; 64];
     while matches!(wake.read(&mut sink), Ok(n) if n > 0) {}
+    topics::with(|t| {
+        if let Some(inbox) = shared.inboxes.get(t.thread() as usize) {
+            t.collect(inbox);
+        }
+    });
+}
+
+/// Delivers the publications and sends queued for this thread's connections: `visit(key, f)`
+/// calls `f` with the connection in slot `key`, if there is one, and marks it to be written.
+pub(crate) fn deliver<D>(shared: &Shared, mut visit: impl FnMut(usize, &mut dyn FnMut(&mut Conn<D>))) {
+    let queue = topics::with(|t| t.take_queue());
+    if queue.is_empty() {
+        return;
+    }
+    let mut keys = Vec::new();
+    for mail in queue {
+        match mail {
+            Mail::Publish {
+                topic,
+                message,
+                except,
+            } => {
+                topics::with(|t| {
+                    let skip = except.filter(|e| e.thread == t.thread()).map(|e| e.key);
+                    keys.clear();
+                    keys.extend(t.subscribers(&topic).filter(|k| Some(*k) != skip));
+                });
+                for &key in &keys {
+                    visit(key as usize, &mut |conn| conn.publication(&message, shared));
+                }
+            }
+            Mail::Send { to, message } => visit(to.key as usize, &mut |conn| {
+                if conn.id() == to {
+                    conn.send_from_outside(message.clone(), shared);
+                }
+            }),
+        }
+    }
 }
 
 /// Answers a client beyond `max_connections` with 503 and drops it, before it costs a

@@ -32,7 +32,7 @@ use crate::connection::Conn;
 use crate::handler::Handler;
 use crate::shared::Shared;
 use crate::timers::Timers;
-use crate::turn::{Lingering, MAX_IOVECS, Stopping, drain_wake, next_wake, refuse_busy};
+use crate::turn::{Lingering, MAX_IOVECS, Stopping, deliver, next_wake, refuse_busy, woken};
 
 /// Provided buffers: how many, and how large. 128 × 32 KiB = 4 MiB per thread, touched only
 /// as the kernel fills them; a buffer is back in the ring within the turn that received it.
@@ -212,7 +212,7 @@ fn turns<H: Handler>(
                     }
                 }
                 WAKE => {
-                    drain_wake(wake);
+                    woken(wake, shared);
                     if shared.is_stopping() && stopping.is_none() {
                         // The multishot accept holds the listening socket open: cancelled, so
                         // that no client is accepted while the server stops.
@@ -280,6 +280,15 @@ fn turns<H: Handler>(
                 mark(&mut dirty, entry, key);
             }
         }
+        // Publications and sends from this turn's handlers and from elsewhere.
+        deliver(shared, |key, f| {
+            if let Some(entry) = conns.get_mut(key)
+                && !entry.over
+            {
+                f(&mut entry.conn);
+                mark(&mut dirty, entry, key);
+            }
+        });
         for key in dirty.drain(..) {
             let Some(entry) = conns.get_mut(key) else { continue };
             entry.dirty = false;
@@ -395,8 +404,10 @@ fn accept<D: Default>(
     };
     let _ = stream.set_nodelay(shared.config.tcp_nodelay);
     let fd = stream.as_raw_fd();
-    let key = conns.insert(Entry {
-        conn: Conn::new(peer, Instant::now(), shared),
+    let slot = conns.vacant_entry();
+    let key = slot.key();
+    slot.insert(Entry {
+        conn: Conn::new(key, peer, Instant::now(), shared),
         stream,
         send: Outgoing::default(),
         receiving: true,
@@ -511,7 +522,8 @@ fn end<H: Handler>(entry: &mut Entry<H::Data>, error: Option<io::Error>, shared:
     entry.over = true;
     let _ = entry.stream.shutdown(std::net::Shutdown::Both);
     shared.left();
-    let conn = std::mem::replace(&mut entry.conn, Conn::ended());
+    let id = entry.conn.id();
+    let conn = std::mem::replace(&mut entry.conn, Conn::ended(id));
     conn.closed(error, handler);
 }
 
@@ -524,12 +536,13 @@ impl Outgoing {
         self.pieces.clear();
         let (head, transmit) = conn.output();
         if !head.is_empty() {
-            self.copied.extend_from_slice(head);
+            // Taken, not copied (under TLS, all there is: the sealed records); the head keeps
+            // the emptied send buffer's room.
+            std::mem::swap(&mut self.copied, head);
             self.pieces.push(Piece::Copied {
                 from: 0,
-                to: head.len(),
+                to: self.copied.len(),
             });
-            head.clear();
         }
         if let Some(transmit) = transmit {
             while transmit.has_remaining() && self.pieces.len() < MAX_IOVECS {

@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let nodelay = nodelay_from_env();
     if let Some(runtime) = system.strip_prefix("sockeye-loop") {
-        return loop_server(runtime, mode, port.parse()?, n, nodelay);
+        return loop_server(runtime, mode, port.parse()?, n, nodelay, tls);
     }
     let (system, mode) = (system.clone(), mode.clone());
     Layout::from_env()?.run(port.parse()?, move |listener| {
@@ -67,8 +67,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Sockeye's own loop (sockeye-loop): `sockeye-loop` on io_uring where allowed, else epoll;
-/// `sockeye-loop-epoll` forced onto epoll. One loop thread, or N with `BENCH_RUNTIME=reuseport:N`.
-fn loop_server(runtime: &str, mode: &str, port: u16, n: u64, nodelay: bool) -> Result<(), Box<dyn std::error::Error>> {
+/// `sockeye-loop-epoll` forced onto epoll. One loop thread, or N with `BENCH_RUNTIME=reuseport:N`;
+/// wss:// with `BENCH_TLS`.
+fn loop_server(
+    runtime: &str,
+    mode: &str,
+    port: u16,
+    n: u64,
+    nodelay: bool,
+    tls: Option<sockeye::tls::ServerTls>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let runtime = match runtime {
         "" => sockeye_loop::Runtime::Auto,
         "-epoll" => sockeye_loop::Runtime::Epoll,
@@ -87,10 +95,11 @@ fn loop_server(runtime: &str, mode: &str, port: u16, n: u64, nodelay: bool) -> R
         other => return Err(format!("sockeye-loop has no {other} mode").into()),
     };
     let config = sockeye_config(mode, nodelay);
-    let server = sockeye_loop::Server::new(config)
-        .threads(threads)
-        .runtime(runtime)
-        .listen(("127.0.0.1", port), move || LoopBench { push: push.clone(), n })?;
+    let mut server = sockeye_loop::Server::new(config).threads(threads).runtime(runtime);
+    if let Some(tls) = &tls {
+        server = server.tls(&tls.acceptor());
+    }
+    let server = server.listen(("127.0.0.1", port), move || LoopBench { push: push.clone(), n })?;
     eprintln!("sockeye-loop on {:?}", server.runtime());
     println!("ready");
     server.wait()?;

@@ -428,7 +428,7 @@ async fn fanout(
     let mut counts: Vec<Rc<Counts>> = Vec::with_capacity(subs as usize);
     for (i, r) in opened.into_iter().enumerate() {
         let (tcp, buf) = r.map_err(|e| format!("subscriber {i}: {e}"))?;
-        let sampled = i as u64 % step == 0;
+        let sampled = (i as u64).is_multiple_of(step);
         let c = Rc::new(Counts::default());
         tasks.push(tokio::task::spawn_local(subscriber(
             proto,

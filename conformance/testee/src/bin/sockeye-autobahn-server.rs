@@ -1,7 +1,7 @@
 //! The echo server that Autobahn's fuzzingclient tests:
-//! `sockeye-autobahn-server [ADDR] [--tls CERT_PEM KEY_PEM | --runtime uring|epoll|auto]`
+//! `sockeye-autobahn-server [ADDR] [--runtime uring|epoll|auto] [--tls CERT_PEM KEY_PEM]`
 //! (default 127.0.0.1:9002, plain ws, the tokio server; `--runtime`: Sockeye's own loop,
-//! sockeye-loop, on that interface).
+//! sockeye-loop, on that interface; `--tls`: wss:// on either).
 
 use std::process::ExitCode;
 
@@ -9,7 +9,7 @@ use sockeye::tls::ServerTls;
 use sockeye::{Config, Server};
 
 const USAGE: &str =
-    "usage: sockeye-autobahn-server [ADDR] [--tls CERT_PEM KEY_PEM | --runtime uring|epoll|auto]";
+    "usage: sockeye-autobahn-server [ADDR] [--runtime uring|epoll|auto] [--tls CERT_PEM KEY_PEM]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -17,17 +17,22 @@ fn main() -> ExitCode {
         Some(first) if !first.starts_with("--") => (first.as_str(), &args[1..]),
         _ => ("127.0.0.1:9002", &args[..]),
     };
-    let result = match rest {
-        [] => serve_tokio(addr, None),
-        [flag, cert, key] if flag == "--tls" => serve_tokio(addr, Some((cert, key))),
-        [flag, runtime] if flag == "--runtime" => match runtime.parse() {
-            Ok(runtime) => serve_loop(addr, runtime),
-            Err(e) => Err(e),
-        },
+    let (runtime, rest) = match rest {
+        [flag, runtime, rest @ ..] if flag == "--runtime" => (Some(runtime), rest),
+        rest => (None, rest),
+    };
+    let tls = match rest {
+        [] => None,
+        [flag, cert, key] if flag == "--tls" => Some((cert, key)),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
         }
+    };
+    let result = match runtime.map(|r| r.parse()) {
+        None => serve_tokio(addr, tls),
+        Some(Ok(runtime)) => serve_loop(addr, runtime, tls),
+        Some(Err(e)) => Err(e),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -38,14 +43,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn serve_loop(addr: &str, runtime: sockeye_loop::Runtime) -> Result<(), String> {
-    let server = sockeye_loop::Server::new(Config::default())
+fn serve_loop(
+    addr: &str,
+    runtime: sockeye_loop::Runtime,
+    tls: Option<(&String, &String)>,
+) -> Result<(), String> {
+    let mut server = sockeye_loop::Server::new(Config::default())
         .threads(1)
-        .runtime(runtime)
+        .runtime(runtime);
+    let mut scheme = "ws";
+    if let Some((cert, key)) = tls {
+        let tls = ServerTls::from_pem_files(cert, key).map_err(|e| e.to_string())?;
+        server = server.tls(&tls.acceptor());
+        scheme = "wss";
+    }
+    let server = server
         .listen(addr, || sockeye_conformance::LoopEcho)
         .map_err(|e| format!("{addr}: {e}"))?;
     eprintln!(
-        "sockeye-autobahn-server: listening on ws://{} (sockeye-loop, {:?})",
+        "sockeye-autobahn-server: listening on {scheme}://{} (sockeye-loop, {:?})",
         server.local_addr(),
         server.runtime()
     );

@@ -16,6 +16,9 @@
 //! keys and state (6.7 KiB of heap per idle server connection in all, against 10.7 KiB through
 //! `tokio-rustls`, whose rustls connection keeps a 4 KiB receive buffer for life).
 //!
+//! [`TlsSession`] is the same connection without a socket, for a loop that moves the bytes
+//! itself (`sockeye-loop`).
+//!
 //! The files: `client` and `server` (the configurations), `verify` (the `danger_` certificate
 //! checks), `pem` and `provider` (what both sides load with), `error`, and `stream` (the
 //! connection, a folder of its own).
@@ -35,4 +38,5 @@ pub use client::{ClientTlsOptions, Roots};
 pub use error::{TlsError, TlsErrorKind};
 pub use server::ServerTls;
 pub use stream::connection::{ClientTlsStream, ServerTlsStream, TlsStream};
+pub use stream::session::{ServerTlsSession, TlsSession};
 pub use stream::side::TlsSide;

@@ -74,6 +74,9 @@ pub(super) enum Want<'a, 'b> {
     Nothing,
     /// To fill the reader's buffer.
     Read(&'a mut ReadBuf<'b>),
+    /// To hand every record's application data, decrypted in place, to this function
+    /// (`TlsSession`: no reader's buffer, no copy).
+    Deliver(&'a mut dyn FnMut(&[u8])),
     /// To encrypt this application data.
     Encrypt(&'a [u8]),
     /// To queue a close_notify alert.
@@ -207,6 +210,11 @@ impl<S, C: TlsSide> TlsStream<S, C> {
                                         delivered |= n > 0;
                                         &payload[n..]
                                     }
+                                    Want::Deliver(deliver) if plain.is_empty() => {
+                                        deliver(payload);
+                                        delivered |= !payload.is_empty();
+                                        &[]
+                                    }
                                     _ => payload,
                                 };
                                 if !rest.is_empty() {
@@ -261,7 +269,7 @@ impl<S, C: TlsSide> TlsStream<S, C> {
                         });
                         Some(queued.map(|()| Driven::Encrypted(0)))
                     }
-                    Want::Read(_) | Want::Nothing => Some(Ok(Driven::NeedInput)),
+                    Want::Read(_) | Want::Deliver(_) | Want::Nothing => Some(Ok(Driven::NeedInput)),
                 },
                 ConnectionState::PeerClosed => {
                     *peer_closed = true;
@@ -277,7 +285,7 @@ impl<S, C: TlsSide> TlsStream<S, C> {
             };
             *in_start += discard;
             // The peer's close_notify ends reading: what came before it was delivered.
-            if stop.is_none() && *peer_closed && matches!(want, Want::Read(_)) {
+            if stop.is_none() && *peer_closed && matches!(want, Want::Read(_) | Want::Deliver(_)) {
                 return Ok(if delivered {
                     Driven::Delivered
                 } else {

@@ -22,13 +22,15 @@
 //! The files, lowest first: `buffers` (sizes and the per-thread pool), `sni` (the host name the
 //! certificate resolver saw), `side` (client or server), `records` (the send queue), `connection`
 //! (the stream's state and `drive`, one pass over rustls), `socket` (reading into and writing from
-//! the buffers), `handshake`, `io` (`AsyncRead` / `AsyncWrite`).
+//! the buffers), `handshake`, `io` (`AsyncRead` / `AsyncWrite`), and `session` (the same
+//! connection without a socket, for a loop that moves the bytes itself).
 
 mod buffers;
 pub(crate) mod connection;
 mod handshake;
 mod io;
 mod records;
+pub(crate) mod session;
 pub(crate) mod side;
 pub(super) mod sni;
 mod socket;

@@ -15,6 +15,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
     /// Reads from the socket into `incoming`. `Ready(Ok(0))` at its end. While it waits with
     /// nothing partial, the receive buffer goes back to the pool.
     pub(super) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.make_read_room()?;
+        let mut buf = ReadBuf::new(&mut self.incoming[self.in_end..]);
+        match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) => {
+                let (n, capacity) = (buf.filled().len(), buf.capacity());
+                self.note_read(n, capacity);
+                if n == 0 {
+                    self.io_eof = true;
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                self.release_idle_incoming();
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The receive buffer, whatever fills it (a socket here, the caller of a `TlsSession`).
+impl<S, C: TlsSide> TlsStream<S, C> {
+    /// Makes room after `incoming[..in_end]` for the next read: at least `MIN_READ` bytes (the
+    /// buffer is compacted or grown first), more once reads fill what they are given, up to
+    /// `MAX_INCOMING`. An error: a partial record or handshake message fills all of that.
+    pub(super) fn make_read_room(&mut self) -> io::Result<()> {
         if self.in_start == self.in_end {
             self.in_start = 0;
             self.in_end = 0;
@@ -35,35 +61,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
                 let grown = (self.incoming.len() * 2).max(FIRST_BUFFER);
                 if grown > MAX_INCOMING {
                     if room == 0 {
-                        return Poll::Ready(Err(io::Error::new(
+                        return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
                             "TLS: a record or handshake message larger than 128 KiB",
-                        )));
+                        ));
                     }
                 } else {
                     self.incoming.resize(grown, 0);
                 }
             }
         }
-        let mut buf = ReadBuf::new(&mut self.incoming[self.in_end..]);
-        match Pin::new(&mut self.io).poll_read(cx, &mut buf) {
-            Poll::Ready(Ok(())) => {
-                let n = buf.filled().len();
-                self.read_filled = n == buf.capacity();
-                self.in_end += n;
-                self.dirty = self.dirty.max(self.in_end);
-                self.needs_input &= n == 0;
-                if n == 0 {
-                    self.io_eof = true;
-                }
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                self.release_idle_incoming();
-                Poll::Pending
-            }
-        }
+        Ok(())
+    }
+
+    /// `n` bytes were read into the `capacity` bytes of room [`make_read_room`](Self::make_read_room) made.
+    pub(super) fn note_read(&mut self, n: usize, capacity: usize) {
+        self.read_filled = n == capacity;
+        self.in_end += n;
+        self.dirty = self.dirty.max(self.in_end);
+        self.needs_input &= n == 0;
     }
 
     /// Gives the receive buffer back to the pool when nothing partial is left in it, wiped of
@@ -80,7 +96,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
             self.read_filled = false;
         }
     }
+}
 
+impl<S: AsyncRead + AsyncWrite + Unpin, C: TlsSide> TlsStream<S, C> {
     /// Writes every queued record. The send buffer goes back to the pool once empty.
     pub(super) fn poll_send_queued(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.out_start < self.out_end {
