@@ -185,6 +185,7 @@ def main(path, kind):
 
 UWS_NAMES = {"uws": "uWebSockets", "sockeye": "Sockeye", "sockeye-loop": "Sockeye loop (io_uring)",
              "sockeye-loop-epoll": "Sockeye loop (epoll)", "ws-tool": "`ws echo_server`",
+             "ws-tool-tokio": "`ws echo_server --runtime tokio`",
              "tokio-websockets": "tokio-websockets", "fastwebsockets": "fastwebsockets", "tungstenite": "tokio-tungstenite"}
 
 
@@ -227,7 +228,7 @@ def cpu_per_message(runs, scenario, keys, systems):
            " over the same samples). The kernel's share moves with the machine's state for every server alike;"
            " \"at equal kernel time\" is (K + user of uWebSockets) ÷ (K + user of the server), K the mean system time"
            " of the two: the ratio the table above converges to when both run in the same state.\n"]
-    ratios = [s for s in ("sockeye", "sockeye-loop", "sockeye-loop-epoll", "ws-tool") if s in systems]
+    ratios = [s for s in ("sockeye", "sockeye-loop", "sockeye-loop-epoll", "ws-tool", "ws-tool-tokio") if s in systems]
     out.append("| connections × payload | " + " | ".join(UWS_NAMES[s] for s in systems) + " | "
                + " | ".join(f"{UWS_NAMES[s]} ÷ uWebSockets at equal kernel time" for s in ratios) + " |")
     out.append("|---" * (len(systems) + len(ratios) + 1) + "|")
@@ -279,7 +280,7 @@ def uws_tables(runs, order):
         out.append(f"Server on CPU 0, the load generator on CPU 1; {how}; in parentheses the server's share of its"
                    " core over those samples (below 90% in bold: the load generator set the pace).\n")
         systems = [s for s in UWS_NAMES if any((scenario, k[1], s) in runs for k in keys)]
-        ratios = [s for s in ("sockeye", "sockeye-loop", "sockeye-loop-epoll", "ws-tool") if s in systems]
+        ratios = [s for s in ("sockeye", "sockeye-loop", "sockeye-loop-epoll", "ws-tool", "ws-tool-tokio") if s in systems]
         out.append(f"| {first} | " + " | ".join(UWS_NAMES[s] for s in systems) + " | "
                    + " | ".join(f"{UWS_NAMES[s]} ÷ uWebSockets" for s in ratios) + " |")
         out.append("|---" * (len(systems) + len(ratios) + 1) + "|")

@@ -131,14 +131,16 @@ start_server() { # system mode [n]
     # wait below tries their port.
     uws) "${PIN_SERVER[@]}" "$UWS_BIN/uws_echo" "$PORT" >"$log" 2>&1 & ;;
     uws-broadcast) "${PIN_SERVER[@]}" "$UWS_BIN/uws_broadcast" "$PORT" >"$log" 2>&1 & ;;
+    # The tool's default is the own loop (one loop thread on the pinned CPU); -tokio its tokio loop.
     ws-tool) "${PIN_SERVER[@]}" "$BIN/ws" echo_server -q --port "$PORT" >"$log" 2>&1 & ;;
+    ws-tool-tokio) "${PIN_SERVER[@]}" "$BIN/ws" echo_server -q --runtime tokio --port "$PORT" >"$log" 2>&1 & ;;
     sockeye-broadcast) "${PIN_SERVER[@]}" "$BIN/broadcast-server" "$PORT" >"$log" 2>&1 & ;;
     *) "${PIN_SERVER[@]}" "$BIN/bench-server" "$system" "$mode" "$PORT" "$n" >"$log" 2>&1 & ;;
   esac
   SERVER_PID=$!
   for _ in $(seq 100); do
     case "$system" in
-      uws | uws-broadcast | ws-tool) (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0 ;;
+      uws | uws-broadcast | ws-tool | ws-tool-tokio) (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0 ;;
       *) grep -q ready "$log" 2>/dev/null && return 0 ;;
     esac
     sleep 0.05
@@ -567,8 +569,9 @@ else
   [ "$SMOKE" = 1 ] && LT_ROUNDS=1 || LT_ROUNDS=3
   lt_samples=$UWS_SAMPLES; [ "$SMOKE" = 1 ] || lt_samples=2
   # Sockeye: the bench's README-style server (Server::serve, current-thread runtime); ws-tool:
-  # `ws echo_server`; the peers' echo servers as each documents.
-  LT_SERVERS="uws sockeye sockeye-loop sockeye-loop-epoll ws-tool tokio-websockets fastwebsockets tungstenite"
+  # `ws echo_server` (the own loop, its default), ws-tool-tokio: `--runtime tokio`; the peers'
+  # echo servers as each documents.
+  LT_SERVERS="uws sockeye sockeye-loop sockeye-loop-epoll ws-tool ws-tool-tokio tokio-websockets fastwebsockets tungstenite"
   # permessage-deflate: only the systems that have it (Sockeye's server with its default
   # compression config, the ws tool's default, uWS's dedicated compressor and decompressor).
   LT_DEFLATE_SERVERS="uws sockeye sockeye-loop ws-tool"

@@ -72,8 +72,11 @@ check() { # name, expectation (pass|fail:PATTERN), command...   (CHECK_TIMEOUT: 
 CA=$OUT/ca.pem
 TLS=(--tls --cert-file "$OUT/cert.pem" --key-file "$OUT/key.pem")
 echo "==> starting servers and proxies"
-start sockeye-ws "$WS" echo_server -q --port 9501
-start sockeye-wss "$WS" echo_server -q --port 9502 "${TLS[@]}"
+# The tokio server (9501, 9502: HTTP/2 too) and the own loop, the tool's default (9503, 9504).
+start sockeye-ws "$WS" echo_server -q --runtime tokio --port 9501
+start sockeye-wss "$WS" echo_server -q --runtime tokio --port 9502 "${TLS[@]}"
+start sockeye-loop-ws "$WS" echo_server -q --port 9503
+start sockeye-loop-wss "$WS" echo_server -q --port 9504 "${TLS[@]}"
 start python-ws "$PY" interop/python/server.py 9511
 start python-wss "$PY" interop/python/server.py 9512 --tls "$OUT/cert.pem" "$OUT/key.pem"
 start node-ws node interop/node/server.mjs 9521
@@ -123,21 +126,24 @@ start danted-user /usr/sbin/danted -f "$OUT/danted-user.conf" -p "$OUT/danted-us
 # The pub/sub protocol (docs/pubsub-protocol.md): two nodes over Redis, two over NATS JetStream.
 start redis redis-server --port 9560 --bind 127.0.0.1 --save '' --appendonly no
 start nats nats-server -a 127.0.0.1 -p 9565 -js -sd "$OUT/nats-js"
-for port in 9501 9502 9511 9512 9521 9522 9523 9524 9530 9540 9541 9542 9560 9565; do wait_port "$port"; done
+for port in 9501 9502 9503 9504 9511 9512 9521 9522 9523 9524 9530 9540 9541 9542 9560 9565; do wait_port "$port"; done
 start pubsub-redis-a "$WS" pubsub_server -q --port 9561 --backplane redis://127.0.0.1:9560
 start pubsub-redis-b "$WS" pubsub_server -q --port 9562 --backplane redis://127.0.0.1:9560
 start pubsub-nats-a "$WS" pubsub_server -q --port 9566 --backplane nats://127.0.0.1:9565
 start pubsub-nats-b "$WS" pubsub_server -q --port 9567 --backplane nats://127.0.0.1:9565
 for port in 9561 9562 9566 9567; do wait_port "$port"; done
 
-echo "==> real clients against Sockeye's server (ws echo_server)"
-for scheme in ws wss; do
-  port=$([ $scheme = ws ] && echo 9501 || echo 9502)
-  url="$scheme://localhost:$port/"
-  for deflate in on off; do
-    flag=(); [ $deflate = off ] && flag=(--no-deflate)
-    check "python websockets → sockeye  $scheme deflate=$deflate" pass "$PY" interop/python/client.py "$url" "${flag[@]}" --ca "$CA"
-    check "node ws → sockeye            $scheme deflate=$deflate" pass node interop/node/client.mjs "$url" "${flag[@]}" --ca "$CA"
+echo "==> real clients against Sockeye's server (ws echo_server: tokio, and the own loop)"
+for runtime in tokio loop; do
+  for scheme in ws wss; do
+    if [ "$runtime" = tokio ]; then port=$([ $scheme = ws ] && echo 9501 || echo 9502)
+    else port=$([ $scheme = ws ] && echo 9503 || echo 9504); fi
+    url="$scheme://localhost:$port/"
+    for deflate in on off; do
+      flag=(); [ $deflate = off ] && flag=(--no-deflate)
+      check "python websockets → sockeye $runtime $(printf '%-5s' "")$scheme deflate=$deflate" pass "$PY" interop/python/client.py "$url" "${flag[@]}" --ca "$CA"
+      check "node ws → sockeye $runtime $(printf '%-11s' "")$scheme deflate=$deflate" pass node interop/node/client.mjs "$url" "${flag[@]}" --ca "$CA"
+    done
   done
 done
 
@@ -173,7 +179,8 @@ for scheme in ws wss; do
 done
 
 echo "==> HTTP/2 (RFC 8441)"
-# ws echo_server takes h2c (prior knowledge) and h2 (ALPN) on its HTTP/1.1 ports. The hostile cases'
+# ws echo_server --runtime tokio takes h2c (prior knowledge) and h2 (ALPN) on its HTTP/1.1 ports (the
+# own loop serves HTTP/1.1 only: crates/sockeye-cli/tests/cli.rs checks its answer). The hostile cases'
 # reports (what the server did, per case) are kept in $OUT/h2-hostile-*.log.
 check "node http2 → sockeye (10 streams, 1 conn)   h2c" pass node interop/node/h2-client.mjs http://127.0.0.1:9501/
 check "node http2 → sockeye (10 streams, 1 conn)   h2 TLS" pass node interop/node/h2-client.mjs https://localhost:9502/ --ca "$CA"

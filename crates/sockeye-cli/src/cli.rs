@@ -310,8 +310,11 @@ pub struct BroadcastArgs {
     #[command(flatten)]
     pub relay: RelayArgs,
     /// Connect the nodes through this pub/sub server: redis://HOST:PORT or nats://HOST:PORT.
+    /// Served by the tokio loop (the own loop's topics are one node's).
     #[arg(long, value_name = "URL", value_parser = backplane_url)]
     pub backplane: Option<String>,
+    #[command(flatten)]
+    pub runtime: RuntimeOpts,
 }
 
 /// `pubsub_server`.
@@ -564,11 +567,19 @@ pub struct EchoServerArgs {
     /// Require this exact Authorization header; other clients are closed with 4001.
     #[arg(long = "http_authorization_header")]
     pub authorization: Option<String>,
-    /// The server loop: `tokio` (a task per connection; HTTP/2 too), or Sockeye's own loop,
-    /// a thread per core on `uring` (io_uring), `epoll`, or `auto` (io_uring where the kernel
-    /// allows it, else epoll). The own loop serves ws:// and wss:// over HTTP/1.1 only.
-    #[arg(long, value_enum, default_value_t = ServerRuntime::Tokio)]
-    pub runtime: ServerRuntime,
+    #[command(flatten)]
+    pub runtime: RuntimeOpts,
+}
+
+/// `--runtime` and `--threads` of the servers that run on either loop.
+#[derive(Debug, Args)]
+pub struct RuntimeOpts {
+    /// The server loop. Default: Sockeye's own loop (`auto`) unless an option needs tokio
+    /// (`--backplane`). `auto`, `uring`, `epoll`: the own loop, a thread per core, on io_uring
+    /// where the kernel allows it (else epoll), on io_uring, on epoll; HTTP/1.1 only (an HTTP/2
+    /// client is told HTTP_1_1_REQUIRED). `tokio`: a task per connection, HTTP/2 too.
+    #[arg(long, value_enum)]
+    pub runtime: Option<ServerRuntime>,
     /// Loop threads of the own loop (default: one per core this process may run on).
     #[arg(long, value_parser = positive::<usize>)]
     pub threads: Option<usize>,
@@ -617,6 +628,8 @@ pub struct PushServerArgs {
     /// Do not answer pings.
     #[arg(short = 'p', long = "disable_pong")]
     pub no_pong: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeOpts,
 }
 
 /// `cat`.

@@ -18,8 +18,8 @@ use crate::tls::bind;
 
 /// Echoes every message; `-q` silences the per-message log.
 pub(crate) async fn server(args: EchoServerArgs) -> Result<(), Failure> {
-    if args.runtime != crate::cli::ServerRuntime::Tokio {
-        return crate::own_loop::echo_server(args).await;
+    if let Some(runtime) = crate::own_loop::choose(&args.runtime, None)? {
+        return crate::own_loop::echo_server(args, runtime).await;
     }
     let no_pong = args.no_pong;
     let server = bind(&args.server, |c| c.protocol.auto_pong = !no_pong, "echo_server").await?;

@@ -149,7 +149,21 @@ async fn dispatch(command: Command) -> Result<(), Failure> {
         Command::Cat(args) => pipe::cat(args).await,
         Command::Listen(args) => pipe::listen(args).await,
         Command::Bench(args) => bench::run(args).await,
-        Command::BroadcastServer(args) => relay::server(args.relay, args.backplane, "broadcast_server").await,
+        Command::BroadcastServer(args) => {
+            let needs_tokio = args.backplane.is_some().then_some("--backplane");
+            match own_loop::choose(&args.runtime, needs_tokio)? {
+                Some(runtime) => {
+                    own_loop::broadcast_server(
+                        &args.relay.server,
+                        runtime,
+                        args.runtime.threads,
+                        relay::LOCAL_MAX_MESSAGE,
+                    )
+                    .await
+                }
+                None => relay::server(args.relay, args.backplane, "broadcast_server").await,
+            }
+        }
         Command::PubsubServer(args) => pubsub::server(*args).await,
         Command::Transfer(args) => relay::server(args, None, "transfer").await,
         Command::Send(args) => transfer::send(args).await,

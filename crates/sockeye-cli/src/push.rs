@@ -29,6 +29,9 @@ fn client_left(ws: &mut sockeye::WebSocket<sockeye::TransportStream>) -> bool {
 /// any other path pushes until the client goes away. `feed` waits at the write high-water mark,
 /// so a slow client slows its pusher instead of growing memory.
 pub(crate) async fn server(args: PushServerArgs) -> Result<(), Failure> {
+    if let Some(runtime) = crate::own_loop::choose(&args.runtime, None)? {
+        return crate::own_loop::push_server(args, runtime).await;
+    }
     let no_pong = args.no_pong;
     let server = bind(&args.server, |c| c.protocol.auto_pong = !no_pong, "push_server").await?;
     let message = Message::text(args.send_msg);

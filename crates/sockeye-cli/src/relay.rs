@@ -23,7 +23,7 @@ use crate::output::errln;
 use crate::tls::bind;
 
 /// The largest message relayed in this process: `transfer` carries whole files.
-const LOCAL_MAX_MESSAGE: usize = 1 << 30;
+pub(crate) const LOCAL_MAX_MESSAGE: usize = 1 << 30;
 /// The largest message relayed through a backplane: what fits NATS's default `max_payload` with
 /// the backplane's header (far below Redis's limit). Larger messages are refused by the engine
 /// with 1009 (message too big).

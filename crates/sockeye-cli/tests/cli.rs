@@ -127,12 +127,21 @@ fn echo_server_on_the_own_loop_on_every_runtime() {
 }
 
 #[test]
-fn every_server_sub_command_serves_http2_clients() {
+fn every_server_sub_command_serves_http2_clients_on_tokio() {
     // h2c with prior knowledge on the same port as HTTP/1.1.
-    let server = Running::start(&["echo_server", "-q"]);
+    let server = Running::start(&["echo_server", "-q", "--runtime", "tokio"]);
     let out = run(&["cat", "--http2", &server.url("/")], "over h2\n");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "over h2\n");
+    // The own loop (the default) serves HTTP/1.1 only, and tells an HTTP/2 client so.
+    let own = Running::start(&["echo_server", "-q"]);
+    let out = run(&["cat", "--http2", &own.url("/")], "over h2\n");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("HTTP_1_1_REQUIRED"),
+        "{}",
+        text(&out.stderr)
+    );
     let mut listen = Running::start(&["listen", "--max-messages", "1"]);
     let out = run(&["cat", "-n", "--http2", &listen.url("/")], "to listen\n");
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -140,7 +149,7 @@ fn every_server_sub_command_serves_http2_clients() {
     let mut got = String::new();
     std::io::Read::read_to_string(listen.0.stdout.as_mut().unwrap(), &mut got).unwrap();
     assert_eq!(got, "to listen\n");
-    let push = Running::start(&["push_server", "-q", "--send_msg", "yo"]);
+    let push = Running::start(&["push_server", "-q", "--send_msg", "yo", "--runtime", "tokio"]);
     let out = run(&["echo_client", "-m", "--http2", &push.url("/5000")], "");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("messages received: 5000 total in"));
@@ -769,6 +778,7 @@ fn pubsub_server_allow_rules_need_a_token_flag() {
 /// Given one CPU (`taskset -c 0`, a container of one CPU), the tool runs on one thread: a
 /// current-thread runtime, without the work-stealing bookkeeping that could spread nothing
 /// (bench/README.md "Every core"); given more, on tokio's multi-thread runtime. Both serve.
+/// The own loop's servers run one loop thread per CPU they may use: one there.
 #[test]
 fn one_cpu_runs_the_tool_on_one_thread() {
     let Ok(status) = Command::new("taskset").args(["-c", "0", "true"]).status() else {
@@ -785,17 +795,36 @@ fn one_cpu_runs_the_tool_on_one_thread() {
             .parse()
             .unwrap()
     };
-    let mut pinned = Command::new("taskset");
-    pinned.args(["-c", "0", env!("CARGO_BIN_EXE_ws")]);
-    for (command, one_thread) in [(pinned, true), (ws(), false)] {
-        let server = Running::start_with(command, &["echo_server", "-q"]);
+    let loop_threads = |server: &Running| -> usize {
+        std::fs::read_dir(format!("/proc/{}/task", server.0.id()))
+            .unwrap()
+            .filter(|task| {
+                let comm = task.as_ref().unwrap().path().join("comm");
+                std::fs::read_to_string(comm).is_ok_and(|name| name.starts_with("sockeye-loop"))
+            })
+            .count()
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pinned_ws = || {
+        let mut pinned = Command::new("taskset");
+        pinned.args(["-c", "0", env!("CARGO_BIN_EXE_ws")]);
+        pinned
+    };
+    for (command, one_thread) in [(pinned_ws(), true), (ws(), false)] {
+        let server = Running::start_with(command, &["echo_server", "-q", "--runtime", "tokio"]);
         let out = run(&["cat", &server.url("/")], "one\ntwo\n");
         assert_eq!(text(&out.stdout), "one\ntwo\n", "{}", text(&out.stderr));
         let n = threads(&server);
         if one_thread {
             assert_eq!(n, 1, "pinned to one CPU: one thread");
-        } else if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+        } else if cpus > 1 {
             assert!(n > 1, "{n} thread(s) with several CPUs");
         }
+    }
+    for (command, expected) in [(pinned_ws(), 1), (ws(), cpus)] {
+        let server = Running::start_with(command, &["echo_server", "-q"]);
+        let out = run(&["cat", &server.url("/")], "one\ntwo\n");
+        assert_eq!(text(&out.stdout), "one\ntwo\n", "{}", text(&out.stderr));
+        assert_eq!(loop_threads(&server), expected, "own loop threads");
     }
 }

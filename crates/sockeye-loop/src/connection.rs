@@ -5,7 +5,6 @@
 //! to do with the transport (the engine's [`Transport`]).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
@@ -14,6 +13,7 @@ use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reje
 use sockeye_proto::{CloseCode, CloseFrame, Connection, Message, PreparedMessage, Transmit, Transport};
 
 use crate::handler::{Closed, Handler, Socket};
+use crate::membership::{Membership, Offered};
 use crate::shared::Shared;
 #[cfg(feature = "tls")]
 use crate::tls::Tls;
@@ -24,8 +24,8 @@ use crate::topics::{self, SocketId};
 pub(crate) struct Conn<D> {
     id: SocketId,
     peer: SocketAddr,
-    /// The topics it is subscribed to (in its thread's table too).
-    subscriptions: Vec<Arc<str>>,
+    /// Its subscriptions, and the publications waiting for it.
+    membership: Membership,
     phase: Phase,
     data: D,
     /// Bytes to write before the engine's queue: the handshake's response (or refusal).
@@ -50,8 +50,11 @@ enum Phase {
     Handshake { request: BytesMut, deadline: Instant },
     /// Upgraded: the engine runs the connection.
     Open(Box<Connection>),
-    /// The request was refused: the refusal in `head` is written, then the transport closed.
-    Refused,
+    /// The request was refused: the refusal in `head` is written, the writing side shut down
+    /// (`shut`), and what the client still sends read and dropped until its FIN or `linger`:
+    /// closing with unread input would reset the connection, and the reset can destroy the
+    /// refusal before the client reads it.
+    Refused { linger: Instant, shut: bool },
     /// The transport is closed.
     Over,
 }
@@ -91,7 +94,7 @@ impl<D: Default> Conn<D> {
         Conn {
             id,
             peer,
-            subscriptions: Vec::new(),
+            membership: Membership::default(),
             phase,
             data: D::default(),
             head: Vec::new(),
@@ -144,6 +147,10 @@ impl<D> Conn<D> {
         if self.error.is_none() {
             self.error = Some(format!("TLS: {e}"));
         }
+        if let Phase::Handshake { .. } = self.phase {
+            // The alert is written, then the client's input dropped until it leaves.
+            self.phase = refused();
+        }
     }
 
     /// Plaintext from the peer (see [`input`](Self::input)). A connection without a read buffer
@@ -172,7 +179,7 @@ impl<D> Conn<D> {
                 engine.receive(bytes);
                 self.deliver(shared, handler);
             }
-            Phase::Refused | Phase::Over => {}
+            Phase::Refused { .. } | Phase::Over => {}
         }
     }
 
@@ -182,20 +189,28 @@ impl<D> Conn<D> {
             Phase::Open(engine) => {
                 engine.receive_eof();
             }
-            Phase::Handshake { .. } => self.phase = Phase::Over,
-            Phase::Refused | Phase::Over => {}
+            Phase::Handshake { .. } | Phase::Refused { .. } => self.phase = Phase::Over,
+            Phase::Over => {}
         }
     }
 
     /// The time passed this connection's deadline (see [`deadline`](Self::deadline)).
     pub(crate) fn timeout(&mut self, now: Instant) {
         match &mut self.phase {
-            Phase::Open(engine) => engine.handle_timeout(now),
+            Phase::Open(engine) => {
+                if self.membership.deadline().is_some_and(|at| at <= now) {
+                    // Dropped as too slow, and it did not even take what its socket held.
+                    engine.transport_closed();
+                } else {
+                    engine.handle_timeout(now);
+                }
+            }
             Phase::Handshake { deadline, .. } if *deadline <= now => {
                 // A client that dribbles its request (slowloris) is cut off, unanswered.
                 self.error = Some("the opening handshake took longer than the handshake timeout".into());
                 self.phase = Phase::Over;
             }
+            Phase::Refused { linger, .. } if *linger <= now => self.phase = Phase::Over,
             _ => {}
         }
     }
@@ -203,9 +218,13 @@ impl<D> Conn<D> {
     /// When [`timeout`](Self::timeout) is due next.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Open(engine) => engine.poll_timeout(),
+            Phase::Open(engine) => [engine.poll_timeout(), self.membership.deadline()]
+                .into_iter()
+                .flatten()
+                .min(),
             Phase::Handshake { deadline, .. } => Some(*deadline),
-            Phase::Refused | Phase::Over => None,
+            Phase::Refused { linger, .. } => Some(*linger),
+            Phase::Over => None,
         }
     }
 
@@ -220,20 +239,19 @@ impl<D> Conn<D> {
                 )));
             }
             Phase::Handshake { .. } => self.phase = Phase::Over,
-            Phase::Refused | Phase::Over => {}
+            Phase::Refused { .. } | Phase::Over => {}
         }
     }
 
     /// What to do with the transport now.
     pub(crate) fn transport(&self) -> Transport {
-        if self.broken {
-            return Transport::Finish;
-        }
         match &self.phase {
+            Phase::Refused { shut: false, .. } => Transport::ShutdownWrite,
+            Phase::Refused { shut: true, .. } => Transport::Open,
+            Phase::Over => Transport::Abort,
+            _ if self.broken => Transport::Finish,
             Phase::Handshake { .. } => Transport::Open,
             Phase::Open(engine) => engine.transport(),
-            Phase::Refused => Transport::Finish,
-            Phase::Over => Transport::Abort,
         }
     }
 
@@ -327,13 +345,15 @@ impl<D> Conn<D> {
         let Phase::Open(engine) = &mut self.phase else {
             return;
         };
+        self.membership
+            .feed(engine, shared.config.write_buffer_high_water);
         if self.backpressured && engine.transmit_len() <= shared.config.write_buffer_high_water {
             self.backpressured = false;
             let mut socket = socket(
                 engine,
                 &mut self.data,
                 &mut self.backpressured,
-                &mut self.subscriptions,
+                &mut self.membership,
                 self.id,
                 self.peer,
                 shared,
@@ -367,38 +387,33 @@ impl<D> Conn<D> {
         self.id
     }
 
-    /// A publication to a topic it is subscribed to. A subscriber that lets more than
-    /// `max_backlog` bytes pile up (it does not read) is closed with 1008, rather than held in
-    /// memory without end.
+    /// A publication to a topic it is subscribed to (see `membership`: a subscriber more than
+    /// `max_backlog` behind is dropped with 1008, not held in memory without end).
     pub(crate) fn publication(&mut self, message: &PreparedMessage, shared: &Shared) {
-        if let Phase::Open(engine) = &mut self.phase
-            && engine.send_prepared(message).is_ok()
-        {
-            self.check_backlog(shared);
+        if let Phase::Open(engine) = &mut self.phase {
+            let high_water = shared.config.write_buffer_high_water;
+            let offered = self
+                .membership
+                .publish(engine, message, high_water, shared.max_backlog);
+            self.note_offered(offered, shared);
         }
     }
 
     /// A message sent through a `ServerHandle` (from outside the loop), held to the same bound.
     pub(crate) fn send_from_outside(&mut self, message: Message, shared: &Shared) {
-        if let Phase::Open(engine) = &mut self.phase
-            && engine.send(message).is_ok()
-        {
-            self.check_backlog(shared);
+        if let Phase::Open(engine) = &mut self.phase {
+            let offered = self.membership.send(engine, message, shared.max_backlog);
+            self.note_offered(offered, shared);
         }
     }
 
-    fn check_backlog(&mut self, shared: &Shared) {
-        if let Phase::Open(engine) = &mut self.phase
-            && engine.transmit_len() > shared.max_backlog
-        {
+    fn note_offered(&mut self, offered: Offered, shared: &Shared) {
+        if offered == Offered::Dropped && self.membership.is_dropped() && self.error.is_none() {
             self.error = Some(format!(
-                "closed: more than {} bytes queued and not read (the server's max_backlog)",
+                "{}: more than {} bytes waited for it (the server's max_backlog)",
+                crate::membership::TOO_SLOW,
                 shared.max_backlog
             ));
-            let _ = engine.close(Some(CloseFrame::new(
-                CloseCode::POLICY_VIOLATION,
-                "too slow: the backlog limit was reached",
-            )));
         }
     }
 
@@ -421,8 +436,10 @@ impl<D> Conn<D> {
                 // Reading goes on until the peer's FIN (closing with unread input would reset
                 // the connection, and could destroy the close frame in flight).
                 shutdown_write();
-                if let Phase::Open(engine) = &mut self.phase {
-                    engine.write_shut_down();
+                match &mut self.phase {
+                    Phase::Open(engine) => engine.write_shut_down(),
+                    Phase::Refused { shut, .. } => *shut = true,
+                    _ => {}
                 }
                 true
             }
@@ -438,10 +455,10 @@ impl<D> Conn<D> {
     /// told, and the connection's data handed to it.
     pub(crate) fn closed<H: Handler<Data = D>>(mut self, io_error: Option<std::io::Error>, handler: &mut H) {
         // Out of its thread's topics before its slot can be taken by another connection.
-        if !self.subscriptions.is_empty() {
+        if !self.membership.subscriptions.is_empty() {
             let key = self.id.key;
             topics::with(|t| {
-                for topic in &self.subscriptions {
+                for topic in &self.membership.subscriptions {
                     t.unsubscribe(topic, key);
                 }
             });
@@ -483,6 +500,14 @@ impl<D> Conn<D> {
         let Phase::Handshake { request: buf, .. } = &mut self.phase else {
             return;
         };
+        if buf.starts_with(HTTP2_PREFACE_START) {
+            // An HTTP/2 client with prior knowledge (h2c): told in its own protocol that this
+            // server speaks HTTP/1.1 only, rather than with an HTTP/1.1 response it cannot read.
+            self.head.extend_from_slice(&HTTP_1_1_REQUIRED);
+            self.error = Some("an HTTP/2 client: the own loop serves HTTP/1.1 only".into());
+            self.phase = refused();
+            return;
+        }
         let parsed = parse_request(buf, &shared.config.protocol).and_then(|parsed| match parsed {
             Some((request, used)) => {
                 ClientHello::from_request(&request).map(|hello| Some((request, used, hello)))
@@ -520,7 +545,7 @@ impl<D> Conn<D> {
             engine,
             &mut self.data,
             &mut self.backpressured,
-            &mut self.subscriptions,
+            &mut self.membership,
             self.id,
             self.peer,
             shared,
@@ -535,7 +560,7 @@ impl<D> Conn<D> {
     fn refuse(&mut self, response: Response<String>, why: String) {
         self.head.extend_from_slice(&encode_response(&response));
         self.error = Some(why);
-        self.phase = Phase::Refused;
+        self.phase = refused();
     }
 
     /// Hands every whole message received to the handler.
@@ -550,7 +575,7 @@ impl<D> Conn<D> {
                         engine,
                         &mut self.data,
                         &mut self.backpressured,
-                        &mut self.subscriptions,
+                        &mut self.membership,
                         self.id,
                         self.peer,
                         shared,
@@ -573,7 +598,7 @@ fn socket<'a, D>(
     engine: &'a mut Connection,
     data: &'a mut D,
     backpressured: &'a mut bool,
-    subscriptions: &'a mut Vec<Arc<str>>,
+    membership: &'a mut Membership,
     id: SocketId,
     peer: SocketAddr,
     shared: &'a Shared,
@@ -585,9 +610,31 @@ fn socket<'a, D>(
         peer,
         shared,
         backpressured,
-        subscriptions,
+        membership,
     }
 }
+
+/// How long a refused client's input is read and dropped, at most, after the refusal is written.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn refused() -> Phase {
+    Phase::Refused {
+        linger: Instant::now() + LINGER,
+        shut: false,
+    }
+}
+
+/// The start of HTTP/2's connection preface (RFC 9113 §3.4), enough to tell it from HTTP/1.1.
+const HTTP2_PREFACE_START: &[u8] = b"PRI * HTTP/2.0";
+
+/// An HTTP/2 server's answer that it wants HTTP/1.1 (RFC 9113 §3.4, §6.8): its preface (an empty
+/// SETTINGS frame), then GOAWAY with last stream 0 and the error HTTP_1_1_REQUIRED (0xd).
+const HTTP_1_1_REQUIRED: [u8; 26] = [
+    0, 0, 0, 0x4, 0, 0, 0, 0, 0, // SETTINGS, empty, stream 0
+    0, 0, 8, 0x7, 0, 0, 0, 0, 0, // GOAWAY, 8 bytes, stream 0
+    0, 0, 0, 0, // last stream id
+    0, 0, 0, 0xd, // HTTP_1_1_REQUIRED
+];
 
 /// Read buffers a loop keeps for its next reading connection.
 const POOLED_READ_BUFFERS: usize = 8;

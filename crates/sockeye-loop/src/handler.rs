@@ -2,11 +2,11 @@
 //! event of each connection (open, message, drain, close), as uWebSockets' behaviours are.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use http::{Request, Response};
 use sockeye_proto::{CloseFrame, Connection, Message};
 
+use crate::membership::{Membership, Offered};
 use crate::shared::Shared;
 use crate::topics::{self, MAX_TOPICS_PER_SOCKET, Mail, PublishError, SocketId};
 
@@ -110,8 +110,8 @@ pub struct Socket<'a, D> {
     pub(crate) shared: &'a Shared,
     /// Set when a send crossed the high water mark: the loop calls `drain` once below it.
     pub(crate) backpressured: &'a mut bool,
-    /// The topics it is subscribed to.
-    pub(crate) subscriptions: &'a mut Vec<Arc<str>>,
+    /// Its subscriptions and the publications waiting for it.
+    pub(crate) membership: &'a mut Membership,
 }
 
 impl<D> Socket<'_, D> {
@@ -119,15 +119,29 @@ impl<D> Socket<'_, D> {
     /// Nothing waits: what the peer has not read yet stays queued, and the result says when
     /// that is more than the high water mark.
     pub fn send(&mut self, message: impl Into<Message>) -> Sent {
-        if self.engine.send(message.into()).is_err() {
-            return Sent::Dropped;
+        // Behind the publications waiting for it, if any: in the order sent.
+        match self
+            .membership
+            .send(self.engine, message.into(), self.shared.max_backlog)
+        {
+            Offered::Taken => self.pressure(),
+            Offered::Dropped => Sent::Dropped,
         }
-        self.pressure()
     }
 
     /// Queues a message encoded once for many connections (a broadcast): the frame's bytes are
     /// shared, not copied.
     pub fn send_prepared(&mut self, prepared: &sockeye_proto::PreparedMessage) -> Sent {
+        if self.membership.backlog_bytes() > 0 {
+            let message = prepared.message().clone();
+            return match self
+                .membership
+                .send(self.engine, message, self.shared.max_backlog)
+            {
+                Offered::Taken => self.pressure(),
+                Offered::Dropped => Sent::Dropped,
+            };
+        }
         if self.engine.send_prepared(prepared).is_err() {
             return Sent::Dropped;
         }
@@ -135,7 +149,7 @@ impl<D> Socket<'_, D> {
     }
 
     fn pressure(&mut self) -> Sent {
-        if self.engine.transmit_len() > self.shared.config.write_buffer_high_water {
+        if self.buffered_amount() > self.shared.config.write_buffer_high_water {
             *self.backpressured = true;
             Sent::Backpressure
         } else {
@@ -150,9 +164,10 @@ impl<D> Socket<'_, D> {
         let _ = self.engine.close(frame);
     }
 
-    /// Bytes queued for this connection and not yet written.
+    /// Bytes queued for this connection and not yet written (publications waiting for it
+    /// included).
     pub fn buffered_amount(&self) -> usize {
-        self.engine.transmit_len()
+        self.engine.transmit_len() + self.membership.backlog_bytes()
     }
 
     /// The application's data for this connection.
@@ -186,7 +201,7 @@ impl<D> Socket<'_, D> {
     /// it. `false` if it was subscribed already, or the name is empty or over 256 bytes, or it
     /// is subscribed to 1,024 topics already.
     pub fn subscribe(&mut self, topic: &str) -> bool {
-        if self.is_subscribed(topic) || self.subscriptions.len() >= MAX_TOPICS_PER_SOCKET {
+        if self.is_subscribed(topic) || self.membership.subscriptions.len() >= MAX_TOPICS_PER_SOCKET {
             return false;
         }
         let Ok(topic) = topics::topic_name(topic) else {
@@ -194,16 +209,16 @@ impl<D> Socket<'_, D> {
         };
         let key = self.id.key;
         topics::with(|t| t.subscribe(&topic, key));
-        self.subscriptions.push(topic);
+        self.membership.subscriptions.push(topic);
         true
     }
 
     /// Unsubscribes it from `topic`; `false` if it was not subscribed.
     pub fn unsubscribe(&mut self, topic: &str) -> bool {
-        let Some(at) = self.subscriptions.iter().position(|t| &**t == topic) else {
+        let Some(at) = self.membership.subscriptions.iter().position(|t| &**t == topic) else {
             return false;
         };
-        self.subscriptions.swap_remove(at);
+        self.membership.subscriptions.swap_remove(at);
         let key = self.id.key;
         topics::with(|t| t.unsubscribe(topic, key));
         true
@@ -211,12 +226,12 @@ impl<D> Socket<'_, D> {
 
     /// Whether it is subscribed to `topic`.
     pub fn is_subscribed(&self, topic: &str) -> bool {
-        self.subscriptions.iter().any(|t| &**t == topic)
+        self.membership.subscriptions.iter().any(|t| &**t == topic)
     }
 
     /// The topics it is subscribed to.
     pub fn topics(&self) -> impl Iterator<Item = &str> {
-        self.subscriptions.iter().map(|t| &**t)
+        self.membership.subscriptions.iter().map(|t| &**t)
     }
 
     /// Publishes a text or binary message to `topic`: every subscriber on every thread gets it,

@@ -45,6 +45,7 @@ mod connection;
 mod epoll;
 mod handler;
 mod listener;
+mod membership;
 mod server;
 mod shared;
 mod timers;

@@ -138,6 +138,21 @@ fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
 }
 
 #[test]
+fn an_http2_client_is_told_http_1_1_is_required() {
+    for runtime in runtimes() {
+        let (server, _closed) = echo_server(runtime, sockeye::Config::default());
+        let answer = raw_exchange(server.local_addr(), b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        let answer = answer.as_bytes();
+        // An empty SETTINGS frame, then GOAWAY (type 7) whose error code is HTTP_1_1_REQUIRED.
+        assert_eq!(answer.len(), 26, "{runtime:?}: {answer:?}");
+        assert_eq!(answer[3], 0x4, "{runtime:?}");
+        assert_eq!(answer[12], 0x7, "{runtime:?}");
+        assert_eq!(answer[22..26], [0, 0, 0, 0xd], "{runtime:?}");
+        server.shutdown().unwrap();
+    }
+}
+
+#[test]
 fn invalid_upgrades_are_refused_with_their_status() {
     for runtime in runtimes() {
         let (server, _closed) = echo_server(runtime, sockeye::Config::default());

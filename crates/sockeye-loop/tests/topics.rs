@@ -280,23 +280,62 @@ fn a_subscriber_that_does_not_read_is_closed_at_the_backlog_limit() {
             };
             tokio::join!(reading, publishing);
         });
-        // Closed (1008, then the close timeout, as it does not read the close frame either); the
-        // reader's own close may be told first.
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // Dropped: what its socket already held, then 1008 once it reads again (the backlog
+        // itself is not sent: far less than the 16 MiB published arrives).
+        stalled.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let (mut bytes, mut buf) = (Vec::new(), vec![0u8; 1 << 16]);
+        let close = loop {
+            let n = stalled.read(&mut buf).unwrap();
+            assert!(n > 0, "{runtime:?}: the stream ended without a close frame");
+            bytes.extend_from_slice(&buf[..n]);
+            if let Some(at) = find_close(&bytes) {
+                break bytes[at..].to_vec();
+            }
+        };
+        assert_eq!(&close[..2], [0x88, 2 + 31], "{runtime:?}: {close:?}");
+        assert_eq!(u16::from_be_bytes([close[2], close[3]]), 1008);
+        assert_eq!(&close[4..], b"too slow: messages were dropped");
+        assert!(
+            bytes.len() < 8 << 20,
+            "{runtime:?}: {} bytes reached it",
+            bytes.len()
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
         let mut errors = Vec::new();
         while !errors.iter().any(|e: &String| e.contains("max_backlog")) {
             let left = deadline.saturating_duration_since(Instant::now());
             let closed = running
                 .closed
                 .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("{runtime:?}: not closed; closes seen: {errors:?}"));
+                .unwrap_or_else(|_| panic!("{runtime:?}: the handler was not told; closes seen: {errors:?}"));
             errors.push(closed.error.unwrap_or_default());
         }
         let _ = stalled_id;
-        // What the stalled client does get (if it reads now) ends with 1008 or is cut off.
-        stalled.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        let mut sink = [0u8; 65536];
-        while matches!(stalled.read(&mut sink), Ok(n) if n > 0) {}
         running.server.shutdown().unwrap();
+    }
+}
+
+/// Where the server's close frame starts in `bytes` (the WebSocket frames after the 101
+/// response), once it is whole.
+fn find_close(bytes: &[u8]) -> Option<usize> {
+    let mut at = bytes.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    loop {
+        let rest = &bytes[at..];
+        if rest.len() < 2 {
+            return None;
+        }
+        let (len, header) = match rest[1] & 0x7f {
+            126 if rest.len() >= 4 => (usize::from(u16::from_be_bytes([rest[2], rest[3]])), 4),
+            127 if rest.len() >= 10 => (u64::from_be_bytes(rest[2..10].try_into().unwrap()) as usize, 10),
+            126 | 127 => return None,
+            n => (usize::from(n), 2),
+        };
+        if rest.len() < header + len {
+            return None;
+        }
+        if rest[0] & 0x0f == 8 {
+            return Some(at);
+        }
+        at += header + len;
     }
 }

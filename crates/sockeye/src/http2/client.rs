@@ -58,6 +58,13 @@ pub(crate) async fn connect_new(
     // speak h2c, which is what the caller needs to hear.
     let failed = |e: h2::Error| match tls {
         true => Error::Io(to_io(e)),
+        // An HTTP/1.1-only server that says so (RFC 9113 §7), as Sockeye's own loop does.
+        false if e.reason() == Some(h2::Reason::HTTP_1_1_REQUIRED) => {
+            sockeye_proto::HandshakeError::Http2Unavailable(
+                "the server answered the HTTP/2 preface with HTTP_1_1_REQUIRED: it serves HTTP/1.1 only",
+            )
+            .into()
+        }
         false => sockeye_proto::HandshakeError::Http2Unavailable(
             "the server did not answer the HTTP/2 preface (h2c with prior knowledge)",
         )
@@ -65,13 +72,22 @@ pub(crate) async fn connect_new(
     };
     let (requests, mut connection) = builder.handshake::<_, Bytes>(stream).await.map_err(failed)?;
     let ping_pong = connection.ping_pong();
+    let (ended_tx, ended) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        let _ = connection.await;
+        let _ = ended_tx.send(connection.await);
     });
     // The server's SETTINGS come first in its preface (RFC 9113 §3.4), so once a PING is
     // answered they have been applied.
-    if let Some(mut ping_pong) = ping_pong {
-        ping_pong.ping(h2::Ping::opaque()).await.map_err(failed)?;
+    if let Some(mut ping_pong) = ping_pong
+        && let Err(e) = ping_pong.ping(h2::Ping::opaque()).await
+    {
+        // The ping fails with the connection's end; why it ended (a GOAWAY's reason) is the
+        // connection's own result, there at once.
+        let why = match tokio::time::timeout(std::time::Duration::from_secs(1), ended).await {
+            Ok(Ok(Err(ended))) if ended.reason().is_some() => ended,
+            _ => e,
+        };
+        return Err(failed(why));
     }
     if !requests.is_extended_connect_protocol_enabled() {
         return Err(sockeye_proto::HandshakeError::Http2Unavailable(
