@@ -141,8 +141,8 @@ for runtime in tokio loop; do
     url="$scheme://localhost:$port/"
     for deflate in on off; do
       flag=(); [ $deflate = off ] && flag=(--no-deflate)
-      check "python websockets → sockeye $runtime $(printf '%-5s' "")$scheme deflate=$deflate" pass "$PY" interop/python/client.py "$url" "${flag[@]}" --ca "$CA"
-      check "node ws → sockeye $runtime $(printf '%-11s' "")$scheme deflate=$deflate" pass node interop/node/client.mjs "$url" "${flag[@]}" --ca "$CA"
+      check "python websockets → sockeye $(printf '%-5s' "$runtime") $scheme deflate=$deflate" pass "$PY" interop/python/client.py "$url" "${flag[@]}" --ca "$CA"
+      check "node ws → sockeye $(printf '%-5s' "$runtime")       $scheme deflate=$deflate" pass node interop/node/client.mjs "$url" "${flag[@]}" --ca "$CA"
     done
   done
 done

@@ -14,8 +14,11 @@ use sockeye::tls::rustls::ServerConfig;
 use sockeye_proto::Transmit;
 
 /// Records sealed ahead of the socket, at most: the rest waits in the engine's queue, counted
-/// against its high water mark as it is.
-const SEALED_AHEAD: usize = 256 << 10;
+/// against its high water mark as it is. Two full records, as the tokio stream encrypts per
+/// write: the peer starts decrypting while the next records are sealed. (1 MiB echo over wss,
+/// io_uring, against the tokio server in the same run: 256 KiB ahead 0.75×, 64 KiB 0.89×, 32 KiB
+/// 0.93×.)
+const SEALED_AHEAD: usize = 32 << 10;
 /// A piece of the engine's queue this large is encrypted where it is; smaller ones are gathered
 /// (a frame's header and a small payload are two pieces: one record, not two).
 const GATHER_BELOW: usize = 4 << 10;
