@@ -607,11 +607,12 @@ if [ -z "$UWS_BIN" ]; then
   record uws-status uws broadcast-test "{\"not_run\": \"$UWS_NOT_RUN\"}"
 else
   # uWS topics (every client subscribes to "b", the handler calls app->publish) against Sockeye's
-  # in-process hub written the same way (broadcast-server). broadcast_test counts the bytes every
+  # in-process hub written the same way (broadcast-server) and the own loop's topics
+  # (bench-server sockeye-loop-broadcast). broadcast_test counts the bytes every
   # client receives and starts the next iteration only once each has all N echoes: a lost message
   # stops the iterations (a 0 in the table).
   [ "$SMOKE" = 1 ] && BT_CLIENTS="100" || BT_CLIENTS="100 500"
-  for s in uws sockeye; do
+  for s in uws sockeye sockeye-loop; do
     start_server "$s-broadcast" echo
     for n in $BT_CLIENTS; do
       uws_sample broadcast-test "$s" "$n clients" iterations_per_s 'Iterations/second \([0-9]+ clients\): ([0-9.]+)' \

@@ -67,7 +67,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Sockeye's own loop (sockeye-loop): `sockeye-loop` on io_uring where allowed, else epoll;
-/// `sockeye-loop-epoll` forced onto epoll. One loop thread, or N with `BENCH_RUNTIME=reuseport:N`;
+/// `sockeye-loop-epoll` forced onto epoll; `sockeye-loop-broadcast` the fan-out server of uWS's
+/// `broadcast_test` on the loop's topics (every client subscribed to "b", each message published
+/// to all, the sender included, as `bench/peers/uws/broadcast.cpp` does with uWS topics;
+/// permessage-deflate off, as there). One loop thread, or N with `BENCH_RUNTIME=reuseport:N`;
 /// wss:// with `BENCH_TLS`.
 fn loop_server(
     runtime: &str,
@@ -77,10 +80,11 @@ fn loop_server(
     nodelay: bool,
     tls: Option<sockeye::tls::ServerTls>,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let runtime = match runtime {
-        "" => sockeye_loop::Runtime::Auto,
-        "-epoll" => sockeye_loop::Runtime::Epoll,
-        "-uring" => sockeye_loop::Runtime::Uring,
+    let (runtime, broadcast) = match runtime {
+        "" => (sockeye_loop::Runtime::Auto, false),
+        "-epoll" => (sockeye_loop::Runtime::Epoll, false),
+        "-uring" => (sockeye_loop::Runtime::Uring, false),
+        "-broadcast" => (sockeye_loop::Runtime::Auto, true),
         other => return Err(format!("unknown system sockeye-loop{other}").into()),
     };
     let threads = match Layout::from_env()? {
@@ -94,12 +98,19 @@ fn loop_server(
         "deflate-push" => Some(sockeye::Message::text(sockeye_bench::json_document())),
         other => return Err(format!("sockeye-loop has no {other} mode").into()),
     };
-    let config = sockeye_config(mode, nodelay);
+    let mut config = sockeye_config(mode, nodelay);
+    if broadcast {
+        config.protocol.deflate = None;
+    }
     let mut server = sockeye_loop::Server::new(config).threads(threads).runtime(runtime);
     if let Some(tls) = &tls {
         server = server.tls(&tls.acceptor());
     }
-    let server = server.listen(("127.0.0.1", port), move || LoopBench { push: push.clone(), n })?;
+    let server = server.listen(("127.0.0.1", port), move || LoopBench {
+        push: push.clone(),
+        n,
+        broadcast,
+    })?;
     eprintln!("sockeye-loop on {:?}", server.runtime());
     println!("ready");
     server.wait()?;
@@ -111,12 +122,17 @@ fn loop_server(
 struct LoopBench {
     push: Option<sockeye::Message>,
     n: u64,
+    /// Fan-out: subscribe each connection to "b", publish what it sends to all of them.
+    broadcast: bool,
 }
 
 impl sockeye_loop::Handler for LoopBench {
     type Data = u64;
 
     fn open(&mut self, socket: &mut sockeye_loop::Socket<'_, u64>) {
+        if self.broadcast {
+            socket.subscribe("b");
+        }
         if self.push.is_some() {
             *socket.data_mut() = self.n;
             self.drain(socket);
@@ -124,7 +140,11 @@ impl sockeye_loop::Handler for LoopBench {
     }
 
     fn message(&mut self, socket: &mut sockeye_loop::Socket<'_, u64>, message: sockeye::Message) {
-        if self.push.is_none() {
+        if self.broadcast {
+            // To every other subscriber, encoded once; then to the sender itself.
+            let _ = socket.publish("b", message.clone());
+            socket.send(message);
+        } else if self.push.is_none() {
             socket.send(message);
         }
     }
