@@ -347,7 +347,8 @@ impl<D> Conn<D> {
         };
         self.membership
             .feed(engine, shared.config.write_buffer_high_water);
-        if self.backpressured && engine.transmit_len() <= shared.config.write_buffer_high_water {
+        // The same measure `Socket::send` reported backpressure by: backlog included.
+        if self.backpressured && self.membership.queued(engine) <= shared.config.write_buffer_high_water {
             self.backpressured = false;
             let mut socket = socket(
                 engine,

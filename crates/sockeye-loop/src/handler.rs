@@ -167,7 +167,7 @@ impl<D> Socket<'_, D> {
     /// Bytes queued for this connection and not yet written (publications waiting for it
     /// included).
     pub fn buffered_amount(&self) -> usize {
-        self.engine.transmit_len() + self.membership.backlog_bytes()
+        self.membership.queued(self.engine)
     }
 
     /// The application's data for this connection.

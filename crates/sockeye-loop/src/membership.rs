@@ -63,6 +63,12 @@ impl Membership {
         self.backlog_bytes
     }
 
+    /// Everything queued for the connection and not yet written: the engine's queue and the
+    /// backlog (what `Socket::buffered_amount` reports, and what backpressure and `drain` go by).
+    pub(crate) fn queued(&self, engine: &Connection) -> usize {
+        engine.transmit_len() + self.backlog_bytes
+    }
+
     /// Whether the connection was dropped as too slow.
     pub(crate) fn is_dropped(&self) -> bool {
         self.slow != Slow::No

@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc;
@@ -11,6 +13,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use sockeye::{CloseCode, Message};
 use sockeye_loop::{Closed, Handler, Listening, Runtime, Sent, Server, Socket};
+use support::{rt, runtimes};
 
 /// Echoes data messages; reports each close to the test.
 struct Echo {
@@ -27,23 +30,6 @@ impl Handler for Echo {
     }
 }
 
-fn runtimes() -> Vec<Runtime> {
-    let mut all = vec![Runtime::Epoll];
-    // io_uring where this machine allows it (the test names which ran).
-    match Server::new(sockeye::Config::default())
-        .runtime(Runtime::Uring)
-        .listen("127.0.0.1:0", || Echo {
-            closed: mpsc::channel().0,
-        }) {
-        Ok(server) => {
-            server.shutdown().expect("the probe server stops");
-            all.push(Runtime::Uring);
-        }
-        Err(e) => eprintln!("io_uring refused here, epoll only: {e}"),
-    }
-    all
-}
-
 fn echo_server(runtime: Runtime, config: sockeye::Config) -> (Listening, mpsc::Receiver<Closed>) {
     let (tx, rx) = mpsc::channel();
     let server = Server::new(config)
@@ -53,13 +39,6 @@ fn echo_server(runtime: Runtime, config: sockeye::Config) -> (Listening, mpsc::R
         .expect("the server starts");
     assert_eq!(server.runtime(), runtime);
     (server, rx)
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 #[test]

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, mpsc};
@@ -16,6 +18,7 @@ use sockeye::tls::rustls::{ClientConfig, ClientConnection, StreamOwned};
 use sockeye::tls::{ClientTlsOptions, Roots, ServerTls};
 use sockeye::{CloseCode, Message};
 use sockeye_loop::{Closed, Handler, Listening, Runtime, Server, Socket};
+use support::{rt, runtimes};
 
 struct Echo {
     closed: mpsc::Sender<Closed>,
@@ -61,22 +64,6 @@ fn pki() -> Pki {
     Pki { server, client }
 }
 
-fn runtimes() -> Vec<Runtime> {
-    let mut all = vec![Runtime::Epoll];
-    match Server::new(sockeye::Config::default())
-        .runtime(Runtime::Uring)
-        .listen("127.0.0.1:0", || Echo {
-            closed: mpsc::channel().0,
-        }) {
-        Ok(server) => {
-            server.shutdown().expect("the probe server stops");
-            all.push(Runtime::Uring);
-        }
-        Err(e) => eprintln!("io_uring refused here, epoll only: {e}"),
-    }
-    all
-}
-
 fn wss_server(runtime: Runtime, pki: &Pki, config: sockeye::Config) -> (Listening, mpsc::Receiver<Closed>) {
     let (tx, rx) = mpsc::channel();
     let server = Server::new(config)
@@ -86,13 +73,6 @@ fn wss_server(runtime: Runtime, pki: &Pki, config: sockeye::Config) -> (Listenin
         .listen("127.0.0.1:0", move || Echo { closed: tx.clone() })
         .expect("the server starts");
     (server, rx)
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 async fn connect(addr: SocketAddr, pki: &Pki) -> sockeye::WebSocket<sockeye::TransportStream> {

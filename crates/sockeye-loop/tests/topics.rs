@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc;
@@ -15,6 +17,7 @@ use sockeye::Message;
 use sockeye_loop::{
     Closed, Handler, Listening, PublishError, Runtime, Server, ServerHandle, Socket, SocketId,
 };
+use support::{rt, runtimes};
 
 /// A chat room: every connection subscribes to "room" and is told its thread; "pub:…" is
 /// published to the room, "unsub" unsubscribes, "bad" tries what must fail.
@@ -54,24 +57,6 @@ impl Handler for Room {
     }
 }
 
-fn runtimes() -> Vec<Runtime> {
-    let mut all = vec![Runtime::Epoll];
-    if let Ok(server) = Server::new(sockeye::Config::default())
-        .runtime(Runtime::Uring)
-        .listen("127.0.0.1:0", || NoOp)
-    {
-        server.shutdown().unwrap();
-        all.push(Runtime::Uring);
-    }
-    all
-}
-
-struct NoOp;
-impl Handler for NoOp {
-    type Data = ();
-    fn message(&mut self, _: &mut Socket<'_, ()>, _: Message) {}
-}
-
 struct Running {
     server: Listening,
     ids: mpsc::Receiver<SocketId>,
@@ -91,13 +76,6 @@ fn room(runtime: Runtime, max_backlog: usize) -> Running {
         })
         .unwrap();
     Running { server, ids, closed }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 type Ws = sockeye::WebSocket<sockeye::TransportStream>;
