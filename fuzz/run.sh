@@ -5,11 +5,15 @@
 #   bash fuzz/run.sh                 # every target for 600 s (the issue's "10 minutes clean")
 #   bash fuzz/run.sh 20              # every target for 20 s (what CI runs)
 #   bash fuzz/run.sh 60 inflate      # one target
+#   bash fuzz/run.sh --build-only    # build every target and stop (the test command builds them
+#                                    # at low priority beside the unit tests, then runs them)
 #
 # Installs cargo-fuzz on first use. libFuzzer's instrumentation needs a nightly compiler: the
 # rustup `nightly` toolchain when there is one, else the stable compiler with RUSTC_BOOTSTRAP=1.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
+BUILD_ONLY=0
+if [ "${1:-}" = --build-only ]; then BUILD_ONLY=1; shift; fi
 SECONDS_EACH="${1:-600}"
 shift || true
 TARGETS=("$@")
@@ -32,6 +36,7 @@ fi
 python3 seeds.py
 echo "==> building fuzz targets with ${FUZZ[*]}"
 "${FUZZ[@]}" build
+[ "$BUILD_ONLY" = 1 ] && exit 0
 
 mkdir -p logs
 run_one() { # target

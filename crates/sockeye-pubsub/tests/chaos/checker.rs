@@ -496,6 +496,110 @@ pub(crate) fn check(history: &[Record]) -> Vec<Violation> {
     out
 }
 
+/// Splits `violations` into those the engine itself explains by losing publications it had
+/// acknowledged, and the rest, for an engine whose offsets are one sequence across topics (a NATS
+/// JetStream stream) and that writes no life to tell one run of its store from the next (a
+/// cluster: see "No server life in a cluster" in the NATS backplane's docs).
+///
+/// The proof is in the history: an offset of one epoch that named two payloads (on any topics)
+/// was given again by the engine, which gives a sequence again only after losing the publication
+/// stored there and every later one (a stream goes back by its tail). The first such offset is
+/// where the loss begins. What it explains: the `PositionReused` at such offsets (the evidence),
+/// and a publication missed (`Lost`, `RecoveredSkipped`, `NotResumed`) that is either of the lost
+/// tail (its position of that epoch at or past where the loss begins, recorded, acknowledged or
+/// delivered, before the engine was last killed ahead of the first reuse) or at an offset given
+/// twice (a subscriber that had the lost one there takes the new one for it: a position names
+/// one publication, which the engine broke). Anything else stays a violation: a publication
+/// acknowledged after the restart at an offset given once, one before the loss's offset, another
+/// kind, or a history without a kill of the whole engine.
+pub(crate) fn lost_by_engine(
+    history: &[Record],
+    violations: Vec<Violation>,
+) -> (Vec<Violation>, Vec<Violation>) {
+    // Where each (epoch, offset) was first named, and by which payload; the first record naming
+    // one again with another payload, per epoch the lowest such offset.
+    let mut payloads: HashMap<String, String> = HashMap::new();
+    for r in history {
+        if let Record::Invoke {
+            publisher,
+            seq,
+            payload,
+            ..
+        } = r
+        {
+            payloads.insert(format!("{publisher}:{seq}"), payload.clone());
+        }
+    }
+    let mut named: HashMap<(&str, u64), (&str, usize)> = HashMap::new();
+    // Each payload's position (its first), to place a missed publication.
+    let mut position_of: HashMap<&str, (&str, u64)> = HashMap::new();
+    let mut first_named: HashMap<&str, usize> = HashMap::new();
+    let mut loss_from: HashMap<&str, u64> = HashMap::new();
+    let mut reused_offsets: HashSet<(&str, u64)> = HashSet::new();
+    let mut first_reuse: Option<usize> = None;
+    for (at, r) in history.iter().enumerate() {
+        let (payload, position) = match r {
+            Record::Ack {
+                publisher,
+                seq,
+                position: Some(p),
+            } => match payloads.get(&format!("{publisher}:{seq}")) {
+                Some(payload) => (payload.as_str(), p),
+                None => continue,
+            },
+            Record::Delivery {
+                payload,
+                position: Some(p),
+                ..
+            } => (payload.as_str(), p),
+            _ => continue,
+        };
+        first_named.entry(payload).or_insert(at);
+        let key = (&*position.epoch, position.offset);
+        position_of.entry(payload).or_insert(key);
+        let (first, _) = *named.entry(key).or_insert((payload, at));
+        if first != payload {
+            reused_offsets.insert(key);
+            let from = loss_from.entry(&position.epoch).or_insert(position.offset);
+            *from = (*from).min(position.offset);
+            first_reuse.get_or_insert(at);
+        }
+    }
+    let Some(first_reuse) = first_reuse else {
+        return (Vec::new(), violations);
+    };
+    // The engine's last kill before the first reuse: the lost tail was recorded before it.
+    let Some(killed) = history[..first_reuse]
+        .iter()
+        .rposition(|r| matches!(r, Record::Nemesis(what) if what.starts_with("start EngineDown")))
+    else {
+        return (Vec::new(), violations);
+    };
+    let lost_tail = |v: &Violation| {
+        let (Some(publisher), Some(seq)) = (v.publisher, v.seq) else {
+            return false;
+        };
+        let Some(payload) = payloads.get(&format!("{publisher}:{seq}")) else {
+            return false;
+        };
+        let (Some(&(epoch, offset)), Some(&recorded)) = (
+            position_of.get(payload.as_str()),
+            first_named.get(payload.as_str()),
+        ) else {
+            return false;
+        };
+        reused_offsets.contains(&(epoch, offset))
+            || (recorded < killed && loss_from.get(epoch).is_some_and(|&from| offset >= from))
+    };
+    violations.into_iter().partition(|v| match v.kind {
+        Kind::PositionReused => reused_offsets
+            .iter()
+            .any(|&(epoch, offset)| v.detail.starts_with(&format!("{offset}@{epoch} names "))),
+        Kind::Lost | Kind::RecoveredSkipped | Kind::NotResumed => lost_tail(v),
+        _ => false,
+    })
+}
+
 /// The shortest history that shows a violation: of the records up to its prefix, from where its
 /// story begins, those that concern it (its subscriber's records on its topic, its publisher's
 /// publishes there, the nemesis), with the subscriber's last subscribe before that and the
@@ -675,6 +779,93 @@ mod tests {
         fn kinds(&self) -> Vec<Kind> {
             check(&self.0).iter().map(|v| v.kind).collect()
         }
+    }
+
+    #[test]
+    fn only_the_tail_an_engine_lost_and_gave_again_is_the_engines() {
+        let kill = |h: H| {
+            let mut h = h;
+            h.0.push(Record::Nemesis("start EngineDown at 1s".into()));
+            h.0.push(Record::Nemesis("end EngineDown at 2s".into()));
+            h
+        };
+        // 0:0 at 1 delivered; 0:1 at 2 and 1:0 at 3 acknowledged, then the engine killed, and
+        // its offsets 2 and 3 given to 2:0 and 2:1: the subscriber resumed from 1 and was told
+        // Recovered without 0:1 and 1:0.
+        let before = H::default()
+            .live(1)
+            .publish(0, 0, at(1))
+            .got(1, "0:0", at(1))
+            .publish(0, 1, at(2))
+            .publish(1, 0, at(3));
+        let h = kill(before)
+            .resume(1, at(1), Began::Recovered(2))
+            .publish(2, 0, at(2))
+            .publish(2, 1, at(3))
+            .got(1, "2:0", at(2))
+            .got(1, "2:1", at(3));
+        let violations = check(&h.0);
+        assert!(violations.iter().any(|v| v.kind == Kind::PositionReused));
+        assert!(
+            violations
+                .iter()
+                .any(|v| v.seq == Some(1) && v.publisher == Some(0))
+        );
+        let (engines, ours) = lost_by_engine(&h.0, violations);
+        assert_eq!(ours, vec![], "{engines:?}");
+        assert!(!engines.is_empty());
+
+        // A publication acknowledged after the restart and missed is ours, reuse or not; so is
+        // everything without a kill of the engine before the reuse.
+        let h = kill(
+            H::default()
+                .live(1)
+                .publish(0, 0, at(1))
+                .got(1, "0:0", at(1))
+                .publish(0, 1, at(2)),
+        )
+        .publish(2, 0, at(2))
+        .publish(2, 1, at(3))
+        .got(1, "2:0", at(2))
+        .publish(2, 2, at(4))
+        .got(1, "2:2", at(4));
+        let (_, ours) = lost_by_engine(&h.0, check(&h.0));
+        assert!(
+            ours.iter()
+                .any(|v| v.kind == Kind::Lost && v.publisher == Some(2) && v.seq == Some(1)),
+            "{ours:?}"
+        );
+        // The new publication at an offset given again, missed by the subscriber that had the
+        // lost one there (it resumed from that position): the engine's doing too.
+        let h = kill(
+            H::default()
+                .live(1)
+                .publish(0, 0, at(1))
+                .got(1, "0:0", at(1))
+                .publish(0, 1, at(2))
+                .got(1, "0:1", at(2)),
+        )
+        .resume(1, at(2), Began::Recovered(1))
+        .publish(2, 0, at(2))
+        .publish(2, 1, at(3))
+        .got(1, "2:1", at(3));
+        let violations = check(&h.0);
+        assert!(
+            violations
+                .iter()
+                .any(|v| v.publisher == Some(2) && v.seq == Some(0)),
+            "{violations:?}"
+        );
+        let (_, ours) = lost_by_engine(&h.0, violations);
+        assert_eq!(ours, vec![]);
+        let h = H::default()
+            .live(1)
+            .publish(0, 0, at(1))
+            .publish(1, 0, at(1))
+            .got(1, "0:0", at(1));
+        let violations = check(&h.0);
+        assert!(!violations.is_empty());
+        assert_eq!(lost_by_engine(&h.0, violations.clone()).1, violations);
     }
 
     #[test]

@@ -67,6 +67,15 @@ impl Engine {
         Engine::ALL.into_iter().find(|e| e.name() == name)
     }
 
+    /// Whether it may lose publications it acknowledged and give their offsets to new ones with
+    /// nothing Sockeye can see: a NATS cluster killed whole at once (its servers write their
+    /// quorum's last entries to disk later; no server life is written in a cluster). The
+    /// checker's `lost_by_engine` sorts out what the history proves it lost; the README's
+    /// compound-fault table says what a user gets then.
+    pub(crate) fn loses_acknowledged_tail_unseen(self) -> bool {
+        matches!(self, Engine::NatsCluster)
+    }
+
     /// The faults it suffers.
     pub(crate) fn menu(self) -> Menu {
         match self {
