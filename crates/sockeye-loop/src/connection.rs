@@ -12,8 +12,8 @@ use http::Response;
 use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
 use sockeye_proto::{CloseCode, CloseFrame, Connection, Message, PreparedMessage, Transmit, Transport};
 
-use crate::handler::{Closed, Handler, Socket};
-use crate::membership::{Membership, Offered};
+use crate::handler::{Closed, Facing, Handler, Socket};
+use crate::membership::Offered;
 use crate::shared::Shared;
 #[cfg(feature = "tls")]
 use crate::tls::Tls;
@@ -22,10 +22,8 @@ use crate::topics::{self, SocketId};
 /// A connection of a loop thread.
 #[derive(Debug)]
 pub(crate) struct Conn<D> {
-    id: SocketId,
-    peer: SocketAddr,
-    /// Its subscriptions, and the publications waiting for it.
-    membership: Membership,
+    /// Who it is, its topics and what waits for it, backpressure: the handler's to see.
+    facing: Facing,
     phase: Phase,
     data: D,
     /// Bytes to write before the engine's queue: the handshake's response (or refusal).
@@ -35,8 +33,6 @@ pub(crate) struct Conn<D> {
     tls: Option<Box<Tls>>,
     /// TLS failed: only its alert is written, then the transport is closed.
     broken: bool,
-    /// A send crossed the high water mark: `drain` is due once the queue is below it again.
-    backpressured: bool,
     peer_close: Option<CloseFrame>,
     /// Why the connection ended badly, for `Handler::close` (the engine's error, or the loop's).
     error: Option<String>,
@@ -92,16 +88,13 @@ impl<D: Default> Conn<D> {
 
     fn in_phase(id: SocketId, peer: SocketAddr, phase: Phase) -> Self {
         Conn {
-            id,
-            peer,
-            membership: Membership::default(),
+            facing: Facing::new(id, peer),
             phase,
             data: D::default(),
             head: Vec::new(),
             #[cfg(feature = "tls")]
             tls: None,
             broken: false,
-            backpressured: false,
             peer_close: None,
             error: None,
             armed: None,
@@ -123,8 +116,23 @@ impl<D> Conn<D> {
         #[cfg(feature = "tls")]
         if let Some(mut tls) = self.tls.take() {
             if !self.broken {
-                let received =
-                    tls.receive(bytes, &mut |plain| self.input_plain(plain, shared, handler, pool));
+                // Before the upgrade, the request is only gathered while the records are read:
+                // it is answered after, once the session is out of reach no more, so that the
+                // handler sees the server name the handshake asked for (SNI).
+                let mut requested = false;
+                let received = tls.receive(bytes, &mut |plain| match &mut self.phase {
+                    Phase::Handshake { request, .. } => {
+                        request.extend_from_slice(plain);
+                        requested = true;
+                    }
+                    _ => self.input_plain(plain, shared, handler, pool),
+                });
+                if self.facing.sni_hostname.is_none() {
+                    self.facing.sni_hostname = tls.sni_hostname().map(Box::from);
+                }
+                if requested && matches!(self.phase, Phase::Handshake { .. }) {
+                    self.handshake(shared, handler);
+                }
                 match received {
                     Err(e) => self.tls_failed(&mut tls, e),
                     // close_notify: the end of the peer's data, as a FIN is without TLS.
@@ -198,7 +206,7 @@ impl<D> Conn<D> {
     pub(crate) fn timeout(&mut self, now: Instant) {
         match &mut self.phase {
             Phase::Open(engine) => {
-                if self.membership.deadline().is_some_and(|at| at <= now) {
+                if self.facing.membership.deadline().is_some_and(|at| at <= now) {
                     // Dropped as too slow, and it did not even take what its socket held.
                     engine.transport_closed();
                 } else {
@@ -218,7 +226,7 @@ impl<D> Conn<D> {
     /// When [`timeout`](Self::timeout) is due next.
     pub(crate) fn deadline(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Open(engine) => [engine.poll_timeout(), self.membership.deadline()]
+            Phase::Open(engine) => [engine.poll_timeout(), self.facing.membership.deadline()]
                 .into_iter()
                 .flatten()
                 .min(),
@@ -345,20 +353,20 @@ impl<D> Conn<D> {
         let Phase::Open(engine) = &mut self.phase else {
             return;
         };
-        self.membership
+        self.facing
+            .membership
             .feed(engine, shared.config.write_buffer_high_water);
         // The same measure `Socket::send` reported backpressure by: backlog included.
-        if self.backpressured && self.membership.queued(engine) <= shared.config.write_buffer_high_water {
-            self.backpressured = false;
-            let mut socket = socket(
+        if self.facing.backpressured
+            && self.facing.membership.queued(engine) <= shared.config.write_buffer_high_water
+        {
+            self.facing.backpressured = false;
+            let mut socket = Socket {
                 engine,
-                &mut self.data,
-                &mut self.backpressured,
-                &mut self.membership,
-                self.id,
-                self.peer,
+                data: &mut self.data,
+                facing: &mut self.facing,
                 shared,
-            );
+            };
             handler.drain(&mut socket);
         }
     }
@@ -385,7 +393,7 @@ impl<D> Conn<D> {
 
     /// Its id (what a `ServerHandle` sends to).
     pub(crate) fn id(&self) -> SocketId {
-        self.id
+        self.facing.id
     }
 
     /// A publication to a topic it is subscribed to (see `membership`: a subscriber more than
@@ -394,6 +402,7 @@ impl<D> Conn<D> {
         if let Phase::Open(engine) = &mut self.phase {
             let high_water = shared.config.write_buffer_high_water;
             let offered = self
+                .facing
                 .membership
                 .publish(engine, message, high_water, shared.max_backlog);
             self.note_offered(offered, shared);
@@ -403,13 +412,13 @@ impl<D> Conn<D> {
     /// A message sent through a `ServerHandle` (from outside the loop), held to the same bound.
     pub(crate) fn send_from_outside(&mut self, message: Message, shared: &Shared) {
         if let Phase::Open(engine) = &mut self.phase {
-            let offered = self.membership.send(engine, message, shared.max_backlog);
+            let offered = self.facing.membership.send(engine, message, shared.max_backlog);
             self.note_offered(offered, shared);
         }
     }
 
     fn note_offered(&mut self, offered: Offered, shared: &Shared) {
-        if offered == Offered::Dropped && self.membership.is_dropped() && self.error.is_none() {
+        if offered == Offered::Dropped && self.facing.membership.is_dropped() && self.error.is_none() {
             self.error = Some(format!(
                 "{}: more than {} bytes waited for it (the server's max_backlog)",
                 crate::membership::TOO_SLOW,
@@ -456,10 +465,10 @@ impl<D> Conn<D> {
     /// told, and the connection's data handed to it.
     pub(crate) fn closed<H: Handler<Data = D>>(mut self, io_error: Option<std::io::Error>, handler: &mut H) {
         // Out of its thread's topics before its slot can be taken by another connection.
-        if !self.membership.subscriptions.is_empty() {
-            let key = self.id.key;
+        if !self.facing.membership.subscriptions.is_empty() {
+            let key = self.facing.id.key;
             topics::with(|t| {
-                for topic in &self.membership.subscriptions {
+                for topic in &self.facing.membership.subscriptions {
                     t.unsubscribe(topic, key);
                 }
             });
@@ -488,11 +497,11 @@ impl<D> Conn<D> {
                 Closed {
                     frame: self.peer_close,
                     error: self.error,
-                    peer: self.peer,
+                    peer: self.facing.peer,
                 },
             );
         } else if let Some(error) = self.error {
-            tracing::debug!(peer = %self.peer, "handshake failed: {error}");
+            tracing::debug!(peer = %self.facing.peer, "handshake failed: {error}");
         }
     }
 
@@ -542,15 +551,12 @@ impl<D> Conn<D> {
         let Phase::Open(engine) = &mut self.phase else {
             unreachable!()
         };
-        let mut socket = socket(
+        let mut socket = Socket {
             engine,
-            &mut self.data,
-            &mut self.backpressured,
-            &mut self.membership,
-            self.id,
-            self.peer,
+            data: &mut self.data,
+            facing: &mut self.facing,
             shared,
-        );
+        };
         handler.open(&mut socket);
         if !leftover.is_empty() {
             engine.receive(&leftover);
@@ -572,15 +578,12 @@ impl<D> Conn<D> {
         loop {
             match engine.poll_message() {
                 Ok(Some(message)) if message.is_data() => {
-                    let mut socket = socket(
+                    let mut socket = Socket {
                         engine,
-                        &mut self.data,
-                        &mut self.backpressured,
-                        &mut self.membership,
-                        self.id,
-                        self.peer,
+                        data: &mut self.data,
+                        facing: &mut self.facing,
                         shared,
-                    );
+                    };
                     handler.message(&mut socket, message);
                 }
                 Ok(Some(Message::Close(frame))) => self.peer_close = frame,
@@ -591,27 +594,6 @@ impl<D> Conn<D> {
                 Ok(None) | Err(_) => return,
             }
         }
-    }
-}
-
-/// The handler's view of a connection, for one call.
-fn socket<'a, D>(
-    engine: &'a mut Connection,
-    data: &'a mut D,
-    backpressured: &'a mut bool,
-    membership: &'a mut Membership,
-    id: SocketId,
-    peer: SocketAddr,
-    shared: &'a Shared,
-) -> Socket<'a, D> {
-    Socket {
-        engine,
-        data,
-        id,
-        peer,
-        shared,
-        backpressured,
-        membership,
     }
 }
 

@@ -105,13 +105,34 @@ pub enum Sent {
 pub struct Socket<'a, D> {
     pub(crate) engine: &'a mut Connection,
     pub(crate) data: &'a mut D,
+    pub(crate) facing: &'a mut Facing,
+    pub(crate) shared: &'a Shared,
+}
+
+/// What a connection keeps for its handler's calls, besides its engine and data: who it is,
+/// its topics and what waits for it, whether a send reported backpressure.
+#[derive(Debug)]
+pub(crate) struct Facing {
     pub(crate) id: SocketId,
     pub(crate) peer: SocketAddr,
-    pub(crate) shared: &'a Shared,
-    /// Set when a send crossed the high water mark: the loop calls `drain` once below it.
-    pub(crate) backpressured: &'a mut bool,
     /// Its subscriptions and the publications waiting for it.
-    pub(crate) membership: &'a mut Membership,
+    pub(crate) membership: Membership,
+    /// Set when a send crossed the high water mark: the loop calls `drain` once below it.
+    pub(crate) backpressured: bool,
+    /// wss://: the server name the client's TLS handshake asked for (SNI), if it named one.
+    pub(crate) sni_hostname: Option<Box<str>>,
+}
+
+impl Facing {
+    pub(crate) fn new(id: SocketId, peer: SocketAddr) -> Self {
+        Facing {
+            id,
+            peer,
+            membership: Membership::default(),
+            backpressured: false,
+            sni_hostname: None,
+        }
+    }
 }
 
 impl<D> Socket<'_, D> {
@@ -121,6 +142,7 @@ impl<D> Socket<'_, D> {
     pub fn send(&mut self, message: impl Into<Message>) -> Sent {
         // Behind the publications waiting for it, if any: in the order sent.
         match self
+            .facing
             .membership
             .send(self.engine, message.into(), self.shared.max_backlog)
         {
@@ -132,9 +154,10 @@ impl<D> Socket<'_, D> {
     /// Queues a message encoded once for many connections (a broadcast): the frame's bytes are
     /// shared, not copied.
     pub fn send_prepared(&mut self, prepared: &sockeye_proto::PreparedMessage) -> Sent {
-        if self.membership.backlog_bytes() > 0 {
+        if self.facing.membership.backlog_bytes() > 0 {
             let message = prepared.message().clone();
             return match self
+                .facing
                 .membership
                 .send(self.engine, message, self.shared.max_backlog)
             {
@@ -150,7 +173,7 @@ impl<D> Socket<'_, D> {
 
     fn pressure(&mut self) -> Sent {
         if self.buffered_amount() > self.shared.config.write_buffer_high_water {
-            *self.backpressured = true;
+            self.facing.backpressured = true;
             Sent::Backpressure
         } else {
             Sent::Queued
@@ -167,7 +190,7 @@ impl<D> Socket<'_, D> {
     /// Bytes queued for this connection and not yet written (publications waiting for it
     /// included).
     pub fn buffered_amount(&self) -> usize {
-        self.membership.queued(self.engine)
+        self.facing.membership.queued(self.engine)
     }
 
     /// The application's data for this connection.
@@ -182,7 +205,14 @@ impl<D> Socket<'_, D> {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> SocketAddr {
-        self.peer
+        self.facing.peer
+    }
+
+    /// wss:// ([`Server::tls`](crate::Server::tls)): the server name the client asked for in
+    /// its TLS handshake (SNI), to serve several names from one listener. `None` over ws://, or
+    /// when the client named none (an IP address is never sent as SNI, RFC 6066 §3).
+    pub fn sni_hostname(&self) -> Option<&str> {
+        self.facing.sni_hostname.as_deref()
     }
 
     /// Whether permessage-deflate was negotiated.
@@ -194,44 +224,50 @@ impl<D> Socket<'_, D> {
     /// task, another thread). Never the id of another connection, even one in the same slot
     /// later.
     pub fn id(&self) -> SocketId {
-        self.id
+        self.facing.id
     }
 
     /// Subscribes it to `topic`: every publication to the topic, from any thread, is sent to
     /// it. `false` if it was subscribed already, or the name is empty or over 256 bytes, or it
     /// is subscribed to 1,024 topics already.
     pub fn subscribe(&mut self, topic: &str) -> bool {
-        if self.is_subscribed(topic) || self.membership.subscriptions.len() >= MAX_TOPICS_PER_SOCKET {
+        if self.is_subscribed(topic) || self.facing.membership.subscriptions.len() >= MAX_TOPICS_PER_SOCKET {
             return false;
         }
         let Ok(topic) = topics::topic_name(topic) else {
             return false;
         };
-        let key = self.id.key;
+        let key = self.facing.id.key;
         topics::with(|t| t.subscribe(&topic, key));
-        self.membership.subscriptions.push(topic);
+        self.facing.membership.subscriptions.push(topic);
         true
     }
 
     /// Unsubscribes it from `topic`; `false` if it was not subscribed.
     pub fn unsubscribe(&mut self, topic: &str) -> bool {
-        let Some(at) = self.membership.subscriptions.iter().position(|t| &**t == topic) else {
+        let Some(at) = self
+            .facing
+            .membership
+            .subscriptions
+            .iter()
+            .position(|t| &**t == topic)
+        else {
             return false;
         };
-        self.membership.subscriptions.swap_remove(at);
-        let key = self.id.key;
+        self.facing.membership.subscriptions.swap_remove(at);
+        let key = self.facing.id.key;
         topics::with(|t| t.unsubscribe(topic, key));
         true
     }
 
     /// Whether it is subscribed to `topic`.
     pub fn is_subscribed(&self, topic: &str) -> bool {
-        self.membership.subscriptions.iter().any(|t| &**t == topic)
+        self.facing.membership.subscriptions.iter().any(|t| &**t == topic)
     }
 
     /// The topics it is subscribed to.
     pub fn topics(&self) -> impl Iterator<Item = &str> {
-        self.membership.subscriptions.iter().map(|t| &**t)
+        self.facing.membership.subscriptions.iter().map(|t| &**t)
     }
 
     /// Publishes a text or binary message to `topic`: every subscriber on every thread gets it,
@@ -247,10 +283,10 @@ impl<D> Socket<'_, D> {
         }
         let topic = topics::topic_name(topic)?;
         let message = topics::prepare(message.into())?;
-        let except = Some(self.id);
+        let except = Some(self.facing.id);
         let others = topics::post_everywhere(
             &self.shared.inboxes,
-            Some(self.id.thread),
+            Some(self.facing.id.thread),
             &topic,
             &message,
             except,

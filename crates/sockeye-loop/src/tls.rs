@@ -41,6 +41,11 @@ pub(crate) struct Tls {
 }
 
 impl Tls {
+    /// The server name the client asked for (SNI), once the handshake has it.
+    pub(crate) fn sni_hostname(&self) -> Option<&str> {
+        self.session.sni_hostname()
+    }
+
     pub(crate) fn new(config: &Arc<ServerConfig>) -> io::Result<Self> {
         let session = ServerTlsSession::new(config.clone()).map_err(io::Error::other)?;
         Ok(Tls {

@@ -175,7 +175,18 @@ pub(crate) struct Topics {
     next_serial: u64,
     subscribers: HashMap<Arc<str>, HashSet<u32>>,
     queue: Vec<Mail>,
+    /// The buffers of the last turn's delivery, emptied, for the next ([`take_queue`],
+    /// [`give_back`]): a turn that delivers publications allocates nothing for it.
+    ///
+    /// [`take_queue`]: Topics::take_queue
+    /// [`give_back`]: Topics::give_back
+    spare_queue: Vec<Mail>,
+    spare_keys: Vec<u32>,
 }
+
+/// Past this many entries a buffer given back is dropped rather than kept: a burst's queue
+/// (up to an inbox's 65,536) is not held by an idle thread for good.
+const SPARE_KEPT: usize = 1024;
 
 thread_local! {
     static TOPICS: RefCell<Topics> = RefCell::new(Topics::default());
@@ -244,8 +255,22 @@ impl Topics {
     }
 
     /// What is queued, taken, to deliver (`turn::deliver`).
-    pub(crate) fn take_queue(&mut self) -> Vec<Mail> {
-        std::mem::take(&mut self.queue)
+    /// And a buffer for the subscribers of one publication; both to be given back.
+    pub(crate) fn take_queue(&mut self) -> (Vec<Mail>, Vec<u32>) {
+        let queue = std::mem::replace(&mut self.queue, std::mem::take(&mut self.spare_queue));
+        (queue, std::mem::take(&mut self.spare_keys))
+    }
+
+    /// The buffers [`take_queue`](Self::take_queue) gave, kept (emptied) for the next turn.
+    pub(crate) fn give_back(&mut self, mut queue: Vec<Mail>, mut keys: Vec<u32>) {
+        queue.clear();
+        keys.clear();
+        if queue.capacity() <= SPARE_KEPT && queue.capacity() > self.spare_queue.capacity() {
+            self.spare_queue = queue;
+        }
+        if keys.capacity() <= SPARE_KEPT && keys.capacity() > self.spare_keys.capacity() {
+            self.spare_keys = keys;
+        }
     }
 
     /// The subscribers of `topic` on this thread.

@@ -68,12 +68,13 @@ pub(crate) fn woken(wake: &mut std::io::PipeReader, shared: &Shared) {
 /// Delivers the publications and sends queued for this thread's connections: `visit(key, f)`
 /// calls `f` with the connection in slot `key`, if there is one, and marks it to be written.
 pub(crate) fn deliver<D>(shared: &Shared, mut visit: impl FnMut(usize, &mut dyn FnMut(&mut Conn<D>))) {
-    let queue = topics::with(|t| t.take_queue());
+    let (mut queue, mut keys) = topics::with(|t| t.take_queue());
     if queue.is_empty() {
+        topics::with(|t| t.give_back(queue, keys));
         return;
     }
-    let mut keys = Vec::new();
-    for mail in queue {
+    // The table is not borrowed while connections take their mail: a handler may subscribe.
+    for mail in queue.drain(..) {
         match mail {
             Mail::Publish {
                 topic,
@@ -96,6 +97,7 @@ pub(crate) fn deliver<D>(shared: &Shared, mut visit: impl FnMut(usize, &mut dyn 
             }),
         }
     }
+    topics::with(|t| t.give_back(queue, keys));
 }
 
 /// Answers a client beyond `max_connections` with 503 and drops it, before it costs a

@@ -2,6 +2,7 @@
 //! tokio client, close_notify at the end, records dribbled a few bytes at a time, clients that
 //! do not speak TLS or stall in its handshake, shutdown with 1001.
 
+#![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -27,6 +28,11 @@ struct Echo {
 impl Handler for Echo {
     type Data = ();
     fn message(&mut self, socket: &mut Socket<'_, ()>, message: Message) {
+        if message == Message::text("sni?") {
+            let name = socket.sni_hostname().unwrap_or("none").to_owned();
+            socket.send(Message::text(name));
+            return;
+        }
         socket.send(message);
     }
     fn close(&mut self, _: (), closed: Closed) {
@@ -76,13 +82,34 @@ fn wss_server(runtime: Runtime, pki: &Pki, config: sockeye::Config) -> (Listenin
 }
 
 async fn connect(addr: SocketAddr, pki: &Pki) -> sockeye::WebSocket<sockeye::TransportStream> {
+    connect_to("127.0.0.1", addr, pki).await
+}
+
+async fn connect_to(host: &str, addr: SocketAddr, pki: &Pki) -> sockeye::WebSocket<sockeye::TransportStream> {
     let config = sockeye::Config::builder()
         .tls_client(Some(pki.client.clone()))
         .build();
-    sockeye::connect_with(format!("wss://127.0.0.1:{}/", addr.port()), &config)
+    sockeye::connect_with(format!("wss://{host}:{}/", addr.port()), &config)
         .await
         .expect("the wss handshake")
         .0
+}
+
+#[test]
+fn the_handler_sees_the_server_name_the_client_asked_for() {
+    let pki = pki();
+    for runtime in runtimes() {
+        let (server, _closed) = wss_server(runtime, &pki, sockeye::Config::default());
+        rt().block_on(async {
+            // A name is sent as SNI; an address never is (RFC 6066 §3).
+            for (host, expected) in [("localhost", "localhost"), ("127.0.0.1", "none")] {
+                let mut ws = connect_to(host, server.local_addr(), &pki).await;
+                ws.send(Message::text("sni?")).await.unwrap();
+                let back = ws.next().await.unwrap().unwrap();
+                assert_eq!(back, Message::text(expected), "{runtime:?}: {host}");
+            }
+        });
+    }
 }
 
 #[test]

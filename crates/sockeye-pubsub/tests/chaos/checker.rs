@@ -501,10 +501,10 @@ pub(crate) fn check(history: &[Record]) -> Vec<Violation> {
 /// JetStream stream) and that writes no life to tell one run of its store from the next (a
 /// cluster: see "No server life in a cluster" in the NATS backplane's docs).
 ///
-/// The proof is in the history: an offset of one epoch that named two payloads (on any topics)
-/// was given again by the engine, which gives a sequence again only after losing the publication
-/// stored there and every later one (a stream goes back by its tail). The first such offset is
-/// where the loss begins. What it explains: the `PositionReused` at such offsets (the evidence),
+/// The proof is in the history: the runner read back, after the engine's restart, the
+/// publication acknowledged at the highest offset before it, and found it gone ("the engine lost
+/// its tail"); and an offset of one epoch named two payloads (on any topics): the engine gave it
+/// again. The first such offset is where the loss begins. What it explains: the `PositionReused` at such offsets (the evidence),
 /// and a publication missed (`Lost`, `RecoveredSkipped`, `NotResumed`) that is either of the lost
 /// tail (its position of that epoch at or past where the loss begins, recorded, acknowledged or
 /// delivered, before the engine was last killed ahead of the first reuse) or at an offset given
@@ -568,13 +568,21 @@ pub(crate) fn lost_by_engine(
     let Some(first_reuse) = first_reuse else {
         return (Vec::new(), violations);
     };
-    // The engine's last kill before the first reuse: the lost tail was recorded before it.
+    // The engine's last kill before the first reuse: the lost tail was recorded before it. And
+    // the proof that the engine lost it, read back from the engine after its restart (the
+    // runner's `check_tail`): without it, the reuse is not the engine's to answer for.
     let Some(killed) = history[..first_reuse]
         .iter()
         .rposition(|r| matches!(r, Record::Nemesis(what) if what.starts_with("start EngineDown")))
     else {
         return (Vec::new(), violations);
     };
+    let proven = history[killed..]
+        .iter()
+        .any(|r| matches!(r, Record::Nemesis(what) if what.starts_with("the engine lost its tail")));
+    if !proven {
+        return (Vec::new(), violations);
+    }
     let lost_tail = |v: &Violation| {
         let (Some(publisher), Some(seq)) = (v.publisher, v.seq) else {
             return false;
@@ -787,6 +795,9 @@ mod tests {
             let mut h = h;
             h.0.push(Record::Nemesis("start EngineDown at 1s".into()));
             h.0.push(Record::Nemesis("end EngineDown at 2s".into()));
+            h.0.push(Record::Nemesis(
+                "the engine lost its tail: 3 is no longer stored".into(),
+            ));
             h
         };
         // 0:0 at 1 delivered; 0:1 at 2 and 1:0 at 3 acknowledged, then the engine killed, and
@@ -865,6 +876,21 @@ mod tests {
             .got(1, "0:0", at(1));
         let violations = check(&h.0);
         assert!(!violations.is_empty());
+        assert_eq!(lost_by_engine(&h.0, violations.clone()).1, violations);
+        // A kill, a reuse, but the engine found to have kept its tail: all ours.
+        let mut h = H::default()
+            .live(1)
+            .publish(0, 0, at(1))
+            .got(1, "0:0", at(1))
+            .publish(0, 1, at(2));
+        h.0.push(Record::Nemesis("start EngineDown at 1s".into()));
+        h.0.push(Record::Nemesis("end EngineDown at 2s".into()));
+        h.0.push(Record::Nemesis(
+            "the engine kept its tail: 2 still holds \"0:1\"".into(),
+        ));
+        let h = h.publish(2, 0, at(2)).got(1, "2:0", at(2));
+        let violations = check(&h.0);
+        assert!(violations.iter().any(|v| v.kind == Kind::PositionReused));
         assert_eq!(lost_by_engine(&h.0, violations.clone()).1, violations);
     }
 

@@ -27,6 +27,7 @@ use super::checker::{Kind, Violation, check, lost_by_engine, report};
 use super::engines::{Cluster, Engine, Route};
 use super::history::{Began, Record, Recorder};
 use super::nemesis::{Fault, Rng, Step, schedule};
+use super::tail::check_tail;
 use crate::support::proxy::Proxy;
 
 /// After the heal, how long the nodes have to be connected to the engine again.
@@ -232,6 +233,9 @@ pub(crate) struct World {
     bursts: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Bursts started so far: each is a publisher of its own (two may run at once).
     bursts_started: AtomicUsize,
+    /// The checks of what the engine kept across a kill of all of it (`tail::check_tail`), awaited
+    /// before the end.
+    tail_checks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// The first burst's publisher number in the history (after the steady ones: the Rust
@@ -307,6 +311,7 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
         engine,
         bursts: Mutex::default(),
         bursts_started: AtomicUsize::new(0),
+        tail_checks: Mutex::default(),
     });
     let deadline =
         started + plan.calm * 2 + plan.span + Duration::from_secs(20) + HEAL_BOUND + QUIESCENCE_BOUND;
@@ -346,6 +351,10 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
     let bursts = std::mem::take(&mut *world.bursts.lock().unwrap());
     for b in bursts {
         b.await.unwrap();
+    }
+    let tail_checks = std::mem::take(&mut *world.tail_checks.lock().unwrap());
+    for c in tail_checks {
+        c.await.unwrap();
     }
     let stopped = Instant::now();
     // Every subscriber has every publication acknowledged after the heal, within the bound.
@@ -653,12 +662,12 @@ async fn apply(world: &Arc<World>, server: &Arc<Mutex<Cluster>>, fault: Fault, s
         }
         Fault::Reconnect(_) => {}
         engine_fault => {
-            let server = Arc::clone(server);
+            let shared = Arc::clone(server);
             let keys = world.topic_keys.clone();
             // A fault that does not happen in time (a replica not synced on a loaded machine)
             // is recorded as skipped, not a failed run: the heal makes the engine whole.
             let (route, skipped) = tokio::task::spawn_blocking(move || {
-                let mut s = server.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut s = shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let route = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     s.apply(engine_fault, start, &keys)
                 }));
@@ -680,6 +689,20 @@ async fn apply(world: &Arc<World>, server: &Arc<Mutex<Cluster>>, fault: Fault, s
                 world.recorder.record(Record::Nemesis(format!("skipped: {what}")));
             }
             retarget(world, route);
+            if engine_fault == Fault::EngineDown && !start && world.engine.loses_acknowledged_tail_unseen() {
+                let ports = server
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .endpoints();
+                let history = world.recorder.snapshot();
+                let recording = Arc::clone(world);
+                let check = tokio::spawn(async move {
+                    if let Some(what) = check_tail(&history, &ports).await {
+                        recording.recorder.record(Record::Nemesis(what));
+                    }
+                });
+                world.tail_checks.lock().unwrap().push(check);
+            }
         }
     }
 }
