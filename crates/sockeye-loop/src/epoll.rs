@@ -198,7 +198,7 @@ pub(crate) fn run<H: Handler>(
             }
         });
         if let Some(s) = &stopping
-            && (conns.is_empty() || Instant::now() >= s.deadline)
+            && (conns.is_empty() || s.is_over(Instant::now()))
         {
             for entry in conns.drain() {
                 close(entry, &mut poll, None, &shared, &mut handler);

@@ -21,21 +21,23 @@ pub(crate) const READS_PER_TURN: usize = 4;
 pub(crate) const MAX_IOVECS: usize = 64;
 
 /// A loop whose server is shutting down: its listener is closed, its connections were sent
-/// 1001, and it waits for their closing handshakes until `deadline`.
+/// 1001, and it waits for their closing handshakes until `deadline` (`None`: a
+/// `shutdown_timeout` past what a clock can hold, `Duration::MAX` say: until every one closed).
 #[derive(Debug)]
 pub(crate) struct Stopping {
-    pub(crate) deadline: Instant,
+    pub(crate) deadline: Option<Instant>,
 }
 
 impl Stopping {
     pub(crate) fn new(shared: &Shared) -> Self {
         Stopping {
-            deadline: Instant::now()
-                + shared
-                    .config
-                    .shutdown_timeout
-                    .min(std::time::Duration::from_secs(3600)),
+            deadline: Instant::now().checked_add(shared.config.shutdown_timeout),
         }
+    }
+
+    /// Whether the connections still open are to be dropped now.
+    pub(crate) fn is_over(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|at| now >= at)
     }
 }
 
@@ -46,7 +48,7 @@ pub(crate) fn next_wake(timers: &Timers, stopping: Option<&Stopping>) -> Option<
     if topics::with(|t| t.has_queued()) {
         return Some(Instant::now());
     }
-    [timers.next(), stopping.map(|s| s.deadline)]
+    [timers.next(), stopping.and_then(|s| s.deadline)]
         .into_iter()
         .flatten()
         .min()
@@ -129,5 +131,28 @@ impl Lingering {
             each(key);
         }
         std::mem::swap(&mut self.this_turn, &mut self.last_turn);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn stopping(timeout: Duration) -> Stopping {
+        let config = sockeye::Config::builder().shutdown_timeout(timeout).build();
+        Stopping::new(&Shared::new(config, 0, Vec::new()))
+    }
+
+    #[test]
+    fn a_shutdown_timeout_past_any_clock_waits_for_every_connection() {
+        let now = Instant::now();
+        let forever = stopping(Duration::MAX);
+        assert_eq!(forever.deadline, None);
+        assert!(!forever.is_over(now + Duration::from_secs(100 * 365 * 24 * 3600)));
+        let short = stopping(Duration::from_millis(10));
+        assert!(!short.is_over(now));
+        assert!(short.is_over(now + Duration::from_secs(1)));
     }
 }

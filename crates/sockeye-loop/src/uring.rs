@@ -313,7 +313,7 @@ fn turns<H: Handler>(
             }
         });
         if let Some(s) = &stopping
-            && (conns.is_empty() || Instant::now() >= s.deadline)
+            && (conns.is_empty() || s.is_over(Instant::now()))
         {
             for (_, entry) in conns.iter_mut() {
                 if !entry.over {
