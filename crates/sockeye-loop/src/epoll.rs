@@ -85,13 +85,14 @@ pub(crate) fn run<H: Handler>(
         let timeout = if !unread.is_empty() || !rewrite.is_empty() {
             Some(std::time::Duration::ZERO)
         } else {
-            next_wake(&timers, stopping.as_ref()).map(|at| at.saturating_duration_since(now))
+            next_wake(&timers, stopping.as_ref(), &lingering).map(|at| at.saturating_duration_since(now))
         };
         if let Err(e) = poll.poll(&mut events, timeout)
             && e.kind() != io::ErrorKind::Interrupted
         {
             return Err(e);
         }
+        lingering.begin_turn(turn, Instant::now());
         for event in events.iter() {
             match event.token() {
                 LISTENER => {
@@ -188,9 +189,9 @@ pub(crate) fn run<H: Handler>(
                 Err(e) => close(conns.remove(key), &mut poll, Some(e), &shared, &mut handler),
             }
         }
-        lingering.end_turn(|key| {
+        lingering.end_turn(Instant::now(), |key, since| {
             if let Some(entry) = conns.get_mut(key)
-                && entry.input_turn < turn
+                && entry.input_turn <= since
                 && !entry.unread
                 && !entry.conn.has_output()
             {
@@ -289,7 +290,15 @@ fn read<H: Handler>(
             }
             Ok(n) => {
                 got = true;
-                entry.conn.input(&buf[..n], shared, handler, pool)
+                entry.conn.input(&buf[..n], shared, handler, pool);
+                if n < buf.len() {
+                    // The socket held less than the buffer: it is dry, without a read more to
+                    // hear it say so (a syscall per connection and turn). On Linux a TCP socket
+                    // signals every arrival to epoll, edge-triggered or not (sk_data_ready →
+                    // ep_poll_callback), so bytes that come after this read bring an event.
+                    entry.unread = false;
+                    return got;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 entry.unread = false;

@@ -187,7 +187,12 @@ fn turns<H: Handler>(
         turn += 1;
         // Submit the turn's operations, and wait for a completion or the next deadline.
         sq.flush(ring)?;
-        wait(ring, next_wake(&timers, stopping.as_ref()), &mut completions)?;
+        wait(
+            ring,
+            next_wake(&timers, stopping.as_ref(), &lingering),
+            &mut completions,
+        )?;
+        lingering.begin_turn(turn, Instant::now());
         for &(user_data, result, flags) in &completions {
             let key = (user_data & !KIND) as usize;
             match user_data & KIND {
@@ -302,9 +307,9 @@ fn turns<H: Handler>(
                 conns.remove(key);
             }
         }
-        lingering.end_turn(|key| {
+        lingering.end_turn(Instant::now(), |key, since| {
             if let Some(entry) = conns.get_mut(key)
-                && entry.input_turn < turn
+                && entry.input_turn <= since
                 && !entry.over
                 && !entry.send.in_flight
                 && !entry.conn.has_output()
