@@ -105,14 +105,16 @@ CHAOS_RC=0
 # the fuzz targets build there meanwhile, at the lowest priority so that the tests keep the CPU
 # they ask for (~110 s of both cores when built alone; fuzz/ is a workspace of its own, with its
 # own target directory, so no build lock is shared with this one).
-nice -n 19 bash fuzz/run.sh --build-only >target/fuzz-build.out 2>&1 &
+# In a process group of its own (setsid), so that a failure below stops all of it (cargo,
+# rustc, the C++ of libFuzzer), not only its shell.
+setsid nice -n 19 bash fuzz/run.sh --build-only >target/fuzz-build.out 2>&1 &
 FUZZ_BUILD=$!
 cargo test --workspace --all-features -- --skip chaos || {
-  wait "$CHAOS_RUN" || true; cat target/chaos-tests.out; kill "$FUZZ_BUILD" 2>/dev/null || true; exit 1; }
+  wait "$CHAOS_RUN" || true; cat target/chaos-tests.out; kill -- "-$FUZZ_BUILD" 2>/dev/null || true; exit 1; }
 wait "$CHAOS_RUN" || CHAOS_RC=$?
 cat target/chaos-tests.out
 [ "$CHAOS_RC" = 0 ] || {
-  echo "the chaos checker's fixed seeds failed (exit $CHAOS_RC)" >&2; kill "$FUZZ_BUILD" 2>/dev/null || true; exit 1; }
+  echo "the chaos checker's fixed seeds failed (exit $CHAOS_RC)" >&2; kill -- "-$FUZZ_BUILD" 2>/dev/null || true; exit 1; }
 
 step "fuzz targets: run each for 20 s (bash fuzz/run.sh for the 10-minute runs; built beside the tests above)"
 FUZZ_BUILD_RC=0
