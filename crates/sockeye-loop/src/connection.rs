@@ -127,10 +127,9 @@ impl<D> Conn<D> {
                     }
                     _ => self.input_plain(plain, shared, handler, pool),
                 });
-                if self.facing.sni_hostname.is_none() {
-                    self.facing.sni_hostname = tls.sni_hostname().map(Box::from);
-                }
                 if requested && matches!(self.phase, Phase::Handshake { .. }) {
+                    // The TLS handshake is done once application data came: its name is known.
+                    self.facing.sni_hostname = tls.sni_hostname().map(Box::from);
                     self.handshake(shared, handler);
                 }
                 match received {

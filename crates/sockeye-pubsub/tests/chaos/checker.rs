@@ -42,7 +42,7 @@ use std::fmt;
 
 use sockeye_pubsub::Position;
 
-use super::history::{Began, Record};
+use super::history::{Began, Record, payloads};
 
 /// What is wrong.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -518,22 +518,11 @@ pub(crate) fn lost_by_engine(
 ) -> (Vec<Violation>, Vec<Violation>) {
     // Where each (epoch, offset) was first named, and by which payload; the first record naming
     // one again with another payload, per epoch the lowest such offset.
-    let mut payloads: HashMap<String, String> = HashMap::new();
-    for r in history {
-        if let Record::Invoke {
-            publisher,
-            seq,
-            payload,
-            ..
-        } = r
-        {
-            payloads.insert(format!("{publisher}:{seq}"), payload.clone());
-        }
-    }
+    let payloads = payloads(history);
     let mut named: HashMap<(&str, u64), (&str, usize)> = HashMap::new();
-    // Each payload's position (its first), to place a missed publication.
-    let mut position_of: HashMap<&str, (&str, u64)> = HashMap::new();
-    let mut first_named: HashMap<&str, usize> = HashMap::new();
+    // Each payload's first record with a position, and that position: to place a missed
+    // publication.
+    let mut first_seen: HashMap<&str, (usize, (&str, u64))> = HashMap::new();
     let mut loss_from: HashMap<&str, u64> = HashMap::new();
     let mut reused_offsets: HashSet<(&str, u64)> = HashSet::new();
     let mut first_reuse: Option<usize> = None;
@@ -543,8 +532,8 @@ pub(crate) fn lost_by_engine(
                 publisher,
                 seq,
                 position: Some(p),
-            } => match payloads.get(&format!("{publisher}:{seq}")) {
-                Some(payload) => (payload.as_str(), p),
+            } => match payloads.get(&(*publisher, *seq)) {
+                Some(&payload) => (payload, p),
                 None => continue,
             },
             Record::Delivery {
@@ -554,9 +543,8 @@ pub(crate) fn lost_by_engine(
             } => (payload.as_str(), p),
             _ => continue,
         };
-        first_named.entry(payload).or_insert(at);
         let key = (&*position.epoch, position.offset);
-        position_of.entry(payload).or_insert(key);
+        first_seen.entry(payload).or_insert((at, key));
         let (first, _) = *named.entry(key).or_insert((payload, at));
         if first != payload {
             reused_offsets.insert(key);
@@ -587,13 +575,10 @@ pub(crate) fn lost_by_engine(
         let (Some(publisher), Some(seq)) = (v.publisher, v.seq) else {
             return false;
         };
-        let Some(payload) = payloads.get(&format!("{publisher}:{seq}")) else {
-            return false;
-        };
-        let (Some(&(epoch, offset)), Some(&recorded)) = (
-            position_of.get(payload.as_str()),
-            first_named.get(payload.as_str()),
-        ) else {
+        let Some(&(recorded, (epoch, offset))) = payloads
+            .get(&(publisher, seq))
+            .and_then(|payload| first_seen.get(payload))
+        else {
             return false;
         };
         reused_offsets.contains(&(epoch, offset))

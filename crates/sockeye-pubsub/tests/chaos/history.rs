@@ -4,6 +4,7 @@
 //! this process (each record is appended under one lock when it happens).
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
 
@@ -69,6 +70,22 @@ pub(crate) enum Record {
     Nemesis(String),
     /// Every fault is over: from here, delivery must resume (within the run's stated bound).
     Healed,
+}
+
+/// Each publish's payload, by its publisher and seq (what an `Ack` names it by).
+pub(crate) fn payloads(history: &[Record]) -> HashMap<(usize, u64), &str> {
+    history
+        .iter()
+        .filter_map(|r| match r {
+            Record::Invoke {
+                publisher,
+                seq,
+                payload,
+                ..
+            } => Some(((*publisher, *seq), payload.as_str())),
+            _ => None,
+        })
+        .collect()
 }
 
 fn pos(p: &Option<Position>) -> String {

@@ -2,12 +2,11 @@
 //! and started again: the proof `checker::lost_by_engine` asks for before it calls a miss the
 //! engine's own.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 
-use super::history::Record;
+use super::history::{Record, payloads};
 
 /// What the engine kept of what it had acknowledged, once all of it was killed and started
 /// again: the publication acknowledged at the highest offset before the restart is read back
@@ -17,31 +16,21 @@ use super::history::Record;
 /// Another publication there, or none with the stream ending before it: lost (an acknowledged
 /// publication the engine gave up; the offset may already be given again).
 pub(crate) async fn check_tail(history: &[Record], ports: &[u16]) -> Option<String> {
-    let mut payloads = HashMap::new();
-    let mut highest: Option<(u64, String)> = None;
-    for r in history {
-        match r {
-            Record::Invoke {
-                publisher,
-                seq,
-                payload,
-                ..
-            } => {
-                payloads.insert((*publisher, *seq), payload.clone());
-            }
+    let payloads = payloads(history);
+    // The first acknowledgement at the highest offset.
+    let (offset, payload) = history
+        .iter()
+        .filter_map(|r| match r {
             Record::Ack {
                 publisher,
                 seq,
                 position: Some(p),
-            } if highest.as_ref().is_none_or(|(o, _)| p.offset > *o) => {
-                if let Some(payload) = payloads.get(&(*publisher, *seq)) {
-                    highest = Some((p.offset, payload.clone()));
-                }
-            }
-            _ => {}
-        }
-    }
-    let (offset, payload) = highest?;
+            } => payloads
+                .get(&(*publisher, *seq))
+                .map(|&payload| (p.offset, payload)),
+            _ => None,
+        })
+        .reduce(|highest, next| if next.0 > highest.0 { next } else { highest })?;
     let addrs: Vec<async_nats::ServerAddr> = ports
         .iter()
         .filter_map(|p| format!("nats://127.0.0.1:{p}").parse().ok())
