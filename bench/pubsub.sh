@@ -16,10 +16,9 @@
 # publisher is on the first.
 
 (cd peers/socketio && { [ -d node_modules/socket.io ] || npm ci --no-audit --no-fund --loglevel=error; })
-if ! command -v redis-server >/dev/null 2>&1 || ! { command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ]; }; then
-  bash ../scripts/install-backplanes.sh || echo "   redis-server/nats-server missing: the across-nodes rows will fail" >&2
-fi
-NATS_SERVER=$(command -v nats-server || echo /usr/sbin/nats-server)
+# Idempotent; also puts a nats-server of 2.10 or later first where the system's is older.
+bash ../scripts/install-backplanes.sh || echo "   redis-server/nats-server missing: the across-nodes rows will fail" >&2
+NATS_SERVER=$( { [ -x /usr/local/bin/nats-server ] && echo /usr/local/bin/nats-server; } || command -v nats-server || echo /usr/sbin/nats-server)
 
 if [ "$SMOKE" = 1 ]; then
   PS_SUBS="200"; PS_MAX_MSGS=500; PS_SECS=3; PS_PACED_SECS=1; PS_NODE_SUBS=150; PS_NODE_MSGS=300; PS_IDLE=1000

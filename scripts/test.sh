@@ -68,6 +68,9 @@ cargo clippy --quiet -p sockeye-pubsub -- -D warnings
 cargo clippy --quiet -p sockeye --no-default-features -- -D warnings
 cargo clippy --quiet -p sockeye-loop --no-default-features -- -D warnings
 cargo clippy --quiet -p sockeye-pubsub --no-default-features -- -D warnings
+# Each backplane alone: a module shared by two of them must not hide behind one's feature.
+cargo clippy --quiet -p sockeye-pubsub --no-default-features --features nats -- -D warnings
+cargo clippy --quiet -p sockeye-pubsub --no-default-features --features redis -- -D warnings
 # ...and without them, pub/sub builds no TLS provider (it used to force sockeye's defaults).
 if cargo tree --quiet -p sockeye-pubsub --no-default-features -e features | grep -i rustls; then
     echo "sockeye-pubsub without default features still builds rustls" >&2; exit 1

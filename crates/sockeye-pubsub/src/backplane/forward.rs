@@ -77,7 +77,9 @@ impl Forwarder {
     }
 
     /// Sends an event that must not be dropped (a loss, a restoration), waiting for room, behind
-    /// the report owed. For the rare events sent when the client reads nothing.
+    /// the report owed. For the rare events sent when the client reads nothing (the Redis
+    /// backplanes'; NATS's client reports its losses as events of its own).
+    #[cfg(feature = "redis")]
     pub(crate) async fn send(&mut self, event: Event) -> Result<(), HubGone> {
         self.room().await?;
         self.events.send(event).await.map_err(|_| HubGone)

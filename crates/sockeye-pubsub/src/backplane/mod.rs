@@ -23,7 +23,7 @@
 
 pub(crate) mod api;
 pub(crate) mod connect;
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "nats"))]
 mod forward;
 pub(crate) mod in_process;
 #[cfg(feature = "nats")]

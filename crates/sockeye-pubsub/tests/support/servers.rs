@@ -34,14 +34,44 @@ pub(crate) struct BackplaneServer {
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
 /// The path of an installed server binary (or redis-cli); panics with the install advice.
+/// `/usr/local/bin` first: `scripts/install-backplanes.sh` puts a nats-server there where the
+/// system's is too old.
 pub(crate) fn binary(name: &str) -> String {
-    for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
+    for dir in ["/usr/local/bin", "/usr/bin", "/usr/sbin"] {
         let p = format!("{dir}/{name}");
         if std::path::Path::new(&p).exists() {
+            if name == "nats-server" {
+                static CHECKED: std::sync::Once = std::sync::Once::new();
+                CHECKED.call_once(|| check_nats_version(&p));
+            }
             return p;
         }
     }
     panic!("{name} is not installed: these tests need a real one; run `bash scripts/install-backplanes.sh`");
+}
+
+/// Panics unless `path` is nats-server 2.10 or later: 2.9's JetStream consumers skip
+/// publications still in the stream, which the checker would report as the backplane's.
+fn check_nats_version(path: &str) {
+    let out = Command::new(path).arg("--version").output();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    // "nats-server: v2.10.27"
+    let version: Vec<u32> = text
+        .trim()
+        .rsplit('v')
+        .next()
+        .unwrap_or("")
+        .split('.')
+        .map_while(|n| n.parse().ok())
+        .collect();
+    assert!(
+        version.as_slice() >= [2, 10].as_slice(),
+        "{path} is {:?}; these tests need nats-server 2.10 or later (2.9's JetStream consumers skip \
+         publications): run `bash scripts/install-backplanes.sh` as root",
+        text.trim()
+    );
 }
 
 /// A new empty directory under the system's temporary one.

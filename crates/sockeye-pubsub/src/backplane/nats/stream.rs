@@ -288,11 +288,36 @@ pub(super) async fn stored_at(
     }
 }
 
+/// Whether a nats-server of `version` ("2.9.10") is one whose JetStream consumers were seen to
+/// skip publications still in the stream: 2.9 and older. Issue 39's checker, NATS JetStream,
+/// seed 1, on 2.9.10: two nodes' consumers of one topic both went from sequence 3063 to 3089
+/// while 3064 to 3088 were stored, acknowledged and far inside the topic's limit; no client-side
+/// check can see such a skip without a request per delivery (another topic's publications skip
+/// sequences all the time). None in 2.10.27 (the NATS project fixed several consumer skips
+/// in 2.10). An unparsable version is not judged.
+pub(super) fn skips_publications(version: &str) -> bool {
+    let mut parts = version.trim_start_matches('v').split('.').map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (2, 10),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn servers_before_2_10_are_known_to_skip() {
+        for old in ["2.9.10", "v2.9.25", "2.2.0", "1.4.1"] {
+            assert!(skips_publications(old), "{old}");
+        }
+        for new in ["2.10.27", "2.11.0-beta.1", "2.15.1", "3.0.0", "", "dev", "2"] {
+            assert!(!skips_publications(new), "{new}");
+        }
+    }
 
     fn config(per_topic: i64, age: u64, copies: usize) -> stream::Config {
         stream::Config {
