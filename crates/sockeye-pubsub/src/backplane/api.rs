@@ -70,7 +70,9 @@ pub enum History {
         /// that is an epoch with no publication yet (a replica just promoted). On NATS it is also
         /// a topic whose newest publication names another server life than the one the stream
         /// goes on in (a straggler sent across a restart): the epoch is not over then, and its
-        /// next publication comes as usual.
+        /// next publication comes as usual. Where the position asked about is of the current
+        /// epoch and still kept, it is at least that position (the reader stays in its epoch:
+        /// the straggler is what the gap covers).
         latest: Option<Position>,
     },
 }

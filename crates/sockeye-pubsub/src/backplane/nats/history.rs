@@ -74,6 +74,17 @@ impl Shared {
                 latest: latest.clone(),
             })
         };
+        // Lost after `p`, a position of the current life still kept: the current epoch goes on
+        // from there at least, whatever the newest publication names. (Answered "nothing known
+        // of the current epoch" when the newest was a straggler of an earlier life, the hub took
+        // it as a gap into nothing and delivered the stragglers after it, under the life its
+        // subscribers had left: issue 39's checker, web variant, NATS JetStream, seed 1, 40
+        // `EpochWentBack`.)
+        let lost_in_current = |p: &Position| {
+            Ok(History::Lost {
+                latest: latest.clone().or_else(|| Some(p.clone())),
+            })
+        };
         let start = match since {
             None => 1,
             Some(p) => {
@@ -94,7 +105,7 @@ impl Shared {
                 // A publication of another life after it: the batch of a publisher that
                 // reconnected meanwhile (see "The window"): a gap rather than one skipped.
                 if newest.is_some_and(|(seq, ours)| seq > p.offset && !ours) {
-                    return lost();
+                    return lost_in_current(p);
                 }
                 p.offset + 1
             }
@@ -163,12 +174,14 @@ impl Shared {
         if let Some(p) = since {
             // Limits drop a topic's oldest publications first: if the one at `since` (or the
             // one just after it) is still there, none after it was dropped before being read.
-            if kept.foreign
-                || !self
-                    .still_kept_or_just_before(&stream, &subject, p, topic)
-                    .await?
+            if !self
+                .still_kept_or_just_before(&stream, &subject, p, topic)
+                .await?
             {
                 return lost();
+            }
+            if kept.foreign {
+                return lost_in_current(p);
             }
         }
         Ok(History::Complete(kept.publications))
