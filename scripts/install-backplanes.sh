@@ -39,7 +39,7 @@ install_recent_nats() {
     return 0
   fi
   if [ "$(id -u)" != 0 ]; then
-    echo "install-backplanes: nats-server $(nats_version "$system") found; 2.10 or later is needed (2.9's JetStream consumers skip publications); run as root to install Debian 13's under $NATS_PREFIX" >&2
+    echo "install-backplanes: no nats-server 2.10 or later (2.9's JetStream consumers skip publications); run as root to install Debian 13's under $NATS_PREFIX, or install one as /usr/local/bin/nats-server" >&2
     return 1
   fi
   local mirror="${BACKPLANES_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -52,7 +52,9 @@ install_recent_nats() {
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debian-archive-keyring >/dev/null
     }
   fi
-  echo "==> nats-server $(nats_version "$system") is older than 2.10: downloading Debian 13's into $NATS_PREFIX"
+  local found="none"
+  [ -x "$system" ] && found="$(nats_version "$system")"
+  echo "==> nats-server 2.10 or later needed (found: $found): downloading Debian 13's into $NATS_PREFIX"
   work=$(mktemp -d /tmp/sockeye-nats.XXXXXX)
   # shellcheck disable=SC2064
   trap "rm -rf '$work'" RETURN

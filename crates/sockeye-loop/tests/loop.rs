@@ -284,10 +284,27 @@ impl Handler for Flood {
     }
 }
 
+/// A payload permessage-deflate cannot shrink (xorshift noise): each message is its 1,000
+/// bytes on the wire too, so what the client reads is what the server's socket gives up. (Of
+/// a run of one byte value, 8,000 messages were 112 KB on the wire: all already in the client's
+/// receive buffer, which the kernel may let grow to 32 MiB, so reading them freed nothing on
+/// the server's side and no drain came.)
+fn noise() -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..1000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 impl Flood {
     fn fill(&mut self, socket: &mut Socket<'_, Sending>) {
         loop {
-            match socket.send(Message::binary(vec![1u8; 1000])) {
+            match socket.send(Message::binary(noise())) {
                 Sent::Queued => {}
                 Sent::Backpressure => {
                     socket.data_mut().backpressured += 1;
@@ -330,11 +347,25 @@ fn a_slow_reader_gets_backpressure_then_drain() {
                 assert_eq!(backpressured, drains, "{runtime:?}");
                 assert!(buffered <= 64 << 10, "{runtime:?}: {buffered}");
             }
-            // Read 8 MiB: drains come again.
-            for _ in 0..8000 {
-                ws.next().await.unwrap().unwrap();
-            }
-            let (backpressured, _) = rx.recv_timeout(Duration::from_secs(5)).expect("drained");
+            // Reading: drains come again, once the client has taken what the kernel holds
+            // between the two (its receive buffer may grow to 32 MiB: at most 64 MiB read, 30 s).
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let mut read = 0usize;
+            let backpressured = loop {
+                if let Ok((backpressured, _)) = rx.try_recv() {
+                    break backpressured;
+                }
+                assert!(
+                    read < 64 << 20 && std::time::Instant::now() < deadline,
+                    "{runtime:?}: no drain after reading {read} bytes ({drains} drains before)"
+                );
+                match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+                    Ok(Some(Ok(m))) => read += m.as_payload().len(),
+                    Ok(other) => panic!("{runtime:?}: {other:?}"),
+                    // Nothing to read: the server's next write is what must come.
+                    Err(_) => {}
+                }
+            };
             assert!(backpressured > drains, "{runtime:?}");
         });
         server.shutdown().unwrap();
