@@ -190,6 +190,37 @@ impl<D> Conn<D> {
         }
     }
 
+    /// Whether a buffer of received bytes can become this connection's read buffer as it is
+    /// ([`input_buffer`](Self::input_buffer)): upgraded, without TLS (records are decrypted
+    /// into a buffer anyway), and nothing of the stream buffered (the bytes would go after it).
+    pub(crate) fn takes_buffer(&self) -> bool {
+        #[cfg(feature = "tls")]
+        if self.tls.is_some() {
+            return false;
+        }
+        matches!(&self.phase, Phase::Open(engine) if engine.buffered() == 0)
+    }
+
+    /// Bytes from the peer in a buffer the loop gives away, when [`takes_buffer`](Self::takes_buffer)
+    /// said so: it becomes the engine's read buffer, unmasked in place, and the messages split
+    /// from it share it (no copy; the kernel's copy into it is the only one).
+    pub(crate) fn input_buffer<H: Handler<Data = D>>(
+        &mut self,
+        bytes: Vec<u8>,
+        shared: &Shared,
+        handler: &mut H,
+    ) {
+        let Phase::Open(engine) = &mut self.phase else {
+            return;
+        };
+        debug_assert_eq!(engine.buffered(), 0);
+        // Replacing an empty buffer is appending to it (`read_buffer`'s contract). Through
+        // `Bytes`: its conversions keep the vector's allocation (`BytesMut` has no `From<Vec>`).
+        *engine.read_buffer() = BytesMut::from(bytes::Bytes::from(bytes));
+        engine.note_input();
+        self.deliver(shared, handler);
+    }
+
     /// The peer closed its side (TCP FIN).
     pub(crate) fn eof(&mut self) {
         match &mut self.phase {

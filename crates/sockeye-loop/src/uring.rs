@@ -5,7 +5,9 @@
 //!    completion or the next deadline;
 //! 2. take every completion: new connections from one multishot accept, input from one
 //!    multishot receive per connection into a ring of provided buffers (a buffer goes back to
-//!    the ring as soon as its bytes are handed to the engine), sends done;
+//!    the ring as soon as its bytes are copied to the engine; a large one, to a connection with
+//!    nothing buffered, becomes the engine's read buffer and a new one takes its place), sends
+//!    done;
 //! 3. fire the deadlines due;
 //! 4. for every connection with output and no send in flight, one `SendMsg` of everything it
 //!    queued: small frames copied into the connection's send buffer, large payloads shared
@@ -35,7 +37,8 @@ use crate::timers::Timers;
 use crate::turn::{Lingering, MAX_IOVECS, Stopping, deliver, next_wake, refuse_busy, woken};
 
 /// Provided buffers: how many, and how large. 128 × 32 KiB = 4 MiB per thread, touched only
-/// as the kernel fills them; a buffer is back in the ring within the turn that received it.
+/// as the kernel fills them; a buffer (or its replacement) is back in the ring within the turn
+/// that received it.
 const BUFFERS: u16 = 128;
 const BUFFER_SIZE: usize = 32 << 10;
 const BUFFER_GROUP: u16 = 0;
@@ -45,6 +48,13 @@ const RING_ENTRIES: u32 = 4096;
 
 /// Payloads at least this large are sent from their own `Bytes`, not copied into the send buffer.
 const SHARE_FROM: usize = 4096;
+
+/// A receive at least this large, for a connection with nothing buffered, is given to its engine
+/// in the provided buffer itself (which the ring replaces with a new one), not copied out: a
+/// 16 KiB message costs one allocation instead of a copy (and the allocation the engine's
+/// buffer would have made to take it). Not for less: a message kept by the application holds
+/// the whole buffer, at most four times its size here.
+const LEND_FROM: usize = BUFFER_SIZE / 4;
 
 /// A connection's send buffer is kept between sends up to this size (a busy connection pays no
 /// allocation per send); a larger one, grown for a burst, is freed once sent.
@@ -236,12 +246,21 @@ fn turns<H: Handler>(
                 RECV => {
                     let Some(entry) = conns.get_mut(key) else { continue };
                     if let Some(bid) = cqueue::buffer_select(flags) {
-                        if result > 0 && !entry.over {
+                        let len = usize::try_from(result).unwrap_or(0);
+                        if len > 0 && !entry.over {
                             entry.input_turn = turn;
-                            let bytes = buffers.get(bid, result as usize);
-                            entry.conn.input(bytes, shared, handler, &mut pool);
+                            if len >= LEND_FROM && entry.conn.takes_buffer() {
+                                let bytes = buffers.lend(bid, len);
+                                entry.conn.input_buffer(bytes, shared, handler);
+                            } else {
+                                entry
+                                    .conn
+                                    .input(buffers.get(bid, len), shared, handler, &mut pool);
+                                buffers.recycle(bid);
+                            }
+                        } else {
+                            buffers.recycle(bid);
                         }
-                        buffers.recycle(bid);
                     }
                     // Out of provided buffers, or cancelled to pause input: no end of input.
                     if result == 0 || (result < 0 && result != -libc::ENOBUFS && result != -libc::ECANCELED) {
@@ -671,14 +690,15 @@ impl Submissions {
 }
 
 /// A ring of provided buffers (`IORING_REGISTER_PBUF_RING`): the kernel picks a buffer per
-/// receive; the loop gives it back once the bytes are handed on.
+/// receive; the loop gives it back once the bytes are handed on, or gives it away
+/// ([`lend`](Self::lend)) and puts a new one in its place.
 struct BufRing {
     /// The ring of entries the kernel reads, page-aligned.
     ring: *mut BufRingEntry,
     ring_layout: Layout,
-    /// The buffers, one allocation.
-    memory: *mut u8,
-    memory_layout: Layout,
+    /// The buffers, each its own allocation of `size` bytes (empty `Vec`s: only the kernel
+    /// writes them, and the bytes it wrote are read).
+    buffers: Vec<Vec<u8>>,
     count: u16,
     size: usize,
     tail: u16,
@@ -689,22 +709,15 @@ impl BufRing {
         assert!(count.is_power_of_two());
         let ring_layout = Layout::from_size_align(count as usize * std::mem::size_of::<BufRingEntry>(), 4096)
             .map_err(io::Error::other)?;
-        let memory_layout = Layout::from_size_align(count as usize * size, 64).map_err(io::Error::other)?;
-        // SAFETY: both layouts have a non-zero size.
-        let (entries, memory) = unsafe {
-            (
-                alloc_zeroed(ring_layout) as *mut BufRingEntry,
-                alloc_zeroed(memory_layout),
-            )
-        };
-        if entries.is_null() || memory.is_null() {
+        // SAFETY: the layout has a non-zero size.
+        let entries = unsafe { alloc_zeroed(ring_layout) as *mut BufRingEntry };
+        if entries.is_null() {
             return Err(io::ErrorKind::OutOfMemory.into());
         }
         let mut buf_ring = BufRing {
             ring: entries,
             ring_layout,
-            memory,
-            memory_layout,
+            buffers: (0..count).map(|_| Vec::with_capacity(size)).collect(),
             count,
             size,
             tail: 0,
@@ -724,20 +737,35 @@ impl BufRing {
 
     /// The first `len` bytes of buffer `bid`, filled by the kernel's receive.
     fn get(&self, bid: u16, len: usize) -> &[u8] {
-        assert!(bid < self.count && len <= self.size);
-        // SAFETY: the buffer is within `memory`; the kernel filled `len` bytes of it and handed it
-        // to us (its completion named it), so nothing writes it until it is recycled.
-        unsafe { std::slice::from_raw_parts(self.memory.add(bid as usize * self.size), len) }
+        let buffer = &self.buffers[bid as usize];
+        assert!(len <= buffer.capacity());
+        // SAFETY: within the buffer's allocation; the kernel filled `len` bytes of it and handed
+        // it to us (its completion named it), so nothing writes it until it is recycled.
+        unsafe { std::slice::from_raw_parts(buffer.as_ptr(), len) }
     }
 
-    /// Gives buffer `bid` back to the kernel.
+    /// Takes buffer `bid`, holding the `len` bytes the kernel's receive filled, and gives the
+    /// kernel a new buffer in its place.
+    fn lend(&mut self, bid: u16, len: usize) -> Vec<u8> {
+        let mut taken = std::mem::replace(&mut self.buffers[bid as usize], Vec::with_capacity(self.size));
+        assert!(len <= taken.capacity());
+        // SAFETY: the kernel wrote the first `len` bytes (its completion said so) and no longer
+        // refers to the buffer: it left the ring with that completion and is not put back.
+        unsafe { taken.set_len(len) };
+        self.recycle(bid);
+        taken
+    }
+
+    /// Gives buffer `bid` (as it now is: see `lend`) to the kernel.
     fn recycle(&mut self, bid: u16) {
         let slot = (self.tail & (self.count - 1)) as usize;
+        let addr = self.buffers[bid as usize].as_mut_ptr();
         // SAFETY: `slot` < `count`: within the ring; the kernel reads an entry only once the
-        // tail (published below) includes it.
+        // tail (published below) includes it. The buffer's allocation is `size` bytes and is
+        // neither resized nor freed while the kernel may write it (until `lend` or `drop`).
         unsafe {
             let entry = &mut *self.ring.add(slot);
-            entry.set_addr(self.memory.add(bid as usize * self.size) as u64);
+            entry.set_addr(addr as u64);
             entry.set_len(self.size as u32);
             entry.set_bid(bid);
         }
@@ -754,11 +782,10 @@ impl BufRing {
 
 impl Drop for BufRing {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with these layouts; the kernel no longer uses them (the ring
-        // that registered them is gone or about to be: see `run`).
+        // SAFETY: allocated in `new` with this layout; the kernel no longer uses it or the
+        // buffers (the ring that registered them is gone or about to be: see `run`).
         unsafe {
             dealloc(self.ring as *mut u8, self.ring_layout);
-            dealloc(self.memory, self.memory_layout);
         }
     }
 }

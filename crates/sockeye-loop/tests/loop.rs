@@ -80,6 +80,85 @@ fn echoes_every_size_and_closes_cleanly() {
     }
 }
 
+/// Keeps every data message it receives, and sends them all back when told "done".
+#[derive(Default)]
+struct Keeper;
+
+impl Handler for Keeper {
+    type Data = Vec<Message>;
+    fn message(&mut self, socket: &mut Socket<'_, Vec<Message>>, message: Message) {
+        if message == Message::text("done") {
+            for kept in std::mem::take(socket.data_mut()) {
+                socket.send(kept);
+            }
+        } else {
+            socket.data_mut().push(message);
+        }
+    }
+}
+
+/// Large receives are handed to the engine in the loop's own receive buffers (io_uring's
+/// provided buffers, given away and replaced): a message the application keeps must stay as it
+/// arrived while the loop receives on, whatever the sizes, and however the frames share reads.
+#[test]
+fn messages_kept_by_the_handler_stay_intact_while_more_arrive() {
+    for runtime in runtimes() {
+        let server = Server::new(sockeye::Config::default())
+            .threads(1)
+            .runtime(runtime)
+            .listen("127.0.0.1:0", || Keeper)
+            .expect("the server starts");
+        let url = format!("ws://{}/", server.local_addr());
+        // Around the loop's thresholds (a quarter of a 32 KiB receive buffer, the buffer
+        // itself) and between them: frames alone in a read, several to a read, across reads.
+        let sizes = [
+            8 << 10,
+            20,
+            (8 << 10) - 1,
+            32 << 10,
+            16 << 10,
+            1,
+            40 << 10,
+            9000,
+            0,
+            24 << 10,
+        ];
+        // Incompressible (xorshift), so that permessage-deflate leaves the sizes as they are.
+        let payload = |i: usize| -> Vec<u8> {
+            let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ i as u64;
+            (0..sizes[i % sizes.len()])
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        };
+        rt().block_on(async {
+            let (mut ws, _) = sockeye::connect(url.as_str()).await.unwrap();
+            for i in 0..300 {
+                ws.feed(Message::binary(payload(i))).await.unwrap();
+                if i % 7 == 0 {
+                    // Some alone, some batched.
+                    ws.flush().await.unwrap();
+                }
+            }
+            ws.send(Message::text("done")).await.unwrap();
+            for i in 0..300 {
+                let back = ws.next().await.unwrap().unwrap();
+                assert!(
+                    back == Message::binary(payload(i)),
+                    "{runtime:?}: message {i} ({} bytes) changed while kept",
+                    sizes[i % sizes.len()]
+                );
+            }
+            ws.close(None).await.unwrap();
+        });
+        server.shutdown().unwrap();
+    }
+}
+
 #[test]
 fn many_clients_at_once_on_both_threads() {
     for runtime in runtimes() {
