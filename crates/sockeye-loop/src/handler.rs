@@ -271,18 +271,48 @@ impl<D> Socket<'_, D> {
     }
 
     /// Publishes a text or binary message to `topic`: every subscriber on every thread gets it,
-    /// except this connection (as uWebSockets' `ws.publish`; [`ServerHandle::publish`](crate::ServerHandle::publish) includes
-    /// every subscriber). Encoded once for all of them. It goes out with this loop turn's
-    /// writes on this thread, and with the next turn of the others.
+    /// except this connection (as uWebSockets' `ws.publish`; [`publish_to_all`](Self::publish_to_all)
+    /// includes it, as does [`ServerHandle::publish`](crate::ServerHandle::publish)). Encoded
+    /// once for all of them. It goes out with this loop turn's writes on this thread, and with
+    /// the next turn of the others.
     ///
     /// A subscriber that does not read is closed with 1008 once more than the server's
     /// [`max_backlog`](crate::Server::max_backlog) waits for it, rather than kept without end.
     pub fn publish(&mut self, topic: &str, message: impl Into<Message>) -> Result<(), PublishError> {
+        let (topic, message) = self.prepare(topic, message.into())?;
+        self.post(topic, message)
+    }
+
+    /// [`publish`](Self::publish), this connection included if it is subscribed (as
+    /// uWebSockets' `app.publish`): one encoding for every subscriber, where a `publish` and a
+    /// `send` to itself would encode the message twice. This connection's copy is queued at
+    /// once, as [`send_prepared`](Self::send_prepared) would: in order with what it sends next.
+    pub fn publish_to_all(&mut self, topic: &str, message: impl Into<Message>) -> Result<(), PublishError> {
+        let (topic, message) = self.prepare(topic, message.into())?;
+        if self.is_subscribed(&topic) {
+            self.send_prepared(&message);
+        }
+        self.post(topic, message)
+    }
+
+    /// A publication's checked topic and its message encoded once.
+    fn prepare(
+        &self,
+        topic: &str,
+        message: Message,
+    ) -> Result<(std::sync::Arc<str>, sockeye_proto::PreparedMessage), PublishError> {
         if self.shared.is_stopping() {
             return Err(PublishError::Stopped);
         }
-        let topic = topics::topic_name(topic)?;
-        let message = topics::prepare(message.into())?;
+        Ok((topics::topic_name(topic)?, topics::prepare(message)?))
+    }
+
+    /// Hands a publication to every thread's subscribers but this connection.
+    fn post(
+        &mut self,
+        topic: std::sync::Arc<str>,
+        message: sockeye_proto::PreparedMessage,
+    ) -> Result<(), PublishError> {
         let except = Some(self.facing.id);
         let others = topics::post_everywhere(
             &self.shared.inboxes,

@@ -38,6 +38,8 @@ impl Handler for Room {
         let Message::Text(text) = message else { return };
         if let Some(body) = text.strip_prefix("pub:") {
             socket.publish("room", body.to_string()).unwrap();
+        } else if let Some(body) = text.strip_prefix("all:") {
+            socket.publish_to_all("room", body.to_string()).unwrap();
         } else if text == "unsub" {
             assert!(socket.unsubscribe("room"));
             assert!(!socket.is_subscribed("room"));
@@ -131,6 +133,13 @@ fn a_publication_reaches_every_other_subscriber_on_every_thread() {
             // The publisher got none of its own: the next thing it hears is this answer.
             clients[0].send(Message::text("bad")).await.unwrap();
             assert_eq!(next_text(&mut clients[0]).await, "bad ok", "{runtime:?}");
+            // Published to all: the sender too, once, before anything sent after it.
+            clients[7].send(Message::text("all:everyone")).await.unwrap();
+            clients[7].send(Message::text("bad")).await.unwrap();
+            for (n, ws) in clients.iter_mut().enumerate() {
+                assert_eq!(next_text(ws).await, "everyone", "{runtime:?}: client {n}");
+            }
+            assert_eq!(next_text(&mut clients[7]).await, "bad ok", "{runtime:?}");
         });
         running.server.shutdown().unwrap();
     }

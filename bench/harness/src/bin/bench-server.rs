@@ -141,9 +141,8 @@ impl sockeye_loop::Handler for LoopBench {
 
     fn message(&mut self, socket: &mut sockeye_loop::Socket<'_, u64>, message: sockeye::Message) {
         if self.broadcast {
-            // To every other subscriber, encoded once; then to the sender itself.
-            let _ = socket.publish("b", message.clone());
-            socket.send(message);
+            // To every subscriber, the sender included, encoded once (uWS's `app->publish`).
+            let _ = socket.publish_to_all("b", message);
         } else if self.push.is_none() {
             socket.send(message);
         }
