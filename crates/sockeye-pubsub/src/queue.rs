@@ -226,14 +226,18 @@ impl Queue {
 
     /// Ends a step that may have changed the queue's size from `before`: counts it under the
     /// node's budget, and past the node's bound stops the largest queues (this lock released:
-    /// this queue may be one of them).
+    /// this queue may be one of them). Counted while the lock is held, so that the node's total
+    /// moves in the order this queue did: counted after, a pop's decrement could land before
+    /// the push it follows, taking the total below zero for a moment (it wrapped: any queue's
+    /// next push saw the node far over its bound and shed the largest for nothing).
     #[inline]
     fn settle(&self, before: usize, s: MutexGuard<'_, QueueState>) {
-        let after = s.bytes;
+        let over = self
+            .budget
+            .as_ref()
+            .is_some_and(|(budget, _)| budget.moved(before, s.bytes));
         drop(s);
-        if let Some((budget, _)) = &self.budget
-            && budget.moved(before, after)
-        {
+        if over && let Some((budget, _)) = &self.budget {
             budget.shed();
         }
     }
@@ -695,10 +699,11 @@ impl Shed for Queue {
         s.items.clear();
         s.bytes = 0;
         s.resuming = None;
-        drop(s);
+        // Under the lock, as in `settle`.
         if let Some((budget, _)) = &self.budget {
             budget.moved(queued, 0);
         }
+        drop(s);
         self.notify.notify_one();
         self.stop.notify_waiters();
     }
@@ -730,6 +735,7 @@ mod tests {
     use super::*;
     use crate::backplane::position::{Origin, Publication};
     use crate::delivery::{QUEUE_ITEM_COST, to_delivery};
+    use crate::queue_budget::STEP;
 
     fn message(topic: &Topic, offset: u64, len: usize) -> Delivery {
         to_delivery(Publication {
@@ -791,6 +797,56 @@ mod tests {
     /// Review B1: the gap for T:111..120, dropped while T was held, came out ahead of the history
     /// recovered (T:51..) and the held T:101..110: a client that takes the gap's `resume` (120) as
     /// its position then discarded all of them as seen already.
+    /// The node's count follows each queue in the order its lock was taken: a push and a pop
+    /// racing on one queue never take the node's total below zero for a moment (counted after
+    /// the lock, the pop's decrement could land first: the total wrapped, the next count
+    /// overflowed, and meanwhile any queue's push saw the node far over its bound and shed
+    /// the largest queues for nothing).
+    #[test]
+    fn the_node_count_never_goes_below_zero_when_a_push_and_a_pop_race() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let budget = QueueBudget::new(1 << 40);
+        let q = Queue::counted(SubscriberConfig::new(1 << 40, SlowPolicy::Close), &budget, 1);
+        let topic = Topic::new("t").unwrap();
+        let rounds: u64 = 20_000;
+        let done = AtomicBool::new(false);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        std::thread::scope(|scope| {
+            let watcher = scope.spawn(|| {
+                let mut highest = 0;
+                while !done.load(Ordering::Relaxed) {
+                    highest = highest.max(budget.total());
+                    std::thread::yield_now();
+                }
+                highest
+            });
+            let pusher = scope.spawn(|| {
+                // Each message alone crosses a step of the count.
+                for offset in 1..=rounds {
+                    q.push(&message(&topic, offset, STEP));
+                }
+            });
+            let mut popped = 0;
+            while popped < rounds && std::time::Instant::now() < deadline {
+                match q.pop() {
+                    Some(Ok(_)) => popped += 1,
+                    Some(Err(e)) => panic!("{e}"),
+                    None => std::thread::yield_now(),
+                }
+            }
+            let pushed = pusher.join();
+            done.store(true, Ordering::Relaxed);
+            let highest = watcher.join().unwrap();
+            assert!(pushed.is_ok(), "the push panicked (the count overflowed)");
+            assert_eq!(popped, rounds);
+            assert!(
+                highest <= 2 * rounds as usize * STEP,
+                "the node's count wrapped below zero: {highest}"
+            );
+        });
+        assert_eq!(budget.total(), 0);
+    }
+
     #[test]
     fn drops_while_a_topic_is_held_are_told_after_the_history_and_what_was_held_before() {
         let topic = Topic::new("T").unwrap();
