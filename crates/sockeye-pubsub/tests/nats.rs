@@ -1236,6 +1236,72 @@ async fn core_nats_dropping_for_a_slow_consumer_is_reported_as_a_gap() {
     .unwrap();
 }
 
+/// A core NATS publication is acknowledged only if the server took it. The node's route to
+/// the server stops forwarding once 1 MB of an 8 MB batch went through (the client's writes
+/// back up behind it), then the connection is cut and comes straight back: what the old
+/// connection held is gone, the rest of the batch and the round trip that ends it go out on
+/// the new one, and that round trip used to acknowledge the whole batch (issue 39's checker,
+/// web-nats seed 988831: 128 publications of a burst acknowledged, delivered to no one, and no
+/// gap). A batch acknowledged reaches a subscriber on another node whole; this one fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_core_batch_cut_off_midway_is_never_acknowledged() {
+    timeout(Duration::from_secs(150), async {
+        let server = BackplaneServer::start(Kind::Nats { jetstream: false });
+        let proxy = Proxy::start(server.port()).await;
+        let topic = Topic::new("cut").unwrap();
+        let (a, _) = node(&proxy.url("nats"), HistoryConfig::none()).await;
+        let (b, _) = node(&server.url(), HistoryConfig::none()).await;
+        let mut s = sub(&b);
+        s.subscribe(&topic, None).await.unwrap();
+        let publisher = sub(&a).publisher();
+        // Far more than the sockets between the client and the stalled route take, well under
+        // the subscriber's bound.
+        const N: usize = 2_000;
+        let payload = "x".repeat(4 << 10);
+        for round in 0..3 {
+            let batch = (0..N).map(|i| format!("{round}:{i}:{payload}").into()).collect();
+            let from = proxy.upstream();
+            let publish = {
+                let publisher = publisher.clone();
+                let topic = topic.clone();
+                tokio::spawn(async move { publisher.publish_many(&topic, batch).await })
+            };
+            let waited = Instant::now();
+            while proxy.upstream() < from + (1 << 20) {
+                assert!(
+                    waited.elapsed() < Duration::from_secs(20),
+                    "the batch did not go out"
+                );
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            proxy.blackhole();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            proxy.cut();
+            proxy.let_through();
+            proxy.reopen();
+            let result = publish.await.unwrap();
+            let got = drain(&mut s, 0, Duration::from_millis(700), 2 * N).await;
+            let prefix = format!("{round}:");
+            let mine = texts(&got).into_iter().filter(|t| t.starts_with(&prefix)).count();
+            match result {
+                Ok(_) => panic!(
+                    "round {round}: the batch was acknowledged, {mine} of its {N} publications \
+                     arrived, {} gaps",
+                    got.iter().filter(|d| matches!(d, Delivery::Gap { .. })).count()
+                ),
+                Err(e) => assert!(
+                    matches!(e, Error::Backplane { .. } | Error::PartlyPublished { .. }),
+                    "{e}"
+                ),
+            }
+            publish_when_back(&a, &topic, "between rounds").await;
+            drain(&mut s, 0, Duration::from_millis(300), 2 * N).await;
+        }
+    })
+    .await
+    .unwrap();
+}
+
 /// `got` holds the publications of one topic from `ends.len()` publishers, publisher `p`'s
 /// `i`th being `"{i * ends.len() + p}"`, `ends[p]` of them: each publisher's in order, none
 /// twice, and every one missing inside a gap (a gap between the publications of its publisher

@@ -22,6 +22,8 @@ pub(crate) struct Proxy {
     conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
     /// Connections let through so far.
     passed: Arc<AtomicUsize>,
+    /// Bytes forwarded to the server so far, every connection's.
+    upstream: Arc<AtomicUsize>,
     accept: tokio::task::AbortHandle,
 }
 
@@ -33,13 +35,15 @@ impl Proxy {
         let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
         let target = Arc::new(AtomicU16::new(target));
         let passed = Arc::new(AtomicUsize::new(0));
+        let upstream = Arc::new(AtomicUsize::new(0));
         let flowing = watch::Sender::new(true);
         let accept = {
-            let (open, conns, target, passed) = (
+            let (open, conns, target, passed, upstream) = (
                 Arc::clone(&open),
                 Arc::clone(&conns),
                 Arc::clone(&target),
                 Arc::clone(&passed),
+                Arc::clone(&upstream),
             );
             let flowing = flowing.clone();
             tokio::spawn(async move {
@@ -53,14 +57,15 @@ impl Proxy {
                     let target = target.load(Ordering::SeqCst);
                     passed.fetch_add(1, Ordering::SeqCst);
                     let flowing = flowing.subscribe();
+                    let upstream = Arc::clone(&upstream);
                     let task = tokio::spawn(async move {
                         if let Ok(up) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
                             let (down_r, down_w) = down.into_split();
                             let (up_r, up_w) = up.into_split();
                             // Either way ending ends the connection, as a peer's close would.
                             tokio::select! {
-                                () = forward(down_r, up_w, flowing.clone()) => {}
-                                () = forward(up_r, down_w, flowing) => {}
+                                () = forward(down_r, up_w, flowing.clone(), Some(upstream)) => {}
+                                () = forward(up_r, down_w, flowing, None) => {}
                             }
                         }
                     });
@@ -76,6 +81,7 @@ impl Proxy {
             flowing,
             conns,
             passed,
+            upstream,
             accept,
         }
     }
@@ -112,6 +118,11 @@ impl Proxy {
         open
     }
 
+    /// How many bytes it has forwarded to the server so far (every connection's).
+    pub(crate) fn upstream(&self) -> usize {
+        self.upstream.load(Ordering::SeqCst)
+    }
+
     /// How many connections it has let through so far.
     pub(crate) fn passed(&self) -> usize {
         self.passed.load(Ordering::SeqCst)
@@ -134,10 +145,12 @@ impl Proxy {
 }
 
 /// Copies `from` to `to` while `flowing` says so; ends at either's end or error.
+/// Forwards `from` to `to` while flowing, counting the bytes in `counted`.
 async fn forward(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut flowing: watch::Receiver<bool>,
+    counted: Option<Arc<AtomicUsize>>,
 ) {
     let mut buf = vec![0; 16 * 1024];
     loop {
@@ -147,6 +160,9 @@ async fn forward(
         };
         if flowing.wait_for(|f| *f).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
             break;
+        }
+        if let Some(counted) = &counted {
+            counted.fetch_add(n, Ordering::SeqCst);
         }
     }
     let _ = to.shutdown().await;

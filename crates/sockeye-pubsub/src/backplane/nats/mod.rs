@@ -104,6 +104,10 @@
 //! server the same check still picks where the consumer restarts; the new life reports the gap.
 //!
 //! **Without JetStream** (or without history): core NATS publish/subscribe, at most once.
+//! A core publish is acknowledged after a round trip through the server on the connection it
+//! went out on; a connection lost and made again meanwhile fails it (what the old one held is
+//! gone, and the client sends the rest on the new one): the caller hears that it may or may
+//! not have been published, never that it was.
 //! Publications carry no position, [`Backplane::history`] answers `Lost`, and the hub reports a
 //! [`Delivery::Gap`](crate::Delivery::Gap) to every subscriber after every outage: what was
 //! published meanwhile is gone, and that is said, never hidden. A topic's history is the

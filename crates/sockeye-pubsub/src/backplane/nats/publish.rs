@@ -136,6 +136,8 @@ impl Shared {
                         h.insert(life::HEADER, l.as_str());
                         h
                     });
+                    let connects = || self.client.statistics().connects.load(Ordering::Relaxed);
+                    let connects_before = connects();
                     for (subject, body) in bodies {
                         match &headers {
                             Some(h) => self.client.publish_with_headers(subject, h.clone(), body).await,
@@ -146,8 +148,22 @@ impl Shared {
                     }
                     // Published once the server has taken the batch: a round trip after it (a
                     // flush only wrote it to the socket, where a connection lost then would
-                    // lose it after the caller was told it was published).
+                    // lose it after the caller was told it was published). On the connection
+                    // the batch went out on: one lost and made again meanwhile dropped what it
+                    // held (the client's buffer, the socket's), and a round trip on the new one
+                    // says nothing of that (issue 39's checker, web-nats seed 988831: 128 of a
+                    // burst acknowledged, delivered to no one).
                     self.round_trip(&what).await?;
+                    if connects() != connects_before {
+                        return Err(Error::Backplane {
+                            what: format!(
+                                "{}: {what}: the connection was lost and made again while the \
+                                 batch was sent; the server may have missed any of it",
+                                self.server
+                            ),
+                            source: None,
+                        });
+                    }
                     published = sent;
                     // Core NATS gives no positions.
                     Ok(Vec::new())
