@@ -123,18 +123,8 @@ fn messages_kept_by_the_handler_stay_intact_while_more_arrive() {
             0,
             24 << 10,
         ];
-        // Incompressible (xorshift), so that permessage-deflate leaves the sizes as they are.
-        let payload = |i: usize| -> Vec<u8> {
-            let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ i as u64;
-            (0..sizes[i % sizes.len()])
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect()
-        };
+        // Incompressible, so that permessage-deflate leaves the sizes as they are.
+        let payload = |i: usize| noise(i as u64, sizes[i % sizes.len()]);
         rt().block_on(async {
             let (mut ws, _) = sockeye::connect(url.as_str()).await.unwrap();
             for i in 0..300 {
@@ -363,14 +353,15 @@ impl Handler for Flood {
     }
 }
 
-/// A payload permessage-deflate cannot shrink (xorshift noise): each message is its 1,000
-/// bytes on the wire too, so what the client reads is what the server's socket gives up. (Of
+/// `len` bytes permessage-deflate cannot shrink (xorshift noise from `seed`): the flood's
+/// 1,000-byte messages are 1,000 bytes on the wire too, so what the client reads is what the
+/// server's socket gives up. (Of
 /// a run of one byte value, 8,000 messages were 112 KB on the wire: all already in the client's
 /// receive buffer, which the kernel may let grow to 32 MiB, so reading them freed nothing on
 /// the server's side and no drain came.)
-fn noise() -> Vec<u8> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..1000)
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ seed;
+    (0..len)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
@@ -383,7 +374,7 @@ fn noise() -> Vec<u8> {
 impl Flood {
     fn fill(&mut self, socket: &mut Socket<'_, Sending>) {
         loop {
-            match socket.send(Message::binary(noise())) {
+            match socket.send(Message::binary(noise(0, 1000))) {
                 Sent::Queued => {}
                 Sent::Backpressure => {
                     socket.data_mut().backpressured += 1;
