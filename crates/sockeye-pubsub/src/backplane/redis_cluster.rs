@@ -447,9 +447,7 @@ impl Shared {
 /// shard gives each position once, in order.
 async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
     let mut to_hub = Forwarder::new(shared.events.clone(), format!("redis cluster {}", shared.addrs));
-    // Per topic subscribed, the last position forwarded (an entry goes with its topic's
-    // SUNSUBSCRIBE answer).
-    let mut forwarded: HashMap<Topic, Position> = HashMap::new();
+    let mut forwarded = Forwarded::default();
     loop {
         let push = tokio::select! {
             push = pushes.recv() => match push {
@@ -476,21 +474,15 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
                     );
                     continue;
                 };
-                if let Some(pos) = &p.position {
-                    match forwarded.get_mut(&p.topic) {
-                        Some(last) if last.epoch == pos.epoch && pos.offset <= last.offset => {
-                            tracing::debug!(
-                                "pub/sub backplane: redis cluster {}: {} at {pos} again (forwarded up to {last}): a repeat, dropped",
-                                shared.addrs,
-                                p.topic
-                            );
-                            continue;
-                        }
-                        Some(last) => last.clone_from(pos),
-                        None => {
-                            forwarded.insert(p.topic.clone(), pos.clone());
-                        }
-                    }
+                if let Some(pos) = &p.position
+                    && let Err(last) = forwarded.take(&p.topic, pos)
+                {
+                    tracing::debug!(
+                        "pub/sub backplane: redis cluster {}: {} at {pos} again (forwarded up to {last}): a repeat, dropped",
+                        shared.addrs,
+                        p.topic
+                    );
+                    continue;
                 }
                 if to_hub.publication(p).is_err() {
                     return;
@@ -505,15 +497,18 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
                 let Some(Value::BulkString(ch)) = push.data.first() else {
                     continue;
                 };
-                let wanted = shared
-                    .topics
-                    .lock()
-                    .await
-                    .iter()
-                    .any(|t| channel(&t.to_hex()).as_bytes() == ch.as_slice());
+                let wanted = {
+                    let topics = shared.topics.lock().await;
+                    let wanted = topics
+                        .iter()
+                        .any(|t| channel(&t.to_hex()).as_bytes() == ch.as_slice());
+                    if !wanted {
+                        // This node's own unsubscribe: its topic's last position stays a while.
+                        forwarded.unsubscribed(ch, std::time::Instant::now(), |t| topics.contains(t));
+                    }
+                    wanted
+                };
                 if !wanted {
-                    // This node's own unsubscribe: its topic's last position goes with it.
-                    forwarded.retain(|t, _| channel(&t.to_hex()).as_bytes() != ch.as_slice());
                     continue;
                 }
                 let reason = format!(
@@ -532,6 +527,62 @@ async fn read(shared: Arc<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// How long the last position forwarded for a topic is kept after the node's own unsubscribe
+/// was answered: longer than a subscription moving between connections lasts (about a second
+/// in issue 39's checker), so short that a node unsubscribing from many topics holds few.
+const REPEATS_KEPT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Per topic, the last position forwarded, to drop what the client hands again (see [`read`]).
+/// Kept [`REPEATS_KEPT`] past the node's own unsubscribe: the topic may be subscribed again at
+/// once (its last subscriber reconnecting), while a connection that still held the channel's
+/// old subscription delivers what it had. Forgotten at the unsubscribe, that was forwarded as
+/// new after what followed it, and the hub took it for a rollback: a gap behind what its
+/// subscribers had (issue 39's checker, redis-cluster seed 511958: `StaleGap`, a gap resuming
+/// from 262 after 270 was delivered).
+#[derive(Debug, Default)]
+struct Forwarded {
+    /// The last position, and when the node's unsubscribe was answered (none: subscribed).
+    last: HashMap<Topic, (Position, Option<std::time::Instant>)>,
+}
+
+impl Forwarded {
+    /// Records `pos` as forwarded for `topic`; `Err` with the last one when `pos` is at or
+    /// before it in its epoch: a repeat.
+    fn take(&mut self, topic: &Topic, pos: &Position) -> Result<(), Position> {
+        match self.last.get_mut(topic) {
+            Some((last, _)) if last.epoch == pos.epoch && pos.offset <= last.offset => Err(last.clone()),
+            Some((last, unsubscribed)) => {
+                last.clone_from(pos);
+                *unsubscribed = None;
+                Ok(())
+            }
+            None => {
+                self.last.insert(topic.clone(), (pos.clone(), None));
+                Ok(())
+            }
+        }
+    }
+
+    /// The node's own unsubscribe from `ch` (a topic's channel) was answered at `now`. The
+    /// entries of topics not `wanted` any more that were unsubscribed [`REPEATS_KEPT`] ago are
+    /// forgotten (a topic wanted again keeps its entry, however long it stays quiet).
+    fn unsubscribed(&mut self, ch: &[u8], now: std::time::Instant, wanted: impl Fn(&Topic) -> bool) {
+        self.last.retain(|topic, (_, at)| match at {
+            Some(_) if wanted(topic) => {
+                *at = None;
+                true
+            }
+            Some(since) => now.duration_since(*since) < REPEATS_KEPT,
+            None => true,
+        });
+        for (topic, (_, at)) in &mut self.last {
+            if at.is_none() && !wanted(topic) && channel(&topic.to_hex()).as_bytes() == ch {
+                *at = Some(now);
+            }
         }
     }
 }
@@ -669,6 +720,41 @@ impl Backplane for RedisCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeat_is_dropped_across_the_nodes_own_unsubscribe_for_a_while() {
+        let topic = Topic::new("t").unwrap();
+        let ch = channel(&topic.to_hex());
+        let at = |offset| Position {
+            epoch: "e".into(),
+            offset,
+        };
+        let mut f = Forwarded::default();
+        let start = std::time::Instant::now();
+        assert_eq!(f.take(&topic, &at(263)), Ok(()));
+        assert_eq!(f.take(&topic, &at(264)), Ok(()));
+        assert_eq!(f.take(&topic, &at(264)), Err(at(264)));
+        // Unsubscribed and subscribed again at once: the old subscription's 263, arriving
+        // late on another connection, is still a repeat (it used to be forwarded as new).
+        let none = |_: &Topic| false;
+        f.unsubscribed(ch.as_bytes(), start, none);
+        assert_eq!(f.take(&topic, &at(263)), Err(at(264)));
+        assert_eq!(f.take(&topic, &at(265)), Ok(()));
+        // Another epoch is never a repeat.
+        let other = Position {
+            epoch: "f".into(),
+            offset: 1,
+        };
+        assert_eq!(f.take(&topic, &other), Ok(()));
+        // Wanted again: kept, however long it stays quiet.
+        f.unsubscribed(ch.as_bytes(), start, none);
+        f.unsubscribed(b"another channel", start + 2 * REPEATS_KEPT, |t| *t == topic);
+        assert_eq!(f.take(&topic, &other), Err(other.clone()));
+        // Unsubscribed for good: forgotten after REPEATS_KEPT (at the next unsubscribe).
+        f.unsubscribed(ch.as_bytes(), start, none);
+        f.unsubscribed(b"another channel", start + REPEATS_KEPT, none);
+        assert!(f.last.is_empty());
+    }
 
     #[test]
     fn urls() {
