@@ -24,13 +24,14 @@ use tokio::time::timeout;
 async fn nodes<const N: usize>(urls: [&str; N]) -> Vec<Hub> {
     let mut hubs = Vec::new();
     for url in urls {
-        // A cluster may still be settling (JetStream electing its stream's leader): retried.
-        let mut tries = 0;
+        // A cluster may still be settling (JetStream electing its stream's leader, or not yet
+        // knowing its peers: "no suitable peers for placement" for 5 s and more on a loaded
+        // machine, a fresh CI's failure): retried for up to 60 s.
+        let until = std::time::Instant::now() + Duration::from_secs(60);
         let hub = loop {
             match Hub::connect(url, HubConfig::default(), HistoryConfig::default()).await {
                 Ok(hub) => break hub,
-                Err(e) if tries < 20 => {
-                    tries += 1;
+                Err(e) if std::time::Instant::now() < until => {
                     eprintln!("{url}: {e}; again");
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }

@@ -1461,13 +1461,13 @@ async fn a_node_with_a_shorter_history_never_shortens_the_shared_stream() {
 /// A node on a cluster, retried while the cluster settles (JetStream electing the stream's
 /// leader answers errors for a moment).
 async fn cluster_node(url: &str, history: HistoryConfig) -> Hub {
-    let mut tries = 0;
+    // Up to 60 s, as `tests/distributed.rs`'s nodes: a fresh cluster may not place a stream yet.
+    let until = Instant::now() + Duration::from_secs(60);
     loop {
         let (tx, rx) = tokio::sync::mpsc::channel(EVENT_QUEUE);
         match nats::connect(url, history, tx).await {
             Ok(nats) => return Hub::start(HubConfig::default(), Box::new(nats), rx),
-            Err(e) if tries < 20 => {
-                tries += 1;
+            Err(e) if Instant::now() < until => {
                 eprintln!("{url}: {e}; again");
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
