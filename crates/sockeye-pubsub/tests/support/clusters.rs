@@ -440,15 +440,26 @@ impl NatsCluster {
             .iter()
             .map(|p| format!("nats-route://127.0.0.1:{p}"))
             .collect();
+        // A name of its own: suites run side by side, and a port one cluster picked as free
+        // may be another's route by the time it listens (two clusters of one name joined into
+        // one of six servers, named twice, whose JetStream placed no stream: "no suitable peers
+        // for placement" for a minute, in a fresh CI). Servers of different clusters refuse
+        // each other's routes.
+        static CLUSTERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let name = format!(
+            "sockeye-{}-{}",
+            std::process::id(),
+            CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let servers = (0..3)
             .map(|i| {
                 BackplaneServer::start_with(
                     Kind::Nats { jetstream: true },
                     &[
                         "--server_name",
-                        &format!("n{i}"),
+                        &format!("{name}-n{i}"),
                         "--cluster_name",
-                        "sockeye",
+                        &name,
                         "--cluster",
                         &format!("nats://127.0.0.1:{}", routes[i]),
                         "--routes",
