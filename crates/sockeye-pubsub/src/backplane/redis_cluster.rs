@@ -571,19 +571,21 @@ impl Forwarded {
     /// entries of topics not `wanted` any more that were unsubscribed [`REPEATS_KEPT`] ago are
     /// forgotten (a topic wanted again keeps its entry, however long it stays quiet).
     fn unsubscribed(&mut self, ch: &[u8], now: std::time::Instant, wanted: impl Fn(&Topic) -> bool) {
-        self.last.retain(|topic, (_, at)| match at {
-            Some(_) if wanted(topic) => {
+        self.last.retain(|topic, (_, at)| {
+            if wanted(topic) {
                 *at = None;
-                true
+                return true;
             }
-            Some(since) => now.duration_since(*since) < REPEATS_KEPT,
-            None => true,
+            match at {
+                Some(since) => now.duration_since(*since) < REPEATS_KEPT,
+                None => {
+                    if channel(&topic.to_hex()).as_bytes() == ch {
+                        *at = Some(now);
+                    }
+                    true
+                }
+            }
         });
-        for (topic, (_, at)) in &mut self.last {
-            if at.is_none() && !wanted(topic) && channel(&topic.to_hex()).as_bytes() == ch {
-                *at = Some(now);
-            }
-        }
     }
 }
 

@@ -60,12 +60,14 @@ impl Shared {
             // before the client noticed would otherwise take the batch into its buffer and send
             // it after the reconnect, when this call has long failed.
             self.round_trip(&what).await?;
+            // The client's connections so far: one made while the batch goes out (a reconnect)
+            // is checked for after it, differently with JetStream and without.
+            let connects = || self.client.statistics().connects.load(Ordering::Relaxed);
+            let connects_before = connects();
             match &self.js {
                 Some(js) => {
                     // The life of the server, read last before sending (after the check above):
                     // the batch names it. See "The window" in the NATS backplane's documentation.
-                    let connects = || self.client.statistics().connects.load(Ordering::Relaxed);
-                    let connects_before = connects();
                     let life = self.life(js);
                     let headers = life.as_deref().map(|l| {
                         let mut h = async_nats::HeaderMap::new();
@@ -136,8 +138,6 @@ impl Shared {
                         h.insert(life::HEADER, l.as_str());
                         h
                     });
-                    let connects = || self.client.statistics().connects.load(Ordering::Relaxed);
-                    let connects_before = connects();
                     for (subject, body) in bodies {
                         match &headers {
                             Some(h) => self.client.publish_with_headers(subject, h.clone(), body).await,
