@@ -70,6 +70,13 @@ impl Shared {
         (!clustered && !info.server_id.is_empty()).then(|| life::of_server(&info.server_id))
     }
 
+    /// How many connections the client has made so far: a count that changed across a batch of
+    /// requests means some went out on another connection (maybe to another life of the
+    /// server) than the others.
+    pub(super) fn connects(&self) -> u64 {
+        self.client.statistics().connects.load(Ordering::Relaxed)
+    }
+
     /// A round trip through the server, to the backplane's own responder: once it is answered,
     /// the server has processed everything this client sent before it (a server handles a
     /// connection's messages in order). `Client::flush` only writes the client's buffer to the

@@ -3,8 +3,6 @@
 //! flush), within
 //! the request timeout, and what a failure says was published.
 
-use std::sync::atomic::Ordering;
-
 use async_nats::connection::State;
 
 use super::connection::{REQUEST_TIMEOUT, Shared};
@@ -62,8 +60,7 @@ impl Shared {
             self.round_trip(&what).await?;
             // The client's connections so far: one made while the batch goes out (a reconnect)
             // is checked for after it, differently with JetStream and without.
-            let connects = || self.client.statistics().connects.load(Ordering::Relaxed);
-            let connects_before = connects();
+            let connects_before = self.connects();
             match &self.js {
                 Some(js) => {
                     // The life of the server, read last before sending (after the check above):
@@ -104,7 +101,7 @@ impl Shared {
                              may name its previous life (gaps for their readers, nothing silent)",
                             self.server
                         );
-                    } else if connects() != connects_before {
+                    } else if self.connects() != connects_before {
                         // Reconnected to the same life (same `server_id`: the same process):
                         // the header names the server that stored the batch.
                         tracing::debug!(
@@ -154,7 +151,7 @@ impl Shared {
                     // says nothing of that (issue 39's checker, web-nats seed 988831: 128 of a
                     // burst acknowledged, delivered to no one).
                     self.round_trip(&what).await?;
-                    if connects() != connects_before {
+                    if self.connects() != connects_before {
                         return Err(Error::Backplane {
                             what: format!(
                                 "{}: {what}: the connection was lost and made again while the \

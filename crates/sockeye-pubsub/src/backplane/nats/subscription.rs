@@ -304,12 +304,7 @@ pub(super) async fn supervise(
                 // The first connection's own event (it may come late, after topics were
                 // subscribed) is no reconnection: nothing was lost (before: a needless gap on
                 // core NATS under load).
-                let reconnected = s
-                    .client
-                    .statistics()
-                    .connects
-                    .load(std::sync::atomic::Ordering::Relaxed)
-                    > 1;
+                let reconnected = s.connects() > 1;
                 if !lost && reconnected && !s.topics.lock().await.is_empty() {
                     let reason = format!("reconnected to {}; restoring", s.server);
                     if !report_lost(&s, &mut lost, reason).await {
