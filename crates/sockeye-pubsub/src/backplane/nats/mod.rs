@@ -61,7 +61,9 @@
 //!   position, what the hub reads after a gap): the publications after the topic's last one of
 //!   another life. Which publication starts the current life is not indexed: that read goes
 //!   through the topic's whole history, at most `max_len` publications, keeping at most
-//!   `limit` (a read from a position still reads at most `limit`).
+//!   `limit` (a read from a position still reads at most `limit`). A read is several requests:
+//!   one during which the client reconnected (maybe to the next life) is read again, up to 3
+//!   times, then fails, so that no answer mixes two lives.
 //!
 //! The price, as with Redis: a server restart that lost nothing is reported as a gap too
 //! (the node cannot tell), and the publications of the previous life stay in the stream but
