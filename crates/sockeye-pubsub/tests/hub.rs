@@ -1454,6 +1454,57 @@ async fn a_node_gapped_into_nothing_does_not_deliver_its_backlog_again() {
     assert_eq!(shown(&mut a).await, want);
 }
 
+/// Issue 39's checker, redis-cluster (seed 511958, `Lost`). A failover: the node's repair found
+/// nothing of the new epoch yet and told a gap into nothing (no seam: `last` none). Its
+/// subscription then stayed deaf to the new epoch (on the demoted primary, until a slot
+/// migration made it subscribe again), and the first publication that reached it, 92, was
+/// delivered with nothing before it, while subscribers that had resumed into the new epoch
+/// through history had 1 and 2: 89 publications neither repaired nor reported. With contiguous
+/// offsets, a node with no seam in an epoch owes its subscribers that epoch from offset 1: a
+/// first publication past 1 is a jump, repaired from history first, as any other.
+#[tokio::test]
+async fn a_node_without_a_seam_repairs_a_jump_at_its_first_publication() {
+    let topic = Topic::new("deaf after a failover").unwrap();
+    let (backplane, hub, events, mut a) = following_live(&topic).await;
+    // The failover: nothing of the new epoch in the history yet.
+    backplane.history.lock().unwrap().clear();
+    events.send(Event::Restored).await.unwrap();
+    assert_eq!(shown(&mut a).await, ["GAP(-1)"]);
+    // Another client resumes into the new epoch through history, and gets f1 and f2.
+    let f = |i: u64| scripted_in("F", &topic, i, &format!("f{i}"));
+    backplane.history.lock().unwrap().extend([f(1), f(2)]);
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at3 = scripted(&topic, 3, "a3").position.unwrap();
+    assert_eq!(s.subscribe(&topic, Some(at3)).await.unwrap(), Recovery::Lost);
+    assert_eq!(shown(&mut s).await, ["GAP(0)", "f1@1", "f2@2"]);
+    // Published while the node was deaf; the last one reaches it.
+    backplane.history.lock().unwrap().extend((3..=5).map(f));
+    events.send(Event::Publication(f(5))).await.unwrap();
+    assert_eq!(shown(&mut s).await, ["f3@3", "f4@4", "f5@5"]);
+    let want: Vec<String> = (1..=5).map(|i| format!("f{i}@{i}")).collect();
+    assert_eq!(shown(&mut a).await, want);
+    // What follows comes as it is, once.
+    backplane.history.lock().unwrap().push(f(6));
+    events.send(Event::Publication(f(6))).await.unwrap();
+    assert_eq!(shown(&mut s).await, ["f6@6"]);
+    assert_eq!(shown(&mut a).await, ["f6@6"]);
+}
+
+/// The same for a node that subscribed while the topic had nothing published (no seam either):
+/// its first publication past 1 is repaired from history first.
+#[tokio::test]
+async fn a_node_that_followed_from_nothing_repairs_a_jump_at_its_first_publication() {
+    let topic = Topic::new("deaf from the start").unwrap();
+    let backplane = Scripted::default();
+    let (hub, events) = scripted_hub(&backplane);
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    s.subscribe(&topic, None).await.unwrap();
+    stored(&backplane, &topic, 1..=5);
+    send_live(&events, &topic, 5..=5).await;
+    let want: Vec<String> = (1..=5).map(|i| format!("a{i}@{i}")).collect();
+    assert_eq!(shown(&mut s).await, want);
+}
+
 /// Issue 39's checker, NATS JetStream (seed 942469): a publication of another epoch than the
 /// node's, with no outage seen (on NATS, one sent across a server restart, naming the previous
 /// life), is repaired first; the history knows nothing of a current epoch (the topic's newest

@@ -244,6 +244,20 @@ impl Inner {
                 // A new epoch without an outage seen (the server's data was flushed, or an idle
                 // topic's history expired): the end of the old one may have been missed.
                 (Some(_), Some(_)) => self.backplane.capabilities().history,
+                // No seam in this epoch: the node followed the topic from nothing (its epoch had
+                // nothing published when this node subscribed), or a gap into nothing took it
+                // out of its epoch (`left`) and this is of another. Either way every publication
+                // of the epoch is owed from offset 1, so a first one past 1 follows some that
+                // never reached the node (issue 39's checker, redis-cluster seed 511958: a
+                // subscription deaf to a new epoch after a failover, then 92 delivered with
+                // nothing before it, 89 publications neither repaired nor reported). Repaired
+                // from the epoch's start (`Inner::fetch`); at worst, a history read that finds
+                // nothing missing. (One of `left`'s epoch continues the live order: above.)
+                (None, Some(pos)) => {
+                    pos.offset > 1
+                        && t.left.as_ref().is_none_or(|left| left.epoch != pos.epoch)
+                        && self.backplane.capabilities().contiguous_offsets
+                }
                 _ => false,
             }
         };
