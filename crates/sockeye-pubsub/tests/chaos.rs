@@ -78,7 +78,9 @@ use chaos::runner::{Plan, run};
 /// took an earlier life for current (the life its client recorded, or the topic's newest
 /// publication, named it), and its catch-up gaps there and then behind the subscriber reached
 /// it. Gaps told again, never a publication missed; the fix belongs with the node's view of
-/// the current life (`backplane/nats/history.rs`, `Shared::life`).
+/// the current life (`backplane/nats/history.rs`, `Shared::life`). A history read across a
+/// reconnect, which mixed two lives' answers, is now read again: a suspect, not shown to be
+/// the cause.
 ///
 /// Fixed, and failing the fixed seeds again if they come back: on NATS JetStream (one server
 /// and the R3 cluster, seed 2), `Lost` and `RecoveredSkipped`: a burst of 12,000 skipped with
@@ -103,7 +105,11 @@ use chaos::runner::{Plan, run};
 /// way came again (`queue.rs`, `Seam`); `nats`, `Lost` at the start of a run (seed 1): a core
 /// subscription was called live once written, before the server had it (a round trip now);
 /// `nats-jetstream`, `Lost` (seed 16680 and others): a history read from the start returned a
-/// hole where the limits dropped publications while it went on (it now fails instead).
+/// hole where the limits dropped publications while it went on (it now fails instead);
+/// `redis-cluster`, `Lost` (seed 511958, 89 publications): a node with no seam in the epoch a
+/// failover began (its repair had told a gap into nothing) and a subscription deaf to it
+/// delivered the first publication that reached it, 92, with nothing before it (a first
+/// publication past offset 1 in such an epoch is now a jump, repaired: `hub/fan_out.rs`).
 ///
 /// Found by the web variant and fixed: `bash scripts/chaos.sh web-redis 0 723720` (on the
 /// fault menu before the slow-consumer burst joined it, which changed every seed's schedule),
