@@ -206,6 +206,15 @@ impl Cluster {
         }
     }
 
+    /// Its servers' state as they tell it, for a run that could not start (a NATS cluster's
+    /// monitors: health, routes, JetStream); their ports for the others.
+    pub(crate) fn describe(&self) -> String {
+        match &self.servers {
+            Servers::NatsCluster(c) => c.report(),
+            _ => format!("ports {:?}", self.endpoints()),
+        }
+    }
+
     /// The ports a node reaches through proxies of its own (one each); none: it connects to
     /// [`direct_url`](Self::direct_url).
     pub(crate) fn endpoints(&self) -> Vec<u16> {

@@ -175,13 +175,18 @@ impl Node {
     }
 
     /// Starts its hub if it has none; whether it has one.
-    async fn start(&self) -> bool {
+    /// Starts it if it is down; `Err` says why it did not.
+    async fn start(&self) -> Result<(), String> {
         #[cfg(feature = "web")]
         if let Some(process) = &self.process {
-            return process.start().await;
+            return if process.start().await {
+                Ok(())
+            } else {
+                Err("ws pubsub_server did not answer /healthz".to_owned())
+            };
         }
         if self.hub().is_some() {
-            return true;
+            return Ok(());
         }
         // The backplane's events reach the hub through a gate the nemesis can shut: a hub
         // behind, which takes nothing while the backplane's client fills up.
@@ -191,7 +196,8 @@ impl Node {
         let connect = backplane::connect(&self.url, history_of(self.index), events);
         let backplane = match timeout(CALL_BOUND, connect.instrument(span.clone())).await {
             Ok(Ok(backplane)) => backplane,
-            _ => return false,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => return Err(format!("its backplane did not connect within {CALL_BOUND:?}")),
         };
         let (to_hub, rx) = mpsc::channel(EVENT_QUEUE);
         let mut gate = self.gate.subscribe();
@@ -213,7 +219,7 @@ impl Node {
             face.serve(hub.clone()).await;
         }
         *self.hub.lock().unwrap() = Some(hub);
-        true
+        Ok(())
     }
 }
 
@@ -295,12 +301,14 @@ pub(crate) async fn run(plan: &Plan, known: &[Kind]) -> Result<Summary, String> 
     // with "node 0 does not start"): tried again, within a bound. Nothing is recorded yet.
     let until = Instant::now() + Duration::from_secs(30);
     for node in &nodes {
-        while !node.start().await {
-            assert!(
-                Instant::now() < until,
-                "node {} does not start within 30 s",
-                node.index
-            );
+        while let Err(why) = node.start().await {
+            if Instant::now() >= until {
+                let engine = server.lock().unwrap().describe();
+                panic!(
+                    "node {} does not start within 30 s: {why}\nthe engine's servers: {engine}",
+                    node.index
+                );
+            }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
@@ -803,7 +811,7 @@ async fn heal(world: &World, server: &Arc<Mutex<Cluster>>) -> Result<(), String>
     loop {
         let mut up = true;
         for node in &world.nodes {
-            up &= node.start().await && node.connected().await;
+            up &= node.start().await.is_ok() && node.connected().await;
         }
         if up {
             break;

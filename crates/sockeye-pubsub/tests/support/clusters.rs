@@ -493,6 +493,20 @@ impl NatsCluster {
         }
     }
 
+    /// What each server's monitor says of its health, its routes and JetStream (for a test
+    /// that failed on the cluster: which server is down, unrouted, or without a meta leader).
+    pub(crate) fn report(&self) -> String {
+        let mut out = String::new();
+        for (i, &m) in self.monitors.iter().enumerate() {
+            for path in ["/healthz", "/routez", "/jsz"] {
+                let answer = http_get(m, path).unwrap_or_else(|| "no answer".to_owned());
+                let body = answer.split_once("\r\n\r\n").map_or(answer.as_str(), |(_, b)| b);
+                out.push_str(&format!("\nserver {i} (monitor {m}) {path}: {}", body.trim()));
+            }
+        }
+        out
+    }
+
     /// `nats://` with every server.
     pub(crate) fn url(&self) -> String {
         let addrs: Vec<String> = self
@@ -506,15 +520,18 @@ impl NatsCluster {
 
 /// Whether `GET path` on the loopback `port` answers 200.
 fn http_ok(port: u16, path: &str) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
+    http_get(port, path).is_some_and(|r| r.get(9..12) == Some("200"))
+}
+
+/// The whole answer (status line, headers, body) to `GET path` on the loopback `port`, read
+/// for up to 2 s; `None` if nothing could be sent or read.
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .is_err()
-    {
-        return false;
-    }
-    let mut head = [0; 12];
-    s.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut answer = Vec::new();
+    // HTTP/1.0: the server closes after its answer; a timeout keeps what was read.
+    let _ = s.read_to_end(&mut answer);
+    (!answer.is_empty()).then(|| String::from_utf8_lossy(&answer).into_owned())
 }
