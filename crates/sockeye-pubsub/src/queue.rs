@@ -74,31 +74,32 @@ struct Resuming {
     seams: HashMap<Topic, Resumed>,
 }
 
-/// Where a recovery left a subscription ([`Seam`]), and the epoch it left for the seam's, if it
-/// moved into another through a gap: a catch-up gap of the node's resuming in that epoch is
-/// stale (the node is behind, in the epoch the subscription left: issue 39's checker, NATS
-/// JetStream, seed 33666, a gap back to the old life after the new one's publications). A
+/// Where a recovery left a subscription ([`Seam`]), and the epochs it is past though its node
+/// may not be: the one it left for the seam's, if it moved into another through a gap (issue
+/// 39's checker, NATS JetStream, seed 33666, a gap back to the old life after the new one's
+/// publications), and the one its node stood in when it joined, if the recovery took it past
+/// the node into another (a subscriber failing over to a node still behind in the old life: the
+/// stale gaps the checker's fixed seed 1 showed on NATS JetStream). A catch-up gap of the node's
+/// resuming in one of those is stale: the node is behind, where the subscription has been. A
 /// catch-up gap into any other epoch is the node moving on, and is told.
 #[derive(Debug)]
 struct Resumed {
     seam: Seam,
-    left: Option<Arc<str>>,
+    behind: Vec<Arc<str>>,
 }
 
 impl Resumed {
     fn stale(&self, resume: Option<&Position>) -> bool {
-        stale_for(&self.seam, self.left.as_ref(), resume)
+        stale_for(&self.seam, &self.behind, resume)
     }
 }
 
-/// Whether a catch-up gap resuming at `resume` is stale for a subscription at `seam` that
-/// resumed from the epoch `left`: stale at the seam, or resuming in `left` once the seam is in
-/// another epoch (the subscription left it; see [`Resumed`]).
-fn stale_for(seam: &Seam, left: Option<&Arc<str>>, resume: Option<&Position>) -> bool {
+/// Whether a catch-up gap resuming at `resume` is stale for a subscription at `seam` that is
+/// past the epochs `behind`: stale at the seam, or resuming in one of `behind` other than the
+/// seam's (see [`Resumed`]).
+fn stale_for(seam: &Seam, behind: &[Arc<str>], resume: Option<&Position>) -> bool {
     seam.stale(resume)
-        || resume
-            .zip(left)
-            .is_some_and(|(r, left)| r.epoch == *left && seam.position().epoch != *left)
+        || resume.is_some_and(|r| r.epoch != seam.position().epoch && behind.contains(&r.epoch))
 }
 
 /// Where a recovery left a subscription, against which what its node delivers after is checked
@@ -517,19 +518,19 @@ impl Queue {
 
     /// Ends a recovery: queues `recovered`, then the live deliveries held meanwhile that come
     /// after both `since` and the last recovered one, and in their place among them the gaps
-    /// for what was dropped meanwhile that the history did not recover. `left`: the epoch the
-    /// recovery resumed from, left if what was queued took the subscription into another (see
-    /// [`Resumed`]).
+    /// for what was dropped meanwhile that the history did not recover. `behind`: the epochs the
+    /// subscription is past though its node may not be (the one it resumed from, the one its
+    /// node stood in; see [`Resumed`]).
     pub(crate) fn release(
         &self,
         topic: &Topic,
         recovered: Vec<Delivery>,
         since: Option<Seam>,
-        left: Option<Arc<str>>,
+        behind: Vec<Arc<str>>,
     ) {
         let mut s = lock(&self.state);
         let before = s.bytes;
-        self.release_unsettled(&mut s, topic, recovered, since, left);
+        self.release_unsettled(&mut s, topic, recovered, since, behind);
         self.settle(before, s);
     }
 
@@ -539,7 +540,7 @@ impl Queue {
         topic: &Topic,
         recovered: Vec<Delivery>,
         since: Option<Seam>,
-        left: Option<Arc<str>>,
+        behind: Vec<Arc<str>>,
     ) {
         let held = Self::take_held(s, topic);
         s.tidy();
@@ -563,10 +564,7 @@ impl Queue {
                         Delivery::Gap { resume, .. } => resume.as_ref(),
                         _ => None,
                     };
-                    if seam
-                        .as_ref()
-                        .is_some_and(|seam| stale_for(seam, left.as_ref(), resume))
-                    {
+                    if seam.as_ref().is_some_and(|seam| stale_for(seam, &behind, resume)) {
                         continue;
                     }
                     (d, true)
@@ -621,7 +619,7 @@ impl Queue {
             }
         }
         if let Some(seam) = seam {
-            s.resuming().seams.insert(topic.clone(), Resumed { seam, left });
+            s.resuming().seams.insert(topic.clone(), Resumed { seam, behind });
         }
     }
 
@@ -852,7 +850,7 @@ mod tests {
         let topic = Topic::new("T").unwrap();
         let q = held_then_dropped(&topic);
         let recovered = (51..=53).map(|o| message(&topic, o, 1)).collect();
-        q.release(&topic, recovered, since().map(Seam::At), None);
+        q.release(&topic, recovered, since().map(Seam::At), Vec::new());
         let mut want = vec!["DROPPED 10".to_owned()];
         want.extend(offsets(51..=53));
         want.extend(offsets(101..=110));
@@ -870,7 +868,7 @@ mod tests {
         let topic = Topic::new("T").unwrap();
         let q = held_then_dropped(&topic);
         let recovered = (51..=125).map(|o| message(&topic, o, 1)).collect();
-        q.release(&topic, recovered, since().map(Seam::At), None);
+        q.release(&topic, recovered, since().map(Seam::At), Vec::new());
         let mut want = vec!["DROPPED 10".to_owned()];
         want.extend(offsets(51..=125));
         assert_eq!(drain(&q), want);

@@ -43,7 +43,8 @@
 //! name above), `CHAOS_MINUTES` (runs random seeds until then; `0`: one run) and
 //! `CHAOS_SEED` (that seed only, again and again), the web variant with `web-` before the
 //! engine's name or `CHAOS_WEB=1`; `scripts/chaos.sh` sets them. `CHAOS_LOG=1`
-//! prints the nodes' log (info and up), `CHAOS_HISTORY=FILE` keeps a failing run's history.
+//! prints the nodes' log (info and up), `CHAOS_HISTORY=FILE` keeps a failing run's history,
+//! `CHAOS_SPAN=SECONDS` sets the faults' span (10; a fixed seed replays with its test's, 6).
 #![cfg(all(feature = "redis", feature = "nats"))]
 #![allow(clippy::unwrap_used)]
 
@@ -254,7 +255,10 @@ async fn chaos_long() {
     let (mut runs, mut failures) = (0, Vec::new());
     loop {
         let seed = next;
-        let span = Duration::from_secs(10);
+        // `CHAOS_SPAN`: seconds of faults per run (10; the fixed seeds' are 6, to replay one).
+        let span = Duration::from_secs_f64(
+            var("CHAOS_SPAN").map_or(10.0, |s| s.parse().expect("CHAOS_SPAN: seconds")),
+        );
         let plan = if web {
             Plan::web(engine, seed, span)
         } else {

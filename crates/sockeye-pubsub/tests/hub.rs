@@ -1563,6 +1563,47 @@ async fn a_catch_up_gap_in_the_epoch_a_subscriber_left_does_not_end_its_seam() {
     assert_eq!(shown(&mut a).await, ["f6@6"]);
 }
 
+/// Issue 39's checker, NATS JetStream (the stale gaps `tests/chaos.rs` tolerated on its fixed
+/// seed 1, caught with the nodes' debug log): a subscriber that was in the current epoch already
+/// failed over to a node still behind in the old one (its consumer far behind after several
+/// restarts) and resumed there through history: `Recovered`, no epoch left. The node's catch-up
+/// gap in the old epoch ended its seam; the node's next gap, into the current epoch behind where
+/// the subscriber stood, then reached it (a gap resuming from 7309 after 7359 was delivered). The
+/// node's epoch when the subscriber joined, if not the one it resumed into, is behind it too.
+#[tokio::test]
+async fn a_catch_up_gap_in_the_epoch_its_node_stood_in_does_not_end_a_resumed_seam() {
+    let topic = Topic::new("node behind").unwrap();
+    let (backplane, hub, events, mut a) = following_live(&topic).await;
+    // The current epoch, F, in the history; a subscriber already in it resumes from F:2.
+    let current: Vec<Publication> = (1..=5)
+        .map(|i| scripted_in("F", &topic, i, &format!("f{i}")))
+        .collect();
+    *backplane.history.lock().unwrap() = current.clone();
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at2 = current[1].position.clone().unwrap();
+    assert_eq!(
+        s.subscribe(&topic, Some(at2)).await.unwrap(),
+        Recovery::Recovered { count: 3 }
+    );
+    assert_eq!(shown(&mut s).await, ["f3@3", "f4@4", "f5@5"]);
+    // The node, behind in E, repairs there first (a gap resuming in E), then into F.
+    *backplane.history.lock().unwrap() = (10..=12).map(|i| scripted(&topic, i, &format!("a{i}"))).collect();
+    events.send(Event::Restored).await.unwrap();
+    let node = shown(&mut a).await;
+    assert_eq!(node.first().map(String::as_str), Some("GAP(9)"), "{node:?}");
+    *backplane.history.lock().unwrap() = current;
+    events.send(Event::Restored).await.unwrap();
+    let node = shown(&mut a).await;
+    assert_eq!(node.last().map(String::as_str), Some("f5@5"), "{node:?}");
+    // The subscriber had all of it: nothing again.
+    assert_eq!(shown(&mut s).await, Vec::<String>::new());
+    // Then live in F, to both.
+    let f6 = scripted_in("F", &topic, 6, "f6");
+    events.send(Event::Publication(f6)).await.unwrap();
+    assert_eq!(shown(&mut s).await, ["f6@6"]);
+    assert_eq!(shown(&mut a).await, ["f6@6"]);
+}
+
 /// Issue 39's checker, NATS JetStream (seed 263681): a subscriber resumed into nothing (its
 /// seam `Left` at the position it resumed from) while its node delivered on; what the node
 /// delivered after that position, held during the recovery, did not end the seam (a publication

@@ -87,6 +87,7 @@ impl Subscriber {
             topic,
             id: self.id,
         };
+        let node_epoch;
         {
             let _serial = inner.subscriptions.lock().await;
             let known = lock(&inner.topics).contains_key(topic);
@@ -115,6 +116,10 @@ impl Subscriber {
                 state.last = latest;
             }
             state.subscribers.insert(self.id, Arc::clone(&self.queue));
+            // The node's epoch as this subscriber joins: a history read after this is answered
+            // in it or a later one, and the node's moves after this reach the subscriber as
+            // catch-up gaps, held during its recovery (see `Queue::release`).
+            node_epoch = state.last.as_ref().map(|p| Arc::clone(&p.epoch));
         }
         let recovery = match resume {
             None => Recovery::Live,
@@ -122,7 +127,7 @@ impl Subscriber {
                 let queue = Arc::clone(&self.queue);
                 // No use waiting for the history of a subscriber stopped meanwhile.
                 tokio::select! {
-                    r = self.recover(topic, since) => r?,
+                    r = self.recover(topic, since, node_epoch) => r?,
                     () = queue.stopped() => return Err(queue.too_slow_error()),
                 }
             }
@@ -133,8 +138,14 @@ impl Subscriber {
     }
 
     /// Queues what `topic` published after `since`, or the gap, then releases the live
-    /// deliveries held meanwhile.
-    async fn recover(&self, topic: &Topic, since: Position) -> Result<Recovery, Error> {
+    /// deliveries held meanwhile. `node_epoch`: the node's epoch when the subscriber joined; if
+    /// the recovery takes it into another, the node is behind it there (see `Queue::release`).
+    async fn recover(
+        &self,
+        topic: &Topic,
+        since: Position,
+        node_epoch: Option<Arc<str>>,
+    ) -> Result<Recovery, Error> {
         let inner = &self.hub.inner;
         let history = inner
             .history(topic, Some(&since), inner.config.max_recovered)
@@ -152,7 +163,9 @@ impl Subscriber {
                     .filter_map(|p| delivery(p, &since))
                     .collect();
                 let count = recovered.len();
-                self.queue.release(topic, recovered, Some(Seam::At(since)), None);
+                let behind = node_epoch.into_iter().collect();
+                self.queue
+                    .release(topic, recovered, Some(Seam::At(since)), behind);
                 Recovery::Recovered { count }
             }
             History::Lost { latest } => {
@@ -169,7 +182,9 @@ impl Subscriber {
                 );
                 // The epoch it resumed from: if the gap and what follows took it into another,
                 // a node's catch-up gap still in this one is stale (see `Queue::release`).
-                let left = Some(Arc::clone(&since.epoch));
+                let behind = std::iter::once(Arc::clone(&since.epoch))
+                    .chain(node_epoch)
+                    .collect();
                 // Into nothing of the current epoch yet: what its node still delivers up to
                 // `since` (a node behind, or one that has not seen the failover) must not
                 // follow the gap (see `Seam::Left`).
@@ -177,7 +192,7 @@ impl Subscriber {
                     Some(r) => Seam::At(r),
                     None => Seam::Left(since),
                 };
-                self.queue.release(topic, queued, Some(seam), left);
+                self.queue.release(topic, queued, Some(seam), behind);
                 Recovery::Lost
             }
             History::Complete(_) => {
@@ -187,7 +202,8 @@ impl Subscriber {
                     topic: topic.clone(),
                     resume: resume.clone(),
                 };
-                self.queue.release(topic, vec![gap], resume.map(Seam::At), None);
+                let behind = node_epoch.into_iter().collect();
+                self.queue.release(topic, vec![gap], resume.map(Seam::At), behind);
                 Recovery::Lost
             }
         })
