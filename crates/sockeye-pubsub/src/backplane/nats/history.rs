@@ -42,11 +42,10 @@ impl Shared {
                 // server only if the connection lasted: after a reconnect, maybe to a server
                 // restarted meanwhile (a new life, its store's tail maybe lost), the rest of the
                 // read would be answered by another life than the one it took for current, and
-                // what it answered would mix them (a suspect in the stale gaps of
-                // `tests/chaos.rs`'s `known`, after several restarts within seconds; the same
-                // class as a publish batch cut by a reconnect, `publish.rs`). Read again, on the new
-                // connection, a few times; then failed (the hub's repair of the topic is then a
-                // gap, a resuming client's subscription is refused and retried).
+                // what it answered would mix them (the same class as a publish batch cut by a
+                // reconnect, `publish.rs`). Read again, on the new connection, a few times; then
+                // failed (the hub's repair of the topic is then a gap, a resuming client's
+                // subscription is refused and retried).
                 for _ in 0..READS_ACROSS_RECONNECTS {
                     let connects = self.connects();
                     let history = self.history_js(js, &topic, since.as_ref(), limit).await?;
