@@ -1544,23 +1544,35 @@ async fn a_catch_up_gap_in_the_epoch_a_subscriber_left_does_not_end_its_seam() {
     assert_eq!(s.subscribe(&topic, Some(at3)).await.unwrap(), Recovery::Lost);
     let got = shown(&mut s).await;
     assert_eq!(got.last().map(String::as_str), Some("f5@5"), "{got:?}");
-    // The node, behind in E, repairs there first (a gap resuming in E: its limits dropped 4 to
-    // 9), then into F.
-    *backplane.history.lock().unwrap() = (10..=12).map(|i| scripted(&topic, i, &format!("a{i}"))).collect();
+    node_catches_up_behind(&backplane, &events, &topic, current, &mut a, &mut s).await;
+}
+
+/// The node of `a` (live in E, up to 3) repairs in E first (a gap resuming in E: its limits
+/// dropped 4 to 9), then into F (`current`, f1..f5), while `s` had resumed into F up to f5: `s`
+/// gets nothing again, then what is live in F, as `a` does.
+async fn node_catches_up_behind(
+    backplane: &Scripted,
+    events: &EventSender,
+    topic: &Topic,
+    current: Vec<Publication>,
+    a: &mut Subscriber,
+    s: &mut Subscriber,
+) {
+    *backplane.history.lock().unwrap() = (10..=12).map(|i| scripted(topic, i, &format!("a{i}"))).collect();
     events.send(Event::Restored).await.unwrap();
-    let node = shown(&mut a).await;
+    let node = shown(a).await;
     assert_eq!(node.first().map(String::as_str), Some("GAP(9)"), "{node:?}");
     *backplane.history.lock().unwrap() = current;
     events.send(Event::Restored).await.unwrap();
-    let node = shown(&mut a).await;
+    let node = shown(a).await;
     assert_eq!(node.last().map(String::as_str), Some("f5@5"), "{node:?}");
     // The subscriber had all of it: nothing again.
-    assert_eq!(shown(&mut s).await, Vec::<String>::new());
+    assert_eq!(shown(s).await, Vec::<String>::new());
     // Then live in F, to both.
-    let f6 = scripted_in("F", &topic, 6, "f6");
+    let f6 = scripted_in("F", topic, 6, "f6");
     events.send(Event::Publication(f6)).await.unwrap();
-    assert_eq!(shown(&mut s).await, ["f6@6"]);
-    assert_eq!(shown(&mut a).await, ["f6@6"]);
+    assert_eq!(shown(s).await, ["f6@6"]);
+    assert_eq!(shown(a).await, ["f6@6"]);
 }
 
 /// Issue 39's checker, NATS JetStream (the stale gaps `tests/chaos.rs` tolerated on its fixed
@@ -1586,22 +1598,7 @@ async fn a_catch_up_gap_in_the_epoch_its_node_stood_in_does_not_end_a_resumed_se
         Recovery::Recovered { count: 3 }
     );
     assert_eq!(shown(&mut s).await, ["f3@3", "f4@4", "f5@5"]);
-    // The node, behind in E, repairs there first (a gap resuming in E), then into F.
-    *backplane.history.lock().unwrap() = (10..=12).map(|i| scripted(&topic, i, &format!("a{i}"))).collect();
-    events.send(Event::Restored).await.unwrap();
-    let node = shown(&mut a).await;
-    assert_eq!(node.first().map(String::as_str), Some("GAP(9)"), "{node:?}");
-    *backplane.history.lock().unwrap() = current;
-    events.send(Event::Restored).await.unwrap();
-    let node = shown(&mut a).await;
-    assert_eq!(node.last().map(String::as_str), Some("f5@5"), "{node:?}");
-    // The subscriber had all of it: nothing again.
-    assert_eq!(shown(&mut s).await, Vec::<String>::new());
-    // Then live in F, to both.
-    let f6 = scripted_in("F", &topic, 6, "f6");
-    events.send(Event::Publication(f6)).await.unwrap();
-    assert_eq!(shown(&mut s).await, ["f6@6"]);
-    assert_eq!(shown(&mut a).await, ["f6@6"]);
+    node_catches_up_behind(&backplane, &events, &topic, current, &mut a, &mut s).await;
 }
 
 /// Issue 39's checker, NATS JetStream (seed 263681): a subscriber resumed into nothing (its
