@@ -94,6 +94,16 @@ impl Resumed {
     }
 }
 
+/// Whether the node's publication `p` is one a subscription at `seam`, past the epochs
+/// `behind`, already has or left behind: the seam's own rule, or of one of `behind` other than
+/// the seam's (a `Left` seam takes any other epoch for new: not those).
+fn drops(seam: &Seam, behind: &[Arc<str>], p: &Published) -> bool {
+    seam.drops(p)
+        || behind
+            .iter()
+            .any(|e| p.in_epoch(e) && !p.in_epoch(&seam.position().epoch))
+}
+
 /// Whether a catch-up gap resuming at `resume` is stale for a subscription at `seam` that is
 /// past the epochs `behind`: stale at the seam, or resuming in one of `behind` other than the
 /// seam's (see [`Resumed`]).
@@ -127,6 +137,17 @@ impl Seam {
     fn position(&self) -> &Position {
         match self {
             Seam::At(p) | Seam::Left(p) => p,
+        }
+    }
+
+    /// The seam behind a catch-up gap into nothing known: what the node still delivers at or
+    /// before it in its epoch is what the subscription has, but the node is out of every epoch
+    /// now, and one it delivers next is new (an `At` seam took any other epoch for one the node
+    /// was behind in, and dropped the next epoch for good: issue 39's checker, web-redis-aof
+    /// seed 416366, 270 publications after the heal never delivered).
+    fn behind_nothing(self) -> Seam {
+        match self {
+            Seam::At(p) | Seam::Left(p) => Seam::Left(p),
         }
     }
 
@@ -276,7 +297,7 @@ impl Queue {
                     }
                     if let Some(resumed) = r.seams.get(p.topic()) {
                         // A duplicate, or of an epoch the subscription left (see `Seam`).
-                        if resumed.seam.drops(p) {
+                        if drops(&resumed.seam, &resumed.behind, p) {
                             return;
                         }
                         r.seams.remove(p.topic());
@@ -306,9 +327,14 @@ impl Queue {
                     // A catch-up gap into nothing known (`resume` `None`: a miss the node cannot
                     // place, or its epoch ended) leaves the seam standing: what the node still
                     // delivers behind it is what the subscription has (before, the seam went
-                    // and that backlog came again). Any other gap ends it: what follows may
-                    // reuse positions at or before it (a rollback).
-                    if !(catch_up && resume.is_none()) && r.seams.remove(topic).is_some() {
+                    // and that backlog came again); the next epoch is new (`behind_nothing`).
+                    // Any other gap ends it: what follows may reuse positions at or before it
+                    // (a rollback).
+                    if catch_up && resume.is_none() {
+                        if let Some(resumed) = r.seams.get_mut(topic) {
+                            resumed.seam = resumed.seam.clone().behind_nothing();
+                        }
+                    } else if r.seams.remove(topic).is_some() {
                         s.tidy();
                     }
                 }
@@ -597,7 +623,7 @@ impl Queue {
                 // nothing was judged stale; 141 publications missed with no gap, NATS
                 // JetStream checker seed 263681).
                 (Delivery::Message(p), Some(s)) => {
-                    let duplicate = s.drops(p);
+                    let duplicate = drops(s, &behind, p);
                     if !duplicate {
                         seam = None;
                     }
@@ -607,9 +633,11 @@ impl Queue {
                 // catch-up gap into nothing known, behind which the seam stands (see
                 // `push_unsettled`).
                 (Delivery::Gap { resume, .. }, _) => {
-                    if !(catch_up && resume.is_none()) {
-                        seam = None;
-                    }
+                    seam = if catch_up && resume.is_none() {
+                        seam.map(Seam::behind_nothing)
+                    } else {
+                        None
+                    };
                     false
                 }
                 _ => false,

@@ -1601,6 +1601,43 @@ async fn a_catch_up_gap_in_the_epoch_its_node_stood_in_does_not_end_a_resumed_se
     node_catches_up_behind(&backplane, &events, &topic, current, &mut a, &mut s).await;
 }
 
+/// Issue 39's checker, web-redis-aof (seed 416366, `NotResumed`): a web client resumed into
+/// the current epoch through its node's history (a gap to 0 of it) past its node, still
+/// behind; the node's repair then found nothing of any current epoch (the AOF's tail was cut
+/// and Redis restarted) and told a gap into nothing, which leaves a resumed subscription's seam
+/// standing (what the node still delivers behind it, the subscription has). The seam dropped
+/// every publication of another epoch than its own, and the node's next epoch is another: the
+/// client got nothing more of the topic, for good (270 publications after the heal). Behind a
+/// gap into nothing, the seam drops only what is at or before it in its epoch, and the epochs
+/// the subscription is past; a new epoch is new.
+#[tokio::test]
+async fn a_resumed_seam_left_standing_by_a_gap_into_nothing_lets_a_new_epoch_through() {
+    let topic = Topic::new("into nothing").unwrap();
+    let (backplane, hub, events, mut a) = following_live(&topic).await;
+    // The current epoch, F, holds f1; a subscriber resuming from E:3 moves into it past the
+    // node, still in E.
+    *backplane.history.lock().unwrap() = vec![scripted_in("F", &topic, 1, "f1")];
+    let mut s = hub.subscriber(SubscriberConfig::default());
+    let at3 = scripted(&topic, 3, "a3").position.unwrap();
+    assert_eq!(s.subscribe(&topic, Some(at3)).await.unwrap(), Recovery::Lost);
+    assert_eq!(shown(&mut s).await, ["GAP(0)", "f1@1"]);
+    // The engine loses everything and starts again: the node's repair finds nothing.
+    backplane.history.lock().unwrap().clear();
+    events.send(Event::Restored).await.unwrap();
+    assert_eq!(shown(&mut a).await, ["GAP(-1)"]);
+    assert_eq!(shown(&mut s).await, ["GAP(-1)"]);
+    // The new epoch, G, live: to both.
+    let g: Vec<Publication> = (1..=2)
+        .map(|i| scripted_in("G", &topic, i, &format!("g{i}")))
+        .collect();
+    for p in &g {
+        backplane.history.lock().unwrap().push(p.clone());
+        events.send(Event::Publication(p.clone())).await.unwrap();
+    }
+    assert_eq!(shown(&mut a).await, ["g1@1", "g2@2"]);
+    assert_eq!(shown(&mut s).await, ["g1@1", "g2@2"]);
+}
+
 /// Issue 39's checker, NATS JetStream (seed 263681): a subscriber resumed into nothing (its
 /// seam `Left` at the position it resumed from) while its node delivered on; what the node
 /// delivered after that position, held during the recovery, did not end the seam (a publication
