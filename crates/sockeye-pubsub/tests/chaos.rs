@@ -117,7 +117,10 @@ use chaos::runner::{Plan, run};
 /// it tried the next node, which refused the upgrade (503, its backplane down); Node 20's
 /// WebSocket reported that with an error and never a close event, and the client waited for
 /// the close for good, silent. It now ends an attempt at an error before the socket opens, or
-/// at `connectTimeoutMs`.
+/// at `connectTimeoutMs`. `bash scripts/chaos.sh web-redis-aof 0 416366`, `NotResumed` (270
+/// publications after the heal): a web client that had resumed past its node kept its seam
+/// behind the node's gap into nothing after the engine restarted, and the seam dropped every
+/// publication of the next epoch (`queue.rs`, `Seam::behind_nothing`).
 ///
 /// Not tolerated by kind, only when proven the engine's: on the NATS cluster, publications the
 /// cluster lost after acknowledging them when killed whole (`checker::lost_by_engine`: the
