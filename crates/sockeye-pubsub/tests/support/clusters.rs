@@ -433,7 +433,30 @@ impl NatsCluster {
 
     /// Starts one with more arguments for every server (`--no_advertise`: the clients are not
     /// told the others' addresses, and reach only the ones listed, through proxies say).
+    ///
+    /// A cluster whose JetStream meta group does not take all three servers within 20 s is
+    /// started again, anew, up to 3 times: a 30-minute web-nats-cluster run stopped twice on a
+    /// fresh cluster that answered "no suitable peers for placement" for good, every server
+    /// healthy and routed to the others but the meta group of size 2, one server left out.
     pub(crate) fn start_with(extra: &[&str]) -> NatsCluster {
+        const TRIES: usize = 3;
+        for attempt in 1..=TRIES {
+            let cluster = NatsCluster::launch(extra);
+            cluster.wait_ready();
+            if cluster.meta_group_whole(Duration::from_secs(20)) {
+                return cluster;
+            }
+            eprintln!(
+                "NATS cluster, try {attempt} of {TRIES}: its JetStream meta group left a server out; \
+                 starting a new one. The servers said:{}",
+                cluster.report()
+            );
+        }
+        panic!("no NATS cluster of 3 whose JetStream meta group took every server, in {TRIES} tries");
+    }
+
+    /// Starts 3 servers routed to each other, under a cluster name of their own.
+    fn launch(extra: &[&str]) -> NatsCluster {
         let ports = free_ports(6);
         let (routes, monitors) = ports.split_at(3);
         let all_routes: Vec<String> = routes
@@ -474,12 +497,27 @@ impl NatsCluster {
                 )
             })
             .collect();
-        let cluster = NatsCluster {
+        NatsCluster {
             servers,
             monitors: monitors.to_vec(),
-        };
-        cluster.wait_ready();
-        cluster
+        }
+    }
+
+    /// Whether, within `bound`, every server's JetStream meta group counts all 3 servers.
+    fn meta_group_whole(&self, bound: Duration) -> bool {
+        let until = std::time::Instant::now() + bound;
+        loop {
+            let whole = self.monitors.iter().all(|&m| {
+                http_get(m, "/jsz").is_some_and(|jsz| json_number(&jsz, "cluster_size") == Some(3))
+            });
+            if whole {
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// Waits until JetStream answers on every server: a meta leader elected, the server current.
@@ -516,6 +554,15 @@ impl NatsCluster {
             .collect();
         format!("nats://{}", addrs.join(","))
     }
+}
+
+/// The number after the first `"key":` in `json` (a monitor's answer; no JSON crate needed for
+/// one field).
+fn json_number(json: &str, key: &str) -> Option<u64> {
+    let at = json.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let rest = json[at..].trim_start();
+    let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    rest[..end].parse().ok()
 }
 
 /// Whether `GET path` on the loopback `port` answers 200.
