@@ -131,11 +131,6 @@ impl Published {
             .is_some_and(|p| p.epoch == seam.epoch && p.offset <= seam.offset)
     }
 
-    /// Whether it has a position of `epoch`.
-    pub(crate) fn in_epoch(&self, epoch: &str) -> bool {
-        self.0.position.as_ref().is_some_and(|p| *p.epoch == *epoch)
-    }
-
     /// Whether it has a position of another epoch than `seam`'s.
     pub(crate) fn other_epoch(&self, seam: &Position) -> bool {
         self.0.position.as_ref().is_some_and(|p| p.epoch != seam.epoch)

@@ -94,22 +94,23 @@ impl Resumed {
     }
 }
 
+/// Whether `epoch` is one of `behind`, the epochs a subscription at `seam` is past, other than
+/// the seam's own (see [`Resumed`]).
+fn past(seam: &Seam, behind: &[Arc<str>], epoch: &Arc<str>) -> bool {
+    *epoch != seam.position().epoch && behind.contains(epoch)
+}
+
 /// Whether the node's publication `p` is one a subscription at `seam`, past the epochs
-/// `behind`, already has or left behind: the seam's own rule, or of one of `behind` other than
-/// the seam's (a `Left` seam takes any other epoch for new: not those).
+/// `behind`, already has or left behind: the seam's own rule, or of a [`past`] epoch (a `Left`
+/// seam takes any other epoch for new: not those).
 fn drops(seam: &Seam, behind: &[Arc<str>], p: &Published) -> bool {
-    seam.drops(p)
-        || behind
-            .iter()
-            .any(|e| p.in_epoch(e) && !p.in_epoch(&seam.position().epoch))
+    seam.drops(p) || p.position().is_some_and(|pos| past(seam, behind, &pos.epoch))
 }
 
 /// Whether a catch-up gap resuming at `resume` is stale for a subscription at `seam` that is
-/// past the epochs `behind`: stale at the seam, or resuming in one of `behind` other than the
-/// seam's (see [`Resumed`]).
+/// past the epochs `behind`: stale at the seam, or resuming in a [`past`] epoch.
 fn stale_for(seam: &Seam, behind: &[Arc<str>], resume: Option<&Position>) -> bool {
-    seam.stale(resume)
-        || resume.is_some_and(|r| r.epoch != seam.position().epoch && behind.contains(&r.epoch))
+    seam.stale(resume) || resume.is_some_and(|r| past(seam, behind, &r.epoch))
 }
 
 /// Where a recovery left a subscription, against which what its node delivers after is checked
