@@ -26,6 +26,20 @@ pub(crate) fn wait_until(what: &str, within: Duration, mut ready: impl FnMut() -
     wait_for(what, within, || if ready() { Ok(()) } else { Err(String::new()) });
 }
 
+/// Whether `ready` holds within `within`, checked every 50 ms.
+pub(crate) fn holds_within(within: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if ready() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// [`wait_until`] for a check that says what is not ready yet: the last answer is in the panic.
 pub(crate) fn wait_for(what: &str, within: Duration, mut ready: impl FnMut() -> Result<(), String>) {
     let deadline = Instant::now() + within;
@@ -505,19 +519,11 @@ impl NatsCluster {
 
     /// Whether, within `bound`, every server's JetStream meta group counts all 3 servers.
     fn meta_group_whole(&self, bound: Duration) -> bool {
-        let until = std::time::Instant::now() + bound;
-        loop {
-            let whole = self.monitors.iter().all(|&m| {
-                http_get(m, "/jsz").is_some_and(|jsz| json_number(&jsz, "cluster_size") == Some(3))
-            });
-            if whole {
-                return true;
-            }
-            if std::time::Instant::now() >= until {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        holds_within(bound, || {
+            self.monitors
+                .iter()
+                .all(|&m| http_get(m, "/jsz").is_some_and(|jsz| json_number(&jsz, "cluster_size") == Some(3)))
+        })
     }
 
     /// Waits until JetStream answers on every server: a meta leader elected, the server current.
@@ -525,15 +531,12 @@ impl NatsCluster {
     /// web-nats-cluster run beside the test command ended on "not within 30s" at a heal); then
     /// panics with what every server says.
     pub(crate) fn wait_ready(&self) {
-        let until = std::time::Instant::now() + Duration::from_secs(60);
-        while !self.monitors.iter().all(|&m| http_ok(m, "/healthz")) {
-            assert!(
-                std::time::Instant::now() < until,
-                "not within 60 s: JetStream ready on every server; the servers said:{}",
-                self.report()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let healthy = || self.monitors.iter().all(|&m| http_ok(m, "/healthz"));
+        assert!(
+            holds_within(Duration::from_secs(60), healthy),
+            "not within 60 s: JetStream ready on every server; the servers said:{}",
+            self.report()
+        );
     }
 
     /// What each server's monitor says of its health, its routes and JetStream (for a test
