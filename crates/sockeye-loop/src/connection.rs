@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use http::Response;
-use sockeye_proto::handshake::{ClientHello, encode_response, parse_request, reject_response};
+use sockeye_proto::handshake::{ClientHello, parse_request, reject_response, write_response};
 use sockeye_proto::{CloseCode, CloseFrame, Connection, Message, PreparedMessage, Transmit, Transport};
 
 use crate::handler::{Closed, Facing, Handler, Socket};
@@ -572,7 +572,7 @@ impl<D> Conn<D> {
                 return self.refuse(refusal, why);
             }
         };
-        self.head.extend_from_slice(&encode_response(&response));
+        write_response(&response, &mut self.head);
         let mut engine = Box::new(Connection::server(shared.config.protocol.clone()));
         engine.set_deflate(extensions.kept_by(&response));
         // The engine's clock starts now (keepalive), with the first input.
@@ -595,7 +595,7 @@ impl<D> Conn<D> {
     }
 
     fn refuse(&mut self, response: Response<String>, why: String) {
-        self.head.extend_from_slice(&encode_response(&response));
+        write_response(&response, &mut self.head);
         self.error = Some(why);
         self.phase = refused();
     }

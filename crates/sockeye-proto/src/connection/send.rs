@@ -8,7 +8,7 @@
 //! so the front checks the one before and acts on the other after; the shared compression state
 //! (used by the receiving side too) and the configuration are passed in.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 
 use crate::error::Error;
 use crate::extension::deflate::PerMessageDeflate;
@@ -191,11 +191,20 @@ impl Sender {
     }
 
     pub(super) fn encode_close(&mut self, frame: Option<&CloseFrame>) {
-        let mut payload = BytesMut::with_capacity(2 + frame.map_or(0, |f| f.reason.len()));
-        if let Some(f) = frame {
-            f.encode_into(&mut payload);
+        // On the stack: a close payload is at most 125 bytes (§5.5), where a buffer of its own
+        // was an allocation per connection. A reason too long for it (the fields are public)
+        // is encoded as it is, as before.
+        let mut payload = [0u8; 2 + CloseFrame::MAX_REASON_LEN];
+        let len = frame.map_or(Some(0), |f| f.encode_to(&mut payload));
+        match (len, frame) {
+            (Some(len), _) => self.encode_frame(OpCode::Close, true, &payload[..len]),
+            (None, Some(f)) => self.encode_frame(
+                OpCode::Close,
+                true,
+                &[&f.code.0.to_be_bytes()[..], f.reason.as_bytes()].concat(),
+            ),
+            (None, None) => self.encode_frame(OpCode::Close, true, &[]),
         }
-        self.encode_frame(OpCode::Close, true, &payload);
     }
 
     /// Queues a whole message as one frame, compressed when permessage-deflate is on and the

@@ -1,6 +1,6 @@
 //! The close frame payload, RFC 6455 §5.5.1 and §7.4: a close code and a UTF-8 reason.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::close_code::CloseCode;
 use crate::error::ProtocolViolation;
@@ -45,16 +45,32 @@ impl CloseFrame {
         }
     }
 
-    /// Appends the wire payload: the code in network byte order, then the reason.
-    pub(crate) fn encode_into(&self, out: &mut BytesMut) {
-        out.put_u16(self.code.0);
-        out.put_slice(self.reason.as_bytes());
+    /// Writes the wire payload into `out`, the code in network byte order, then the reason, and
+    /// returns its length; `None` (nothing written) when the reason is longer than a close frame
+    /// can carry (§5.5).
+    pub(crate) fn encode_to(&self, out: &mut [u8; 2 + Self::MAX_REASON_LEN]) -> Option<usize> {
+        let reason = self.reason.as_bytes();
+        let len = 2 + reason.len();
+        let slot = out.get_mut(..len)?;
+        slot[..2].copy_from_slice(&self.code.0.to_be_bytes());
+        slot[2..].copy_from_slice(reason);
+        Some(len)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encodes_a_reason_that_fits_and_refuses_one_that_does_not() {
+        let mut out = [0u8; 125];
+        let fits = CloseFrame::new(CloseCode(1000), "r".repeat(CloseFrame::MAX_REASON_LEN));
+        assert_eq!(fits.encode_to(&mut out), Some(125));
+        assert_eq!(&out[..3], b"\x03\xe8r");
+        let too_long = CloseFrame::new(CloseCode(1000), "r".repeat(CloseFrame::MAX_REASON_LEN + 1));
+        assert_eq!(too_long.encode_to(&mut out), None);
+    }
 
     #[test]
     fn parses_and_validates_close_payloads() {

@@ -95,7 +95,7 @@ impl ClientHandshake {
             return Ok(None);
         };
         let status = parsed.code.unwrap_or(0);
-        let headers = to_header_map(parsed.headers)?;
+        let headers = to_header_map(&bytes::Bytes::copy_from_slice(&buf[..n]), buf, parsed.headers)?;
         // §4.1: "If the status code received from the server is not 101, the client handles the
         // response per HTTP procedures" — for us, a failed connection attempt that says why.
         if status != 101 {

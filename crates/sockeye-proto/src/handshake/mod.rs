@@ -31,5 +31,5 @@ pub use common::{UrlTarget, accept_key, header_has_token, header_list, url_targe
 pub use extended_connect::{WEBSOCKET_PROTOCOL, check_extended_connect_response, extended_connect_request};
 pub use server::{
     ClientHello, NegotiatedExtensions, ResponseBody, encode_response, parse_request, reject_response,
-    service_unavailable,
+    service_unavailable, write_response,
 };

@@ -1,6 +1,7 @@
 //! The server side of the opening handshake (RFC 6455 §4.2).
 
 use base64::Engine as _;
+use http::header::HeaderName;
 use http::header::{
     CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_EXTENSIONS,
     SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, SEC_WEBSOCKET_VERSION, UPGRADE,
@@ -8,13 +9,18 @@ use http::header::{
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Version};
 
 use super::common::{
-    accept_key, check_parsed, header_has_token, header_list, single_header, to_header_map, write_headers,
+    accept_key, check_parsed, header_has_token, header_list, shared_part, single_header, to_header_map,
+    write_headers,
 };
 use crate::config::Config;
 use crate::error::HandshakeError;
 use crate::extension::deflate::PerMessageDeflate;
 use crate::extension::offer::{ExtensionOffer, parse_extensions};
 use crate::extension::server_accept;
+
+/// How many header slots [`parse_request`] keeps on the stack: the default
+/// [`max_handshake_headers`](Config::max_handshake_headers).
+const STACK_HEADERS: usize = 64;
 
 /// Parses an HTTP request head from the start of `buf`.
 ///
@@ -23,9 +29,19 @@ use crate::extension::server_accept;
 /// WebSocket connection. The request is not yet checked as a WebSocket upgrade: see
 /// [`ClientHello::from_request`].
 pub fn parse_request(buf: &[u8], config: &Config) -> Result<Option<(Request<()>, usize)>, HandshakeError> {
-    let mut slots = vec![httparse::EMPTY_HEADER; config.max_handshake_headers];
-    let mut parsed = httparse::Request::new(&mut slots);
-    let status = parsed.parse(buf);
+    // The header slots live on the stack up to the default limit: left uninitialised, they cost
+    // nothing per request, where a `Vec` of `EMPTY_HEADER`s was an allocation and 2 KiB of
+    // stores on every connection. A larger configured limit takes them from the heap.
+    let mut on_stack = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; STACK_HEADERS];
+    let mut on_heap = Vec::new();
+    let slots = if config.max_handshake_headers <= STACK_HEADERS {
+        &mut on_stack[..config.max_handshake_headers]
+    } else {
+        on_heap.resize_with(config.max_handshake_headers, std::mem::MaybeUninit::uninit);
+        &mut on_heap[..]
+    };
+    let mut parsed = httparse::Request::new(&mut []);
+    let status = parsed.parse_with_uninit_headers(buf, slots);
     if matches!(status, Err(httparse::Error::Version)) && names_another_http_version(buf) {
         // httparse knows HTTP/1.0 and 1.1 only; any other version is a 505 too, not a 400.
         return Err(HandshakeError::UnsupportedHttpVersion);
@@ -35,11 +51,13 @@ pub fn parse_request(buf: &[u8], config: &Config) -> Result<Option<(Request<()>,
     };
     let method = Method::from_bytes(parsed.method.unwrap_or("").as_bytes())
         .map_err(|_| HandshakeError::MalformedHttp("bad method".into()))?;
-    let uri: http::Uri = parsed
-        .path
-        .unwrap_or("/")
-        .parse()
-        .map_err(|_| HandshakeError::MalformedHttp("bad request target".into()))?;
+    // One copy of the head; the target and the header values are slices of it.
+    let head = bytes::Bytes::copy_from_slice(&buf[..n]);
+    let uri = match parsed.path {
+        Some(path) => http::Uri::from_maybe_shared(shared_part(&head, buf, path.as_bytes())),
+        None => Ok(http::Uri::from_static("/")),
+    }
+    .map_err(|_| HandshakeError::MalformedHttp("bad request target".into()))?;
     let mut request = Request::new(());
     *request.method_mut() = method;
     *request.uri_mut() = uri;
@@ -48,7 +66,7 @@ pub fn parse_request(buf: &[u8], config: &Config) -> Result<Option<(Request<()>,
     } else {
         Version::HTTP_11
     };
-    *request.headers_mut() = to_header_map(parsed.headers)?;
+    *request.headers_mut() = to_header_map(&head, buf, parsed.headers)?;
     Ok(Some((request, n)))
 }
 
@@ -145,8 +163,10 @@ impl ClientHello {
             None => return Err(HandshakeError::MissingHeader("Sec-WebSocket-Key")),
         };
         // §4.2.1: "a base64-encoded value that, when decoded, is 16 bytes in length".
-        match base64::engine::general_purpose::STANDARD.decode(key) {
-            Ok(nonce) if nonce.len() == 16 => {}
+        // Decoded on the stack: a key too long for 16 bytes fails to fit and is refused too.
+        let mut nonce = [0u8; 18];
+        match base64::engine::general_purpose::STANDARD.decode_slice(key, &mut nonce) {
+            Ok(16) => {}
             _ => return Err(HandshakeError::InvalidHeader("Sec-WebSocket-Key")),
         }
         Ok(ClientHello {
@@ -196,9 +216,9 @@ impl ClientHello {
         let h = response.headers_mut();
         h.insert(UPGRADE, HeaderValue::from_static("websocket"));
         h.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
-        let accept = accept_key(self.key.as_bytes());
-        // base64 output is always a valid header value.
-        if let Ok(v) = HeaderValue::from_str(&accept) {
+        // base64 output is always a valid header value; the key's buffer becomes the value's.
+        let accept = bytes::Bytes::from(accept_key(self.key.as_bytes()).into_bytes());
+        if let Ok(v) = HeaderValue::from_maybe_shared(accept) {
             h.insert(SEC_WEBSOCKET_ACCEPT, v);
         }
         response
@@ -283,29 +303,42 @@ pub fn service_unavailable() -> Response<String> {
 /// Writes a response head and body in HTTP/1.1 wire format. Responses other than 101 get a
 /// `Content-Length` (and a plain-text `Content-Type` if none is set) and `Connection: close`.
 pub fn encode_response<B: ResponseBody>(response: &Response<B>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(160 + response.body().body_bytes().len());
+    write_response(response, &mut out);
+    out
+}
+
+/// [`encode_response`] appended to `out` (a connection's own output buffer).
+pub fn write_response<B: ResponseBody>(response: &Response<B>, out: &mut Vec<u8>) {
     let status = response.status();
     let body = response.body().body_bytes();
-    let mut out = Vec::with_capacity(160 + body.len());
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     out.extend_from_slice(b"\r\n");
-    let mut headers = response.headers().clone();
-    if status != StatusCode::SWITCHING_PROTOCOLS {
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-        headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    let headers = response.headers();
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        write_headers(out, headers.iter());
+    } else {
+        // The framing headers are ours to set: the application's are left out, not repeated.
+        let own = |name: &HeaderName| name == CONTENT_LENGTH || name == CONNECTION;
+        write_headers(out, headers.iter().filter(|(name, _)| !own(name)));
+        let length = HeaderValue::from(body.len());
+        write_headers(
+            out,
+            [
+                (&CONTENT_LENGTH, &length),
+                (&CONNECTION, &HeaderValue::from_static("close")),
+            ],
+        );
         if !body.is_empty() && !headers.contains_key(CONTENT_TYPE) {
-            headers.insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
+            let plain = HeaderValue::from_static("text/plain; charset=utf-8");
+            write_headers(out, [(&CONTENT_TYPE, &plain)]);
         }
     }
-    write_headers(&mut out, &headers);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(body);
-    out
 }
 
 /// A response body [`encode_response`] can write: `()` (none), `String`, `&str`, `Vec<u8>` or `Bytes`.
