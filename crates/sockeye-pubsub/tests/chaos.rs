@@ -131,18 +131,19 @@ use chaos::runner::{Plan, run};
 /// after the cluster was killed whole while one server, down already, was started alone first;
 /// not reproduced by direct trials, which lost nothing acknowledged (README, compound faults).
 ///
-/// Open, found by `scripts/chaos.sh web-redis-cluster 30` (2026-12-07, once in 43 runs; one
+/// Found by `scripts/chaos.sh web-redis-cluster 30` and fixed (2026-12-07, once in 43 runs; one
 /// replay passed): seed 531182, `EpochWentBack` (15) and `StaleGap` (593), the JavaScript
-/// client only, on the node crashed and restarted (`ws pubsub_server`) while the primary of
-/// both topics hung and its replica took over. After the topics' new epochs, the client got a
-/// publication of the old one (`"3:246"` at 619 of the hung primary's epoch, a publish its
-/// publisher saw fail), then a gap resuming from 0 of the current epoch. Likely the hung
-/// primary, let go, ran the queued publish and published it to the subscriptions still on it
-/// before learning it was demoted, and the node took an epoch it had left for a new one: epochs
-/// carry no order. Found the same day and fixed in the runner, not Sockeye: seed 871377, `Lost`
-/// (6): three failovers given up after 20 s each made the run outlast the clients' deadline,
-/// which stopped them with publications in flight (the deadline now covers the schedule, and a
-/// run that outlasts it fails as such, unchecked).
+/// client, the only subscriber then on node 0, while the primary of both topics hung and its
+/// replica took over. The node entered the new epochs through a gap into nothing, which left
+/// the old epoch remembered nowhere; the hung primary, let go, ran the queued publishes in the
+/// old epoch (publishes their publishers saw fail) while the new primary hung in turn, so the
+/// node's repair of the "jump" went unanswered and it delivered them; its next repair, from
+/// that dead position, told a gap resuming from 0 of the current epoch and gave it again. A
+/// node now remembers every epoch its delivery moves out of (`hub/fan_out.rs`, `fan`). Found
+/// the same day and fixed in the runner, not Sockeye: seed 871377, `Lost` (6): three failovers
+/// given up after 20 s each made the run outlast the clients' deadline, which stopped them with
+/// publications in flight (the deadline now covers the schedule, and a run that outlasts it
+/// fails as such, unchecked).
 async fn plans(plans: impl Iterator<Item = Plan>) {
     let mut failures = Vec::new();
     for plan in plans {

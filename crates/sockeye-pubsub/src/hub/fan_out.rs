@@ -318,7 +318,20 @@ impl Inner {
             );
             return;
         }
-        if p.position.is_some() {
+        if let Some(pos) = &p.position {
+            // Moving into another epoch, however the node came to it (a gap with a resume, a gap
+            // into nothing, a repair that went unanswered): the epoch it stood in, or had just
+            // left, never comes back (an engine's epochs do not repeat), and what of it is still
+            // on its way is inside the gap that left it. Remembered, so that a late publication
+            // of it (a demoted primary let go runs a queued publish) is dropped above, not taken
+            // for the next epoch (issue 39, web-redis-cluster seed 531182).
+            let left = t.last.as_ref().or(t.left.as_ref());
+            if let Some(from) = left
+                .filter(|from| from.epoch != pos.epoch)
+                .map(|from| Arc::clone(&from.epoch))
+            {
+                t.passed(&from);
+            }
             t.last.clone_from(&p.position);
             t.left = None;
         }
