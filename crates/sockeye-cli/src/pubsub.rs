@@ -47,6 +47,9 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
     if let Some(pidfile) = &opts.pidfile {
         write_pidfile(pidfile)?;
     }
+    // Before "listening": whoever waits for that line (a test, an operator's script) may start
+    // connecting at once, and must find the room already made.
+    let short_of_descriptors = descriptors_for(args.max_connections);
     let addr = listener.local_addr()?;
     let (http, ws) = if tls.is_some() {
         ("https", "wss")
@@ -57,7 +60,7 @@ pub(crate) async fn server(args: PubsubArgs) -> Result<(), Failure> {
         Level::INFO,
         &format!("ws {NAME}: listening on {ws}://{addr}/ (demo page: {http}://{addr}/demo)"),
     );
-    if let Some(short) = descriptors_for(args.max_connections) {
+    if let Some(short) = short_of_descriptors {
         announce(Level::WARN, &format!("ws {NAME}: warning: {short}"));
     }
     if open_to_all {
