@@ -448,25 +448,31 @@ impl NatsCluster {
     /// Starts one with more arguments for every server (`--no_advertise`: the clients are not
     /// told the others' addresses, and reach only the ones listed, through proxies say).
     ///
-    /// A cluster whose JetStream meta group does not take all three servers within 20 s is
-    /// started again, anew, up to 3 times: a 30-minute web-nats-cluster run stopped twice on a
-    /// fresh cluster that answered "no suitable peers for placement" for good, every server
-    /// healthy and routed to the others but the meta group of size 2, one server left out.
+    /// A cluster not ready within 60 s, or whose JetStream meta group does not take all three
+    /// servers within 20 s, is started again, anew, up to 3 times. A 30-minute web-nats-cluster
+    /// run stopped twice on a fresh cluster that answered "no suitable peers for placement" for
+    /// good, every server healthy and routed to the others but the meta group of size 2, one
+    /// server left out; a fresh-clone CI stopped on one whose servers, routed to each other,
+    /// never "established contact with a meta leader" in 60 s.
     pub(crate) fn start_with(extra: &[&str]) -> NatsCluster {
         const TRIES: usize = 3;
         for attempt in 1..=TRIES {
             let cluster = NatsCluster::launch(extra);
-            cluster.wait_ready();
-            if cluster.meta_group_whole(Duration::from_secs(20)) {
+            let why = if !cluster.ready(Duration::from_secs(60)) {
+                "not ready within 60 s"
+            } else if !cluster.meta_group_whole(Duration::from_secs(20)) {
+                "its JetStream meta group left a server out"
+            } else {
                 return cluster;
-            }
+            };
             eprintln!(
-                "NATS cluster, try {attempt} of {TRIES}: its JetStream meta group left a server out; \
-                 starting a new one. The servers said:{}",
+                "NATS cluster, try {attempt} of {TRIES}: {why}; starting a new one. The servers said:{}",
                 cluster.report()
             );
         }
-        panic!("no NATS cluster of 3 whose JetStream meta group took every server, in {TRIES} tries");
+        panic!(
+            "no NATS cluster of 3, ready and whose JetStream meta group took every server, in {TRIES} tries"
+        );
     }
 
     /// Starts 3 servers routed to each other, under a cluster name of their own.
@@ -531,12 +537,16 @@ impl NatsCluster {
     /// web-nats-cluster run beside the test command ended on "not within 30s" at a heal); then
     /// panics with what every server says.
     pub(crate) fn wait_ready(&self) {
-        let healthy = || self.monitors.iter().all(|&m| http_ok(m, "/healthz"));
         assert!(
-            holds_within(Duration::from_secs(60), healthy),
+            self.ready(Duration::from_secs(60)),
             "not within 60 s: JetStream ready on every server; the servers said:{}",
             self.report()
         );
+    }
+
+    /// Whether, within `bound`, JetStream answers on every server.
+    fn ready(&self, bound: Duration) -> bool {
+        holds_within(bound, || self.monitors.iter().all(|&m| http_ok(m, "/healthz")))
     }
 
     /// What each server's monitor says of its health, its routes and JetStream (for a test
