@@ -195,15 +195,16 @@ impl Sender {
         // was an allocation per connection. A reason too long for it (the fields are public)
         // is encoded as it is, as before.
         let mut payload = [0u8; 2 + CloseFrame::MAX_REASON_LEN];
-        let len = frame.map_or(Some(0), |f| f.encode_to(&mut payload));
-        match (len, frame) {
-            (Some(len), _) => self.encode_frame(OpCode::Close, true, &payload[..len]),
-            (None, Some(f)) => self.encode_frame(
-                OpCode::Close,
-                true,
-                &[&f.code.0.to_be_bytes()[..], f.reason.as_bytes()].concat(),
-            ),
-            (None, None) => self.encode_frame(OpCode::Close, true, &[]),
+        match frame {
+            None => self.encode_frame(OpCode::Close, true, &[]),
+            Some(f) => match f.encode_to(&mut payload) {
+                Some(len) => self.encode_frame(OpCode::Close, true, &payload[..len]),
+                None => self.encode_frame(
+                    OpCode::Close,
+                    true,
+                    &[&f.code.0.to_be_bytes()[..], f.reason.as_bytes()].concat(),
+                ),
+            },
         }
     }
 

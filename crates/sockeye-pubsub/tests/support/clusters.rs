@@ -42,11 +42,15 @@ pub(crate) fn holds_within(within: Duration, mut ready: impl FnMut() -> bool) ->
 
 /// [`wait_until`] for a check that says what is not ready yet: the last answer is in the panic.
 pub(crate) fn wait_for(what: &str, within: Duration, mut ready: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + within;
-    while let Err(why) = ready() {
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}{why}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut why = String::new();
+    let held = holds_within(within, || match ready() {
+        Ok(()) => true,
+        Err(w) => {
+            why = w;
+            false
+        }
+    });
+    assert!(held, "not within {within:?}: {what}{why}");
 }
 
 /// `redis-cli -p PORT ARGS…`'s output (empty when the server does not answer).
